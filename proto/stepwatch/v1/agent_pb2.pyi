@@ -1,0 +1,235 @@
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from typing import ClassVar as _ClassVar, Iterable as _Iterable, Mapping as _Mapping, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class StepClock(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    STEP_CLOCK_UNSPECIFIED: _ClassVar[StepClock]
+    STEP_CLOCK_HOST: _ClassVar[StepClock]
+    STEP_CLOCK_CUDA_EVENT: _ClassVar[StepClock]
+STEP_CLOCK_UNSPECIFIED: StepClock
+STEP_CLOCK_HOST: StepClock
+STEP_CLOCK_CUDA_EVENT: StepClock
+
+class AgentMessage(_message.Message):
+    __slots__ = ("hello", "batch")
+    HELLO_FIELD_NUMBER: _ClassVar[int]
+    BATCH_FIELD_NUMBER: _ClassVar[int]
+    hello: Hello
+    batch: Batch
+    def __init__(self, hello: _Optional[_Union[Hello, _Mapping]] = ..., batch: _Optional[_Union[Batch, _Mapping]] = ...) -> None: ...
+
+class Hello(_message.Message):
+    __slots__ = ("job", "rank", "local_rank", "world_size", "host", "pid", "session_id", "gpu", "torch_version", "cuda_version", "driver_version", "agent_version", "config", "attach_time_s")
+    class ConfigEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    RANK_FIELD_NUMBER: _ClassVar[int]
+    LOCAL_RANK_FIELD_NUMBER: _ClassVar[int]
+    WORLD_SIZE_FIELD_NUMBER: _ClassVar[int]
+    HOST_FIELD_NUMBER: _ClassVar[int]
+    PID_FIELD_NUMBER: _ClassVar[int]
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    GPU_FIELD_NUMBER: _ClassVar[int]
+    TORCH_VERSION_FIELD_NUMBER: _ClassVar[int]
+    CUDA_VERSION_FIELD_NUMBER: _ClassVar[int]
+    DRIVER_VERSION_FIELD_NUMBER: _ClassVar[int]
+    AGENT_VERSION_FIELD_NUMBER: _ClassVar[int]
+    CONFIG_FIELD_NUMBER: _ClassVar[int]
+    ATTACH_TIME_S_FIELD_NUMBER: _ClassVar[int]
+    job: str
+    rank: int
+    local_rank: int
+    world_size: int
+    host: str
+    pid: int
+    session_id: str
+    gpu: GpuIdentity
+    torch_version: str
+    cuda_version: str
+    driver_version: str
+    agent_version: str
+    config: _containers.ScalarMap[str, str]
+    attach_time_s: float
+    def __init__(self, job: _Optional[str] = ..., rank: _Optional[int] = ..., local_rank: _Optional[int] = ..., world_size: _Optional[int] = ..., host: _Optional[str] = ..., pid: _Optional[int] = ..., session_id: _Optional[str] = ..., gpu: _Optional[_Union[GpuIdentity, _Mapping]] = ..., torch_version: _Optional[str] = ..., cuda_version: _Optional[str] = ..., driver_version: _Optional[str] = ..., agent_version: _Optional[str] = ..., config: _Optional[_Mapping[str, str]] = ..., attach_time_s: _Optional[float] = ...) -> None: ...
+
+class GpuIdentity(_message.Message):
+    __slots__ = ("index", "uuid", "name", "total_memory_bytes")
+    INDEX_FIELD_NUMBER: _ClassVar[int]
+    UUID_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_MEMORY_BYTES_FIELD_NUMBER: _ClassVar[int]
+    index: int
+    uuid: str
+    name: str
+    total_memory_bytes: int
+    def __init__(self, index: _Optional[int] = ..., uuid: _Optional[str] = ..., name: _Optional[str] = ..., total_memory_bytes: _Optional[int] = ...) -> None: ...
+
+class Batch(_message.Message):
+    __slots__ = ("seq", "gpu", "steps", "allocator", "gpu_samples", "host", "events", "stats", "sealed_time_s")
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    GPU_FIELD_NUMBER: _ClassVar[int]
+    STEPS_FIELD_NUMBER: _ClassVar[int]
+    ALLOCATOR_FIELD_NUMBER: _ClassVar[int]
+    GPU_SAMPLES_FIELD_NUMBER: _ClassVar[int]
+    HOST_FIELD_NUMBER: _ClassVar[int]
+    EVENTS_FIELD_NUMBER: _ClassVar[int]
+    STATS_FIELD_NUMBER: _ClassVar[int]
+    SEALED_TIME_S_FIELD_NUMBER: _ClassVar[int]
+    seq: int
+    gpu: GpuIdentity
+    steps: _containers.RepeatedCompositeFieldContainer[StepRecord]
+    allocator: _containers.RepeatedCompositeFieldContainer[AllocatorSample]
+    gpu_samples: _containers.RepeatedCompositeFieldContainer[GpuSample]
+    host: _containers.RepeatedCompositeFieldContainer[HostSample]
+    events: _containers.RepeatedCompositeFieldContainer[Event]
+    stats: AgentStats
+    sealed_time_s: float
+    def __init__(self, seq: _Optional[int] = ..., gpu: _Optional[_Union[GpuIdentity, _Mapping]] = ..., steps: _Optional[_Iterable[_Union[StepRecord, _Mapping]]] = ..., allocator: _Optional[_Iterable[_Union[AllocatorSample, _Mapping]]] = ..., gpu_samples: _Optional[_Iterable[_Union[GpuSample, _Mapping]]] = ..., host: _Optional[_Iterable[_Union[HostSample, _Mapping]]] = ..., events: _Optional[_Iterable[_Union[Event, _Mapping]]] = ..., stats: _Optional[_Union[AgentStats, _Mapping]] = ..., sealed_time_s: _Optional[float] = ...) -> None: ...
+
+class StepRecord(_message.Message):
+    __slots__ = ("step", "end_time_s", "duration_s", "clock", "dataloader_wait_s", "samples", "tokens")
+    STEP_FIELD_NUMBER: _ClassVar[int]
+    END_TIME_S_FIELD_NUMBER: _ClassVar[int]
+    DURATION_S_FIELD_NUMBER: _ClassVar[int]
+    CLOCK_FIELD_NUMBER: _ClassVar[int]
+    DATALOADER_WAIT_S_FIELD_NUMBER: _ClassVar[int]
+    SAMPLES_FIELD_NUMBER: _ClassVar[int]
+    TOKENS_FIELD_NUMBER: _ClassVar[int]
+    step: int
+    end_time_s: float
+    duration_s: float
+    clock: StepClock
+    dataloader_wait_s: float
+    samples: int
+    tokens: int
+    def __init__(self, step: _Optional[int] = ..., end_time_s: _Optional[float] = ..., duration_s: _Optional[float] = ..., clock: _Optional[_Union[StepClock, str]] = ..., dataloader_wait_s: _Optional[float] = ..., samples: _Optional[int] = ..., tokens: _Optional[int] = ...) -> None: ...
+
+class AllocatorSample(_message.Message):
+    __slots__ = ("time_s", "device", "allocated_bytes", "reserved_bytes", "active_bytes", "inactive_split_bytes", "alloc_retries", "ooms", "allocated_peak_bytes", "reserved_peak_bytes", "device_total_bytes")
+    TIME_S_FIELD_NUMBER: _ClassVar[int]
+    DEVICE_FIELD_NUMBER: _ClassVar[int]
+    ALLOCATED_BYTES_FIELD_NUMBER: _ClassVar[int]
+    RESERVED_BYTES_FIELD_NUMBER: _ClassVar[int]
+    ACTIVE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    INACTIVE_SPLIT_BYTES_FIELD_NUMBER: _ClassVar[int]
+    ALLOC_RETRIES_FIELD_NUMBER: _ClassVar[int]
+    OOMS_FIELD_NUMBER: _ClassVar[int]
+    ALLOCATED_PEAK_BYTES_FIELD_NUMBER: _ClassVar[int]
+    RESERVED_PEAK_BYTES_FIELD_NUMBER: _ClassVar[int]
+    DEVICE_TOTAL_BYTES_FIELD_NUMBER: _ClassVar[int]
+    time_s: float
+    device: int
+    allocated_bytes: int
+    reserved_bytes: int
+    active_bytes: int
+    inactive_split_bytes: int
+    alloc_retries: int
+    ooms: int
+    allocated_peak_bytes: int
+    reserved_peak_bytes: int
+    device_total_bytes: int
+    def __init__(self, time_s: _Optional[float] = ..., device: _Optional[int] = ..., allocated_bytes: _Optional[int] = ..., reserved_bytes: _Optional[int] = ..., active_bytes: _Optional[int] = ..., inactive_split_bytes: _Optional[int] = ..., alloc_retries: _Optional[int] = ..., ooms: _Optional[int] = ..., allocated_peak_bytes: _Optional[int] = ..., reserved_peak_bytes: _Optional[int] = ..., device_total_bytes: _Optional[int] = ...) -> None: ...
+
+class GpuSample(_message.Message):
+    __slots__ = ("time_s", "utilization_ratio", "memory_utilization_ratio", "memory_used_bytes", "memory_total_bytes", "power_watts", "energy_joules", "temperature_celsius", "sm_clock_hertz", "memory_clock_hertz", "clock_event_reasons", "ecc_corrected_errors", "ecc_uncorrected_errors")
+    TIME_S_FIELD_NUMBER: _ClassVar[int]
+    UTILIZATION_RATIO_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_UTILIZATION_RATIO_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_USED_BYTES_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_TOTAL_BYTES_FIELD_NUMBER: _ClassVar[int]
+    POWER_WATTS_FIELD_NUMBER: _ClassVar[int]
+    ENERGY_JOULES_FIELD_NUMBER: _ClassVar[int]
+    TEMPERATURE_CELSIUS_FIELD_NUMBER: _ClassVar[int]
+    SM_CLOCK_HERTZ_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_CLOCK_HERTZ_FIELD_NUMBER: _ClassVar[int]
+    CLOCK_EVENT_REASONS_FIELD_NUMBER: _ClassVar[int]
+    ECC_CORRECTED_ERRORS_FIELD_NUMBER: _ClassVar[int]
+    ECC_UNCORRECTED_ERRORS_FIELD_NUMBER: _ClassVar[int]
+    time_s: float
+    utilization_ratio: float
+    memory_utilization_ratio: float
+    memory_used_bytes: int
+    memory_total_bytes: int
+    power_watts: float
+    energy_joules: float
+    temperature_celsius: float
+    sm_clock_hertz: float
+    memory_clock_hertz: float
+    clock_event_reasons: int
+    ecc_corrected_errors: int
+    ecc_uncorrected_errors: int
+    def __init__(self, time_s: _Optional[float] = ..., utilization_ratio: _Optional[float] = ..., memory_utilization_ratio: _Optional[float] = ..., memory_used_bytes: _Optional[int] = ..., memory_total_bytes: _Optional[int] = ..., power_watts: _Optional[float] = ..., energy_joules: _Optional[float] = ..., temperature_celsius: _Optional[float] = ..., sm_clock_hertz: _Optional[float] = ..., memory_clock_hertz: _Optional[float] = ..., clock_event_reasons: _Optional[int] = ..., ecc_corrected_errors: _Optional[int] = ..., ecc_uncorrected_errors: _Optional[int] = ...) -> None: ...
+
+class HostSample(_message.Message):
+    __slots__ = ("time_s", "cpu_seconds", "resident_memory_bytes", "threads", "children", "io_read_bytes", "io_write_bytes", "host_memory_available_bytes")
+    TIME_S_FIELD_NUMBER: _ClassVar[int]
+    CPU_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    RESIDENT_MEMORY_BYTES_FIELD_NUMBER: _ClassVar[int]
+    THREADS_FIELD_NUMBER: _ClassVar[int]
+    CHILDREN_FIELD_NUMBER: _ClassVar[int]
+    IO_READ_BYTES_FIELD_NUMBER: _ClassVar[int]
+    IO_WRITE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    HOST_MEMORY_AVAILABLE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    time_s: float
+    cpu_seconds: float
+    resident_memory_bytes: int
+    threads: int
+    children: int
+    io_read_bytes: int
+    io_write_bytes: int
+    host_memory_available_bytes: int
+    def __init__(self, time_s: _Optional[float] = ..., cpu_seconds: _Optional[float] = ..., resident_memory_bytes: _Optional[int] = ..., threads: _Optional[int] = ..., children: _Optional[int] = ..., io_read_bytes: _Optional[int] = ..., io_write_bytes: _Optional[int] = ..., host_memory_available_bytes: _Optional[int] = ...) -> None: ...
+
+class Event(_message.Message):
+    __slots__ = ("time_s", "kind", "message")
+    TIME_S_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    time_s: float
+    kind: str
+    message: str
+    def __init__(self, time_s: _Optional[float] = ..., kind: _Optional[str] = ..., message: _Optional[str] = ...) -> None: ...
+
+class AgentStats(_message.Message):
+    __slots__ = ("records_dropped", "hook_errors", "spool_batches_dropped", "spool_bytes")
+    RECORDS_DROPPED_FIELD_NUMBER: _ClassVar[int]
+    HOOK_ERRORS_FIELD_NUMBER: _ClassVar[int]
+    SPOOL_BATCHES_DROPPED_FIELD_NUMBER: _ClassVar[int]
+    SPOOL_BYTES_FIELD_NUMBER: _ClassVar[int]
+    records_dropped: int
+    hook_errors: int
+    spool_batches_dropped: int
+    spool_bytes: int
+    def __init__(self, records_dropped: _Optional[int] = ..., hook_errors: _Optional[int] = ..., spool_batches_dropped: _Optional[int] = ..., spool_bytes: _Optional[int] = ...) -> None: ...
+
+class Command(_message.Message):
+    __slots__ = ("ack", "capture_trace")
+    ACK_FIELD_NUMBER: _ClassVar[int]
+    CAPTURE_TRACE_FIELD_NUMBER: _ClassVar[int]
+    ack: Ack
+    capture_trace: CaptureTrace
+    def __init__(self, ack: _Optional[_Union[Ack, _Mapping]] = ..., capture_trace: _Optional[_Union[CaptureTrace, _Mapping]] = ...) -> None: ...
+
+class Ack(_message.Message):
+    __slots__ = ("seq",)
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    seq: int
+    def __init__(self, seq: _Optional[int] = ...) -> None: ...
+
+class CaptureTrace(_message.Message):
+    __slots__ = ("request_id", "steps")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    STEPS_FIELD_NUMBER: _ClassVar[int]
+    request_id: str
+    steps: int
+    def __init__(self, request_id: _Optional[str] = ..., steps: _Optional[int] = ...) -> None: ...
