@@ -1,1 +1,9 @@
-"""placeholder"""
+"""stepwatch agent: ``from stepwatch import agent; agent.attach()`` in a training script.
+
+Importing this package is cheap (torch is imported by attach()).
+"""
+
+from ._api import Agent, attach, detach, step
+from ._settings import SettingsError
+
+__all__ = ["attach", "step", "detach", "Agent", "SettingsError"]

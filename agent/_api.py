@@ -1,0 +1,225 @@
+"""Public entry points: attach(), step(), detach().
+
+attach() resolves options (argument > environment > default; a bad value raises
+:class:`~stepwatch.agent._settings.SettingsError` right there, before training starts),
+spawns the sidecar process and installs the optimizer step post-hook and the DataLoader
+timer. After that nothing the agent does raises into, blocks or synchronizes the training
+loop: hook bodies are guarded, errors are counted and reported, and a hook that keeps
+failing disables itself.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import subprocess
+import sys
+import time
+import uuid
+from typing import Any, Optional
+
+from ._dataloader import DataLoaderTimer
+from ._identity import Identity, identity_from_env
+from ._ipc import PipeWriter
+from ._options import AGENT_OPTIONS
+from ._settings import resolve
+from ._steps import StepTracker
+
+__all__ = ["attach", "step", "detach", "Agent"]
+
+_log = logging.getLogger("stepwatch.agent")
+_MAX_CONSECUTIVE_ERRORS = 5
+_DRAIN_TIMEOUT_S = 2.0  # bounded wait at exit for a full pipe; never more
+_agent: Optional["Agent"] = None
+
+
+def _version() -> str:
+    try:
+        from importlib.metadata import version
+        return version("stepwatch")
+    except Exception:
+        return "unknown"
+
+
+class Agent:
+    """One attached agent. Created by :func:`attach`; all methods run on the training thread."""
+
+    def __init__(self, settings: dict, identity: Identity):
+        import torch
+
+        self.settings, self.identity = settings, identity
+        self.session_id = uuid.uuid4().hex
+        self.hook_errors = 0
+        self._consecutive_errors = 0
+        self._active = True
+        self._torch = torch
+        self.sidecar = self._spawn_sidecar()
+        fd = self.sidecar.stdin.fileno()
+        os.set_blocking(fd, False)
+        self._writer = PipeWriter(fd, settings["buffer_records"], settings["ipc_flush_interval_s"])
+        self._writer.put(self._config_record())
+        self._writer.flush()
+        self.dataloader = DataLoaderTimer()
+        self.dataloader.install()
+        self.tracker = StepTracker(self._writer.put, self.dataloader,
+                                   torch.cuda if torch.cuda.is_available() else None,
+                                   settings["samples_per_step"], settings["tokens_per_step"],
+                                   settings["memory_stats_interval_s"])
+        self._last_stats: tuple = ()
+        from torch.optim.optimizer import register_optimizer_step_post_hook
+        self._hook = register_optimizer_step_post_hook(self._on_optimizer_step)
+
+    # -- set-up -----------------------------------------------------------------------------
+    def _spawn_sidecar(self) -> subprocess.Popen:
+        env = dict(os.environ, OMP_NUM_THREADS="1")
+        # Own session: a Ctrl-C to the trainer's process group must not kill the sidecar
+        # before it has flushed; it exits on pipe EOF once the trainer is gone.
+        return subprocess.Popen([sys.executable, "-m", "stepwatch.agent._sidecar"],
+                                stdin=subprocess.PIPE, env=env, start_new_session=True,
+                                close_fds=True)
+
+    def _config_record(self) -> dict:
+        s, ident, torch = self.settings, self.identity, self._torch
+        hello = {"job": ident.job, "rank": ident.rank, "local_rank": ident.local_rank,
+                 "world_size": ident.world_size, "host": ident.host, "pid": os.getpid(),
+                 "session_id": self.session_id, "torch_version": str(torch.__version__),
+                 "cuda_version": str(torch.version.cuda or ""), "agent_version": _version(),
+                 "config": {k: str(v) for k, v in s.items() if k != "token"},
+                 "attach_time_s": time.time()}
+        keys = ("collector", "token", "flush_interval_s", "nvml_interval_s", "host_interval_s",
+                "spool_dir", "spool_max_bytes", "reconnect_max_s", "shutdown_timeout_s",
+                "log_level")
+        return {"t": "config", **{k: s[k] for k in keys}, "trainer_pid": os.getpid(),
+                "hello": hello}
+
+    # -- guarded hook bodies ----------------------------------------------------------------
+    def _guard(self, fn, *args) -> None:
+        if not self._active:
+            return
+        try:
+            fn(*args)
+            self._consecutive_errors = 0
+        except Exception as exc:  # never into the training loop
+            self.hook_errors += 1
+            self._consecutive_errors += 1
+            if self.hook_errors == 1:
+                _log.warning("stepwatch: agent hook failed (%r); counting further failures", exc)
+            self._event("hook_error", repr(exc)[:500])
+            if self._consecutive_errors >= _MAX_CONSECUTIVE_ERRORS:
+                self._event("hook_disabled", f"{_MAX_CONSECUTIVE_ERRORS} consecutive failures")
+                _log.warning("stepwatch: agent disabled after %d consecutive hook failures",
+                             _MAX_CONSECUTIVE_ERRORS)
+                self._active = False
+                self.dataloader.enabled = False
+                self._writer.flush()
+
+    def _on_optimizer_step(self, optimizer, args, kwargs) -> None:
+        self._guard(self._optimizer_step, optimizer)
+
+    def _optimizer_step(self, optimizer) -> None:
+        self.tracker.on_optimizer_step(optimizer)
+        self._after_step()
+
+    def explicit_step(self, samples, tokens) -> None:
+        self._guard(self._explicit_step, samples, tokens)
+
+    def _explicit_step(self, samples, tokens) -> None:
+        self.tracker.on_explicit_step(samples, tokens)
+        self._after_step()
+
+    def _after_step(self) -> None:
+        if self.tracker.batches_without_step(self.dataloader.batches):
+            self._event("hook_silent", "DataLoader batches keep coming but no optimizer step "
+                        "was seen; call stepwatch.agent.step() once per step")
+        stats = (self._writer.dropped, self.hook_errors)
+        if stats != self._last_stats:
+            self._last_stats = stats
+            self._writer.put({"t": "stats", "records_dropped": stats[0], "hook_errors": stats[1]})
+        self._writer.maybe_flush()
+
+    def _event(self, kind: str, message: str) -> None:
+        self._writer.put({"t": "event", "time_s": time.time(), "kind": kind, "message": message})
+
+    # -- tear-down --------------------------------------------------------------------------
+    def close(self) -> None:
+        """Final flush; closing the pipe tells the sidecar to send what is left and exit.
+
+        Does not wait for the sidecar: the trainer's exit is never delayed by the network.
+        Idempotent; also runs from atexit.
+        """
+        if self._writer.closed:
+            return
+        self._active = False
+        try:
+            self._hook.remove()
+            self.dataloader.uninstall()
+            self.tracker.poll()
+            self._writer.put({"t": "stats", "records_dropped": self._writer.dropped,
+                              "hook_errors": self.hook_errors})
+            self._writer.put({"t": "bye"})
+            self._writer.drain(_DRAIN_TIMEOUT_S)
+            self._writer.close()
+        except Exception as exc:
+            _log.warning("stepwatch: detach failed: %r", exc)
+
+    def after_fork_in_child(self) -> None:
+        """A forked child (DataLoader worker) must never report as the trainer."""
+        self._active = False
+        self.dataloader.enabled = False
+        self._writer.abandon()
+
+
+def attach(collector: Optional[str] = None, job: Optional[str] = None,
+           samples_per_step: Optional[int] = None, tokens_per_step: Optional[int] = None,
+           **options: Any) -> Optional[Agent]:
+    """Start reporting this process's training steps. Call once, on the training thread.
+
+    Returns the :class:`Agent`, or None when disabled (``STEPWATCH_DISABLE=1``) or when the
+    sidecar cannot be started (logged; training goes on). Raises ``SettingsError`` for an
+    unknown option or an invalid value, naming it.
+    """
+    global _agent
+    args = dict(options, collector=collector, job=job, samples_per_step=samples_per_step,
+                tokens_per_step=tokens_per_step)
+    settings = resolve(AGENT_OPTIONS, {k: v for k, v in args.items() if v is not None})
+    logging.getLogger("stepwatch").setLevel(settings["log_level"])
+    if settings["disable"]:
+        return None
+    if _agent is not None:
+        _log.warning("stepwatch: attach() called twice; keeping the first agent")
+        return _agent
+    try:
+        _agent = Agent(settings, identity_from_env(settings["job"]))
+    except Exception as exc:
+        _log.warning("stepwatch: agent not started: %r", exc)
+        return None
+    atexit.register(detach)
+    return _agent
+
+
+def step(samples: Optional[int] = None, tokens: Optional[int] = None) -> None:
+    """Mark a step boundary explicitly (fallback when optimizer hooks do not fire).
+
+    From the first call on, optimizer hooks stop counting steps so nothing is counted twice.
+    """
+    if _agent is not None:
+        _agent.explicit_step(samples, tokens)
+
+
+def detach() -> None:
+    """Stop reporting; flushes and lets the sidecar finish in the background. Idempotent."""
+    global _agent
+    agent, _agent = _agent, None
+    if agent is not None:
+        agent.close()
+
+
+def _after_fork_in_child() -> None:
+    global _agent
+    agent, _agent = _agent, None
+    if agent is not None:
+        agent.after_fork_in_child()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)

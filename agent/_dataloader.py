@@ -1,0 +1,64 @@
+"""Data-loader wait: time the training thread spends in DataLoader iterator ``__next__``.
+
+``_BaseDataLoaderIter.__next__`` is wrapped at class level, so every DataLoader (single- and
+multi-process) is covered without user code changes. Only calls made on the attaching thread
+are counted. The wrapper adds two clock reads per batch and never alters what the iterator
+returns or raises.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+__all__ = ["DataLoaderTimer"]
+
+
+class DataLoaderTimer:
+    """Accumulates wait seconds between step boundaries; read with :meth:`take`."""
+
+    def __init__(self, clock=time.perf_counter):
+        self._clock = clock
+        self._thread = threading.get_ident()
+        self._wait = 0.0
+        self.batches = 0
+        self.enabled = True
+        self._original = None
+        self._cls = None
+
+    def take(self) -> tuple[float, int]:
+        """Return (wait seconds, batches) since the last call and reset both."""
+        wait, batches = self._wait, self.batches
+        self._wait, self.batches = 0.0, 0
+        return wait, batches
+
+    def install(self) -> bool:
+        try:
+            from torch.utils.data import dataloader
+        except Exception:
+            return False
+        cls = dataloader._BaseDataLoaderIter
+        original = cls.__next__
+        timer = self
+
+        def __next__(it):
+            if not timer.enabled or threading.get_ident() != timer._thread:
+                return original(it)
+            start = timer._clock()
+            try:
+                return original(it)
+            finally:
+                timer._wait += timer._clock() - start
+                timer.batches += 1
+
+        __next__.__wrapped__ = original
+        __next__._stepwatch = True
+        cls.__next__ = __next__
+        self._cls, self._original = cls, original
+        return True
+
+    def uninstall(self) -> None:
+        self.enabled = False
+        if self._cls is not None and getattr(self._cls.__next__, "_stepwatch", False):
+            self._cls.__next__ = self._original
+        self._cls = None

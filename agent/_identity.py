@@ -1,0 +1,54 @@
+"""Who this process is: job name, rank, local rank, world size and node, from the launcher.
+
+Read once at attach() time from torchrun, SLURM or Kubernetes environment variables;
+explicit options win. Pure functions of a mapping, so tests pass their own environment.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+from typing import Mapping, NamedTuple, Optional
+
+__all__ = ["Identity", "identity_from_env"]
+
+
+class Identity(NamedTuple):
+    job: str
+    rank: int
+    local_rank: int
+    world_size: int
+    host: str
+
+
+def _first_int(env: Mapping[str, str], names, default: int) -> int:
+    for name in names:
+        value = env.get(name, "").strip()
+        if value.lstrip("-").isdigit():
+            return int(value)
+    return default
+
+
+def _job_name(env: Mapping[str, str], argv0: str) -> str:
+    run_id = env.get("TORCHELASTIC_RUN_ID", "")
+    for candidate in (run_id if run_id not in ("", "none") else "",
+                      env.get("SLURM_JOB_NAME", "") and
+                      f"{env['SLURM_JOB_NAME']}-{env.get('SLURM_JOB_ID', '')}".rstrip("-"),
+                      env.get("JOB_NAME", ""),  # Kubernetes Job, when exported by the manifest
+                      os.path.splitext(os.path.basename(argv0))[0]):
+        if candidate:
+            return candidate
+    return "default"
+
+
+def identity_from_env(job: Optional[str] = None, env: Optional[Mapping[str, str]] = None,
+                      argv0: Optional[str] = None) -> Identity:
+    """Resolve identity; ``job`` (already validated) overrides the launcher's name."""
+    env = os.environ if env is None else env
+    argv0 = sys.argv[0] if argv0 is None else argv0
+    rank = _first_int(env, ("RANK", "SLURM_PROCID", "JOB_COMPLETION_INDEX", "OMPI_COMM_WORLD_RANK"), 0)
+    local_rank = _first_int(env, ("LOCAL_RANK", "SLURM_LOCALID", "OMPI_COMM_WORLD_LOCAL_RANK"), 0)
+    world = _first_int(env, ("WORLD_SIZE", "SLURM_NTASKS", "OMPI_COMM_WORLD_SIZE"), 1)
+    host = env.get("NODE_NAME") or socket.gethostname()
+    return Identity(job or _job_name(env, argv0), rank, local_rank, world, host)

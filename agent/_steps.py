@@ -1,0 +1,177 @@
+"""Step boundaries -> step records, with CUDA-event timing that never synchronizes.
+
+Everything here runs on the training thread, inside the optimizer step post-hook or an
+explicit ``agent.step()``. On CUDA a timing event is recorded on the current stream at every
+boundary; a step's duration is read with ``elapsed_time`` only once ``query()`` says both of
+its events have completed, so the host never waits for the GPU. Without CUDA (or before the
+trainer initializes it) the host monotonic clock is used.
+"""
+
+from __future__ import annotations
+
+import collections
+import time
+from typing import Callable, Optional
+
+__all__ = ["StepTracker"]
+
+_MAX_PENDING_EVENTS = 512
+_ALLOC_KEYS = {
+    "allocated_bytes": "allocated_bytes.all.current",
+    "reserved_bytes": "reserved_bytes.all.current",
+    "active_bytes": "active_bytes.all.current",
+    "inactive_split_bytes": "inactive_split_bytes.all.current",
+    "alloc_retries": "num_alloc_retries",
+    "ooms": "num_ooms",
+    "allocated_peak_bytes": "allocated_bytes.all.peak",
+    "reserved_peak_bytes": "reserved_bytes.all.peak",
+}
+
+
+class _Pending:
+    __slots__ = ("step", "event", "end_time_s", "host_duration_s", "extra")
+
+    def __init__(self, step, event, end_time_s, host_duration_s, extra):
+        self.step, self.event, self.end_time_s = step, event, end_time_s
+        self.host_duration_s, self.extra = host_duration_s, extra
+
+
+class StepTracker:
+    """Counts steps and emits ``{"t": "step", ...}`` records through ``emit``.
+
+    ``dataloader`` provides ``take() -> (wait_s, batches)``. ``cuda`` is the ``torch.cuda``
+    module or None to force the host clock. Clocks are injectable for tests.
+    """
+
+    def __init__(self, emit: Callable[[dict], None], dataloader, cuda=None,
+                 samples_per_step: Optional[int] = None, tokens_per_step: Optional[int] = None,
+                 memory_stats_interval_s: float = 1.0,
+                 clock: Callable[[], float] = time.perf_counter,
+                 wall: Callable[[], float] = time.time):
+        self._emit, self._dataloader, self._cuda = emit, dataloader, cuda
+        self._samples, self._tokens = samples_per_step, tokens_per_step
+        self._mem_interval = memory_stats_interval_s
+        self._clock, self._wall = clock, wall
+        self.steps = 0
+        self.explicit = False
+        self._leader: Optional[int] = None
+        self._others_since_leader: set[int] = set()
+        self._last_host = clock()
+        self._device: Optional[int] = None
+        self._pending: collections.deque = collections.deque()
+        self._prev_event = None
+        self._free_events: list = []
+        self._last_mem = float("-inf")
+        self._device_total = 0
+        self._max_batches_per_step = 1
+        self.silent_reported = False
+
+    # -- boundaries -------------------------------------------------------------------------
+    def on_optimizer_step(self, optimizer) -> None:
+        """Post-hook of every optimizer: one boundary per step whatever the optimizer count.
+
+        The first optimizer seen leads; others are ignored. If a non-leader fires twice with
+        no leader call between, the leader is gone (re-created optimizer) and it takes over.
+        """
+        if self.explicit:
+            return
+        oid = id(optimizer)
+        if self._leader is None:
+            self._leader = oid
+        if oid != self._leader:
+            if oid not in self._others_since_leader:
+                self._others_since_leader.add(oid)
+                return
+            self._leader = oid
+        self._others_since_leader.clear()
+        self.boundary()
+
+    def on_explicit_step(self, samples: Optional[int], tokens: Optional[int]) -> None:
+        """``agent.step()``: from the first call on, optimizer hooks no longer count steps."""
+        self.explicit = True
+        self.boundary(samples, tokens)
+
+    def boundary(self, samples: Optional[int] = None, tokens: Optional[int] = None) -> None:
+        now, wall = self._clock(), self._wall()
+        host_duration, self._last_host = now - self._last_host, now
+        self.steps += 1
+        wait, batches = self._dataloader.take()
+        self._max_batches_per_step = max(self._max_batches_per_step, batches)
+        extra = {"dataloader_wait_s": wait}
+        samples = samples if samples is not None else self._samples
+        tokens = tokens if tokens is not None else self._tokens
+        if samples is not None:
+            extra["samples"] = int(samples)
+        if tokens is not None:
+            extra["tokens"] = int(tokens)
+        if self._device is None:
+            self._find_device()
+        if self._device is None:
+            self._emit_step(self.steps, wall, host_duration, "host", extra)
+            return
+        self._record_event(wall, host_duration, extra)
+        self.poll()
+        if now - self._last_mem >= self._mem_interval:
+            self._last_mem = now
+            self._sample_memory(wall)
+
+    def batches_without_step(self, batches: int) -> bool:
+        """True once, when DataLoader batches keep coming with no step boundary (hook silent)."""
+        if self.silent_reported or self.steps == 0:
+            return False
+        if batches > max(64, 8 * self._max_batches_per_step):
+            self.silent_reported = True
+            return True
+        return False
+
+    # -- CUDA -------------------------------------------------------------------------------
+    def _find_device(self) -> None:
+        cuda = self._cuda
+        if cuda is None or not cuda.is_available() or not cuda.is_initialized():
+            return
+        self._device = cuda.current_device()
+        props = cuda.get_device_properties(self._device)
+        self._device_total = int(props.total_memory)
+        uuid = str(getattr(props, "uuid", "") or "")
+        if uuid and not uuid.startswith("GPU-"):
+            uuid = "GPU-" + uuid
+        self._emit({"t": "gpu", "index": self._device, "uuid": uuid, "name": props.name,
+                    "total_memory_bytes": self._device_total})
+
+    def _record_event(self, wall: float, host_duration: float, extra: dict) -> None:
+        event = self._free_events.pop() if self._free_events else self._cuda.Event(enable_timing=True)
+        event.record()
+        if len(self._pending) >= _MAX_PENDING_EVENTS:  # GPU far behind: give up exact timing
+            old = self._pending.popleft()
+            self._emit_step(old.step, old.end_time_s, old.host_duration_s, "host", old.extra)
+            self._retire(old.event)
+        self._pending.append(_Pending(self.steps, event, wall, host_duration, extra))
+
+    def poll(self) -> None:
+        """Emit every step whose end event has completed. Never waits."""
+        while self._pending and self._pending[0].event.query():
+            done = self._pending.popleft()
+            if self._prev_event is None:
+                self._emit_step(done.step, done.end_time_s, done.host_duration_s, "host", done.extra)
+            else:
+                seconds = self._prev_event.elapsed_time(done.event) / 1000.0
+                self._emit_step(done.step, done.end_time_s, seconds, "cuda_event", done.extra)
+                self._retire(self._prev_event)
+            self._prev_event = done.event
+
+    def _retire(self, event) -> None:
+        if len(self._free_events) < 8:
+            self._free_events.append(event)
+
+    def _sample_memory(self, wall: float) -> None:
+        stats = self._cuda.memory_stats(self._device)
+        record = {"t": "alloc", "time_s": wall, "device": self._device,
+                  "device_total_bytes": self._device_total}
+        for field, key in _ALLOC_KEYS.items():
+            record[field] = int(stats.get(key, 0))
+        self._emit(record)
+
+    def _emit_step(self, step: int, end_time_s: float, duration_s: float, clock: str,
+                   extra: dict) -> None:
+        self._emit({"t": "step", "step": step, "end_time_s": end_time_s,
+                    "duration_s": duration_s, "clock": clock, **extra})

@@ -1,0 +1,47 @@
+"""Option precedence (argument > environment > file > default) and clear errors."""
+
+import pytest
+
+from stepwatch.agent._identity import identity_from_env
+from stepwatch.agent._options import AGENT_OPTIONS
+from stepwatch.agent._settings import SettingsError, resolve
+
+
+def test_precedence_argument_over_environment_over_default():
+    env = {"STEPWATCH_COLLECTOR": "envhost:1", "STEPWATCH_FLUSH_INTERVAL_S": "2.5"}
+    got = resolve(AGENT_OPTIONS, {"collector": "arg:2"}, env)
+    assert got["collector"] == "arg:2"
+    assert got["flush_interval_s"] == 2.5
+    assert got["memory_stats_interval_s"] == 1.0
+
+
+def test_falsy_argument_still_wins():
+    got = resolve(AGENT_OPTIONS, {"disable": False}, {"STEPWATCH_DISABLE": "1"})
+    assert got["disable"] is False
+
+
+@pytest.mark.parametrize("args,env,needle", [
+    ({"collector": "nohostport"}, {}, "option 'collector' from argument: invalid value 'nohostport'"),
+    ({}, {"STEPWATCH_COLLECTOR": "h:99999"}, "from environment STEPWATCH_COLLECTOR"),
+    ({"memory_stats_interval_s": 0.1}, {}, "'memory_stats_interval_s' from argument: invalid value 0.1: must be >= 1.0"),
+    ({}, {"STEPWATCH_DISABLE": "maybe"}, "'disable' from environment STEPWATCH_DISABLE: invalid value 'maybe'"),
+    ({"samples_per_step": -3}, {}, "'samples_per_step'"),
+    ({"colector": "h:1"}, {}, "unknown option(s) in argument: colector"),
+])
+def test_bad_values_name_the_option(args, env, needle):
+    with pytest.raises(SettingsError) as err:
+        resolve(AGENT_OPTIONS, args, env)
+    assert needle in str(err.value)
+
+
+def test_identity_from_torchrun_slurm_and_default():
+    tr = identity_from_env(env={"RANK": "3", "LOCAL_RANK": "1", "WORLD_SIZE": "8",
+                                "TORCHELASTIC_RUN_ID": "run42"}, argv0="train.py")
+    assert (tr.job, tr.rank, tr.local_rank, tr.world_size) == ("run42", 3, 1, 8)
+    sl = identity_from_env(env={"SLURM_PROCID": "5", "SLURM_LOCALID": "2", "SLURM_NTASKS": "16",
+                                "SLURM_JOB_NAME": "llm", "SLURM_JOB_ID": "991"}, argv0="x.py")
+    assert (sl.job, sl.rank, sl.local_rank, sl.world_size) == ("llm-991", 5, 2, 16)
+    k8s = identity_from_env(env={"JOB_COMPLETION_INDEX": "4", "TORCHELASTIC_RUN_ID": "none"},
+                            argv0="/app/train.py")
+    assert (k8s.job, k8s.rank) == ("train", 4)
+    assert identity_from_env("explicit", env={}, argv0="a.py").job == "explicit"

@@ -1,0 +1,163 @@
+"""StepTracker with fake clocks and fake CUDA events: boundaries, de-duplication, timing."""
+
+from stepwatch.agent._steps import StepTracker
+
+
+class FakeClock:
+    def __init__(self):
+        self.now = 100.0
+
+    def __call__(self):
+        return self.now
+
+
+class FakeLoader:
+    def __init__(self):
+        self.wait, self.batches = 0.0, 0
+
+    def take(self):
+        out = (self.wait, self.batches)
+        self.wait, self.batches = 0.0, 0
+        return out
+
+
+class FakeEvent:
+    """A CUDA event whose completion and GPU timestamp the test controls."""
+
+    def __init__(self, gpu):
+        self.gpu, self.t_ms, self.done = gpu, None, False
+
+    def record(self):
+        self.gpu.events.append(self)
+
+    def query(self):
+        return self.done
+
+    def elapsed_time(self, other):
+        assert self.done and other.done, "elapsed_time on an incomplete event would synchronize"
+        return other.t_ms - self.t_ms
+
+
+class FakeCuda:
+    def __init__(self):
+        self.events, self.stats_calls = [], []
+
+    def is_available(self):
+        return True
+
+    def is_initialized(self):
+        return True
+
+    def current_device(self):
+        return 0
+
+    def get_device_properties(self, d):
+        return type("P", (), {"total_memory": 80 << 30, "uuid": "abcd-1234", "name": "Fake GPU"})()
+
+    def Event(self, enable_timing):
+        assert enable_timing
+        return FakeEvent(self)
+
+    def memory_stats(self, device):
+        self.stats_calls.append(device)
+        return {"allocated_bytes.all.current": 10, "reserved_bytes.all.current": 20,
+                "num_alloc_retries": 1, "num_ooms": 0}
+
+    def complete(self, t_ms):
+        """The GPU finishes every recorded event so far; the last at t_ms."""
+        for i, ev in enumerate(e for e in self.events if not e.done):
+            ev.done, ev.t_ms = True, t_ms
+
+
+def make(cuda=None, **kw):
+    out, clock, loader = [], FakeClock(), FakeLoader()
+    tracker = StepTracker(out.append, loader, cuda, clock=clock, wall=clock, **kw)
+    return tracker, out, clock, loader
+
+
+def steps(out):
+    return [r for r in out if r["t"] == "step"]
+
+
+def test_host_clock_durations_and_dataloader_wait():
+    tracker, out, clock, loader = make(samples_per_step=8)
+    for i in range(3):
+        clock.now += 0.5
+        loader.wait, loader.batches = 0.1 * (i + 1), 1
+        tracker.boundary()
+    recs = steps(out)
+    assert [r["step"] for r in recs] == [1, 2, 3]
+    assert [r["duration_s"] for r in recs] == [0.5, 0.5, 0.5]
+    assert [round(r["dataloader_wait_s"], 3) for r in recs] == [0.1, 0.2, 0.3]
+    assert all(r["clock"] == "host" and r["samples"] == 8 and "tokens" not in r for r in recs)
+
+
+def test_several_optimizers_count_one_step_each_iteration():
+    tracker, out, clock, _ = make()
+    opt_a, opt_b = object(), object()
+    for _ in range(5):
+        clock.now += 1
+        tracker.on_optimizer_step(opt_a)
+        tracker.on_optimizer_step(opt_b)
+    assert tracker.steps == 5
+    assert [r["step"] for r in steps(out)] == [1, 2, 3, 4, 5]
+
+
+def test_replaced_leader_optimizer_hands_over():
+    tracker, out, clock, _ = make()
+    old, new = object(), object()
+    tracker.on_optimizer_step(old)
+    for _ in range(4):  # `old` is gone; `new` fires alone from now on
+        tracker.on_optimizer_step(new)
+    assert tracker.steps == 4  # old once, then new takes over on its second call
+
+
+def test_explicit_step_disables_hook_counting():
+    tracker, out, clock, _ = make()
+    opt = object()
+    tracker.on_optimizer_step(opt)
+    tracker.on_explicit_step(samples=4, tokens=None)
+    tracker.on_optimizer_step(opt)
+    tracker.on_explicit_step(samples=None, tokens=64)
+    assert tracker.steps == 3
+    assert steps(out)[1]["samples"] == 4 and steps(out)[2]["tokens"] == 64
+
+
+def test_cuda_durations_only_after_query_and_without_sync():
+    cuda = FakeCuda()
+    tracker, out, clock, _ = make(cuda)
+    clock.now += 1
+    tracker.boundary()  # step 1: event 1 recorded, not complete
+    assert steps(out) == []
+    cuda.complete(1000.0)
+    clock.now += 1
+    tracker.boundary()  # step 2 recorded; step 1 completes -> host clock (no previous event)
+    assert [(r["step"], r["clock"]) for r in steps(out)] == [(1, "host")]
+    cuda.complete(1035.0)  # GPU says step 2 took 35 ms
+    clock.now += 0.2
+    tracker.boundary()
+    rec = steps(out)[1]
+    assert rec["step"] == 2 and rec["clock"] == "cuda_event" and abs(rec["duration_s"] - 0.035) < 1e-12
+    gpu = [r for r in out if r["t"] == "gpu"][0]
+    assert gpu["uuid"] == "GPU-abcd-1234" and gpu["total_memory_bytes"] == 80 << 30
+
+
+def test_memory_stats_at_most_once_per_interval():
+    cuda = FakeCuda()
+    tracker, out, clock, _ = make(cuda, memory_stats_interval_s=1.0)
+    for _ in range(50):  # 50 steps in 5 s
+        clock.now += 0.1
+        tracker.boundary()
+    assert 4 <= len(cuda.stats_calls) <= 6
+    alloc = [r for r in out if r["t"] == "alloc"][0]
+    assert alloc["allocated_bytes"] == 10 and alloc["reserved_bytes"] == 20 and alloc["alloc_retries"] == 1
+    assert alloc["device_total_bytes"] == 80 << 30
+
+
+def test_silent_hook_detected_from_dataloader_batches():
+    tracker, _, clock, loader = make()
+    loader.batches = 2
+    tracker.boundary()
+    assert not tracker.batches_without_step(10)
+    assert tracker.batches_without_step(65)
+    assert not tracker.batches_without_step(500)  # reported once
