@@ -1,0 +1,33 @@
+# Each target does its own set-up on a fresh machine: a virtual environment in .venv, the
+# CPU build of torch first (so pip does not pull a multi-GB CUDA build), then the package.
+PYTHON ?= python3
+VENV ?= .venv
+TORCH_SPEC ?= torch==2.13.0
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.stepwatch-installed
+
+.PHONY: demo test test-gpu proto proto-check clean
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install -q "$(TORCH_SPEC)"
+	$(PY) -m pip install -q -e ".[test]"
+	touch $@
+
+demo: $(STAMP)
+	$(VENV)/bin/stepwatch demo
+
+test: $(STAMP)
+	$(PY) -m pytest -q
+
+test-gpu: $(STAMP)
+	$(PY) -m pytest -q tests/gpu
+
+proto:
+	$(PY) proto/generate.py
+
+proto-check:
+	$(PY) proto/generate.py --check
+
+clean:
+	rm -rf $(VENV) build *.egg-info

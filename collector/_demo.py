@@ -1,0 +1,107 @@
+"""``stepwatch demo``: a collector and a small CPU training job with the agent attached.
+
+Starts the collector as a subprocess (ports chosen by the OS), runs the demo trainer with
+``STEPWATCH_COLLECTOR`` pointing at it, then prints where to look and a short table of what
+the collector received.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+__all__ = ["main"]
+
+
+def _wait_ready(path: str, proc: subprocess.Popen, timeout_s: float = 30.0) -> dict:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if os.path.exists(path):
+            with open(path) as fh:
+                return json.load(fh)
+        if proc.poll() is not None:
+            raise SystemExit(f"stepwatch demo: collector exited with code {proc.returncode}")
+        time.sleep(0.1)
+    raise SystemExit("stepwatch demo: collector did not start within 30 s")
+
+
+def _get(url: str) -> bytes:
+    with urllib.request.urlopen(url, timeout=10) as resp:
+        return resp.read()
+
+
+def _metric(text: str, name: str, rank: str) -> str:
+    for line in text.splitlines():
+        if line.startswith(name + "{") and f'rank="{rank}"' in line:
+            return line.rsplit(" ", 1)[1]
+    return "-"
+
+
+def _table(http: str, job: str) -> str:
+    text = _get(f"http://{http}/metrics").decode()
+    jobs = json.loads(_get(f"http://{http}/api/jobs"))
+    rows = [("rank", "steps", "mean step ms", "dataloader wait", "trainer RSS MiB", "connected")]
+    ranks = (jobs.get(job) or {}).get("ranks") or {}
+    for rank in sorted(ranks, key=int):
+        total = float(_metric(text, "stepwatch_step_duration_seconds_sum", rank) or 0)
+        count = float(_metric(text, "stepwatch_step_duration_seconds_count", rank) or 0)
+        rss = _metric(text, "stepwatch_process_resident_memory_bytes", rank)
+        rows.append((rank, _metric(text, "stepwatch_steps_total", rank),
+                     f"{1000 * total / count:.1f}" if count else "-",
+                     _metric(text, "stepwatch_dataloader_wait_ratio", rank),
+                     f"{float(rss) / 2**20:.0f}" if rss != "-" else "-",
+                     _metric(text, "stepwatch_agent_connected", rank)))
+    widths = [max(len(str(r[i])) for r in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(str(c).rjust(w) for c, w in zip(r, widths)) for r in rows)
+
+
+def _wait_steps(http: str, job: str, steps: int, timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        text = _get(f"http://{http}/metrics").decode()
+        if _metric(text, "stepwatch_steps_total", "0") == f"{float(steps)}":
+            return
+        time.sleep(0.2)
+
+
+def main(args) -> int:
+    steps = getattr(args, "steps", 300)
+    job = "stepwatch-demo"
+    workdir = tempfile.mkdtemp(prefix="stepwatch-demo-")
+    ready = os.path.join(workdir, "ready.json")
+    collector = subprocess.Popen([sys.executable, "-m", "stepwatch.collector.cli", "collector",
+                                  "--grpc-listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0",
+                                  "--ready-file", ready])
+    try:
+        addrs = _wait_ready(ready, collector)
+        http = addrs["http"]
+        print(f"stepwatch demo: collector up: gRPC {addrs['grpc']}, metrics http://{http}/metrics",
+              flush=True)
+        env = dict(os.environ, STEPWATCH_COLLECTOR=addrs["grpc"], STEPWATCH_JOB=job,
+                   STEPWATCH_SPOOL_DIR=os.path.join(workdir, "spool"))
+        print(f"stepwatch demo: training a tiny transformer on CPU for {steps} steps ...", flush=True)
+        subprocess.run([sys.executable, "-m", "stepwatch.collector._demo_train", "--steps",
+                        str(steps), "--workers", "2"], env=env, check=True)
+        _wait_steps(http, job, steps)
+        print("\nWhat the collector received (job %s):\n" % job)
+        print(_table(http, job))
+        print(f"\nWhere to look:\n  Prometheus metrics  http://{http}/metrics\n"
+              f"  JSON API            http://{http}/api/jobs\n  health              http://{http}/healthz")
+        if sys.stdin.isatty():
+            print("\nThe collector keeps running; press Ctrl-C to stop it.", flush=True)
+            try:
+                collector.wait()
+            except KeyboardInterrupt:
+                pass
+        return 0
+    finally:
+        collector.terminate()
+        try:
+            collector.wait(10)
+        except subprocess.TimeoutExpired:
+            collector.kill()

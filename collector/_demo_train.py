@@ -1,0 +1,109 @@
+"""A small real training job with the agent attached: the demo's and the end-to-end tests' trainer.
+
+A tiny transformer language model on random tokens, on CPU (or CUDA with --device cuda),
+optionally DDP over gloo/nccl when started by torchrun. Run with
+``python -m stepwatch.collector._demo_train --steps 300``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, Dataset
+
+
+class RandomTokens(Dataset):
+    def __init__(self, n: int, seq: int, vocab: int, delay_s: float):
+        self.n, self.seq, self.vocab, self.delay_s = n, seq, vocab, delay_s
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, i):
+        if self.delay_s:
+            time.sleep(self.delay_s)
+        g = torch.Generator().manual_seed(i)
+        return torch.randint(0, self.vocab, (self.seq + 1,), generator=g)
+
+
+class TinyLM(nn.Module):
+    def __init__(self, vocab: int, d: int, layers: int, seq: int):
+        super().__init__()
+        self.emb = nn.Embedding(vocab, d)
+        self.pos = nn.Parameter(torch.zeros(seq, d))
+        layer = nn.TransformerEncoderLayer(d, nhead=4, dim_feedforward=4 * d, batch_first=True,
+                                           dropout=0.0)
+        self.body = nn.TransformerEncoder(layer, layers)
+        self.head = nn.Linear(d, vocab)
+
+    def forward(self, x):
+        h = self.emb(x) + self.pos[: x.shape[1]]
+        mask = nn.Transformer.generate_square_subsequent_mask(x.shape[1], device=x.device)
+        return self.head(self.body(h, mask=mask, is_causal=True))
+
+
+def parse(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--steps", type=int, default=300)
+    p.add_argument("--batch", type=int, default=8)
+    p.add_argument("--seq", type=int, default=32)
+    p.add_argument("--d-model", type=int, default=64)
+    p.add_argument("--layers", type=int, default=2)
+    p.add_argument("--workers", type=int, default=0, help="DataLoader worker processes (forked)")
+    p.add_argument("--load-delay-s", type=float, default=0.0, help="sleep per sample in the loader")
+    p.add_argument("--step-sleep-s", type=float, default=0.0, help="extra host time per step")
+    p.add_argument("--two-optimizers", action="store_true", help="head on its own optimizer")
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--no-agent", action="store_true")
+    return p.parse_args(argv)
+
+
+def main(argv=None) -> None:
+    args = parse(argv)
+    distributed = "RANK" in os.environ and int(os.environ.get("WORLD_SIZE", "1")) > 1
+    if distributed:
+        torch.distributed.init_process_group("nccl" if args.device == "cuda" else "gloo")
+    device = torch.device(args.device, int(os.environ.get("LOCAL_RANK", 0))) \
+        if args.device == "cuda" else torch.device("cpu")
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    if not args.no_agent:
+        from stepwatch import agent
+        agent.attach(samples_per_step=args.batch, tokens_per_step=args.batch * args.seq)
+    torch.manual_seed(0)
+    vocab = 256
+    model = TinyLM(vocab, args.d_model, args.layers, args.seq).to(device)
+    if distributed:
+        model = nn.parallel.DistributedDataParallel(model)
+    params = list(model.parameters())
+    optimizers = [torch.optim.AdamW(params[:-2], lr=1e-3), torch.optim.AdamW(params[-2:], lr=1e-3)] \
+        if args.two_optimizers else [torch.optim.AdamW(params, lr=1e-3)]
+    data = RandomTokens(args.steps * args.batch, args.seq, vocab, args.load_delay_s)
+    loader = DataLoader(data, batch_size=args.batch, num_workers=args.workers,
+                        multiprocessing_context="fork" if args.workers else None)
+    loss_fn = nn.CrossEntropyLoss()
+    done = 0
+    for tokens in loader:
+        tokens = tokens.to(device)
+        logits = model(tokens[:, :-1])
+        loss = loss_fn(logits.reshape(-1, vocab), tokens[:, 1:].reshape(-1))
+        for opt in optimizers:
+            opt.zero_grad(set_to_none=True)
+        loss.backward()
+        if args.step_sleep_s:
+            time.sleep(args.step_sleep_s)
+        for opt in optimizers:
+            opt.step()
+        done += 1
+    if distributed:
+        torch.distributed.destroy_process_group()
+    print(f"trainer rank {os.environ.get('RANK', '0')}: {done} steps, last loss {loss.item():.3f}",
+          flush=True)
+
+
+if __name__ == "__main__":
+    main()
