@@ -1,1 +1,22 @@
+"""stepwatch collector: gRPC ingest from agents, per-rank state, Prometheus export.
 
+Importing this package is cheap; the service pieces load on first use.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["Collector", "CollectorSettings", "load_settings", "run"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in ("Collector", "run"):
+        from . import _app
+
+        return getattr(_app, name)
+    if name in ("CollectorSettings", "load_settings"):
+        from . import _config
+
+        return getattr(_config, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

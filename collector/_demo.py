@@ -44,10 +44,10 @@ def _metric(text: str, name: str, rank: str) -> str:
 
 def _table(http: str, job: str) -> str:
     text = _get(f"http://{http}/metrics").decode()
-    jobs = json.loads(_get(f"http://{http}/api/jobs"))
+    jobs = json.loads(_get(f"http://{http}/api/jobs"))["jobs"]
     rows = [("rank", "steps", "mean step ms", "dataloader wait", "trainer RSS MiB", "connected")]
-    ranks = (jobs.get(job) or {}).get("ranks") or {}
-    for rank in sorted(ranks, key=int):
+    ranks = [str(r["rank"]) for j in jobs if j["job"] == job for r in j["ranks"]]
+    for rank in ranks:
         total = float(_metric(text, "stepwatch_step_duration_seconds_sum", rank) or 0)
         count = float(_metric(text, "stepwatch_step_duration_seconds_count", rank) or 0)
         rss = _metric(text, "stepwatch_process_resident_memory_bytes", rank)

@@ -1,1 +1,88 @@
-def main(): print("hi")
+"""``stepwatch`` command line: ``stepwatch collector ...`` and ``stepwatch demo ...``.
+
+Every collector flag defaults to None so that an absent flag falls through to the
+environment, then the config file, then the built-in default (see ``_config``). A bad value
+exits with status 2 and one line on stderr naming the option, its source and the value.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Optional, Sequence
+
+from ._config import OPTIONS_BY_NAME, SettingsError, configure_logging, load_settings
+
+__all__ = ["main", "build_parser"]
+
+# (flag, option name); each flag's help names the option's env var and default.
+_COLLECTOR_FLAGS = (
+    ("--grpc-listen", "grpc_listen"), ("--http-listen", "http_listen"), ("--agent-grace-s", "agent_grace_s"),
+    ("--auth-token", "auth_token"), ("--max-message-bytes", "max_message_bytes"), ("--record", "record"),
+    ("--log-level", "log_level"),
+)
+
+
+def _add_collector(sub) -> None:
+    p = sub.add_parser("collector", help="run the collector (gRPC ingest, Prometheus /metrics)",
+                       description="Run the stepwatch collector until SIGTERM/SIGINT. "
+                                   "Precedence: flag > environment > --config file > default.")
+    p.add_argument("--config", metavar="FILE", help="YAML file mapping option names to values")
+    for flag, name in _COLLECTOR_FLAGS:
+        opt = OPTIONS_BY_NAME[name]
+        extra = " (visible in ps; prefer the env var)" if name == "auth_token" else ""
+        p.add_argument(flag, dest=name, metavar=name.upper(), default=None,
+                       help=f"{opt.help}{extra} [env {opt.env}, default {opt.default!r}]")
+    p.add_argument("--ready-file", metavar="FILE",
+                   help="after binding, write {\"grpc\", \"http\", \"pid\"} as JSON to FILE (atomically)")
+    p.set_defaults(func=_run_collector)
+
+
+def _run_collector(args: argparse.Namespace) -> int:
+    try:
+        settings = load_settings({name: getattr(args, name) for _, name in _COLLECTOR_FLAGS},
+                                 config_file=args.config)
+    except SettingsError as exc:
+        print(f"stepwatch collector: error: {exc}", file=sys.stderr)
+        return 2
+    configure_logging(settings.log_level)
+    from ._app import run  # grpc and prometheus only once we really serve
+
+    return run(settings, ready_file=args.ready_file)
+
+
+# ---------------------------------------------------------------------------------------------
+# demo subcommand: implemented in collector/_demo.py (written separately).
+# ---------------------------------------------------------------------------------------------
+def _add_demo(sub) -> None:
+    p = sub.add_parser("demo", help="run a demo training job against a local collector")
+    p.add_argument("--steps", type=int, default=300, help="training steps to run (default 300)")
+    p.add_argument("--no-stack", action="store_true", help="do not start Prometheus/Grafana alongside")
+    p.set_defaults(func=_run_demo)
+
+
+def _run_demo(args: argparse.Namespace) -> int:
+    from stepwatch.collector._demo import main as demo_main
+
+    return demo_main(args)
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="stepwatch", description="stepwatch: continuous profiler for PyTorch training")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    _add_collector(sub)
+    _add_demo(sub)
+    return parser
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Entry point of the ``stepwatch`` console script; returns the process exit code."""
+    args = build_parser().parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

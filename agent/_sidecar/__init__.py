@@ -1,0 +1,14 @@
+"""The agent sidecar: one process per training rank, spawned by ``attach()``.
+
+It reads newline-delimited JSON records from its stdin (see :mod:`._records`), samples NVML
+and psutil counters of the trainer, seals the records into sequenced ``Batch`` messages every
+``flush_interval_s``, spools each batch on disk and streams it to the collector over gRPC,
+forgetting a batch only once the collector acknowledged it. It never imports torch.
+
+Run as ``python -m stepwatch.agent._sidecar``; the first stdin line must be the config.
+"""
+
+from ._config import ConfigError, SidecarConfig
+from ._service import Sidecar
+
+__all__ = ["ConfigError", "Sidecar", "SidecarConfig"]

@@ -1,0 +1,55 @@
+"""Entry point: ``python -m stepwatch.agent._sidecar`` (started by the trainer's attach()).
+
+Reads the config from the first stdin line, then runs the sidecar until stdin ends, a "bye"
+record arrives, the trainer exits, or SIGTERM. Exit status: 0 after a clean shutdown (even
+with batches left in the spool), 2 for an unusable config.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import logging
+import signal
+import sys
+
+from ._config import ConfigError, SidecarConfig
+from ._log import LOG, setup_logging
+from ._reader import read_lines
+from ._service import Sidecar
+
+
+def _read_config(lines) -> SidecarConfig:
+    line = next(lines, None)
+    if line is None:
+        raise ConfigError("stdin closed before the config line")
+    try:
+        obj = json.loads(line)
+    except ValueError as exc:
+        raise ConfigError(f"config line is not JSON: {exc}") from None
+    return SidecarConfig.from_json(obj)
+
+
+def main() -> int:
+    stdin = read_lines(sys.stdin.fileno())
+    setup_logging(rank=-1, level=logging.WARNING)
+    try:
+        config = _read_config(stdin)
+    except ConfigError as exc:
+        LOG.error("cannot start: %s", exc)
+        return 2
+    setup_logging(rank=config.hello.rank, level=config.log_level_number)
+    try:
+        sidecar = Sidecar(config, stdin)
+    except OSError as exc:
+        LOG.error("cannot start: %s", exc)
+        return 2
+    atexit.register(sidecar.shutdown)
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(signum, lambda num, _frame: sidecar.request_stop(signal.Signals(num).name))
+    sidecar.run()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,86 @@
+"""Reads the trainer's stdin records on the "stepwatch-reader" thread."""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from typing import Callable, Iterable, Iterator
+
+from ._log import LOG, OnceLog
+from ._records import Record, RecordError, parse_line
+
+__all__ = ["Reader", "read_lines"]
+
+MAX_LINE_BYTES = 16 * 1024 * 1024
+
+
+def read_lines(fd: int, chunk: int = 65536) -> Iterator[bytes]:
+    """Lines of file descriptor ``fd`` (without the newline), read with ``os.read``.
+
+    Unlike ``sys.stdin.buffer`` this holds no lock while blocked, so a daemon thread parked
+    here cannot crash interpreter shutdown. A trailing partial line is yielded at EOF; a line
+    longer than MAX_LINE_BYTES is cut (and then fails to decode as malformed).
+    """
+    pending = b""
+    while True:
+        data = os.read(fd, chunk)
+        if not data:
+            break
+        pending += data
+        *lines, pending = pending.split(b"\n")
+        yield from lines
+        if len(pending) > MAX_LINE_BYTES:
+            yield pending
+            pending = b""
+    if pending:
+        yield pending
+
+
+class Reader:
+    """Decodes each line of ``lines`` and hands it to ``on_record`` (on the reader thread).
+
+    A malformed line calls ``on_malformed()`` and is logged once per kind of error. End of
+    input or a "bye" record calls ``on_eof()`` once and ends the thread. Exceptions raised by
+    the callbacks are logged, never fatal.
+    """
+
+    def __init__(self, lines: Iterable[bytes], on_record: Callable[[Record], None],
+                 on_malformed: Callable[[], None], on_eof: Callable[[str], None]) -> None:
+        self._lines = lines
+        self._on_record = on_record
+        self._on_malformed = on_malformed
+        self._on_eof = on_eof
+        self._once = OnceLog()
+        self._thread = threading.Thread(target=self._run, name="stepwatch-reader", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def _run(self) -> None:
+        reason = "eof"
+        try:
+            for line in self._lines:
+                if line.strip() and self._handle(line) == "bye":
+                    reason = "bye"
+                    break
+        except (OSError, ValueError) as exc:
+            LOG.warning("reading stdin failed: %s", exc)
+        finally:
+            self._on_eof(reason)
+
+    def _handle(self, line: bytes) -> str:
+        try:
+            record = parse_line(line)
+        except RecordError as exc:
+            self._on_malformed()
+            self._once.log(logging.WARNING, exc.kind, "malformed record dropped: %s (line %r)",
+                           exc, line[:200])
+            return ""
+        try:
+            self._on_record(record)
+        except Exception as exc:
+            self._on_malformed()
+            self._once.log(logging.WARNING, ("handler", record.t), "record %s not handled: %r",
+                           record.t, exc)
+        return record.t

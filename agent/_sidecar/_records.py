@@ -1,0 +1,103 @@
+"""Decoding of the trainer's stdin records into protobuf messages.
+
+One JSON object per line, dispatched on ``"t"``::
+
+    {"t":"gpu","index":0,"uuid":"GPU-...","name":"NVIDIA H200","total_memory_bytes":N}
+    {"t":"step","step":N,"end_time_s":..,"duration_s":..,"clock":"host"|"cuda_event",
+     "dataloader_wait_s":..,"samples":optional,"tokens":optional}
+    {"t":"alloc", ...AllocatorSample fields by name}
+    {"t":"event","time_s":..,"kind":"...","message":"..."}
+    {"t":"stats","records_dropped":N,"hook_errors":N}      (cumulative, trainer side)
+    {"t":"bye"}
+
+Fields are set by proto name; unknown keys are ignored (forward compatibility), ``null`` means
+absent, a value of the wrong type makes the line malformed (:class:`RecordError`).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Mapping, NamedTuple, Optional
+
+from google.protobuf.message import Message
+
+from stepwatch.proto.stepwatch.v1 import agent_pb2
+
+from ._config import gpu_identity
+
+__all__ = ["Record", "RecordError", "parse_line"]
+
+_CLOCKS = {
+    "host": agent_pb2.STEP_CLOCK_HOST,
+    "cuda_event": agent_pb2.STEP_CLOCK_CUDA_EVENT,
+}
+
+
+class RecordError(ValueError):
+    """A malformed line. ``kind`` is a short, bounded key used for once-per-kind logging."""
+
+    def __init__(self, kind: str, detail: str) -> None:
+        super().__init__(f"{kind}: {detail}")
+        self.kind = kind
+
+
+class Record(NamedTuple):
+    """A decoded line: ``t`` is the record type, ``msg`` the message (None for "bye"), and
+    ``stats`` the (records_dropped, hook_errors) pair for "stats" lines."""
+
+    t: str
+    msg: Optional[Message] = None
+    stats: Optional[tuple] = None
+
+
+def parse_line(line: bytes) -> Record:
+    """Decode one stdin line; raises :class:`RecordError` for anything malformed."""
+    try:
+        obj = json.loads(line)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise RecordError("invalid_json", str(exc)) from None
+    if not isinstance(obj, dict):
+        raise RecordError("not_an_object", f"got {type(obj).__name__}")
+    t = obj.get("t")
+    decoder = _DECODERS.get(t) if isinstance(t, str) else None
+    if decoder is None:
+        raise RecordError("unknown_type", f"t={t!r:.50}")
+    try:
+        return decoder(obj)
+    except (TypeError, ValueError, AttributeError, OverflowError) as exc:
+        raise RecordError(f"bad_{t}", str(exc)) from None
+
+
+def fill(msg: Message, obj: Mapping[str, Any], skip: tuple = ()) -> Message:
+    """Set each scalar field of ``msg`` present (and not None) in ``obj``; return ``msg``."""
+    for name in msg.DESCRIPTOR.fields_by_name:
+        if name not in skip and obj.get(name) is not None:
+            setattr(msg, name, obj[name])
+    return msg
+
+
+def _step(obj: Mapping[str, Any]) -> Record:
+    msg = fill(agent_pb2.StepRecord(), obj, skip=("clock",))
+    clock = obj.get("clock")
+    if clock is not None:
+        if clock not in _CLOCKS:
+            raise ValueError(f"unknown clock {clock!r:.30}")
+        msg.clock = _CLOCKS[clock]
+    return Record("step", msg)
+
+
+def _stats(obj: Mapping[str, Any]) -> Record:
+    dropped, errors = int(obj.get("records_dropped") or 0), int(obj.get("hook_errors") or 0)
+    if dropped < 0 or errors < 0:
+        raise ValueError("negative counts")
+    return Record("stats", stats=(dropped, errors))
+
+
+_DECODERS = {
+    "step": _step,
+    "alloc": lambda obj: Record("alloc", fill(agent_pb2.AllocatorSample(), obj)),
+    "event": lambda obj: Record("event", fill(agent_pb2.Event(), obj)),
+    "gpu": lambda obj: Record("gpu", gpu_identity(obj)),
+    "stats": _stats,
+    "bye": lambda obj: Record("bye"),
+}

@@ -1,0 +1,172 @@
+"""The gRPC sender: one long-lived Connect stream to the collector, resent after reconnects.
+
+Runs on its own daemon thread ("stepwatch-sender"). It is the only part of the sidecar that
+talks to the network; a collector that is down or slow blocks nothing but this thread.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+from typing import Callable, Iterator, Optional
+
+import grpc
+
+from stepwatch.proto.stepwatch.v1 import agent_pb2, agent_pb2_grpc
+
+from ._log import LOG, OnceLog
+from ._spool import Spool
+
+__all__ = ["Sender", "backoff_delay"]
+
+# Status codes that will not heal by retrying quickly: retry at the slowest rate.
+_FATAL = (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.INVALID_ARGUMENT,
+          grpc.StatusCode.PERMISSION_DENIED, grpc.StatusCode.UNIMPLEMENTED)
+_POLL_S = 0.5
+
+
+def backoff_delay(attempt: int, base: float = 0.5, cap: float = 30.0,
+                  rng: Optional[random.Random] = None) -> float:
+    """Full-jitter exponential backoff: uniform in [0, min(cap, base * 2**attempt)] seconds.
+    ``attempt`` counts consecutive failures from 0. Pure apart from ``rng``."""
+    ceiling = min(cap, base * (2 ** min(attempt, 62)))
+    return (rng or random).uniform(0.0, ceiling)
+
+
+class Sender:
+    """Streams spooled batches to ``target`` and acks them in the spool.
+
+    ``hello`` is called on the sender thread before each stream and returns the Hello to open
+    the stream with. :meth:`notify` (any thread) wakes the stream when a batch was spooled.
+    :meth:`close` asks it to deliver what is pending within a deadline and stop.
+    """
+
+    def __init__(self, target: str, spool: Spool, hello: Callable[[], agent_pb2.Hello],
+                 token: str = "", reconnect_max_s: float = 30.0,
+                 rng: Optional[random.Random] = None) -> None:
+        self._target = target
+        self._spool = spool
+        self._hello = hello
+        self._metadata = [("authorization", "Bearer " + token)] if token else None
+        self._cap = reconnect_max_s
+        self._rng = rng or random.Random()
+        self._cond = threading.Condition()
+        self._stop = threading.Event()      # hard stop: end the stream now
+        self._closing = threading.Event()   # soft stop: end once the spool is empty
+        self._call = None
+        self._once = OnceLog()
+        self._thread = threading.Thread(target=self._run, name="stepwatch-sender", daemon=True)
+        self.connected = False
+        self.delivered = 0
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def notify(self) -> None:
+        """A new batch is in the spool (called from the flushing thread)."""
+        with self._cond:
+            self._cond.notify_all()
+
+    def close(self, timeout_s: float) -> bool:
+        """Deliver what is pending within ``timeout_s`` seconds, then end the stream (the
+        request iterator returns) and join the thread. Idempotent; returns True when
+        everything spooled was acknowledged."""
+        deadline = time.monotonic() + timeout_s
+        self._closing.set()
+        self.notify()
+        if self._thread.is_alive():
+            self._thread.join(max(0.0, deadline - time.monotonic()))
+        self._stop.set()
+        self.notify()
+        if self._thread.is_alive():
+            self._thread.join(1.0)
+        call = self._call
+        if self._thread.is_alive() and call is not None:
+            call.cancel()
+            self._thread.join(1.0)
+        return len(self._spool) == 0
+
+    def _done(self) -> bool:
+        return self._stop.is_set() or (self._closing.is_set() and len(self._spool) == 0)
+
+    def _run(self) -> None:
+        attempt = 0
+        while not self._done():
+            delay = None
+            try:
+                answered = self._stream()
+                attempt = 0 if answered else attempt + 1
+            except grpc.RpcError as exc:
+                delay = self._on_error(exc, attempt)
+                attempt += 1
+            except Exception:  # never let the thread die: log, back off, retry
+                if self._once.log(logging.ERROR, "unexpected", "sender error, will retry"):
+                    LOG.exception("sender error")
+                attempt += 1
+            finally:
+                self.connected = False
+            if self._done():
+                break
+            if delay is None:
+                delay = backoff_delay(attempt, cap=self._cap, rng=self._rng)
+            self._stop.wait(delay)
+
+    def _on_error(self, exc: grpc.RpcError, attempt: int) -> float:
+        code = exc.code() if hasattr(exc, "code") else None
+        details = exc.details() if hasattr(exc, "details") else str(exc)
+        if code in _FATAL:
+            self._once.log(logging.ERROR, (code, details),
+                           "collector %s refused the stream: %s: %s (retrying every %.0f s)",
+                           self._target, code, details, self._cap)
+            return self._cap
+        if not (self._stop.is_set() and code == grpc.StatusCode.CANCELLED):
+            self._once.log(logging.WARNING, (code, details), "collector %s: %s: %s (reconnecting)",
+                           self._target, code, details)
+        return backoff_delay(attempt, cap=self._cap, rng=self._rng)
+
+    def _stream(self) -> bool:
+        """One Connect stream until it ends; returns True when the collector answered."""
+        options = [("grpc.initial_reconnect_backoff_ms", 500),
+                   ("grpc.max_reconnect_backoff_ms", int(self._cap * 1000))]
+        answered = False
+        with grpc.insecure_channel(self._target, options=options) as channel:
+            stub = agent_pb2_grpc.AgentServiceStub(channel)
+            ended = threading.Event()
+            requests = self._requests(self._hello(), ended)
+            self._call = stub.Connect(requests, metadata=self._metadata)
+            try:
+                for command in self._call:
+                    if not answered:
+                        answered = self.connected = True
+                        self._once.clear()  # the next outage is logged again, once
+                        LOG.info("connected to collector %s", self._target)
+                    if command.HasField("ack"):
+                        self._spool.ack(command.ack.seq)
+                        self.delivered += 1
+                        self.notify()
+            finally:
+                ended.set()
+                self._call = None
+        if not self._done():
+            self._once.log(logging.WARNING, "stream_end", "collector %s ended the stream; reconnecting",
+                           self._target)
+        return answered
+
+    def _requests(self, hello: agent_pb2.Hello,
+                  ended: threading.Event) -> Iterator[agent_pb2.AgentMessage]:
+        """Request iterator, consumed by a gRPC thread: the Hello, then every pending batch in
+        sequence order from the lowest unacknowledged one, then new ones as they are spooled.
+        Returns (half-closing the stream) once the sender is done or the call has ended."""
+        yield agent_pb2.AgentMessage(hello=hello)
+        sent = 0
+        while not ended.is_set() and not self._done():
+            for seq in self._spool.pending(after=sent):
+                data = self._spool.read(seq)
+                sent = seq
+                if data is not None:
+                    yield agent_pb2.AgentMessage(batch=agent_pb2.Batch.FromString(data))
+            with self._cond:
+                if not self._spool.pending(after=sent) and not self._done():
+                    self._cond.wait(_POLL_S)

@@ -1,0 +1,150 @@
+"""The sidecar service: wires reader, samplers, batcher, spool and sender together.
+
+Threads: the caller's thread runs :meth:`Sidecar.run` (the flush loop); the reader, the NVML
+sampler, the host sampler and the sender each have their own daemon thread.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from typing import Iterable, Optional
+
+from stepwatch.proto.stepwatch.v1 import agent_pb2
+
+from ._batcher import Batcher
+from ._config import SidecarConfig
+from ._host import HostSampler, trainer_alive
+from ._log import LOG, OnceLog
+from ._nvml import NvmlSampler
+from ._reader import Reader
+from ._records import Record
+from ._sender import Sender
+from ._spool import Spool, spool_path
+
+__all__ = ["Sidecar"]
+
+_LIVENESS_EVERY_S = 1.0
+_HELLO_WAIT_S = 2.0
+
+
+class Sidecar:
+    """One rank's sidecar. :meth:`run` returns after EOF, "bye", or :meth:`request_stop`
+    (SIGTERM), once the last batch was sealed and the sender was given ``shutdown_timeout_s``
+    to deliver it. :meth:`shutdown` is idempotent and safe to call from atexit."""
+
+    def __init__(self, config: SidecarConfig, stdin: Iterable[bytes],
+                 nvml: Optional[NvmlSampler] = None) -> None:
+        self.config = config
+        hello = config.hello
+        self.spool = Spool(spool_path(config.spool_dir, hello.job, hello.rank, hello.session_id),
+                           config.spool_max_bytes)
+        self.batcher = Batcher(first_seq=self.spool.max_seq + 1)
+        self.nvml = nvml or NvmlSampler(self.batcher, config.nvml_interval_s)
+        self.host = HostSampler(self.batcher, config.trainer_pid, config.host_interval_s)
+        self.sender = Sender(config.collector, self.spool, self._hello, token=config.token,
+                             reconnect_max_s=config.reconnect_max_s)
+        self.reader = Reader(stdin, self._on_record, self.batcher.count_dropped, self._on_eof)
+        self._gpu: Optional[agent_pb2.GpuIdentity] = hello.gpu if hello.HasField("gpu") else None
+        self._stop = threading.Event()
+        self._stop_reason = ""
+        self._shutdown_lock = threading.Lock()
+        self._shut_down = False
+        self._once = OnceLog()
+
+    def start(self) -> None:
+        """Start every thread; the sender waits briefly for NVML so the Hello has the driver."""
+        if self._gpu is not None:
+            self.nvml.set_gpu(self._gpu.uuid)
+        self.nvml.start()
+        self.host.start()
+        self.reader.start()
+        self.sender.start()
+
+    def _hello(self) -> agent_pb2.Hello:
+        """Hello for a new stream (sender thread): the config's, plus driver and latest GPU."""
+        self.nvml.ready.wait(_HELLO_WAIT_S)
+        hello = agent_pb2.Hello()
+        hello.CopyFrom(self.config.hello)
+        hello.driver_version = self.nvml.driver_version
+        if self._gpu is not None:
+            hello.gpu.CopyFrom(self._gpu)
+        return hello
+
+    def _on_record(self, record: Record) -> None:
+        """Reader thread."""
+        if record.t == "step":
+            self.batcher.add("step", record.msg)
+        elif record.t == "alloc":
+            self.batcher.add("alloc", record.msg)
+        elif record.t == "event":
+            self.batcher.add("event", record.msg)
+        elif record.t == "stats":
+            self.batcher.set_trainer_stats(*record.stats)
+        elif record.t == "gpu":
+            self._gpu = record.msg
+            self.batcher.set_gpu(record.msg)
+            self.nvml.set_gpu(record.msg.uuid)
+
+    def _on_eof(self, reason: str) -> None:
+        self.request_stop(reason)
+
+    def request_stop(self, reason: str) -> None:
+        """Make :meth:`run` finish (any thread, signal handlers included)."""
+        if not self._stop.is_set():
+            self._stop_reason = reason
+            self._stop.set()
+
+    def flush(self, force: bool = False) -> Optional[int]:
+        """Seal what was collected into a batch, spool it and wake the sender; returns its
+        sequence number, or None when nothing was due. Disk errors are logged, the batch lost
+        and counted as dropped records."""
+        batch = self.batcher.seal(self.spool.batches_dropped, self.spool.bytes, force=force)
+        if batch is None:
+            return None
+        try:
+            self.spool.write(batch.seq, batch.SerializeToString())
+        except OSError as exc:
+            self._once.log(logging.ERROR, ("spool", exc.errno), "cannot spool batch to %s: %s",
+                           self.spool.path, exc)
+            self.batcher.count_dropped(_record_count(batch))
+            return None
+        self.sender.notify()
+        return batch.seq
+
+    def run(self) -> None:
+        """Flush loop on the calling thread until stopped, then :meth:`shutdown`."""
+        self.start()
+        last_check = time.monotonic()
+        while not self._stop.wait(self.config.flush_interval_s):
+            self.flush()
+            if time.monotonic() - last_check >= _LIVENESS_EVERY_S:
+                last_check = time.monotonic()
+                if not trainer_alive(self.config.trainer_pid):
+                    self.request_stop("trainer exited")
+        self.shutdown()
+
+    def shutdown(self) -> None:
+        """Stop samplers, seal the last batch, give the sender ``shutdown_timeout_s`` to get
+        it acknowledged, close the stream and the spool. Idempotent."""
+        with self._shutdown_lock:
+            if self._shut_down:
+                return
+            self._shut_down = True
+        LOG.info("shutting down (%s)", self._stop_reason or "requested")
+        self.request_stop("shutdown")
+        self.host.stop()
+        self.nvml.stop()
+        self.flush(force=True)
+        delivered = self.sender.close(self.config.shutdown_timeout_s)
+        if not delivered:
+            LOG.info("collector did not acknowledge everything within %.1f s",
+                     self.config.shutdown_timeout_s)
+        self.spool.close()
+
+
+def _record_count(batch: agent_pb2.Batch) -> int:
+    return (len(batch.steps) + len(batch.allocator) + len(batch.gpu_samples) + len(batch.host)
+            + len(batch.events))

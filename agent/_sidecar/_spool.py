@@ -1,0 +1,135 @@
+"""On-disk spool of sealed batches that the collector has not acknowledged yet.
+
+Layout: ``<spool_dir>/<job>/rank<rank>-<session_id>/<seq:016d>.pb``, one serialized Batch per
+file, written to a temporary name and renamed so a reader never sees a partial file. The total
+size is bounded by ``max_bytes``: the oldest batches are dropped first (counted in
+``batches_dropped``); the newest batch is always kept.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import threading
+from typing import List, Optional
+
+from ._log import LOG
+
+__all__ = ["Spool", "spool_path"]
+
+_SUFFIX = ".pb"
+_UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
+
+
+def spool_path(root: str, job: str, rank: int, session_id: str) -> str:
+    """The spool directory of one session; path separators and odd characters become '_'."""
+    job_part = _UNSAFE.sub("_", job) or "_"
+    session_part = _UNSAFE.sub("_", session_id) or "_"
+    return os.path.join(root, job_part, f"rank{int(rank)}-{session_part}")
+
+
+class Spool:
+    """Thread-safe store of pending batches, keyed by sequence number.
+
+    Existing ``*.pb`` files in ``path`` (a previous run of the same session) are adopted as
+    pending. Disk errors propagate from :meth:`write` (the caller logs and counts them).
+    """
+
+    def __init__(self, path: str, max_bytes: int) -> None:
+        self.path = path
+        self._max_bytes = max_bytes
+        self._lock = threading.Lock()
+        self._sizes: dict = {}
+        self._dropped = 0
+        os.makedirs(path, exist_ok=True)
+        for name in os.listdir(path):
+            full = os.path.join(path, name)
+            if name.endswith(_SUFFIX) and name[:-len(_SUFFIX)].isdigit():
+                self._sizes[int(name[:-len(_SUFFIX)])] = os.path.getsize(full)
+            elif name.endswith(".tmp"):
+                os.unlink(full)
+
+    def _file(self, seq: int) -> str:
+        return os.path.join(self.path, f"{seq:016d}{_SUFFIX}")
+
+    def write(self, seq: int, data: bytes) -> None:
+        """Store batch ``seq`` (serialized), then drop the oldest batches over the size limit."""
+        tmp = self._file(seq) + ".tmp"
+        with open(tmp, "wb") as fh:
+            fh.write(data)
+        os.replace(tmp, self._file(seq))
+        with self._lock:
+            self._sizes[seq] = len(data)
+            self._enforce_limit()
+
+    def _enforce_limit(self) -> None:
+        """Caller holds the lock."""
+        total = sum(self._sizes.values())
+        while total > self._max_bytes and len(self._sizes) > 1:
+            oldest = min(self._sizes)
+            total -= self._sizes.pop(oldest)
+            self._dropped += 1
+            self._unlink(oldest)
+
+    def _unlink(self, seq: int) -> None:
+        try:
+            os.unlink(self._file(seq))
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            LOG.warning("cannot remove spooled batch %s: %s", self._file(seq), exc)
+
+    def read(self, seq: int) -> Optional[bytes]:
+        """The stored bytes of ``seq``, or None when it was acked or dropped meanwhile."""
+        with self._lock:
+            if seq not in self._sizes:
+                return None
+        try:
+            with open(self._file(seq), "rb") as fh:
+                return fh.read()
+        except FileNotFoundError:
+            return None
+
+    def ack(self, seq: int) -> None:
+        """Forget batch ``seq`` (the collector applied it). Unknown numbers are ignored."""
+        with self._lock:
+            if self._sizes.pop(seq, None) is None:
+                return
+            self._unlink(seq)
+
+    def pending(self, after: int = 0) -> List[int]:
+        """Sequence numbers still stored and greater than ``after``, in increasing order."""
+        with self._lock:
+            return sorted(s for s in self._sizes if s > after)
+
+    @property
+    def max_seq(self) -> int:
+        """The highest stored sequence number, 0 when empty."""
+        with self._lock:
+            return max(self._sizes, default=0)
+
+    @property
+    def bytes(self) -> int:
+        with self._lock:
+            return sum(self._sizes.values())
+
+    @property
+    def batches_dropped(self) -> int:
+        with self._lock:
+            return self._dropped
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._sizes)
+
+    def close(self) -> None:
+        """Remove the directory when nothing is pending; otherwise leave the files and log
+        where they are (a later run of this session, or an operator, may replay them)."""
+        count = len(self)
+        if count:
+            LOG.warning("%d unacknowledged batch(es) left in %s", count, self.path)
+            return
+        try:
+            os.rmdir(self.path)
+        except OSError:
+            pass

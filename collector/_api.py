@@ -1,0 +1,60 @@
+"""The ``/api/jobs`` JSON document, built from a state snapshot (any thread)."""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any, Optional
+
+from ._state import CollectorState, RankState
+
+__all__ = ["jobs_document", "jobs_json"]
+
+
+def _fields(msg: Any) -> Optional[dict[str, Any]]:
+    """Scalar fields of a flat protobuf message; absent optional fields are left out."""
+    if msg is None:
+        return None
+    return {f.name: getattr(msg, f.name) for f in msg.DESCRIPTOR.fields
+            if not f.has_presence or msg.HasField(f.name)}
+
+
+def _rank(st: RankState) -> dict[str, Any]:
+    h = st.hello
+    return {
+        "rank": st.rank, "local_rank": h.local_rank, "world_size": h.world_size, "host": h.host,
+        "pid": h.pid, "session_id": h.session_id, "gpu": _fields(st.gpu),
+        "versions": {"agent": h.agent_version, "torch": h.torch_version, "cuda": h.cuda_version,
+                     "driver": h.driver_version},
+        "connected": st.connected, "last_seen": st.last_seen, "disconnected_at": st.disconnected_at,
+        "steps_total": st.steps_total, "last_step_time": st.last_step_time,
+        "samples_total": st.samples_total if st.samples_known else None,
+        "tokens_total": st.tokens_total if st.tokens_known else None,
+        "dataloader_wait_ratio": st.dataloader_wait_ratio,
+        "allocator": _fields(st.allocator), "gpu_sample": _fields(st.gpu_sample), "host_sample": _fields(st.host),
+        "agent_stats": _fields(st.stats), "event_counts": dict(st.event_counts),
+        "events": [_fields(ev) for ev in st.events],
+    }
+
+
+def jobs_document(state: CollectorState) -> dict[str, Any]:
+    """``{"jobs": [{"job": name, "ranks": [rank, ...]}]}``, jobs and ranks sorted."""
+    jobs: dict[str, list] = {}
+    for st in state.snapshot():
+        jobs.setdefault(st.job, []).append(_rank(st))
+    return {"jobs": [{"job": name, "ranks": ranks} for name, ranks in jobs.items()]}
+
+
+def _finite(value: Any) -> Any:
+    """Replace NaN/Infinity (from a broken agent) by None: they are not valid JSON."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_finite(v) for v in value]
+    return value
+
+
+def jobs_json(state: CollectorState) -> bytes:
+    return json.dumps(_finite(jobs_document(state)), allow_nan=False).encode()

@@ -1,0 +1,161 @@
+"""The collector service: gRPC ingest + HTTP export + expiry loop in one asyncio process.
+
+``Collector`` methods are coroutines run on one event loop; ``run`` owns that loop for the CLI.
+Teardown is the reverse of start-up: stop ingest (with a grace period), stop HTTP, cancel the
+expiry task, then flush and close the recorder.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import signal
+import time
+from typing import Callable, Optional
+
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+
+from ._api import jobs_json
+from ._config import CollectorSettings
+from ._http import HttpServer
+from ._metrics import StepwatchMetrics
+from ._record import Recorder
+from ._server import IngestServer
+from ._state import CollectorState
+
+__all__ = ["Collector", "run"]
+
+log = logging.getLogger("stepwatch.collector")
+
+
+def _split(hostport: str) -> tuple[str, int]:
+    host, _, port = hostport.rpartition(":")
+    return host, int(port)
+
+
+class Collector:
+    """One collector. ``clock`` gives Unix seconds (injected for tests); ``registry`` defaults to a
+    new private CollectorRegistry (never the global one).
+
+    After ``await start()``: ``grpc_address`` and ``http_address`` are ``"HOST:PORT"`` with the
+    bound ports; ``state`` and ``registry`` are the live objects. ``stop`` is idempotent.
+    """
+
+    def __init__(self, settings: CollectorSettings, *, clock: Callable[[], float] = time.time,
+                 registry: Optional[CollectorRegistry] = None):
+        self.settings = settings
+        self.clock = clock
+        self.state = CollectorState(settings.agent_grace_s)
+        self.registry = registry if registry is not None else CollectorRegistry(auto_describe=False)
+        StepwatchMetrics(self.state, self.registry)
+        self.grpc_address: Optional[str] = None
+        self.http_address: Optional[str] = None
+        self._recorder: Optional[Recorder] = None
+        self._ingest: Optional[IngestServer] = None
+        self._http: Optional[HttpServer] = None
+        self._expiry: Optional[asyncio.Task] = None
+        self._stopped = False
+
+    async def start(self) -> None:
+        """Open the record file, bind gRPC then HTTP, start the expiry loop.
+
+        Raises RuntimeError (bind failure) or OSError (record file); on failure everything
+        already started is stopped again.
+        """
+        try:
+            if self.settings.record:
+                self._recorder = Recorder(self.settings.record)
+            self._ingest = IngestServer(self.state, auth_token=self.settings.auth_token,
+                                        max_message_bytes=self.settings.max_message_bytes,
+                                        clock=self.clock, recorder=self._recorder)
+            grpc_host, _ = _split(self.settings.grpc_listen)
+            self.grpc_address = f"{grpc_host}:{await self._ingest.start(self.settings.grpc_listen)}"
+            http_host, http_port = _split(self.settings.http_listen)
+            self._http = HttpServer({"/metrics": self._metrics, "/healthz": _healthz,
+                                     "/api/jobs": self._jobs})
+            self.http_address = f"{http_host}:{await self._http.start(http_host, http_port)}"
+        except BaseException:
+            await self.stop(grace_s=0)
+            raise
+        self._expiry = asyncio.get_running_loop().create_task(self._expire_loop(), name="stepwatch-expiry")
+        log.info("stepwatch collector: gRPC on %s, HTTP on http://%s/metrics", self.grpc_address, self.http_address)
+
+    async def stop(self, grace_s: float = 2.0) -> None:
+        """Stop ingest (live streams are cancelled after ``grace_s`` s), HTTP, expiry; close the recorder."""
+        if self._stopped:
+            return
+        self._stopped = True
+        if self._ingest is not None:
+            await self._ingest.stop(grace_s)
+        if self._http is not None:
+            await self._http.stop()
+        if self._expiry is not None:
+            self._expiry.cancel()
+            await asyncio.gather(self._expiry, return_exceptions=True)
+        if self._recorder is not None:
+            self._recorder.close()
+
+    def expire(self) -> list:
+        """Drop ranks whose grace period has run out at ``clock()``; return their (job, rank) keys."""
+        gone = self.state.expire(self.clock())
+        for job, rank in gone:
+            log.info("stepwatch collector: expired series of job=%s rank=%d", job, rank)
+        return gone
+
+    async def _expire_loop(self) -> None:
+        interval = max(0.5, min(self.settings.agent_grace_s / 4, 15.0))
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                self.expire()
+            except Exception:  # noqa: BLE001 - the loop must outlive one bad tick
+                log.exception("stepwatch collector: expiry failed")
+
+    def _metrics(self):
+        return 200, CONTENT_TYPE_LATEST, generate_latest(self.registry)
+
+    def _jobs(self):
+        return 200, "application/json", jobs_json(self.state)
+
+
+def _healthz():
+    return 200, "text/plain; charset=utf-8", b"ok\n"
+
+
+def _write_ready_file(path: str, collector: Collector) -> None:
+    """Write ``{"grpc", "http", "pid"}`` atomically (tmp file, then rename)."""
+    tmp = f"{path}.tmp.{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as fh:
+        json.dump({"grpc": collector.grpc_address, "http": collector.http_address, "pid": os.getpid()}, fh)
+    os.replace(tmp, path)
+
+
+async def _serve(settings: CollectorSettings, ready_file: Optional[str]) -> None:
+    collector = Collector(settings)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await collector.start()
+    try:
+        if ready_file:
+            _write_ready_file(ready_file, collector)
+        await stop.wait()
+        log.info("stepwatch collector: shutting down")
+    finally:
+        await collector.stop()
+
+
+def run(settings: CollectorSettings, ready_file: Optional[str] = None) -> int:
+    """Run a collector until SIGTERM or SIGINT, then stop gracefully; return the exit code.
+
+    Main thread only (signal handlers). Bind or record-file failures are logged and give 1.
+    """
+    try:
+        asyncio.run(_serve(settings, ready_file))
+    except (RuntimeError, OSError) as exc:
+        log.error("stepwatch collector: %s", exc)
+        return 1
+    return 0

@@ -1,0 +1,79 @@
+"""A tiny HTTP/1.1 server on asyncio: GET only, one request per connection (Connection: close).
+
+Routes map a path (query string ignored) to a function returning ``(status, content_type,
+body)``; they run on the event loop thread and must be quick. Bad requests get 400, unknown
+paths 404, other methods 405. A route that raises answers 500 and logs; the server keeps going.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Callable, Mapping, Optional
+
+__all__ = ["HttpServer", "Route"]
+
+log = logging.getLogger("stepwatch.collector")
+
+Route = Callable[[], "tuple[int, str, bytes]"]
+_REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed",
+            408: "Request Timeout", 500: "Internal Server Error"}
+_MAX_HEAD = 16 * 1024
+_READ_TIMEOUT_S = 10.0
+
+
+class HttpServer:
+    """``start(host, port)`` binds (port 0 allowed) and returns the port; ``stop`` is idempotent."""
+
+    def __init__(self, routes: Mapping[str, Route]):
+        self._routes = dict(routes)
+        self._server: Optional[asyncio.base_events.Server] = None
+
+    async def start(self, host: str, port: int) -> int:
+        try:
+            self._server = await asyncio.start_server(self._serve, host.strip("[]") or None, port,
+                                                      limit=_MAX_HEAD)
+        except OSError as exc:
+            raise RuntimeError(f"cannot bind HTTP address {host}:{port}: {exc.strerror or exc}") from None
+        return self._server.sockets[0].getsockname()[1]
+
+    async def stop(self) -> None:
+        server, self._server = self._server, None
+        if server is not None:
+            server.close()
+            await server.wait_closed()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            status, ctype, body, extra = await self._respond(reader)
+            head = [f"HTTP/1.1 {status} {_REASONS.get(status, 'OK')}", f"Content-Type: {ctype}",
+                    f"Content-Length: {len(body)}", "Connection: close", *extra]
+            writer.write(("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + body)
+            await writer.drain()
+        except (ConnectionError, asyncio.IncompleteReadError):
+            pass  # the client went away; nothing to answer
+        finally:
+            writer.close()
+
+    async def _respond(self, reader: asyncio.StreamReader):
+        try:
+            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), _READ_TIMEOUT_S)
+        except asyncio.TimeoutError:
+            return 408, "text/plain; charset=utf-8", b"request timeout\n", ()
+        except (asyncio.LimitOverrunError, asyncio.IncompleteReadError, ValueError):
+            return 400, "text/plain; charset=utf-8", b"bad request\n", ()
+        parts = head.split(b"\r\n", 1)[0].decode("latin-1").split(" ")
+        if len(parts) != 3 or not parts[2].startswith("HTTP/1.") or not parts[1].startswith("/"):
+            return 400, "text/plain; charset=utf-8", b"bad request\n", ()
+        method, target = parts[0], parts[1].split("?", 1)[0]
+        route = self._routes.get(target)
+        if route is None:
+            return 404, "text/plain; charset=utf-8", b"not found\n", ()
+        if method != "GET":
+            return 405, "text/plain; charset=utf-8", b"method not allowed\n", ("Allow: GET",)
+        try:
+            status, ctype, body = route()
+        except Exception:  # noqa: BLE001 - one broken route must not take the server down
+            log.exception("stepwatch collector: HTTP route %s failed", target)
+            return 500, "text/plain; charset=utf-8", b"internal error\n", ()
+        return status, ctype, body, ()

@@ -1,0 +1,155 @@
+"""gRPC ingest: the AgentService.Connect stream handler, health service, graceful stop.
+
+The handler is registered by hand so that the request deserializer can turn a protobuf
+DecodeError into a value the handler sees: the stream then ends with INVALID_ARGUMENT
+"malformed AgentMessage: ..." instead of gRPC's opaque internal error. Everything runs on the
+event loop thread of the ``grpc.aio`` server.
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+from typing import AsyncIterator, Callable, Optional
+
+import grpc
+from google.protobuf.message import DecodeError
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+
+from stepwatch.proto.stepwatch.v1 import agent_pb2
+
+from ._record import Recorder
+from ._state import CollectorState
+
+__all__ = ["IngestServer", "SERVICE_NAME"]
+
+log = logging.getLogger("stepwatch.collector")
+
+SERVICE_NAME = "stepwatch.v1.AgentService"
+_METHOD = "Connect"
+
+
+class _Malformed:
+    """Stands in for a message whose bytes did not decode; ``reason`` is the decoder's text."""
+
+    def __init__(self, reason: str):
+        self.reason = reason
+
+
+class IngestServer:
+    """Owns the ``grpc.aio`` server. ``start`` binds and returns the port; ``stop`` is idempotent.
+
+    ``clock`` returns Unix seconds; ``recorder`` (optional) receives every applied batch.
+    """
+
+    def __init__(self, state: CollectorState, *, auth_token: str = "", max_message_bytes: int = 4 << 20,
+                 clock: Callable[[], float], recorder: Optional[Recorder] = None):
+        self._state, self._token, self._clock, self._recorder = state, auth_token, clock, recorder
+        self._max = max_message_bytes
+        self._server: Optional[grpc.aio.Server] = None
+        self._health = health.aio.HealthServicer()
+
+    async def start(self, listen: str) -> int:
+        """Bind ``listen`` (HOST:PORT, port 0 allowed) and start serving; return the bound port.
+
+        Raises RuntimeError when the address cannot be bound.
+        """
+        opts = [("grpc.max_receive_message_length", self._max), ("grpc.so_reuseport", 0)]
+        server = grpc.aio.server(options=opts)
+        handler = grpc.stream_stream_rpc_method_handler(
+            self._connect, request_deserializer=self._deserialize,
+            response_serializer=agent_pb2.Command.SerializeToString)
+        server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE_NAME, {_METHOD: handler}),))
+        health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
+        try:
+            port = server.add_insecure_port(listen)
+        except RuntimeError as exc:
+            raise RuntimeError(f"cannot bind gRPC address {listen}: {exc}") from None
+        await server.start()
+        for service in ("", SERVICE_NAME):
+            await self._health.set(service, health_pb2.HealthCheckResponse.SERVING)
+        self._server = server
+        return port
+
+    async def stop(self, grace_s: float) -> None:
+        """Report NOT_SERVING, refuse new streams, cancel live ones after ``grace_s`` seconds."""
+        server, self._server = self._server, None
+        if server is None:
+            return
+        await self._health.enter_graceful_shutdown()
+        await server.stop(grace_s)
+
+    def _deserialize(self, data: bytes):
+        try:
+            return agent_pb2.AgentMessage.FromString(data)
+        except DecodeError as exc:
+            self._state.count_decode_error()
+            return _Malformed(str(exc) or "cannot decode")
+
+    async def _abort(self, context, reason: str, code: grpc.StatusCode, details: str) -> None:
+        self._state.reject(reason)
+        log.warning("stepwatch collector: rejected stream from %s: %s", context.peer(), details)
+        await context.abort(code, details)
+
+    def _authorized(self, context) -> bool:
+        if not self._token:
+            return True
+        given = dict(context.invocation_metadata() or ()).get("authorization", "")
+        return hmac.compare_digest(given.encode(), f"Bearer {self._token}".encode())
+
+    async def _first_hello(self, requests, context) -> Optional[agent_pb2.Hello]:
+        """Read and validate the first message; abort the stream when it is not a usable Hello."""
+        first = None
+        async for first in requests:
+            break
+        if first is None:
+            self._state.reject("no_hello")
+            return None
+        if isinstance(first, _Malformed):
+            await self._abort(context, "malformed", grpc.StatusCode.INVALID_ARGUMENT,
+                              f"malformed AgentMessage: {first.reason}")
+        if first.WhichOneof("payload") != "hello":
+            await self._abort(context, "no_hello", grpc.StatusCode.INVALID_ARGUMENT,
+                              "the first AgentMessage must carry a Hello, got "
+                              f"{first.WhichOneof('payload') or 'an empty message'}")
+        hello = first.hello
+        if not hello.job:
+            await self._abort(context, "invalid_hello", grpc.StatusCode.INVALID_ARGUMENT, "Hello.job must not be empty")
+        if hello.rank < 0:
+            await self._abort(context, "invalid_hello", grpc.StatusCode.INVALID_ARGUMENT,
+                              f"Hello.rank must be >= 0, got {hello.rank}")
+        return hello
+
+    async def _connect(self, requests, context) -> AsyncIterator[agent_pb2.Command]:
+        """One agent stream: auth, Hello, then an Ack for every applied or duplicate Batch."""
+        if not self._authorized(context):
+            await self._abort(context, "unauthenticated", grpc.StatusCode.UNAUTHENTICATED,
+                              "stepwatch: wrong or missing auth token")
+        hello = await self._first_hello(requests, context)
+        if hello is None:
+            return
+        key = self._state.connect(hello, self._clock())
+        log.info("stepwatch collector: agent connected: job=%s rank=%d host=%s session=%s",
+                 hello.job, hello.rank, hello.host, hello.session_id)
+        try:
+            async for msg in requests:
+                ack = await self._handle(msg, key, hello, context)
+                if ack is not None:
+                    yield ack
+        finally:
+            self._state.disconnect(key, self._clock())
+            log.info("stepwatch collector: agent disconnected: job=%s rank=%d", hello.job, hello.rank)
+
+    async def _handle(self, msg, key, hello: agent_pb2.Hello, context) -> Optional[agent_pb2.Command]:
+        if isinstance(msg, _Malformed):
+            await self._abort(context, "malformed", grpc.StatusCode.INVALID_ARGUMENT,
+                              f"malformed AgentMessage: {msg.reason}")
+        kind = msg.WhichOneof("payload")
+        if kind == "hello":
+            await self._abort(context, "invalid_hello", grpc.StatusCode.INVALID_ARGUMENT,
+                              "Hello is only allowed as the first AgentMessage")
+        if kind != "batch":
+            return None  # a payload from a newer protocol version: ignore it
+        if self._state.apply_batch(key, hello.session_id, msg.batch, self._clock()) and self._recorder is not None:
+            self._recorder.write_batch(hello.job, hello.rank, hello.session_id, msg.batch)
+        return agent_pb2.Command(ack=agent_pb2.Ack(seq=msg.batch.seq))

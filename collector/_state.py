@@ -1,0 +1,267 @@
+"""Per (job, rank) state built from agent streams, and collector self-accounting.
+
+Threading: every method takes one internal lock, so the gRPC handlers (event loop thread) and a
+scrape from any thread see consistent values. Time is always passed in (``now``, Unix seconds)
+so expiry is testable with a fake clock. Nothing here raises on odd input: non-finite or
+negative durations are skipped in histograms, older samples never replace newer ones.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import math
+import threading
+from typing import Any, Iterable, Optional
+
+from stepwatch.proto.stepwatch.v1 import agent_pb2
+
+__all__ = ["Histogram", "RankKey", "RankState", "CollectorState", "STEP_BUCKETS", "WAIT_BUCKETS"]
+
+RankKey = tuple  # (job: str, rank: int)
+
+STEP_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+WAIT_BUCKETS = (0.0001, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+MAX_EVENT_KINDS = 32
+KEPT_EVENTS = 50
+RATIO_WINDOW = 100
+MAX_SESSIONS = 16
+
+
+class Histogram:
+    """Fixed-bucket histogram in seconds; ``observe`` ignores NaN, infinite and negative values."""
+
+    def __init__(self, bounds: Iterable[float]):
+        self.bounds = tuple(bounds)
+        self.counts = [0] * (len(self.bounds) + 1)  # last one is +Inf
+        self.sum = 0.0
+        self.count = 0
+
+    def observe(self, value: float) -> None:
+        if not math.isfinite(value) or value < 0:
+            return
+        for i, bound in enumerate(self.bounds):
+            if value <= bound:
+                break
+        else:
+            i = len(self.bounds)
+        self.counts[i] += 1
+        self.sum += value
+        self.count += 1
+
+    def cumulative(self) -> list[tuple[str, int]]:
+        """``[(le, cumulative count)]`` ending with ``("+Inf", count)``."""
+        out, running = [], 0
+        for bound, n in zip(self.bounds + (math.inf,), self.counts):
+            running += n
+            out.append(("+Inf" if bound == math.inf else repr(float(bound)), running))
+        return out
+
+
+@dataclasses.dataclass
+class _Session:
+    max_seq: int = -1
+    max_step: int = 0
+
+
+@dataclasses.dataclass
+class RankState:
+    """Everything known about one rank. Read it only through ``CollectorState.snapshot``."""
+
+    job: str
+    rank: int
+    hello: agent_pb2.Hello
+    gpu: Optional[agent_pb2.GpuIdentity] = None
+    streams: int = 0
+    last_seen: float = 0.0
+    disconnected_at: Optional[float] = None
+    sessions: "collections.OrderedDict[str, _Session]" = dataclasses.field(default_factory=collections.OrderedDict)
+    evicted_steps: int = 0
+    samples_total: int = 0
+    samples_known: bool = False
+    tokens_total: int = 0
+    tokens_known: bool = False
+    step_hist: Histogram = dataclasses.field(default_factory=lambda: Histogram(STEP_BUCKETS))
+    wait_hist: Histogram = dataclasses.field(default_factory=lambda: Histogram(WAIT_BUCKETS))
+    recent: collections.deque = dataclasses.field(default_factory=lambda: collections.deque(maxlen=RATIO_WINDOW))
+    last_step_time: Optional[float] = None
+    allocator: Optional[agent_pb2.AllocatorSample] = None
+    gpu_sample: Optional[agent_pb2.GpuSample] = None
+    host: Optional[agent_pb2.HostSample] = None
+    event_counts: dict = dataclasses.field(default_factory=dict)
+    events: collections.deque = dataclasses.field(default_factory=lambda: collections.deque(maxlen=KEPT_EVENTS))
+    stats: Optional[agent_pb2.AgentStats] = None
+
+    @property
+    def connected(self) -> bool:
+        return self.streams > 0
+
+    @property
+    def steps_total(self) -> int:
+        """Sum over agent sessions of the highest step seen: monotonic across trainer restarts."""
+        return self.evicted_steps + sum(s.max_step for s in self.sessions.values())
+
+    @property
+    def dataloader_wait_ratio(self) -> Optional[float]:
+        """Share of step time spent waiting for data over the last 100 steps, in [0, 1]."""
+        total = sum(d for _, d in self.recent)
+        if total <= 0:
+            return None
+        return min(1.0, sum(w for w, _ in self.recent) / total)
+
+    def session(self, session_id: str) -> _Session:
+        if session_id not in self.sessions:
+            if len(self.sessions) >= MAX_SESSIONS:
+                _, old = self.sessions.popitem(last=False)
+                self.evicted_steps += old.max_step
+            self.sessions[session_id] = _Session()
+        self.sessions.move_to_end(session_id)
+        return self.sessions[session_id]
+
+
+def _latest(current: Any, samples: Iterable[Any]) -> Any:
+    """The sample with the greatest ``time_s`` among ``current`` and ``samples``."""
+    for sample in samples:
+        if current is None or sample.time_s >= current.time_s:
+            current = sample
+    return current
+
+
+class CollectorState:
+    """All ranks plus collector counters. ``agent_grace_s``: seconds before a gone rank expires."""
+
+    def __init__(self, agent_grace_s: float):
+        self.agent_grace_s = agent_grace_s
+        self._lock = threading.Lock()
+        self._ranks: dict[RankKey, RankState] = {}
+        self.streams_accepted = 0
+        self.batches_received = 0
+        self.batches_duplicate = 0
+        self.decode_errors = 0
+        self.records_dropped = 0
+        self.streams_rejected = {r: 0 for r in ("unauthenticated", "no_hello", "invalid_hello", "malformed")}
+
+    def reject(self, reason: str) -> None:
+        with self._lock:
+            self.streams_rejected[reason] = self.streams_rejected.get(reason, 0) + 1
+
+    def count_decode_error(self) -> None:
+        with self._lock:
+            self.decode_errors += 1
+
+    def connect(self, hello: agent_pb2.Hello, now: float) -> RankKey:
+        """Register a stream for the Hello's rank (already validated) and return its key."""
+        key = (hello.job, hello.rank)
+        with self._lock:
+            st = self._ranks.get(key)
+            if st is None:
+                st = self._ranks[key] = RankState(job=hello.job, rank=hello.rank, hello=hello)
+            st.hello = hello
+            if hello.HasField("gpu"):
+                st.gpu = hello.gpu
+            st.streams += 1
+            self.streams_accepted += 1
+            st.last_seen = now
+            st.disconnected_at = None
+            st.session(hello.session_id)
+        return key
+
+    def disconnect(self, key: RankKey, now: float) -> None:
+        """End one stream of ``key``; the rank counts as gone once its last stream ends."""
+        with self._lock:
+            st = self._ranks.get(key)
+            if st is None:
+                return
+            st.streams = max(0, st.streams - 1)
+            st.last_seen = now
+            if st.streams == 0:
+                st.disconnected_at = now
+
+    def apply_batch(self, key: RankKey, session_id: str, batch: agent_pb2.Batch, now: float) -> bool:
+        """Apply ``batch``; return False (and change nothing but counters) for a duplicate seq."""
+        with self._lock:
+            self.batches_received += 1
+            st = self._ranks.get(key)
+            if st is None:  # expired while its stream lived; cannot happen with streams > 0
+                return False
+            st.last_seen = now
+            sess = st.session(session_id)
+            if batch.seq <= sess.max_seq:
+                self.batches_duplicate += 1
+                return False
+            sess.max_seq = batch.seq
+            self._apply(st, sess, batch)
+            return True
+
+    def _apply(self, st: RankState, sess: _Session, batch: agent_pb2.Batch) -> None:
+        if batch.HasField("gpu"):
+            st.gpu = batch.gpu
+        for rec in batch.steps:
+            self._apply_step(st, sess, rec)
+        st.allocator = _latest(st.allocator, batch.allocator)
+        st.gpu_sample = _latest(st.gpu_sample, batch.gpu_samples)
+        st.host = _latest(st.host, batch.host)
+        for ev in batch.events:
+            kind = ev.kind[:64] or "unknown"
+            if kind not in st.event_counts and len(st.event_counts) >= MAX_EVENT_KINDS:
+                kind = "other"
+            st.event_counts[kind] = st.event_counts.get(kind, 0) + 1
+            st.events.append(ev)
+        if batch.HasField("stats"):
+            old = st.stats.records_dropped if st.stats is not None else 0
+            self.records_dropped += max(0, batch.stats.records_dropped - old)
+            st.stats = batch.stats
+
+    @staticmethod
+    def _apply_step(st: RankState, sess: _Session, rec: agent_pb2.StepRecord) -> None:
+        sess.max_step = max(sess.max_step, rec.step)
+        st.step_hist.observe(rec.duration_s)
+        st.wait_hist.observe(rec.dataloader_wait_s)
+        if math.isfinite(rec.duration_s) and rec.duration_s >= 0 and math.isfinite(rec.dataloader_wait_s):
+            st.recent.append((max(0.0, rec.dataloader_wait_s), rec.duration_s))
+        if rec.HasField("samples"):
+            st.samples_total += rec.samples
+            st.samples_known = True
+        if rec.HasField("tokens"):
+            st.tokens_total += rec.tokens
+            st.tokens_known = True
+        if st.last_step_time is None or rec.end_time_s > st.last_step_time:
+            st.last_step_time = rec.end_time_s
+
+    def expire(self, now: float) -> list[RankKey]:
+        """Remove ranks disconnected for longer than ``agent_grace_s``; return their keys."""
+        with self._lock:
+            gone = [k for k, st in self._ranks.items()
+                    if st.disconnected_at is not None and now - st.disconnected_at > self.agent_grace_s]
+            for key in gone:
+                del self._ranks[key]
+        return gone
+
+    def snapshot(self) -> list[RankState]:
+        """Shallow copies of all rank states, sorted by (job, rank); safe to read without the lock."""
+        with self._lock:
+            return [_copy(st) for _, st in sorted(self._ranks.items())]
+
+    def connected_agents(self) -> int:
+        with self._lock:
+            return sum(1 for st in self._ranks.values() if st.connected)
+
+    def counters(self) -> dict[str, Any]:
+        with self._lock:
+            return {"streams_accepted": self.streams_accepted, "batches_received": self.batches_received, "batches_duplicate": self.batches_duplicate,
+                    "decode_errors": self.decode_errors, "records_dropped": self.records_dropped,
+                    "streams_rejected": dict(self.streams_rejected)}
+
+
+def _copy(st: RankState) -> RankState:
+    """Copy the mutable containers; protobuf samples are replaced, never mutated, so they are shared."""
+    dup = dataclasses.replace(st)
+    dup.sessions = collections.OrderedDict((k, dataclasses.replace(v)) for k, v in st.sessions.items())
+    for name in ("step_hist", "wait_hist"):
+        src, h = getattr(st, name), Histogram(getattr(st, name).bounds)
+        h.counts, h.sum, h.count = list(src.counts), src.sum, src.count
+        setattr(dup, name, h)
+    dup.recent = collections.deque(st.recent, maxlen=RATIO_WINDOW)
+    dup.event_counts = dict(st.event_counts)
+    dup.events = collections.deque(st.events, maxlen=KEPT_EVENTS)
+    return dup

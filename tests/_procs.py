@@ -1,0 +1,142 @@
+"""Real subprocesses for end-to-end tests: a collector, trainers (torchrun for several ranks).
+
+Imported by tests/conftest.py (the ``collector_factory`` fixture) and by test modules.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from typing import Optional
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Collector:
+    """A collector subprocess; ``start()`` may be called again after ``kill()`` (same ports)."""
+
+    def __init__(self, tmp_path, extra_args=(), grpc_port: Optional[int] = None):
+        self.tmp = tmp_path
+        self.extra = list(extra_args)
+        self.grpc_port = grpc_port or free_port()
+        self.proc: Optional[subprocess.Popen] = None
+        self.http = ""
+        self.grpc = f"127.0.0.1:{self.grpc_port}"
+        self.starts = 0
+
+    def start(self) -> "Collector":
+        ready = self.tmp / f"ready-{self.starts}.json"
+        self.starts += 1
+        self.log = open(self.tmp / f"collector-{self.starts}.log", "w")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "stepwatch.collector.cli", "collector", "--grpc-listen", self.grpc,
+             "--http-listen", "127.0.0.1:0", "--ready-file", str(ready), *self.extra],
+            stdout=self.log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 30
+        while not ready.exists():
+            assert self.proc.poll() is None, (self.tmp / f"collector-{self.starts}.log").read_text()
+            assert time.monotonic() < deadline, "collector did not become ready"
+            time.sleep(0.05)
+        self.http = json.loads(ready.read_text())["http"]
+        return self
+
+    def scrape_text(self) -> str:
+        with urllib.request.urlopen(f"http://{self.http}/metrics", timeout=10) as resp:
+            return resp.read().decode()
+
+    def samples(self) -> list:
+        out = []
+        for fam in text_string_to_metric_families(self.scrape_text()):
+            out.extend(fam.samples)
+        return out
+
+    def value(self, name: str, **labels) -> Optional[float]:
+        for s in self.samples():
+            if s.name == name and all(s.labels.get(k) == str(v) for k, v in labels.items()):
+                return s.value
+        return None
+
+    def api(self, path: str = "/api/jobs"):
+        with urllib.request.urlopen(f"http://{self.http}{path}", timeout=10) as resp:
+            return json.loads(resp.read())
+
+    def wait_value(self, name: str, expected: float, timeout_s: float = 45.0, **labels) -> float:
+        deadline = time.monotonic() + timeout_s
+        got = None
+        while time.monotonic() < deadline:
+            got = self.value(name, **labels)
+            if got == expected:
+                return got
+            time.sleep(0.2)
+        raise AssertionError(f"{name}{labels} = {got}, expected {expected} within {timeout_s}s")
+
+    def kill(self, sig=signal.SIGKILL) -> int:
+        self.proc.send_signal(sig)
+        code = self.proc.wait(20)
+        self.log.close()
+        return code
+
+
+@pytest.fixture
+def collector_factory(tmp_path):
+    """Start collectors as subprocesses; all are killed at teardown."""
+    made = []
+
+    def make(*extra_args, grpc_port=None) -> Collector:
+        c = Collector(tmp_path, extra_args, grpc_port)
+        made.append(c)
+        return c.start()
+
+    yield make
+    for c in made:
+        if c.proc and c.proc.poll() is None:
+            c.proc.kill()
+            c.proc.wait()
+
+
+def trainer_env(tmp_path, collector: str, job: str, **extra) -> dict:
+    env = dict(os.environ, STEPWATCH_COLLECTOR=collector, STEPWATCH_JOB=job,
+               STEPWATCH_SPOOL_DIR=str(tmp_path / "spool"), STEPWATCH_FLUSH_INTERVAL_S="0.2",
+               STEPWATCH_RECONNECT_MAX_S="1", OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+    env.update({k: str(v) for k, v in extra.items()})
+    return env
+
+
+def run_trainer(env: dict, *args: str, nproc: int = 1, timeout: float = 240,
+                check: bool = True) -> subprocess.CompletedProcess:
+    if nproc > 1:
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+               f"--nproc-per-node={nproc}", "-m", "stepwatch.collector._demo_train", *args]
+    else:
+        cmd = [sys.executable, "-m", "stepwatch.collector._demo_train", *args]
+    run = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+    if check:
+        assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    return run
+
+
+def start_trainer(env: dict, *args: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "stepwatch.collector._demo_train", *args],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def promtool_check(text: str) -> str:
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        pytest.skip("promtool not installed (Debian package prometheus)")
+    run = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True, text=True)
+    return (run.stdout + run.stderr).strip()

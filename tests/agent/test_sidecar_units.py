@@ -1,0 +1,247 @@
+"""Unit tests of the sidecar's parts: spool, batcher, records, backoff, samplers, config."""
+
+from __future__ import annotations
+
+import os
+import random
+import types
+
+import pytest
+
+from stepwatch.agent._sidecar._batcher import Batcher
+from stepwatch.agent._sidecar._config import ConfigError, SidecarConfig, normalize_uuid
+from stepwatch.agent._sidecar._host import HostSampler, trainer_alive
+from stepwatch.agent._sidecar._nvml import NvmlSampler
+from stepwatch.agent._sidecar._reader import read_lines
+from stepwatch.agent._sidecar._records import RecordError, parse_line
+from stepwatch.agent._sidecar._sender import backoff_delay
+from stepwatch.agent._sidecar._spool import Spool, spool_path
+from stepwatch.proto.stepwatch.v1 import agent_pb2
+
+
+# -- spool -------------------------------------------------------------------------------
+
+def test_spool_write_ack_pending_and_cleanup(tmp_path):
+    path = spool_path(str(tmp_path), "job/x", 2, "s1")
+    assert path == os.path.join(str(tmp_path), "job_x", "rank2-s1")
+    spool = Spool(path, max_bytes=1000)
+    for seq in (1, 2, 3):
+        spool.write(seq, b"x" * 10)
+    assert sorted(os.listdir(path)) == [f"{s:016d}.pb" for s in (1, 2, 3)]
+    assert spool.pending() == [1, 2, 3] and spool.pending(after=1) == [2, 3]
+    spool.ack(2)
+    spool.ack(99)
+    assert spool.pending() == [1, 3] and spool.bytes == 20 and spool.read(2) is None
+    assert spool.read(3) == b"x" * 10
+    spool.close()
+    assert os.path.isdir(path), "pending batches are kept"
+    spool.ack(1)
+    spool.ack(3)
+    spool.close()
+    assert not os.path.exists(path)
+
+
+def test_spool_size_cap_drops_oldest_and_counts(tmp_path):
+    spool = Spool(str(tmp_path / "s"), max_bytes=250)
+    for seq in range(1, 6):
+        spool.write(seq, b"y" * 100)
+    assert spool.pending() == [4, 5]
+    assert spool.batches_dropped == 3 and spool.bytes == 200
+    assert sorted(os.listdir(tmp_path / "s")) == [f"{s:016d}.pb" for s in (4, 5)]
+    spool.write(6, b"z" * 1000)  # larger than the cap on its own: the newest is kept
+    assert spool.pending() == [6] and spool.batches_dropped == 5
+
+
+def test_spool_adopts_existing_files_and_removes_temporaries(tmp_path):
+    first = Spool(str(tmp_path), max_bytes=1000)
+    first.write(7, b"abc")
+    (tmp_path / "0000000000000008.pb.tmp").write_bytes(b"partial")
+    again = Spool(str(tmp_path), max_bytes=1000)
+    assert again.pending() == [7] and again.max_seq == 7
+    assert not (tmp_path / "0000000000000008.pb.tmp").exists()
+
+
+# -- batcher ------------------------------------------------------------------------------
+
+class FakeClock:
+    def __init__(self, now: float = 1000.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_batcher_seals_sequenced_batches_and_skips_empty_ones():
+    clock = FakeClock()
+    batcher = Batcher(clock=clock, stats_every_s=10.0)
+    first = batcher.seal()
+    assert first is not None and first.seq == 1, "the first flush announces the stats"
+    clock.now += 1
+    assert batcher.seal() is None
+    batcher.add("step", agent_pb2.StepRecord(step=1))
+    batcher.add("host", agent_pb2.HostSample(threads=3))
+    batcher.event("nvml_unavailable", "no library")
+    batcher.set_trainer_stats(4, 1)
+    batcher.count_dropped(2)
+    batch = batcher.seal(spool_dropped=5, spool_bytes=77)
+    assert batch.seq == 2 and batch.sealed_time_s == clock.now
+    assert [s.step for s in batch.steps] == [1] and len(batch.host) == 1
+    assert batch.events[0].kind == "nvml_unavailable"
+    assert (batch.stats.records_dropped, batch.stats.hook_errors) == (6, 1)
+    assert (batch.stats.spool_batches_dropped, batch.stats.spool_bytes) == (5, 77)
+    clock.now += 9.9
+    assert batcher.seal() is None
+    clock.now += 0.1
+    stats_only = batcher.seal()
+    assert stats_only.seq == 3 and not stats_only.steps and stats_only.stats.records_dropped == 6
+    assert batcher.seal(force=True).seq == 4
+
+
+def test_batcher_carries_gpu_identity_once():
+    batcher = Batcher(clock=FakeClock())
+    batcher.seal()
+    batcher.set_gpu(agent_pb2.GpuIdentity(index=1, uuid="GPU-a"))
+    assert batcher.seal().gpu.uuid == "GPU-a"
+    assert batcher.seal() is None
+
+
+def test_batcher_buffers_are_bounded_drop_oldest():
+    batcher = Batcher(capacity=3, clock=FakeClock())
+    for n in range(1, 6):
+        batcher.add("step", agent_pb2.StepRecord(step=n))
+    batch = batcher.seal()
+    assert [s.step for s in batch.steps] == [3, 4, 5]
+    assert batch.stats.records_dropped == 2
+
+
+# -- records and config ------------------------------------------------------------------
+
+def test_parse_step_with_optional_fields():
+    rec = parse_line(b'{"t":"step","step":3,"end_time_s":1.5,"duration_s":0.03,"clock":"cuda_event",'
+                     b'"dataloader_wait_s":0.001,"samples":null,"tokens":4096,"future_key":1}')
+    assert rec.t == "step" and rec.msg.step == 3 and rec.msg.clock == agent_pb2.STEP_CLOCK_CUDA_EVENT
+    assert not rec.msg.HasField("samples") and rec.msg.tokens == 4096
+
+
+@pytest.mark.parametrize("line, kind", [
+    (b"{not json", "invalid_json"), (b"[1]", "not_an_object"), (b'{"t":"nope"}', "unknown_type"),
+    (b'{"t":"step","step":-1}', "bad_step"), (b'{"t":"step","clock":"wall"}', "bad_step"),
+    (b'{"t":"alloc","allocated_bytes":"many"}', "bad_alloc"), (b"\xff\xfe", "invalid_json"),
+    (b'{"t":"stats","records_dropped":-3}', "bad_stats"),
+])
+def test_parse_rejects_malformed_lines(line, kind):
+    with pytest.raises(RecordError) as info:
+        parse_line(line)
+    assert info.value.kind == kind
+
+
+def test_gpu_uuid_is_normalized():
+    assert parse_line(b'{"t":"gpu","uuid":"abc-1","index":2}').msg.uuid == "GPU-abc-1"
+    assert normalize_uuid("GPU-abc") == "GPU-abc" and normalize_uuid("MIG-x") == "MIG-x"
+
+
+def test_config_validation_names_the_key():
+    base = {"t": "config", "collector": "h:1", "hello": {"job": "j", "gpu": {"uuid": "u"}}}
+    cfg = SidecarConfig.from_json(dict(base, flush_interval_s=0.01))
+    assert cfg.flush_interval_s == 0.01 and cfg.hello.gpu.uuid == "GPU-u"
+    for bad, key in ((dict(base, host_interval_s=0), "host_interval_s"),
+                     (dict(base, spool_max_bytes="lots"), "spool_max_bytes"),
+                     ({"t": "config", "hello": {"job": "j"}}, "collector"),
+                     (dict(base, hello={"job": ""}), "hello.job")):
+        with pytest.raises(ConfigError, match=key):
+            SidecarConfig.from_json(bad)
+
+
+def test_read_lines_splits_chunks(tmp_path):
+    r, w = os.pipe()
+    os.write(w, b'{"a":1}\n{"b"')
+    os.write(w, b':2}\n\ntail')
+    os.close(w)
+    assert list(read_lines(r, chunk=5)) == [b'{"a":1}', b'{"b":2}', b"", b"tail"]
+    os.close(r)
+
+
+# -- backoff ------------------------------------------------------------------------------
+
+def test_backoff_full_jitter_exponential_capped():
+    rng = random.Random(42)
+    delays = [backoff_delay(n, base=0.5, cap=30.0, rng=rng) for n in range(12)]
+    ceilings = [min(30.0, 0.5 * 2 ** n) for n in range(12)]
+    assert all(0.0 <= d <= c for d, c in zip(delays, ceilings))
+    again = random.Random(42)
+    assert delays == [backoff_delay(n, base=0.5, cap=30.0, rng=again) for n in range(12)]
+    assert max(delays[8:]) > 5.0, "late attempts reach the cap range"
+    assert backoff_delay(10_000, cap=2.0, rng=random.Random(1)) <= 2.0
+
+
+# -- samplers -----------------------------------------------------------------------------
+
+def test_nvml_missing_emits_exactly_one_event():
+    def load():
+        raise ImportError("No module named 'pynvml'")
+    batcher = Batcher(clock=FakeClock())
+    sampler = NvmlSampler(batcher, interval_s=0.01, load=load)
+    sampler.set_gpu("GPU-1")
+    sampler.start()
+    assert sampler.ready.wait(5)
+    sampler.stop()
+    events = batcher.seal().events
+    assert [e.kind for e in events] == ["nvml_unavailable"] and "pynvml" in events[0].message
+    assert sampler.driver_version == "" and not sampler.available
+
+
+class FakeNvmlError(Exception):
+    pass
+
+
+def fake_nvml(calls):
+    """A pynvml look-alike where power is unsupported and only the old throttle API exists."""
+    def unsupported(handle):
+        calls.append("power")
+        raise FakeNvmlError("Not Supported")
+    return types.SimpleNamespace(
+        NVML_TEMPERATURE_GPU=0, NVML_CLOCK_SM=1, NVML_CLOCK_MEM=2, NVML_VOLATILE_ECC=0,
+        NVML_MEMORY_ERROR_TYPE_CORRECTED=0, NVML_MEMORY_ERROR_TYPE_UNCORRECTED=1,
+        nvmlInit=lambda: None, nvmlShutdown=lambda: None,
+        nvmlSystemGetDriverVersion=lambda: b"550.54",
+        nvmlDeviceGetHandleByUUID=lambda uuid: {"GPU-abc": "h0"}[uuid],
+        nvmlDeviceGetUtilizationRates=lambda h: types.SimpleNamespace(gpu=87, memory=40),
+        nvmlDeviceGetMemoryInfo=lambda h: types.SimpleNamespace(used=5, total=80),
+        nvmlDeviceGetPowerUsage=unsupported,
+        nvmlDeviceGetTotalEnergyConsumption=lambda h: 123_000,
+        nvmlDeviceGetTemperature=lambda h, sensor: 61,
+        nvmlDeviceGetClockInfo=lambda h, clock: {1: 1980, 2: 2619}[clock],
+        nvmlDeviceGetCurrentClocksThrottleReasons=lambda h: 4,
+        nvmlDeviceGetTotalEccErrors=lambda h, kind, counter: (3, 0)[kind],
+    )
+
+
+def test_nvml_sample_units_and_unsupported_query_disabled_once():
+    calls: list = []
+    batcher = Batcher(clock=FakeClock())
+    sampler = NvmlSampler(batcher, interval_s=1.0, load=lambda: fake_nvml(calls), clock=FakeClock(5.0))
+    assert sampler.init() and sampler.driver_version == "550.54"
+    assert sampler.sample() is None, "nothing is sampled before the trainer's GPU is known"
+    sampler.set_gpu("abc")
+    first, second = sampler.sample(), sampler.sample()
+    assert calls == ["power"], "a failing query is disabled after its first failure"
+    assert first.utilization_ratio == pytest.approx(0.87) and first.memory_utilization_ratio == 0.4
+    assert (first.memory_used_bytes, first.memory_total_bytes) == (5, 80)
+    assert first.energy_joules == 123.0 and first.temperature_celsius == 61.0
+    assert first.sm_clock_hertz == 1980e6 and first.memory_clock_hertz == 2619e6
+    assert first.clock_event_reasons == 4
+    assert (first.ecc_corrected_errors, first.ecc_uncorrected_errors) == (3, 0)
+    assert not first.HasField("power_watts") and second.time_s == 5.0
+    events = batcher.seal().events
+    assert [e.kind for e in events] == ["nvml_query_unsupported"] and "power" in events[0].message
+    sampler.set_gpu("GPU-missing")
+    assert sampler.sample() is None and sampler.sample() is None
+    assert [e.kind for e in batcher.seal(force=True).events] == ["nvml_device_not_found"]
+
+
+def test_host_sample_of_a_real_process():
+    sampler = HostSampler(Batcher(), pid=os.getpid(), interval_s=1.0)
+    sample = sampler.sample()
+    assert sample.cpu_seconds > 0 and sample.resident_memory_bytes > 1 << 20
+    assert sample.threads >= 1 and sample.host_memory_available_bytes > 0
+    assert trainer_alive(os.getpid()) and not trainer_alive(2 ** 22 + 12345)

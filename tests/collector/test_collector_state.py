@@ -1,0 +1,115 @@
+"""CollectorState: de-duplication, step accounting, bounded events, expiry with a fake clock."""
+
+from __future__ import annotations
+
+import math
+
+from hypothesis import given, strategies as st
+
+from collector_testlib import hello, step
+from stepwatch.collector._state import STEP_BUCKETS, CollectorState, Histogram
+from stepwatch.proto.stepwatch.v1 import agent_pb2
+
+T0 = 1_700_000_000.0
+
+
+def connected(grace: float = 60.0, session: str = "s1"):
+    state = CollectorState(grace)
+    key = state.connect(hello(session=session).hello, T0)
+    return state, key
+
+
+def only(state):
+    (rank,) = state.snapshot()
+    return rank
+
+
+def test_duplicate_seq_is_not_applied():
+    state, key = connected()
+    b = agent_pb2.Batch(seq=1, steps=[step(1, samples=8)])
+    assert state.apply_batch(key, "s1", b, T0) is True
+    assert state.apply_batch(key, "s1", b, T0) is False
+    assert state.apply_batch(key, "s1", agent_pb2.Batch(seq=0, steps=[step(9)]), T0) is False
+    rank = only(state)
+    assert (rank.steps_total, rank.samples_total, rank.step_hist.count) == (1, 8, 1)
+    assert state.counters()["batches_duplicate"] == 2 and state.counters()["batches_received"] == 3
+
+
+def test_steps_total_is_max_step_and_sums_over_sessions():
+    state, key = connected()
+    state.apply_batch(key, "s1", agent_pb2.Batch(seq=5, steps=[step(40), step(41)]), T0)
+    assert only(state).steps_total == 41  # cumulative agent count, not number of records
+    key2 = state.connect(hello(session="s2").hello, T0)  # trainer restarted: new session
+    state.apply_batch(key2, "s2", agent_pb2.Batch(seq=1, steps=[step(1), step(2)]), T0)
+    assert only(state).steps_total == 43
+
+
+def test_tokens_unknown_until_seen_and_wait_ratio():
+    state, key = connected()
+    state.apply_batch(key, "s1", agent_pb2.Batch(seq=1, steps=[step(1, duration=1.0, wait=0.25)]), T0)
+    rank = only(state)
+    assert not rank.tokens_known and not rank.samples_known
+    assert rank.dataloader_wait_ratio == 0.25
+    steps = [step(i, duration=0.1, wait=0.0, tokens=10) for i in range(2, 120)]
+    state.apply_batch(key, "s1", agent_pb2.Batch(seq=2, steps=steps), T0)
+    rank = only(state)
+    assert rank.tokens_known and rank.tokens_total == 1180
+    assert rank.dataloader_wait_ratio == 0.0  # the old slow step fell out of the last-100 window
+
+
+def test_events_bounded_to_32_kinds_and_last_50():
+    state, key = connected()
+    events = [agent_pb2.Event(time_s=T0 + i, kind=f"k{i}") for i in range(40)] + \
+             [agent_pb2.Event(time_s=T0 + 100 + i, kind="k0") for i in range(20)]
+    state.apply_batch(key, "s1", agent_pb2.Batch(seq=1, events=events), T0)
+    rank = only(state)
+    assert len(rank.event_counts) == 33 and rank.event_counts["other"] == 8 and rank.event_counts["k0"] == 21
+    assert len(rank.events) == 50 and rank.events[-1].time_s == T0 + 119
+
+
+def test_latest_sample_wins_by_time_and_stats_accumulate_drops():
+    state, key = connected()
+    new, old = agent_pb2.HostSample(time_s=T0 + 10, threads=9), agent_pb2.HostSample(time_s=T0 + 5, threads=1)
+    state.apply_batch(key, "s1", agent_pb2.Batch(seq=1, host=[new], stats=agent_pb2.AgentStats(records_dropped=3)), T0)
+    state.apply_batch(key, "s1", agent_pb2.Batch(seq=2, host=[old], stats=agent_pb2.AgentStats(records_dropped=5)), T0)
+    assert only(state).host.threads == 9
+    assert state.counters()["records_dropped"] == 5
+
+
+def test_expiry_after_grace_with_injected_clock():
+    state, key = connected(grace=60.0)
+    assert state.expire(T0 + 10_000) == []  # connected ranks never expire
+    state.disconnect(key, T0 + 100)
+    assert not only(state).connected and state.connected_agents() == 0
+    assert state.expire(T0 + 160) == []  # exactly at the grace period: still kept
+    assert state.expire(T0 + 160.5) == [("j", 0)]
+    assert state.snapshot() == []
+
+
+def test_reconnect_within_grace_cancels_expiry_and_two_streams_count_once():
+    state, key = connected(grace=60.0)
+    state.connect(hello().hello, T0 + 1)  # a second stream for the same rank
+    state.disconnect(key, T0 + 2)
+    assert only(state).connected  # one stream still alive
+    state.disconnect(key, T0 + 3)
+    state.connect(hello().hello, T0 + 50)
+    assert state.expire(T0 + 1000) == [] and only(state).connected
+
+
+def test_snapshot_is_a_copy():
+    state, key = connected()
+    snap = only(state)
+    state.apply_batch(key, "s1", agent_pb2.Batch(seq=1, steps=[step(1)]), T0)
+    assert snap.step_hist.count == 0 and only(state).step_hist.count == 1
+
+
+@given(st.lists(st.floats(max_value=1e9) | st.sampled_from([math.nan, math.inf, -math.inf]), max_size=50))
+def test_histogram_is_consistent(values):
+    h = Histogram(STEP_BUCKETS)
+    for v in values:
+        h.observe(v)
+    good = [v for v in values if math.isfinite(v) and v >= 0]
+    cum = h.cumulative()
+    assert cum[-1] == ("+Inf", len(good)) == ("+Inf", h.count)
+    assert all(a[1] <= b[1] for a, b in zip(cum, cum[1:]))
+    assert math.isclose(h.sum, math.fsum(good), rel_tol=1e-9, abs_tol=1e-6)

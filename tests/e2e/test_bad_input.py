@@ -1,0 +1,75 @@
+"""Bad input end to end: each is a clear error or a counted drop, and training still finishes."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+from _procs import free_port, run_trainer, trainer_env
+
+
+def test_unreachable_collector_training_finishes_and_spools(tmp_path):
+    env = trainer_env(tmp_path, f"127.0.0.1:{free_port()}", "nocollector",
+                      STEPWATCH_SHUTDOWN_TIMEOUT_S="0.5")
+    started = time.monotonic()
+    run = run_trainer(env, "--steps", "25", timeout=120)
+    assert "25 steps" in run.stdout
+    assert time.monotonic() - started < 60
+    # The unsent batches wait on disk for a later resend instead of being lost.
+    deadline = time.monotonic() + 20
+    while not list((tmp_path / "spool").rglob("*.pb")):
+        assert time.monotonic() < deadline, "no spooled batch left on disk"
+        time.sleep(0.2)
+
+
+def test_bad_option_value_is_a_clear_error_at_attach(tmp_path):
+    env = trainer_env(tmp_path, "127.0.0.1:1", "badopt", STEPWATCH_FLUSH_INTERVAL_S="soon")
+    run = run_trainer(env, "--steps", "2", check=False, timeout=120)
+    assert run.returncode != 0
+    assert "option 'flush_interval_s' from environment STEPWATCH_FLUSH_INTERVAL_S: invalid value 'soon'" in run.stderr
+
+
+def test_disabled_agent_does_nothing(tmp_path):
+    env = trainer_env(tmp_path, "127.0.0.1:1", "off", STEPWATCH_DISABLE="1")
+    run_trainer(env, "--steps", "3", timeout=120)
+    assert not (tmp_path / "spool").exists()
+
+
+def test_wrong_token_is_rejected_and_training_finishes(collector_factory, tmp_path):
+    col = collector_factory("--auth-token", "s3cret")
+    env = trainer_env(tmp_path, col.grpc, "badtoken", STEPWATCH_TOKEN="wrong",
+                      STEPWATCH_SHUTDOWN_TIMEOUT_S="0.5")
+    run_trainer(env, "--steps", "10", timeout=120)
+    deadline = time.monotonic() + 20
+    while not col.value("stepwatch_collector_streams_rejected_total", reason="unauthenticated"):
+        assert time.monotonic() < deadline, "rejection not counted"
+        time.sleep(0.2)
+    assert col.value("stepwatch_steps_total", training_job="badtoken") is None
+    good = trainer_env(tmp_path, col.grpc, "goodtoken", STEPWATCH_TOKEN="s3cret")
+    run_trainer(good, "--steps", "10", timeout=120)
+    col.wait_value("stepwatch_steps_total", 10, training_job="goodtoken")
+
+
+def test_fork_child_of_attached_process_stays_silent(collector_factory, tmp_path):
+    col = collector_factory()
+    script = tmp_path / "forker.py"
+    script.write_text(
+        "import os, torch\n"
+        "from stepwatch import agent\n"
+        "agent.attach(job='forker')\n"
+        "for _ in range(3): agent.step()\n"
+        "pid = os.fork()\n"
+        "if pid == 0:\n"
+        "    for _ in range(50): agent.step()  # child: must report nothing\n"
+        "    os._exit(0)\n"
+        "os.waitpid(pid, 0)\n"
+        "for _ in range(2): agent.step()\n")
+    env = trainer_env(tmp_path, col.grpc, "forker")
+    run = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True,
+                         timeout=120)
+    assert run.returncode == 0, run.stderr
+    col.wait_value("stepwatch_steps_total", 5, training_job="forker")
+    time.sleep(1.0)
+    assert col.value("stepwatch_steps_total", training_job="forker") == 5
+    assert col.value("stepwatch_collector_streams_total") == 1

@@ -1,0 +1,53 @@
+"""CUDA training job for tests/gpu: a transformer with the agent attached, plus ground truth.
+
+Writes JSON to argv[1]: synchronized wall time over a window of steps, the trainer's own
+torch.cuda.memory_stats() after the last step, and NVML's memory reading taken directly.
+"""
+
+import json
+import sys
+import time
+
+import torch
+from torch import nn
+
+from stepwatch import agent
+
+out_path, steps = sys.argv[1], int(sys.argv[2])
+window = (steps // 2, steps - 10)  # synchronized measurement from end of step a to end of b
+agent.attach(samples_per_step=16, tokens_per_step=16 * 512)
+torch.cuda.set_device(0)
+dev = torch.device("cuda", 0)
+layer = nn.TransformerEncoderLayer(1024, 16, 4096, batch_first=True, dropout=0.0)
+model = nn.TransformerEncoder(layer, 6).to(dev)
+opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+x = torch.randn(16, 512, 1024, device=dev)
+truth = {"window": window}
+for step in range(1, steps + 1):
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        loss = model(x).float().pow(2).mean()
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    opt.step()
+    if step == window[0]:
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+    if step == window[1]:
+        torch.cuda.synchronize()
+        truth["window_wall_s"] = time.perf_counter() - t0
+torch.cuda.synchronize()
+stats = torch.cuda.memory_stats(0)
+truth["memory_stats"] = {k: stats[k] for k in ("allocated_bytes.all.current", "reserved_bytes.all.current",
+                                               "active_bytes.all.current", "inactive_split_bytes.all.current")}
+import pynvml  # noqa: E402
+
+pynvml.nvmlInit()
+handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+truth["nvml_used_bytes"] = pynvml.nvmlDeviceGetMemoryInfo(handle).used
+truth["uuid"] = pynvml.nvmlDeviceGetUUID(handle)
+truth["uuid"] = truth["uuid"].decode() if isinstance(truth["uuid"], bytes) else truth["uuid"]
+# Keep the memory held while the sidecar samples NVML a few more times.
+time.sleep(3.0)
+truth["nvml_used_bytes_after"] = pynvml.nvmlDeviceGetMemoryInfo(handle).used
+with open(out_path, "w") as fh:
+    json.dump(truth, fh)
