@@ -33,7 +33,10 @@ def test_cuda_job_metrics_match_ground_truth(collector_factory, tmp_path):
     assert run.returncode == 0, run.stderr[-4000:]
     truth = json.loads(truth_path.read_text())
     labels = dict(training_job="gpujob", rank=0)
-    col.wait_value("stepwatch_steps_total", STEPS, **labels)
+    try:
+        col.wait_value("stepwatch_steps_total", STEPS, **labels)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\ntrainer stderr:\n{run.stderr[-4000:]}") from None
 
     # Step times from CUDA events vs a synchronized wall-clock measurement of the same steps.
     steps = {}
