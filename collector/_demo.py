@@ -45,17 +45,18 @@ def _metric(text: str, name: str, rank: str) -> str:
 def _table(http: str, job: str) -> str:
     text = _get(f"http://{http}/metrics").decode()
     jobs = json.loads(_get(f"http://{http}/api/jobs"))["jobs"]
-    rows = [("rank", "steps", "mean step ms", "dataloader wait", "trainer RSS MiB", "connected")]
+    rows = [("rank", "steps", "mean step ms", "dataloader wait", "trainer RSS MiB", "still connected")]
     ranks = [str(r["rank"]) for j in jobs if j["job"] == job for r in j["ranks"]]
     for rank in ranks:
         total = float(_metric(text, "stepwatch_step_duration_seconds_sum", rank) or 0)
         count = float(_metric(text, "stepwatch_step_duration_seconds_count", rank) or 0)
         rss = _metric(text, "stepwatch_process_resident_memory_bytes", rank)
-        rows.append((rank, _metric(text, "stepwatch_steps_total", rank),
+        wait = _metric(text, "stepwatch_dataloader_wait_ratio", rank)
+        rows.append((rank, _metric(text, "stepwatch_steps_total", rank).removesuffix(".0"),
                      f"{1000 * total / count:.1f}" if count else "-",
-                     _metric(text, "stepwatch_dataloader_wait_ratio", rank),
+                     f"{100 * float(wait):.1f}% of step" if wait != "-" else "-",
                      f"{float(rss) / 2**20:.0f}" if rss != "-" else "-",
-                     _metric(text, "stepwatch_agent_connected", rank)))
+                     "yes" if _metric(text, "stepwatch_agent_connected", rank) == "1.0" else "no"))
     widths = [max(len(str(r[i])) for r in rows) for i in range(len(rows[0]))]
     return "\n".join("  ".join(str(c).rjust(w) for c, w in zip(r, widths)) for r in rows)
 

@@ -10,10 +10,12 @@ from __future__ import annotations
 import argparse
 import os
 import time
+import warnings
 
-import torch
-from torch import nn
-from torch.utils.data import DataLoader, Dataset
+warnings.filterwarnings("ignore", message="Failed to initialize NumPy")  # torch without numpy
+import torch  # noqa: E402
+from torch import nn  # noqa: E402
+from torch.utils.data import DataLoader, Dataset  # noqa: E402
 
 
 class RandomTokens(Dataset):
