@@ -98,10 +98,4 @@ class PipeWriter:
 
     def abandon(self) -> None:
         """In a forked child: close our copy of the fd without writing anything."""
-        self._records.clear()
-        self._out.clear()
-        self.closed = True
-        try:
-            os.close(self._fd)
-        except OSError:
-            pass
+        self._sink()

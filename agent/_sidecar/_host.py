@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import os
-import threading
 import time
 from typing import Callable, Optional
 
@@ -14,6 +13,7 @@ from stepwatch.proto.stepwatch.v1 import agent_pb2
 
 from ._batcher import Batcher
 from ._log import LOG, OnceLog
+from ._periodic import PeriodicThread
 
 __all__ = ["HostSampler", "trainer_alive"]
 
@@ -30,7 +30,7 @@ def trainer_alive(pid: int) -> bool:
         return True  # exists, but we may not look at it: assume alive
 
 
-class HostSampler:
+class HostSampler(PeriodicThread):
     """Samples the trainer process every ``interval_s`` seconds into ``batcher`` ("host").
 
     The sidecar itself (``own_pid``) is not counted among the trainer's children. Counters the
@@ -42,31 +42,19 @@ class HostSampler:
         self._batcher = batcher
         self._pid = pid
         self._own_pid = os.getpid() if own_pid is None else own_pid
-        self._interval = interval_s
+        super().__init__("stepwatch-host", interval_s)
         self._clock = clock
         self._proc: Optional[psutil.Process] = None
         self._io_ok = True
         self._once = OnceLog()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="stepwatch-host", daemon=True)
 
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self, timeout_s: float = 1.0) -> None:
-        """Stop the thread (idempotent)."""
-        self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join(timeout_s)
-
-    def _run(self) -> None:
-        while not self._stop.wait(self._interval):
-            try:
-                self._batcher.add("host", self.sample())
-            except psutil.NoSuchProcess:
-                self._once.log(logging.INFO, "gone", "trainer process %d is gone", self._pid)
-            except Exception as exc:  # the loop never dies
-                self._once.log(logging.WARNING, type(exc), "host sample failed: %r", exc)
+    def _tick(self) -> None:
+        try:
+            self._batcher.add("host", self.sample())
+        except psutil.NoSuchProcess:
+            self._once.log(logging.INFO, "gone", "trainer process %d is gone", self._pid)
+        except Exception as exc:  # the loop never dies
+            self._once.log(logging.WARNING, type(exc), "host sample failed: %r", exc)
 
     def sample(self) -> agent_pb2.HostSample:
         """One HostSample of the trainer; raises psutil.NoSuchProcess once it has exited."""

@@ -17,6 +17,7 @@ from stepwatch.proto.stepwatch.v1 import agent_pb2
 
 from ._batcher import Batcher
 from ._config import normalize_uuid
+from ._periodic import PeriodicThread
 from ._log import LOG, OnceLog
 
 __all__ = ["NvmlSampler", "QUERIES"]
@@ -68,7 +69,7 @@ def _load_pynvml() -> Any:
     return pynvml
 
 
-class NvmlSampler:
+class NvmlSampler(PeriodicThread):
     """Samples the trainer's GPU every ``interval_s`` seconds into ``batcher`` ("gpu_sample").
 
     ``load`` returns the pynvml module (a seam for tests); ``clock`` returns Unix seconds.
@@ -78,8 +79,8 @@ class NvmlSampler:
 
     def __init__(self, batcher: Batcher, interval_s: float, load: Callable[[], Any] = _load_pynvml,
                  clock: Callable[[], float] = time.time) -> None:
+        super().__init__("stepwatch-nvml", interval_s)
         self._batcher = batcher
-        self._interval = interval_s
         self._load = load
         self._clock = clock
         self._nv: Any = None
@@ -88,20 +89,9 @@ class NvmlSampler:
         self._handle_uuid: Optional[str] = None
         self._disabled: set = set()
         self._once = OnceLog()
-        self._stop = threading.Event()
         self.ready = threading.Event()
         self.available = False
         self.driver_version = ""
-        self._thread = threading.Thread(target=self._run, name="stepwatch-nvml", daemon=True)
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self, timeout_s: float = 1.0) -> None:
-        """Stop the thread (idempotent); an NVML call in progress is not interrupted."""
-        self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join(timeout_s)
 
     def set_gpu(self, uuid: str) -> None:
         """The trainer's GPU (any thread); the handle is looked up on the sampler thread."""
@@ -128,31 +118,29 @@ class NvmlSampler:
             LOG.info("NVML driver version unavailable: %s", exc)
         return True
 
-    def _run(self) -> None:
+    def _setup(self) -> bool:
         try:
-            ok = self.init()
+            return self.init()
         finally:
             self.ready.set()
-        if not ok:
-            return
-        while not self._stop.wait(self._interval):
-            started = time.monotonic()
-            try:
-                sample = self.sample()
-            except Exception as exc:  # the loop never dies
-                self._once.log(logging.WARNING, ("sample", type(exc)), "NVML sample failed: %s", exc)
-                sample = None
-            if sample is not None:
-                self._batcher.add("gpu_sample", sample)
-            self._watchdog(time.monotonic() - started)
-        self._shutdown()
+
+    def _tick(self) -> None:
+        started = time.monotonic()
+        try:
+            sample = self.sample()
+        except Exception as exc:  # the loop never dies
+            self._once.log(logging.WARNING, ("sample", type(exc)), "NVML sample failed: %s", exc)
+            sample = None
+        if sample is not None:
+            self._batcher.add("gpu_sample", sample)
+        self._watchdog(time.monotonic() - started)
 
     def _watchdog(self, elapsed: float) -> None:
         if elapsed > SLOW_SAMPLE_S:
             LOG.warning("NVML sample took %.1f s (> %.0f s): the driver is slow or stuck",
                         elapsed, SLOW_SAMPLE_S)
 
-    def _shutdown(self) -> None:
+    def _teardown(self) -> None:
         try:
             self._nv.nvmlShutdown()
         except Exception:
