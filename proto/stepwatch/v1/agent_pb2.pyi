@@ -75,7 +75,7 @@ class GpuIdentity(_message.Message):
     def __init__(self, index: _Optional[int] = ..., uuid: _Optional[str] = ..., name: _Optional[str] = ..., total_memory_bytes: _Optional[int] = ...) -> None: ...
 
 class Batch(_message.Message):
-    __slots__ = ("seq", "gpu", "steps", "allocator", "gpu_samples", "host", "events", "stats", "sealed_time_s")
+    __slots__ = ("seq", "gpu", "steps", "allocator", "gpu_samples", "host", "events", "stats", "sealed_time_s", "windows", "traces")
     SEQ_FIELD_NUMBER: _ClassVar[int]
     GPU_FIELD_NUMBER: _ClassVar[int]
     STEPS_FIELD_NUMBER: _ClassVar[int]
@@ -85,6 +85,8 @@ class Batch(_message.Message):
     EVENTS_FIELD_NUMBER: _ClassVar[int]
     STATS_FIELD_NUMBER: _ClassVar[int]
     SEALED_TIME_S_FIELD_NUMBER: _ClassVar[int]
+    WINDOWS_FIELD_NUMBER: _ClassVar[int]
+    TRACES_FIELD_NUMBER: _ClassVar[int]
     seq: int
     gpu: GpuIdentity
     steps: _containers.RepeatedCompositeFieldContainer[StepRecord]
@@ -94,7 +96,9 @@ class Batch(_message.Message):
     events: _containers.RepeatedCompositeFieldContainer[Event]
     stats: AgentStats
     sealed_time_s: float
-    def __init__(self, seq: _Optional[int] = ..., gpu: _Optional[_Union[GpuIdentity, _Mapping]] = ..., steps: _Optional[_Iterable[_Union[StepRecord, _Mapping]]] = ..., allocator: _Optional[_Iterable[_Union[AllocatorSample, _Mapping]]] = ..., gpu_samples: _Optional[_Iterable[_Union[GpuSample, _Mapping]]] = ..., host: _Optional[_Iterable[_Union[HostSample, _Mapping]]] = ..., events: _Optional[_Iterable[_Union[Event, _Mapping]]] = ..., stats: _Optional[_Union[AgentStats, _Mapping]] = ..., sealed_time_s: _Optional[float] = ...) -> None: ...
+    windows: _containers.RepeatedCompositeFieldContainer[WindowSummary]
+    traces: _containers.RepeatedCompositeFieldContainer[TraceRef]
+    def __init__(self, seq: _Optional[int] = ..., gpu: _Optional[_Union[GpuIdentity, _Mapping]] = ..., steps: _Optional[_Iterable[_Union[StepRecord, _Mapping]]] = ..., allocator: _Optional[_Iterable[_Union[AllocatorSample, _Mapping]]] = ..., gpu_samples: _Optional[_Iterable[_Union[GpuSample, _Mapping]]] = ..., host: _Optional[_Iterable[_Union[HostSample, _Mapping]]] = ..., events: _Optional[_Iterable[_Union[Event, _Mapping]]] = ..., stats: _Optional[_Union[AgentStats, _Mapping]] = ..., sealed_time_s: _Optional[float] = ..., windows: _Optional[_Iterable[_Union[WindowSummary, _Mapping]]] = ..., traces: _Optional[_Iterable[_Union[TraceRef, _Mapping]]] = ...) -> None: ...
 
 class StepRecord(_message.Message):
     __slots__ = ("step", "end_time_s", "duration_s", "clock", "dataloader_wait_s", "samples", "tokens")
@@ -201,16 +205,123 @@ class Event(_message.Message):
     def __init__(self, time_s: _Optional[float] = ..., kind: _Optional[str] = ..., message: _Optional[str] = ...) -> None: ...
 
 class AgentStats(_message.Message):
-    __slots__ = ("records_dropped", "hook_errors", "spool_batches_dropped", "spool_bytes")
+    __slots__ = ("records_dropped", "hook_errors", "spool_batches_dropped", "spool_bytes", "windows", "window_skips", "overhead_ratio")
+    class WindowSkipsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
     RECORDS_DROPPED_FIELD_NUMBER: _ClassVar[int]
     HOOK_ERRORS_FIELD_NUMBER: _ClassVar[int]
     SPOOL_BATCHES_DROPPED_FIELD_NUMBER: _ClassVar[int]
     SPOOL_BYTES_FIELD_NUMBER: _ClassVar[int]
+    WINDOWS_FIELD_NUMBER: _ClassVar[int]
+    WINDOW_SKIPS_FIELD_NUMBER: _ClassVar[int]
+    OVERHEAD_RATIO_FIELD_NUMBER: _ClassVar[int]
     records_dropped: int
     hook_errors: int
     spool_batches_dropped: int
     spool_bytes: int
-    def __init__(self, records_dropped: _Optional[int] = ..., hook_errors: _Optional[int] = ..., spool_batches_dropped: _Optional[int] = ..., spool_bytes: _Optional[int] = ...) -> None: ...
+    windows: int
+    window_skips: _containers.ScalarMap[str, int]
+    overhead_ratio: float
+    def __init__(self, records_dropped: _Optional[int] = ..., hook_errors: _Optional[int] = ..., spool_batches_dropped: _Optional[int] = ..., spool_bytes: _Optional[int] = ..., windows: _Optional[int] = ..., window_skips: _Optional[_Mapping[str, int]] = ..., overhead_ratio: _Optional[float] = ...) -> None: ...
+
+class NamedTime(_message.Message):
+    __slots__ = ("name", "seconds", "count")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    SECONDS_FIELD_NUMBER: _ClassVar[int]
+    COUNT_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    seconds: float
+    count: int
+    def __init__(self, name: _Optional[str] = ..., seconds: _Optional[float] = ..., count: _Optional[int] = ...) -> None: ...
+
+class StepBreakdown(_message.Message):
+    __slots__ = ("step_time_s", "forward_s", "backward_s", "optimizer_s", "communication_s", "other_s")
+    STEP_TIME_S_FIELD_NUMBER: _ClassVar[int]
+    FORWARD_S_FIELD_NUMBER: _ClassVar[int]
+    BACKWARD_S_FIELD_NUMBER: _ClassVar[int]
+    OPTIMIZER_S_FIELD_NUMBER: _ClassVar[int]
+    COMMUNICATION_S_FIELD_NUMBER: _ClassVar[int]
+    OTHER_S_FIELD_NUMBER: _ClassVar[int]
+    step_time_s: float
+    forward_s: float
+    backward_s: float
+    optimizer_s: float
+    communication_s: float
+    other_s: float
+    def __init__(self, step_time_s: _Optional[float] = ..., forward_s: _Optional[float] = ..., backward_s: _Optional[float] = ..., optimizer_s: _Optional[float] = ..., communication_s: _Optional[float] = ..., other_s: _Optional[float] = ...) -> None: ...
+
+class WindowSummary(_message.Message):
+    __slots__ = ("window_id", "first_step", "last_step", "start_time_s", "activities", "span_s", "gpu_busy_ratio", "gpu_idle_ratio", "compute_s", "communication_s", "memcpy_s", "overlap_ratio", "kernel_count", "short_kernel_ratio", "top_kernels", "top_ops", "breakdown", "overhead_s", "export_s", "trace_bytes", "analysis_s", "gpu_event_count", "graph_breaks", "recompiles")
+    WINDOW_ID_FIELD_NUMBER: _ClassVar[int]
+    FIRST_STEP_FIELD_NUMBER: _ClassVar[int]
+    LAST_STEP_FIELD_NUMBER: _ClassVar[int]
+    START_TIME_S_FIELD_NUMBER: _ClassVar[int]
+    ACTIVITIES_FIELD_NUMBER: _ClassVar[int]
+    SPAN_S_FIELD_NUMBER: _ClassVar[int]
+    GPU_BUSY_RATIO_FIELD_NUMBER: _ClassVar[int]
+    GPU_IDLE_RATIO_FIELD_NUMBER: _ClassVar[int]
+    COMPUTE_S_FIELD_NUMBER: _ClassVar[int]
+    COMMUNICATION_S_FIELD_NUMBER: _ClassVar[int]
+    MEMCPY_S_FIELD_NUMBER: _ClassVar[int]
+    OVERLAP_RATIO_FIELD_NUMBER: _ClassVar[int]
+    KERNEL_COUNT_FIELD_NUMBER: _ClassVar[int]
+    SHORT_KERNEL_RATIO_FIELD_NUMBER: _ClassVar[int]
+    TOP_KERNELS_FIELD_NUMBER: _ClassVar[int]
+    TOP_OPS_FIELD_NUMBER: _ClassVar[int]
+    BREAKDOWN_FIELD_NUMBER: _ClassVar[int]
+    OVERHEAD_S_FIELD_NUMBER: _ClassVar[int]
+    EXPORT_S_FIELD_NUMBER: _ClassVar[int]
+    TRACE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    ANALYSIS_S_FIELD_NUMBER: _ClassVar[int]
+    GPU_EVENT_COUNT_FIELD_NUMBER: _ClassVar[int]
+    GRAPH_BREAKS_FIELD_NUMBER: _ClassVar[int]
+    RECOMPILES_FIELD_NUMBER: _ClassVar[int]
+    window_id: int
+    first_step: int
+    last_step: int
+    start_time_s: float
+    activities: str
+    span_s: float
+    gpu_busy_ratio: float
+    gpu_idle_ratio: float
+    compute_s: float
+    communication_s: float
+    memcpy_s: float
+    overlap_ratio: float
+    kernel_count: int
+    short_kernel_ratio: float
+    top_kernels: _containers.RepeatedCompositeFieldContainer[NamedTime]
+    top_ops: _containers.RepeatedCompositeFieldContainer[NamedTime]
+    breakdown: StepBreakdown
+    overhead_s: float
+    export_s: float
+    trace_bytes: int
+    analysis_s: float
+    gpu_event_count: int
+    graph_breaks: int
+    recompiles: int
+    def __init__(self, window_id: _Optional[int] = ..., first_step: _Optional[int] = ..., last_step: _Optional[int] = ..., start_time_s: _Optional[float] = ..., activities: _Optional[str] = ..., span_s: _Optional[float] = ..., gpu_busy_ratio: _Optional[float] = ..., gpu_idle_ratio: _Optional[float] = ..., compute_s: _Optional[float] = ..., communication_s: _Optional[float] = ..., memcpy_s: _Optional[float] = ..., overlap_ratio: _Optional[float] = ..., kernel_count: _Optional[int] = ..., short_kernel_ratio: _Optional[float] = ..., top_kernels: _Optional[_Iterable[_Union[NamedTime, _Mapping]]] = ..., top_ops: _Optional[_Iterable[_Union[NamedTime, _Mapping]]] = ..., breakdown: _Optional[_Union[StepBreakdown, _Mapping]] = ..., overhead_s: _Optional[float] = ..., export_s: _Optional[float] = ..., trace_bytes: _Optional[int] = ..., analysis_s: _Optional[float] = ..., gpu_event_count: _Optional[int] = ..., graph_breaks: _Optional[int] = ..., recompiles: _Optional[int] = ...) -> None: ...
+
+class TraceRef(_message.Message):
+    __slots__ = ("request_id", "path", "bytes", "first_step", "last_step", "error")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    PATH_FIELD_NUMBER: _ClassVar[int]
+    BYTES_FIELD_NUMBER: _ClassVar[int]
+    FIRST_STEP_FIELD_NUMBER: _ClassVar[int]
+    LAST_STEP_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    request_id: str
+    path: str
+    bytes: int
+    first_step: int
+    last_step: int
+    error: str
+    def __init__(self, request_id: _Optional[str] = ..., path: _Optional[str] = ..., bytes: _Optional[int] = ..., first_step: _Optional[int] = ..., last_step: _Optional[int] = ..., error: _Optional[str] = ...) -> None: ...
 
 class Command(_message.Message):
     __slots__ = ("ack", "capture_trace")
@@ -233,3 +344,33 @@ class CaptureTrace(_message.Message):
     request_id: str
     steps: int
     def __init__(self, request_id: _Optional[str] = ..., steps: _Optional[int] = ...) -> None: ...
+
+class CaptureRequest(_message.Message):
+    __slots__ = ("job", "ranks", "steps", "timeout_s")
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    RANKS_FIELD_NUMBER: _ClassVar[int]
+    STEPS_FIELD_NUMBER: _ClassVar[int]
+    TIMEOUT_S_FIELD_NUMBER: _ClassVar[int]
+    job: str
+    ranks: _containers.RepeatedScalarFieldContainer[int]
+    steps: int
+    timeout_s: float
+    def __init__(self, job: _Optional[str] = ..., ranks: _Optional[_Iterable[int]] = ..., steps: _Optional[int] = ..., timeout_s: _Optional[float] = ...) -> None: ...
+
+class CaptureReply(_message.Message):
+    __slots__ = ("request_id", "traces")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    TRACES_FIELD_NUMBER: _ClassVar[int]
+    request_id: str
+    traces: _containers.RepeatedCompositeFieldContainer[RankTrace]
+    def __init__(self, request_id: _Optional[str] = ..., traces: _Optional[_Iterable[_Union[RankTrace, _Mapping]]] = ...) -> None: ...
+
+class RankTrace(_message.Message):
+    __slots__ = ("rank", "host", "trace")
+    RANK_FIELD_NUMBER: _ClassVar[int]
+    HOST_FIELD_NUMBER: _ClassVar[int]
+    TRACE_FIELD_NUMBER: _ClassVar[int]
+    rank: int
+    host: str
+    trace: TraceRef
+    def __init__(self, rank: _Optional[int] = ..., host: _Optional[str] = ..., trace: _Optional[_Union[TraceRef, _Mapping]] = ...) -> None: ...

@@ -101,3 +101,80 @@ class AgentService(object):
             timeout,
             metadata,
             _registered_method=True)
+
+
+class ControlServiceStub(object):
+    """Operator-facing control of a collector (used by `stepwatch trace`).
+    """
+
+    def __init__(self, channel):
+        """Constructor.
+
+        Args:
+            channel: A grpc.Channel.
+        """
+        self.Capture = channel.unary_unary(
+                '/stepwatch.v1.ControlService/Capture',
+                request_serializer=stepwatch_dot_v1_dot_agent__pb2.CaptureRequest.SerializeToString,
+                response_deserializer=stepwatch_dot_v1_dot_agent__pb2.CaptureReply.FromString,
+                _registered_method=True)
+
+
+class ControlServiceServicer(object):
+    """Operator-facing control of a collector (used by `stepwatch trace`).
+    """
+
+    def Capture(self, request, context):
+        """Ask every matching connected rank for a trace of the next `steps` steps and wait
+        (up to `timeout_s`) until each has reported where its trace is.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+
+def add_ControlServiceServicer_to_server(servicer, server):
+    rpc_method_handlers = {
+            'Capture': grpc.unary_unary_rpc_method_handler(
+                    servicer.Capture,
+                    request_deserializer=stepwatch_dot_v1_dot_agent__pb2.CaptureRequest.FromString,
+                    response_serializer=stepwatch_dot_v1_dot_agent__pb2.CaptureReply.SerializeToString,
+            ),
+    }
+    generic_handler = grpc.method_handlers_generic_handler(
+            'stepwatch.v1.ControlService', rpc_method_handlers)
+    server.add_generic_rpc_handlers((generic_handler,))
+    server.add_registered_method_handlers('stepwatch.v1.ControlService', rpc_method_handlers)
+
+
+ # This class is part of an EXPERIMENTAL API.
+class ControlService(object):
+    """Operator-facing control of a collector (used by `stepwatch trace`).
+    """
+
+    @staticmethod
+    def Capture(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/stepwatch.v1.ControlService/Capture',
+            stepwatch_dot_v1_dot_agent__pb2.CaptureRequest.SerializeToString,
+            stepwatch_dot_v1_dot_agent__pb2.CaptureReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
