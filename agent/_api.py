@@ -13,8 +13,10 @@ from __future__ import annotations
 import atexit
 import logging
 import os
+import json
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from typing import Any, Optional
@@ -25,6 +27,7 @@ from ._ipc import PipeWriter
 from ._options import AGENT_OPTIONS
 from ._settings import resolve
 from ._steps import StepTracker
+from ._windows import WindowScheduler
 
 __all__ = ["attach", "step", "detach", "Agent"]
 
@@ -54,18 +57,22 @@ class Agent:
         self._consecutive_errors = 0
         self._active = True
         self._torch = torch
+        self._workdir = tempfile.mkdtemp(prefix=f"stepwatch-{self.session_id[:12]}-")
         self.sidecar = self._spawn_sidecar()
         fd = self.sidecar.stdin.fileno()
         os.set_blocking(fd, False)
+        os.set_blocking(self.sidecar.stdout.fileno(), False)
+        self._replies = bytearray()
         self._writer = PipeWriter(fd, settings["buffer_records"], settings["ipc_flush_interval_s"])
         self._writer.put(self._config_record())
         self._writer.flush()
         self.dataloader = DataLoaderTimer()
         self.dataloader.install()
+        self.windows = WindowScheduler(self._writer.put, torch, settings, self._workdir)
         self.tracker = StepTracker(self._writer.put, self.dataloader,
                                    torch.cuda if torch.cuda.is_available() else None,
                                    settings["samples_per_step"], settings["tokens_per_step"],
-                                   settings["memory_stats_interval_s"])
+                                   settings["memory_stats_interval_s"], self.windows.on_boundary)
         self._last_stats: tuple = ()
         from torch.optim.optimizer import register_optimizer_step_post_hook
         self._hook = register_optimizer_step_post_hook(self._on_optimizer_step)
@@ -75,9 +82,10 @@ class Agent:
         env = dict(os.environ, OMP_NUM_THREADS="1")
         # Own session: a Ctrl-C to the trainer's process group must not kill the sidecar
         # before it has flushed; it exits on pipe EOF once the trainer is gone.
+        # stdout is the sidecar's back channel (window results, capture commands).
         return subprocess.Popen([sys.executable, "-m", "stepwatch.agent._sidecar"],
-                                stdin=subprocess.PIPE, env=env, start_new_session=True,
-                                close_fds=True)
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env,
+                                start_new_session=True, close_fds=True)
 
     def _config_record(self) -> dict:
         s, ident, torch = self.settings, self.identity, self._torch
@@ -89,7 +97,7 @@ class Agent:
                  "attach_time_s": time.time()}
         keys = ("collector", "token", "flush_interval_s", "nvml_interval_s", "host_interval_s",
                 "spool_dir", "spool_max_bytes", "reconnect_max_s", "shutdown_timeout_s",
-                "log_level")
+                "log_level", "trace_dir", "trace_max_bytes", "trace_max_files", "window_top_k")
         return {"t": "config", **{k: s[k] for k in keys}, "trainer_pid": os.getpid(),
                 "hello": hello}
 
@@ -132,11 +140,36 @@ class Agent:
         if self.tracker.batches_without_step(self.dataloader.batches):
             self._event("hook_silent", "DataLoader batches keep coming but no optimizer step "
                         "was seen; call stepwatch.agent.step() once per step")
-        stats = (self._writer.dropped, self.hook_errors)
+        stats = (self._writer.dropped, self.hook_errors, self.windows.windows,
+                 sum(self.windows.skips.values()))
         if stats != self._last_stats:
             self._last_stats = stats
-            self._writer.put({"t": "stats", "records_dropped": stats[0], "hook_errors": stats[1]})
-        self._writer.maybe_flush()
+            self._writer.put(self._stats_record())
+        if self._writer.maybe_flush():
+            self._read_replies()
+
+    def _stats_record(self) -> dict:
+        return {"t": "stats", "records_dropped": self._writer.dropped,
+                "hook_errors": self.hook_errors, "windows": self.windows.windows,
+                "window_skips": dict(self.windows.skips),
+                "overhead_ratio": self.windows.overhead_ratio}
+
+    def _read_replies(self) -> None:
+        """Non-blocking read of the sidecar's back channel; complete lines are handled."""
+        try:
+            chunk = os.read(self.sidecar.stdout.fileno(), 1 << 16)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            return
+        self._replies += chunk
+        *lines, rest = self._replies.split(b"\n")
+        self._replies = bytearray(rest)
+        for line in lines:
+            try:
+                self.windows.on_message(json.loads(line))
+            except ValueError:
+                self.hook_errors += 1
 
     def _event(self, kind: str, message: str) -> None:
         self._writer.put({"t": "event", "time_s": time.time(), "kind": kind, "message": message})
@@ -154,9 +187,9 @@ class Agent:
         try:
             self._hook.remove()
             self.dataloader.uninstall()
+            self.windows.close()
             self.tracker.poll()
-            self._writer.put({"t": "stats", "records_dropped": self._writer.dropped,
-                              "hook_errors": self.hook_errors})
+            self._writer.put(self._stats_record())
             self._writer.put({"t": "bye"})
             self._writer.drain(_DRAIN_TIMEOUT_S)
             self._writer.close()
@@ -168,6 +201,10 @@ class Agent:
         self._active = False
         self.dataloader.enabled = False
         self._writer.abandon()
+        try:
+            self.sidecar.stdout.close()
+        except OSError:
+            pass
 
 
 def attach(collector: Optional[str] = None, job: Optional[str] = None,

@@ -48,11 +48,14 @@ class PipeWriter:
             self.dropped += 1
         self._records.append(record)
 
-    def maybe_flush(self) -> None:
+    def maybe_flush(self) -> bool:
+        """Flush when ``flush_interval_s`` has passed; True when it did."""
         now = self._clock()
         if now - self._last_flush >= self._interval:
             self._last_flush = now
             self.flush()
+            return True
+        return False
 
     def flush(self) -> None:
         """Encode queued records and write what the pipe takes now; keep the rest."""

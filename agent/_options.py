@@ -21,6 +21,13 @@ def _log_level(value):
     return level
 
 
+def _activities(value):
+    names = [a.strip().lower() for a in str(value).split(",") if a.strip()]
+    if not names or set(names) - {"cpu", "cuda"}:
+        raise ValueError("expected 'cpu,cuda', 'cuda' or 'cpu'")
+    return ",".join(sorted(set(names)))
+
+
 def _at_least(limit):
     return lambda value: value >= limit
 
@@ -67,5 +74,35 @@ AGENT_OPTIONS = (
     Option("shutdown_timeout_s", "STEPWATCH_SHUTDOWN_TIMEOUT_S", float, 5.0,
            "Seconds the sidecar waits for the last acks when the trainer exits.",
            non_negative, ">= 0"),
+    Option("windows", "STEPWATCH_WINDOWS", parse_bool, True,
+           "Take torch.profiler windows on a schedule and report their summaries."),
+    Option("window_interval_s", "STEPWATCH_WINDOW_INTERVAL_S", float, 60.0,
+           "Target seconds between profiler windows; the overhead budget can only stretch it.",
+           positive, "> 0"),
+    Option("window_every_steps", "STEPWATCH_WINDOW_EVERY_STEPS", _optional_int, None,
+           "Fixed steps between windows instead of window_interval_s (still budget-stretched).",
+           lambda v: v is None or v > 0, "a positive integer"),
+    Option("window_warmup_steps", "STEPWATCH_WINDOW_WARMUP_STEPS", int, 1,
+           "Profiler warm-up steps before the recorded ones.", non_negative, ">= 0"),
+    Option("window_active_steps", "STEPWATCH_WINDOW_ACTIVE_STEPS", int, 3,
+           "Recorded steps per window.", positive, "> 0"),
+    Option("window_activities", "STEPWATCH_WINDOW_ACTIVITIES", _activities, "cpu,cuda",
+           "Profiler activities: 'cpu,cuda' (phases and top ops) or 'cuda' (cheaper)."),
+    Option("overhead_budget", "STEPWATCH_OVERHEAD_BUDGET", float, 0.005,
+           "Largest share of wall time the windows may cost (0.005 = 0.5%).",
+           lambda v: 0 < v < 1, "between 0 and 1"),
+    Option("window_backoff_s", "STEPWATCH_WINDOW_BACKOFF_S", float, 3 * 3600.0,
+           "Pause after a window that saw no GPU events (another CUPTI subscriber).",
+           non_negative, ">= 0"),
+    Option("trace_dir", "STEPWATCH_TRACE_DIR", str,
+           os.path.join(tempfile.gettempdir(), "stepwatch-traces"),
+           "Where traces captured on command are kept (.json.gz)."),
+    Option("trace_max_bytes", "STEPWATCH_TRACE_MAX_BYTES", int, 2 << 30,
+           "Disk bytes kept in trace_dir per rank; oldest traces are removed beyond.",
+           positive, "> 0"),
+    Option("trace_max_files", "STEPWATCH_TRACE_MAX_FILES", int, 50,
+           "Traces kept in trace_dir per rank; oldest are removed beyond.", positive, "> 0"),
+    Option("window_top_k", "STEPWATCH_WINDOW_TOP_K", int, 10,
+           "Kernels and operators kept per window summary.", positive, "> 0"),
     Option("log_level", "STEPWATCH_LOG_LEVEL", _log_level, "WARNING", "Agent log level."),
 )

@@ -46,11 +46,13 @@ class StepTracker:
     def __init__(self, emit: Callable[[dict], None], dataloader, cuda=None,
                  samples_per_step: Optional[int] = None, tokens_per_step: Optional[int] = None,
                  memory_stats_interval_s: float = 1.0,
+                 after_boundary: Optional[Callable[[int, float, bool], None]] = None,
                  clock: Callable[[], float] = time.perf_counter,
                  wall: Callable[[], float] = time.time):
         self._emit, self._dataloader, self._cuda = emit, dataloader, cuda
         self._samples, self._tokens = samples_per_step, tokens_per_step
         self._mem_interval = memory_stats_interval_s
+        self._after_boundary = after_boundary
         self._clock, self._wall = clock, wall
         self.steps = 0
         self.explicit = False
@@ -108,12 +110,14 @@ class StepTracker:
             self._find_device()
         if self._device is None:
             self._emit_step(self.steps, wall, host_duration, "host", extra)
-            return
-        self._record_event(wall, host_duration, extra)
-        self.poll()
-        if now - self._last_mem >= self._mem_interval:
-            self._last_mem = now
-            self._sample_memory(wall)
+        else:
+            self._record_event(wall, host_duration, extra)
+            self.poll()
+            if now - self._last_mem >= self._mem_interval:
+                self._last_mem = now
+                self._sample_memory(wall)
+        if self._after_boundary is not None:
+            self._after_boundary(self.steps, host_duration, self._device is not None)
 
     def batches_without_step(self, batches: int) -> bool:
         """True once, when DataLoader batches keep coming with no step boundary (hook silent)."""

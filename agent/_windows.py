@@ -1,0 +1,218 @@
+"""Profiler windows on the training thread, spaced to stay under an overhead budget.
+
+At a step boundary ``s`` with ``s % period == 0`` a new ``torch.profiler.profile`` starts
+(schedule: ``warmup`` then ``active`` steps); each later boundary calls ``prof.step()``; when
+the active steps end the trace is exported natively (no ``key_averages()``, no parsing here),
+the profiler is stopped and dropped, ``gc.collect()`` runs, and the sidecar is told where the
+file is. ``period`` is a power of two computed from the interval, the measured step time and
+the measured window cost, so every rank of a data-parallel job lands on the same steps.
+
+Every method runs on the training thread; the sidecar's replies arrive through
+:meth:`on_message` (also on the training thread).
+"""
+
+from __future__ import annotations
+
+import collections
+import gc
+import os
+import statistics
+import time
+from typing import Callable, Optional
+
+__all__ = ["WindowScheduler"]
+
+_MIN_BASELINE_STEPS = 20  # first-step compilation and warm-up pass before the first window
+
+
+def _pow2_at_least(value: float) -> int:
+    n = 1
+    while n < value:
+        n *= 2
+    return n
+
+
+class _Window:
+    __slots__ = ("kind", "wid", "prof", "start_step", "start_clock", "start_wall", "path",
+                 "export_s", "request_id", "steps", "first_step", "done", "activities")
+
+    def __init__(self, **kw):
+        for key in self.__slots__:
+            setattr(self, key, kw.get(key))
+
+
+class WindowScheduler:
+    """Opens, advances and closes windows; measures cost; keeps ``overhead_ratio`` under budget.
+
+    ``emit`` sends records to the sidecar. ``torch`` is the torch module. ``cuda`` is True
+    when the trainer runs CUDA work (checked by the caller). Clocks are injectable.
+    """
+
+    def __init__(self, emit: Callable[[dict], None], torch, settings: dict, workdir: str,
+                 clock: Callable[[], float] = time.perf_counter,
+                 wall: Callable[[], float] = time.time):
+        self._emit, self._torch, self._workdir = emit, torch, workdir
+        self._clock, self._wall = clock, wall
+        self.enabled = settings["windows"]
+        self._interval_s = settings["window_interval_s"]
+        self._every = settings["window_every_steps"]
+        self._warmup, self._active = settings["window_warmup_steps"], settings["window_active_steps"]
+        self._activities = settings["window_activities"]
+        self._budget = settings["overhead_budget"]
+        self._backoff_s = settings["window_backoff_s"]
+        self._attach_clock = clock()
+        self._baseline: collections.deque = collections.deque(maxlen=64)
+        self._window: Optional[_Window] = None
+        self._captures: collections.deque = collections.deque(maxlen=8)
+        self._cost_ewma: Optional[float] = None
+        self.total_cost_s = 0.0
+        self.windows = 0
+        self.skips: dict[str, int] = {}
+        self._next_id = 1
+        self._backoff_until = float("-inf")
+        self._cuda_windows: set[int] = set()
+
+    # -- public, training thread ------------------------------------------------------------
+    def on_boundary(self, step: int, host_duration_s: float, cuda: bool) -> None:
+        """Called after every step boundary ``step`` (1-based) with its host duration."""
+        if self._window is not None:
+            self._advance(step)
+            return
+        self._baseline.append(host_duration_s)
+        if self._captures:
+            self._start_capture(step, cuda)
+        elif self.enabled and self._due(step):
+            self._start_window(step, cuda)
+
+    def request_capture(self, request_id: str, steps: int) -> None:
+        self._captures.append((str(request_id), max(1, int(steps))))
+
+    def on_message(self, msg: dict) -> None:
+        """A reply from the sidecar: ``window_result`` (GPU event count) or ``capture``."""
+        if msg.get("t") == "capture":
+            self.request_capture(msg.get("request_id", ""), msg.get("steps", 1))
+        elif msg.get("t") == "window_result":
+            wid = msg.get("window_id")
+            if wid in self._cuda_windows and msg.get("gpu_event_count", 1) == 0:
+                # Another CUPTI subscriber (Nsight, DCGM profiling) took the GPU events.
+                self._backoff_until = self._clock() + self._backoff_s
+            self._cuda_windows.discard(wid)
+
+    @property
+    def overhead_ratio(self) -> float:
+        elapsed = self._clock() - self._attach_clock
+        return self.total_cost_s / elapsed if elapsed > 0 else 0.0
+
+    def period(self) -> int:
+        """Steps between window starts: interval and budget both only ever stretch it."""
+        step_s = self._step_s()
+        span = self._warmup + self._active + 1
+        by_interval = self._every or _pow2_at_least(self._interval_s / step_s)
+        by_budget = 1
+        if self._cost_ewma:
+            by_budget = _pow2_at_least(self._cost_ewma / (self._budget * step_s))
+        return max(by_interval, by_budget, _pow2_at_least(2 * span))
+
+    # -- scheduling ---------------------------------------------------------------------------
+    def _step_s(self) -> float:
+        return max(statistics.median(self._baseline), 1e-6) if self._baseline else 1e-6
+
+    def _due(self, step: int) -> bool:
+        if len(self._baseline) < min(_MIN_BASELINE_STEPS, self._baseline.maxlen):
+            return False
+        if step % self.period():
+            return False
+        reason = self._skip_reason()
+        if reason:
+            self.skips[reason] = self.skips.get(reason, 0) + 1
+            self._emit({"t": "event", "time_s": self._wall(), "kind": "window_skipped",
+                        "message": f"profiler window at step {step} skipped: {reason}"})
+            return False
+        return True
+
+    def _skip_reason(self) -> str:
+        torch = self._torch
+        if torch.autograd._profiler_enabled():
+            return "user_profiler"
+        if torch.cuda.is_available() and torch.cuda.is_initialized() \
+                and torch.cuda.is_current_stream_capturing():
+            return "cuda_graph_capture"
+        if self._clock() < self._backoff_until:
+            return "no_gpu_events_backoff"
+        return ""
+
+    def _activity_list(self, cuda: bool):
+        acts = self._torch.profiler.ProfilerActivity
+        names = [a for a in self._activities.split(",") if a != "cuda" or cuda] or ["cpu"]
+        return names, [acts.CPU if n == "cpu" else acts.CUDA for n in names]
+
+    # -- window life cycle ----------------------------------------------------------------------
+    def _open(self, kind: str, step: int, cuda: bool, warmup: int, active: int,
+              request_id: str = "") -> None:
+        torch = self._torch
+        names, activities = self._activity_list(cuda)
+        wid = self._next_id
+        self._next_id += 1
+        path = os.path.join(self._workdir, f"{kind}-{wid}.json")
+        window = _Window(kind=kind, wid=wid, start_step=step, start_clock=self._clock(),
+                         start_wall=self._wall(), path=path, export_s=0.0, request_id=request_id,
+                         steps=warmup + active, first_step=step + warmup + 1, done=False,
+                         activities=",".join(names))
+
+        def ready(prof):
+            t0 = self._clock()
+            prof.export_chrome_trace(path)  # native (Kineto) export
+            window.export_s, window.done = self._clock() - t0, True
+
+        window.prof = torch.profiler.profile(
+            activities=activities, on_trace_ready=ready,
+            schedule=torch.profiler.schedule(wait=0, warmup=warmup, active=active, repeat=1))
+        self._window = window
+        window.prof.start()
+        if cuda and "cuda" in names:
+            self._cuda_windows.add(wid)
+
+    def _start_window(self, step: int, cuda: bool) -> None:
+        self._open("window", step, cuda, self._warmup, self._active)
+
+    def _start_capture(self, step: int, cuda: bool) -> None:
+        request_id, steps = self._captures.popleft()
+        self._open("trace", step, cuda, 1, steps, request_id)
+
+    def _advance(self, step: int) -> None:
+        window = self._window
+        window.prof.step()
+        if not window.done and step - window.start_step < window.steps:
+            return
+        self._window = None
+        window.prof.stop()
+        window.prof = None
+        gc.collect()  # repeated profiler contexts leak host memory otherwise
+        cost = self._clock() - window.start_clock - window.steps * self._step_s()
+        cost = max(cost, window.export_s)
+        self._account(cost)
+        self._report(window, step, cost)
+
+    def _account(self, cost: float) -> None:
+        self.total_cost_s += cost
+        self._cost_ewma = cost if self._cost_ewma is None else 0.7 * self._cost_ewma + 0.3 * cost
+
+    def _report(self, window: _Window, step: int, cost: float) -> None:
+        last = window.start_step + window.steps
+        if window.kind == "trace":
+            error = "" if window.done and os.path.exists(window.path) else "profiler produced no trace"
+            self._emit({"t": "trace", "request_id": window.request_id, "path": window.path,
+                        "first_step": window.first_step, "last_step": last, "error": error})
+            return
+        self.windows += 1
+        self._emit({"t": "window", "window_id": window.wid, "path": window.path,
+                    "first_step": window.first_step, "last_step": last,
+                    "start_time_s": window.start_wall, "activities": window.activities,
+                    "overhead_s": cost, "export_s": window.export_s,
+                    "discard": self.windows == 1})  # first window: CUPTI warm-up
+
+    def close(self) -> None:
+        """Stop a window in progress without exporting (detach / exit)."""
+        window, self._window = self._window, None
+        if window is not None and window.prof is not None:
+            window.prof.stop()

@@ -1,0 +1,112 @@
+"""WindowScheduler with the real torch profiler on CPU and an injected clock."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+import torch
+
+from stepwatch.agent._options import AGENT_OPTIONS
+from stepwatch.agent._settings import resolve
+from stepwatch.agent._windows import WindowScheduler
+
+
+class Clock:
+    def __init__(self):
+        self.now = 1000.0
+
+    def __call__(self):
+        return self.now
+
+
+def make(tmp_path, **options):
+    settings = resolve(AGENT_OPTIONS, options, environ={})
+    out, clock = [], Clock()
+    sched = WindowScheduler(out.append, torch, settings, str(tmp_path), clock=clock, wall=clock)
+    return sched, out, clock
+
+
+def run_steps(sched, clock, first, last, step_s=0.01, work=None):
+    for step in range(first, last + 1):
+        (work or (lambda: torch.ones(64) @ torch.ones(64)))()
+        clock.now += step_s
+        sched.on_boundary(step, step_s, False)
+
+
+def windows(out):
+    return [r for r in out if r["t"] == "window"]
+
+
+def test_windows_open_on_global_step_multiples_and_first_is_discarded(tmp_path):
+    sched, out, clock = make(tmp_path, window_every_steps=16, overhead_budget=0.9)
+    run_steps(sched, clock, 1, 100)
+    got = windows(out)
+    # No window before 20 baseline steps; then every 16th step: 32, 48, 64, 80, 96; each
+    # opens at that boundary, profiles one warm-up step, then records three.
+    assert [w["first_step"] for w in got] == [34, 50, 66, 82, 98]
+    assert [(w["last_step"] - w["first_step"]) for w in got] == [2, 2, 2, 2, 2]
+    assert [w["discard"] for w in got] == [True, False, False, False, False]
+    assert all(w["activities"] == "cpu" for w in got)  # no CUDA here
+    for w in got:
+        trace = json.load(open(w["path"]))
+        names = {e.get("name", "") for e in trace["traceEvents"]}
+        assert any(n.startswith("ProfilerStep#") for n in names)
+    assert sched.windows == 5 and sched.total_cost_s >= 0
+
+
+def test_user_profiler_active_skips_and_counts(tmp_path):
+    sched, out, clock = make(tmp_path, window_every_steps=16, overhead_budget=0.9)
+    run_steps(sched, clock, 1, 20)
+    with torch.profiler.profile():
+        run_steps(sched, clock, 21, 66)
+    assert windows(out) == []
+    assert sched.skips == {"user_profiler": 3}  # steps 32, 48 and 64
+    events = [r for r in out if r["t"] == "event" and r["kind"] == "window_skipped"]
+    assert len(events) == 3 and "step 32 skipped: user_profiler" in events[0]["message"]
+
+
+def test_budget_stretches_the_period(tmp_path):
+    sched, out, clock = make(tmp_path, window_every_steps=8, overhead_budget=0.01)
+    run_steps(sched, clock, 1, 32)
+    # 8 steps cannot hold a window (1 warm-up + 3 recorded) twice over: 16 is the floor.
+    assert sched.period() == 16
+    # The window itself is slow: each of its boundaries takes 0.2 s instead of 0.01 s.
+    run_steps(sched, clock, 33, 36, step_s=0.2)
+    assert len(windows(out)) == 1
+    cost = windows(out)[0]["overhead_s"]
+    assert cost == pytest.approx(4 * 0.2 - 4 * 0.01, rel=0.01)
+    # cost / (budget * step) = 0.76 / (0.01 * 0.01) = 7600 -> next power of two
+    assert sched.period() == 8192
+
+
+def test_interval_sets_the_period_from_step_time(tmp_path):
+    sched, _, clock = make(tmp_path, window_interval_s=60)
+    run_steps(sched, clock, 1, 30, step_s=0.035)
+    assert sched.period() == 2048  # 60 s / 35 ms = 1714 -> 2048 steps (72 s)
+
+
+def test_capture_on_command_writes_a_trace(tmp_path):
+    sched, out, clock = make(tmp_path, windows=False)
+    run_steps(sched, clock, 1, 3)
+    sched.on_message({"t": "capture", "request_id": "req-1", "steps": 2})
+    run_steps(sched, clock, 4, 10)
+    traces = [r for r in out if r["t"] == "trace"]
+    assert len(traces) == 1
+    t = traces[0]
+    assert t["request_id"] == "req-1" and t["error"] == "" and os.path.getsize(t["path"]) > 0
+    # Opened at boundary 4: step 5 is the profiler's warm-up, steps 6..7 are recorded.
+    assert (t["first_step"], t["last_step"]) == (6, 7)
+
+
+def test_zero_gpu_events_backs_off(tmp_path):
+    sched, out, clock = make(tmp_path, window_every_steps=16, overhead_budget=0.9,
+                             window_backoff_s=100)
+    sched._cuda_windows.add(7)  # as if window 7 had asked for CUDA activity
+    sched.on_message({"t": "window_result", "window_id": 7, "gpu_event_count": 0})
+    run_steps(sched, clock, 1, 50)
+    assert windows(out) == [] and sched.skips == {"no_gpu_events_backoff": 2}  # 32, 48
+    clock.now += 100
+    run_steps(sched, clock, 51, 70)
+    assert len(windows(out)) == 1
