@@ -6,7 +6,7 @@ TORCH_SPEC ?= torch==2.13.0
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.stepwatch-installed
 
-.PHONY: demo test test-gpu proto proto-check clean
+.PHONY: demo stack test test-gpu proto proto-check clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -16,6 +16,10 @@ $(STAMP): pyproject.toml
 
 demo: $(STAMP)
 	$(VENV)/bin/stepwatch demo
+
+# collector + Debian prometheus + prometheus-alertmanager on deploy/ configs (no docker)
+stack: $(STAMP)
+	$(VENV)/bin/stepwatch stack
 
 test: $(STAMP)
 	$(PY) -m pytest -q

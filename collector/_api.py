@@ -1,22 +1,32 @@
-"""The ``/api/jobs`` JSON document, built from a state snapshot (any thread)."""
+"""The ``/api/jobs`` and ``/api/steps`` JSON documents, built from a state snapshot (any thread)."""
 
 from __future__ import annotations
 
+import collections.abc
 import json
 import math
 from typing import Any, Optional
 
 from ._state import CollectorState, RankState
 
-__all__ = ["jobs_document", "jobs_json"]
+__all__ = ["jobs_document", "jobs_json", "steps_document", "steps_json"]
 
 
 def _fields(msg: Any) -> Optional[dict[str, Any]]:
     """Scalar fields of a flat protobuf message; absent optional fields are left out."""
     if msg is None:
         return None
-    return {f.name: getattr(msg, f.name) for f in msg.DESCRIPTOR.fields
+    return {f.name: _plain(getattr(msg, f.name)) for f in msg.DESCRIPTOR.fields
             if not f.has_presence or msg.HasField(f.name)}
+
+
+def _plain(value: Any) -> Any:
+    """A scalar map becomes a dict, a repeated scalar a list (their containers are not JSON)."""
+    if isinstance(value, collections.abc.Mapping):
+        return dict(value)
+    if isinstance(value, collections.abc.Sequence) and not isinstance(value, (str, bytes)):
+        return list(value)
+    return value
 
 
 def _rank(st: RankState) -> dict[str, Any]:
@@ -58,3 +68,17 @@ def _finite(value: Any) -> Any:
 
 def jobs_json(state: CollectorState) -> bytes:
     return json.dumps(_finite(jobs_document(state)), allow_nan=False).encode()
+
+
+def steps_document(state: CollectorState, job: str) -> dict[str, Any]:
+    """``{"job", "ranks": [{"rank", "points": [[step, end_time_s, duration_s], ...]}]}``.
+
+    Points are the rank's last ``TREND_POINTS`` steps in arrival order (seconds); an unknown
+    job has no ranks.
+    """
+    return {"job": job, "ranks": [{"rank": st.rank, "points": [list(p) for p in st.trend]}
+                                  for st in state.snapshot() if st.job == job]}
+
+
+def steps_json(state: CollectorState, job: str) -> bytes:
+    return json.dumps(_finite(steps_document(state, job)), allow_nan=False).encode()

@@ -17,13 +17,18 @@ from typing import Callable, Optional
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
-from ._api import jobs_json
+from ._api import jobs_json, steps_json
 from ._config import CollectorSettings
 from ._http import HttpServer
+from ._alerting import Alerting, Tee
+from ._alerts import AlertMetrics
 from ._metrics import StepwatchMetrics
+from ._page import page
 from ._record import Recorder
 from ._server import IngestServer
 from ._state import CollectorState
+from ._windows_api import traces_json, windows_json
+from ._windows_metrics import WindowMetrics
 
 __all__ = ["Collector", "run"]
 
@@ -47,9 +52,15 @@ class Collector:
                  registry: Optional[CollectorRegistry] = None):
         self.settings = settings
         self.clock = clock
-        self.state = CollectorState(settings.agent_grace_s)
+        self.state = CollectorState(settings.agent_grace_s, windows_kept=settings.windows_kept)
         self.registry = registry if registry is not None else CollectorRegistry(auto_describe=False)
         StepwatchMetrics(self.state, self.registry)
+        WindowMetrics(self.state, self.registry, top_k=settings.window_top_k)
+        s = settings
+        self.alerting = Alerting(s.detection, clock, connections=self.state.connections,
+                                 alertmanager_url=s.alertmanager_url, alertmanager_timeout_s=s.alertmanager_timeout_s,
+                                 alertmanager_retries=s.alertmanager_retries)
+        AlertMetrics(self.alerting.book, self.registry)
         self.grpc_address: Optional[str] = None
         self.http_address: Optional[str] = None
         self._recorder: Optional[Recorder] = None
@@ -69,17 +80,20 @@ class Collector:
                 self._recorder = Recorder(self.settings.record)
             self._ingest = IngestServer(self.state, auth_token=self.settings.auth_token,
                                         max_message_bytes=self.settings.max_message_bytes,
-                                        clock=self.clock, recorder=self._recorder)
+                                        clock=self.clock, recorder=Tee(self.alerting, self._recorder))
             grpc_host, _ = _split(self.settings.grpc_listen)
             self.grpc_address = f"{grpc_host}:{await self._ingest.start(self.settings.grpc_listen)}"
             http_host, http_port = _split(self.settings.http_listen)
             self._http = HttpServer({"/metrics": self._metrics, "/healthz": _healthz,
-                                     "/api/jobs": self._jobs})
+                                     "/api/jobs": self._jobs, "/api/alerts": self._alerts, "/": page, "/api": self._index},
+                                    query_routes={"/api/steps": self._steps},
+                                    path_routes={"/api/jobs/{job}/windows": self._windows, "/api/traces": self._traces})
             self.http_address = f"{http_host}:{await self._http.start(http_host, http_port)}"
         except BaseException:
             await self.stop(grace_s=0)
             raise
         self._expiry = asyncio.get_running_loop().create_task(self._expire_loop(), name="stepwatch-expiry")
+        self.alerting.start()
         log.info("stepwatch collector: gRPC on %s, HTTP on http://%s/metrics", self.grpc_address, self.http_address)
 
     async def stop(self, grace_s: float = 2.0) -> None:
@@ -91,6 +105,7 @@ class Collector:
             await self._ingest.stop(grace_s)
         if self._http is not None:
             await self._http.stop()
+        await self.alerting.stop()
         if self._expiry is not None:
             self._expiry.cancel()
             await asyncio.gather(self._expiry, return_exceptions=True)
@@ -116,8 +131,27 @@ class Collector:
     def _metrics(self):
         return 200, CONTENT_TYPE_LATEST, generate_latest(self.registry)
 
+    def _alerts(self):
+        return 200, "application/json", self.alerting.book.json()
+
     def _jobs(self):
         return 200, "application/json", jobs_json(self.state)
+
+    def _index(self):
+        """``{"routes": [path, ...]}``: the page fetches only what is listed (a 404 is a console error)."""
+        return 200, "application/json", json.dumps({"routes": self._http.paths}).encode()
+
+    def _steps(self, query):
+        if "job" not in query:
+            return 400, "text/plain; charset=utf-8", b"missing ?job=\n"
+        return 200, "application/json", steps_json(self.state, query["job"])
+
+    def _windows(self, params):
+        status, body = windows_json(self.state, params["job"])
+        return status, "application/json", body
+
+    def _traces(self, _params):
+        return 200, "application/json", traces_json(self.state)
 
 
 def _healthz():

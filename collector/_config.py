@@ -14,6 +14,8 @@ from typing import Any, Mapping, Optional
 
 from stepwatch.agent._settings import Option, SettingsError, parse_hostport, resolve
 
+from .detect import DetectionConfig, parse_detection
+
 __all__ = ["OPTIONS", "CollectorSettings", "SettingsError", "load_settings", "read_config_file"]
 
 _LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
@@ -50,6 +52,22 @@ OPTIONS = (
            "append every received step and allocator record to this JSONL file; empty disables"),
     Option("log_level", "STEPWATCH_LOG_LEVEL", _log_level, "INFO",
            "log level: " + ", ".join(_LOG_LEVELS)),
+    # Detection and alerting (collector/detect, _alerting.py); detector keys: README "Detection".
+    Option("detection", "STEPWATCH_DETECTION", parse_detection, DetectionConfig(),
+           "detector settings: a YAML mapping (config file key 'detection:'), or YAML/JSON text"),
+    Option("alertmanager_url", "STEPWATCH_ALERTMANAGER_URL", str, "",
+           "Alertmanager base URL (http://host:9093) alerts are pushed to (v2 API); empty disables"),
+    Option("alertmanager_timeout_s", "STEPWATCH_ALERTMANAGER_TIMEOUT_S", float, 5.0,
+           "seconds per Alertmanager POST", validate=lambda v: 0 < v < float("inf"), constraint="a finite number > 0"),
+    Option("alertmanager_retries", "STEPWATCH_ALERTMANAGER_RETRIES", int, 5,
+           "retries (jittered exponential backoff) of a failed Alertmanager POST",
+           validate=lambda v: 0 <= v <= 100, constraint="an integer in 0..100"),
+    Option("windows_kept", "STEPWATCH_WINDOWS_KEPT", int, 5,
+           "profiler window summaries kept per rank for /api/jobs/<job>/windows",
+           validate=lambda v: 1 <= v <= 100, constraint="an integer in 1..100"),
+    Option("window_top_k", "STEPWATCH_WINDOW_TOP_K", int, 5,
+           "top kernels and ops per rank exported as stepwatch_window_top_*_seconds",
+           validate=lambda v: 0 <= v <= 50, constraint="an integer in 0..50"),
 )
 OPTIONS_BY_NAME = {o.name: o for o in OPTIONS}
 
@@ -65,6 +83,12 @@ class CollectorSettings:
     max_message_bytes: int = 4 * 1024 * 1024
     record: str = ""
     log_level: str = "INFO"
+    detection: DetectionConfig = DetectionConfig()
+    alertmanager_url: str = ""
+    alertmanager_timeout_s: float = 5.0
+    alertmanager_retries: int = 5
+    windows_kept: int = 5
+    window_top_k: int = 5
 
 
 def read_config_file(path: str) -> dict[str, Any]:

@@ -75,9 +75,13 @@ def main(args) -> int:
     job = "stepwatch-demo"
     workdir = tempfile.mkdtemp(prefix="stepwatch-demo-")
     ready = os.path.join(workdir, "ready.json")
-    collector = subprocess.Popen([sys.executable, "-m", "stepwatch.collector.cli", "collector",
-                                  "--grpc-listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0",
-                                  "--ready-file", ready])
+    stack = _start_stack(args, workdir)
+    if stack is not None:  # the stack runs the collector (collector/_stack.py)
+        ready, collector = os.path.join(workdir, "collector-ready.json"), stack.collector_proc
+    else:
+        collector = subprocess.Popen([sys.executable, "-m", "stepwatch.collector.cli", "collector",
+                                      "--grpc-listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0",
+                                      "--ready-file", ready])
     try:
         addrs = _wait_ready(ready, collector)
         http = addrs["http"]
@@ -93,6 +97,10 @@ def main(args) -> int:
         print(_table(http, job))
         print(f"\nWhere to look:\n  Prometheus metrics  http://{http}/metrics\n"
               f"  JSON API            http://{http}/api/jobs\n  health              http://{http}/healthz")
+        if stack is not None:
+            print(f"  Prometheus          {stack.prometheus_url}/graph?g0.expr=rate(stepwatch_steps_total[1m])\n"
+                  f"  Prometheus alerts   {stack.prometheus_url}/alerts\n"
+                  f"  Alertmanager        {stack.alertmanager_url}")
         if sys.stdin.isatty():
             print("\nThe collector keeps running; press Ctrl-C to stop it.", flush=True)
             try:
@@ -106,3 +114,19 @@ def main(args) -> int:
             collector.wait(10)
         except subprocess.TimeoutExpired:
             collector.kill()
+        if stack is not None:
+            stack.stop()
+
+
+def _start_stack(args, workdir: str):
+    """Prometheus and Alertmanager beside the collector when their Debian binaries exist and
+    --no-stack is not given (``stepwatch stack``); None otherwise."""
+    from ._stack import LocalStack, StackError, binaries
+
+    if getattr(args, "no_stack", False) or binaries() is None:
+        return None
+    try:
+        return LocalStack(workdir, scrape_interval="5s").start()
+    except StackError as exc:
+        print(f"stepwatch demo: running without Prometheus/Alertmanager: {exc}", file=sys.stderr)
+        return None

@@ -60,8 +60,47 @@ def parse(argv=None):
     p.add_argument("--step-sleep-s", type=float, default=0.0, help="extra host time per step")
     p.add_argument("--two-optimizers", action="store_true", help="head on its own optimizer")
     p.add_argument("--device", default="cpu")
+    p.add_argument("--slow-from-step", type=int, default=0,
+                   help="from this step on, slow steps down by --slow-factor (0: never)")
+    p.add_argument("--slow-factor", type=float, default=1.1,
+                   help="step time multiplier: sleeps (factor-1) x the median of the 20 steps before")
+    p.add_argument("--slow-rank", type=int, default=-1,
+                   help="only this rank slows down (-1: all); the sleep happens inside the DataLoader "
+                        "fetch, like a slow input pipeline on one node")
     p.add_argument("--no-agent", action="store_true")
     return p.parse_args(argv)
+
+
+class _Slowdown:
+    """Injected slowdown for the detection tests: from ``--slow-from-step`` on, each batch fetch
+    sleeps (factor - 1) x the median step time measured over the 20 steps before."""
+
+    def __init__(self, args, rank: int):
+        on = args.slow_from_step > 0 and args.slow_rank in (-1, rank)
+        self.start, self.factor, self.on = args.slow_from_step, args.slow_factor, on
+        self.times, self.extra_s, self._prev = [], 0.0, time.perf_counter()
+
+    def step_done(self, done: int) -> None:
+        now = time.perf_counter()
+        dt, self._prev = now - self._prev, now
+        if self.on and self.start - 20 <= done < self.start:
+            self.times.append(dt)
+        if self.on and done + 1 == self.start and self.times:
+            self.extra_s = (self.factor - 1) * sorted(self.times)[len(self.times) // 2]
+
+    def wrap(self, loader):
+        self._prev = time.perf_counter()
+        if not self.on:
+            return loader
+        slow, fetch = self, loader.collate_fn
+
+        def collate(batch):
+            if slow.extra_s:
+                time.sleep(slow.extra_s)
+            return fetch(batch)
+
+        loader.collate_fn = collate
+        return loader
 
 
 def main(argv=None) -> None:
@@ -89,6 +128,8 @@ def main(argv=None) -> None:
                         multiprocessing_context="fork" if args.workers else None)
     loss_fn = nn.CrossEntropyLoss()
     done = 0
+    slow = _Slowdown(args, int(os.environ.get("RANK", "0")))
+    loader = slow.wrap(loader)
     for tokens in loader:
         tokens = tokens.to(device)
         logits = model(tokens[:, :-1])
@@ -101,6 +142,7 @@ def main(argv=None) -> None:
         for opt in optimizers:
             opt.step()
         done += 1
+        slow.step_done(done)
     if distributed:
         torch.distributed.destroy_process_group()
     print(f"trainer rank {os.environ.get('RANK', '0')}: {done} steps, last loss {loss.item():.3f}",

@@ -1,21 +1,30 @@
 """A tiny HTTP/1.1 server on asyncio: GET only, one request per connection (Connection: close).
 
 Routes map a path (query string ignored) to a function returning ``(status, content_type,
-body)``; they run on the event loop thread and must be quick. Bad requests get 400, unknown
-paths 404, other methods 405. A route that raises answers 500 and logs; the server keeps going.
+body)`` or ``(status, content_type, body, extra_header_lines)``; query routes get the decoded
+query string as a dict (last value wins); path routes are patterns such as
+``/api/jobs/{job}/windows`` whose functions get the URL-decoded ``{name}`` segments as a dict.
+All run on the event loop thread and must be quick.
+Bad requests get 400, unknown paths 404, other methods 405. A route that raises answers 500
+and logs; the server keeps going.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
+import re
+import urllib.parse
 from typing import Callable, Mapping, Optional
 
-__all__ = ["HttpServer", "Route"]
+__all__ = ["HttpServer", "PathRoute", "QueryRoute", "Route"]
 
 log = logging.getLogger("stepwatch.collector")
 
-Route = Callable[[], "tuple[int, str, bytes]"]
+Route = Callable[[], tuple]
+QueryRoute = Callable[[Mapping[str, str]], tuple]
+PathRoute = Callable[[Mapping[str, str]], tuple]
 _REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed",
             408: "Request Timeout", 500: "Internal Server Error"}
 _MAX_HEAD = 16 * 1024
@@ -25,8 +34,11 @@ _READ_TIMEOUT_S = 10.0
 class HttpServer:
     """``start(host, port)`` binds (port 0 allowed) and returns the port; ``stop`` is idempotent."""
 
-    def __init__(self, routes: Mapping[str, Route]):
+    def __init__(self, routes: Mapping[str, Route], query_routes: Optional[Mapping[str, QueryRoute]] = None,
+                 path_routes: Optional[Mapping[str, PathRoute]] = None):
         self._routes = dict(routes)
+        self._query_routes = dict(query_routes or {})
+        self._path_routes = [(pattern, _compile(pattern), fn) for pattern, fn in (path_routes or {}).items()]
         self._server: Optional[asyncio.base_events.Server] = None
 
     async def start(self, host: str, port: int) -> int:
@@ -36,6 +48,11 @@ class HttpServer:
         except OSError as exc:
             raise RuntimeError(f"cannot bind HTTP address {host}:{port}: {exc.strerror or exc}") from None
         return self._server.sockets[0].getsockname()[1]
+
+    @property
+    def paths(self) -> list:
+        """All routed paths, sorted."""
+        return sorted({*self._routes, *self._query_routes, *(p for p, _, _ in self._path_routes)})
 
     async def stop(self) -> None:
         server, self._server = self._server, None
@@ -65,15 +82,32 @@ class HttpServer:
         parts = head.split(b"\r\n", 1)[0].decode("latin-1").split(" ")
         if len(parts) != 3 or not parts[2].startswith("HTTP/1.") or not parts[1].startswith("/"):
             return 400, "text/plain; charset=utf-8", b"bad request\n", ()
-        method, target = parts[0], parts[1].split("?", 1)[0]
+        method, (target, _, query) = parts[0], parts[1].partition("?")
         route = self._routes.get(target)
+        if target in self._query_routes:
+            route = functools.partial(self._query_routes[target], dict(urllib.parse.parse_qsl(query)))
+        if route is None:
+            route = self._match(target)
         if route is None:
             return 404, "text/plain; charset=utf-8", b"not found\n", ()
         if method != "GET":
             return 405, "text/plain; charset=utf-8", b"method not allowed\n", ("Allow: GET",)
         try:
-            status, ctype, body = route()
+            status, ctype, body, *extra = route()
         except Exception:  # noqa: BLE001 - one broken route must not take the server down
             log.exception("stepwatch collector: HTTP route %s failed", target)
             return 500, "text/plain; charset=utf-8", b"internal error\n", ()
-        return status, ctype, body, ()
+        return status, ctype, body, tuple(extra[0]) if extra else ()
+
+    def _match(self, target: str) -> Optional[Route]:
+        for _, regex, fn in self._path_routes:
+            m = regex.fullmatch(target)
+            if m:
+                return functools.partial(fn, {k: urllib.parse.unquote(v) for k, v in m.groupdict().items()})
+        return None
+
+
+def _compile(pattern: str) -> "re.Pattern[str]":
+    """``/a/{name}/b`` -> a regex whose group ``name`` matches one raw (still %-encoded) segment."""
+    parts = re.split(r"\{(\w+)\}", pattern)
+    return re.compile("".join(re.escape(p) if i % 2 == 0 else f"(?P<{p}>[^/]+)" for i, p in enumerate(parts)))

@@ -1,4 +1,4 @@
-"""gRPC ingest: the AgentService.Connect stream handler, health service, graceful stop.
+"""gRPC ingest: the AgentService.Connect stream handler, ControlService, health, graceful stop.
 
 The handler is registered by hand so that the request deserializer can turn a protobuf
 DecodeError into a value the handler sees: the stream then ends with INVALID_ARGUMENT
@@ -16,8 +16,9 @@ import grpc
 from google.protobuf.message import DecodeError
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
-from stepwatch.proto.stepwatch.v1 import agent_pb2
+from stepwatch.proto.stepwatch.v1 import agent_pb2, agent_pb2_grpc
 
+from ._control import CONTROL_SERVICE_NAME, CaptureService, StreamTable
 from ._record import Recorder
 from ._state import CollectorState
 
@@ -48,6 +49,7 @@ class IngestServer:
         self._max = max_message_bytes
         self._server: Optional[grpc.aio.Server] = None
         self._health = health.aio.HealthServicer()
+        self.streams = StreamTable()  # live Connect streams, for commands (ControlService)
 
     async def start(self, listen: str) -> int:
         """Bind ``listen`` (HOST:PORT, port 0 allowed) and start serving; return the bound port.
@@ -61,12 +63,14 @@ class IngestServer:
             response_serializer=agent_pb2.Command.SerializeToString)
         server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE_NAME, {_METHOD: handler}),))
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
+        agent_pb2_grpc.add_ControlServiceServicer_to_server(
+            CaptureService(self.streams, self._state, authorized=self._authorized, clock=self._clock), server)
         try:
             port = server.add_insecure_port(listen)
         except RuntimeError as exc:
             raise RuntimeError(f"cannot bind gRPC address {listen}: {exc}") from None
         await server.start()
-        for service in ("", SERVICE_NAME):
+        for service in ("", SERVICE_NAME, CONTROL_SERVICE_NAME):
             await self._health.set(service, health_pb2.HealthCheckResponse.SERVING)
         self._server = server
         return port
@@ -121,7 +125,8 @@ class IngestServer:
         return hello
 
     async def _connect(self, requests, context) -> AsyncIterator[agent_pb2.Command]:
-        """One agent stream: auth, Hello, then an Ack for every applied or duplicate Batch."""
+        """One agent stream: auth, Hello, then an Ack for every applied or duplicate Batch, and
+        the Commands queued on the stream (capture_trace) as they come."""
         if not self._authorized(context):
             await self._abort(context, "unauthenticated", grpc.StatusCode.UNAUTHENTICATED,
                               "stepwatch: wrong or missing auth token")
@@ -131,12 +136,17 @@ class IngestServer:
         key = self._state.connect(hello, self._clock())
         log.info("stepwatch collector: agent connected: job=%s rank=%d host=%s session=%s",
                  hello.job, hello.rank, hello.host, hello.session_id)
+        stream = self.streams.open(hello, requests)  # commands can go out while the agent is silent
         try:
-            async for msg in requests:
+            while (msg := await stream.next()) is not None:
+                if isinstance(msg, agent_pb2.Command):
+                    yield msg
+                    continue
                 ack = await self._handle(msg, key, hello, context)
                 if ack is not None:
                     yield ack
         finally:
+            self.streams.close(stream)
             self._state.disconnect(key, self._clock())
             log.info("stepwatch collector: agent disconnected: job=%s rank=%d", hello.job, hello.rank)
 
@@ -152,4 +162,6 @@ class IngestServer:
             return None  # a payload from a newer protocol version: ignore it
         if self._state.apply_batch(key, hello.session_id, msg.batch, self._clock()) and self._recorder is not None:
             self._recorder.write_batch(hello.job, hello.rank, hello.session_id, msg.batch)
+        if msg.batch.traces:
+            self.streams.traces_arrived(msg.batch.traces)
         return agent_pb2.Command(ack=agent_pb2.Ack(seq=msg.batch.seq))

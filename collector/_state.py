@@ -16,7 +16,9 @@ from typing import Any, Iterable, Optional
 
 from stepwatch.proto.stepwatch.v1 import agent_pb2
 
-__all__ = ["Histogram", "RankKey", "RankState", "CollectorState", "STEP_BUCKETS", "WAIT_BUCKETS"]
+from ._traces import TraceBook
+
+__all__ = ["Histogram", "RankKey", "RankState", "CollectorState", "STEP_BUCKETS", "WAIT_BUCKETS", "TREND_POINTS"]
 
 RankKey = tuple  # (job: str, rank: int)
 
@@ -26,6 +28,8 @@ MAX_EVENT_KINDS = 32
 KEPT_EVENTS = 50
 RATIO_WINDOW = 100
 MAX_SESSIONS = 16
+TREND_POINTS = 300  # (step, end_time_s, duration_s) kept per rank for the page's trend
+WINDOWS_KEPT = 5  # default number of WindowSummary kept per rank (arrival order)
 
 
 class Histogram:
@@ -84,6 +88,7 @@ class RankState:
     step_hist: Histogram = dataclasses.field(default_factory=lambda: Histogram(STEP_BUCKETS))
     wait_hist: Histogram = dataclasses.field(default_factory=lambda: Histogram(WAIT_BUCKETS))
     recent: collections.deque = dataclasses.field(default_factory=lambda: collections.deque(maxlen=RATIO_WINDOW))
+    trend: collections.deque = dataclasses.field(default_factory=lambda: collections.deque(maxlen=TREND_POINTS))
     last_step_time: Optional[float] = None
     allocator: Optional[agent_pb2.AllocatorSample] = None
     gpu_sample: Optional[agent_pb2.GpuSample] = None
@@ -91,6 +96,7 @@ class RankState:
     event_counts: dict = dataclasses.field(default_factory=dict)
     events: collections.deque = dataclasses.field(default_factory=lambda: collections.deque(maxlen=KEPT_EVENTS))
     stats: Optional[agent_pb2.AgentStats] = None
+    windows: collections.deque = dataclasses.field(default_factory=lambda: collections.deque(maxlen=WINDOWS_KEPT))
 
     @property
     def connected(self) -> bool:
@@ -128,10 +134,13 @@ def _latest(current: Any, samples: Iterable[Any]) -> Any:
 
 
 class CollectorState:
-    """All ranks plus collector counters. ``agent_grace_s``: seconds before a gone rank expires."""
+    """All ranks plus collector counters. ``agent_grace_s``: seconds before a gone rank expires;
+    ``windows_kept``: WindowSummary kept per rank. ``traces`` holds TraceRefs by request id."""
 
-    def __init__(self, agent_grace_s: float):
+    def __init__(self, agent_grace_s: float, windows_kept: int = WINDOWS_KEPT):
         self.agent_grace_s = agent_grace_s
+        self.windows_kept = windows_kept
+        self.traces = TraceBook()
         self._lock = threading.Lock()
         self._ranks: dict[RankKey, RankState] = {}
         self.streams_accepted = 0
@@ -155,7 +164,8 @@ class CollectorState:
         with self._lock:
             st = self._ranks.get(key)
             if st is None:
-                st = self._ranks[key] = RankState(job=hello.job, rank=hello.rank, hello=hello)
+                st = self._ranks[key] = RankState(job=hello.job, rank=hello.rank, hello=hello,
+                                                  windows=collections.deque(maxlen=self.windows_kept))
             st.hello = hello
             if hello.HasField("gpu"):
                 st.gpu = hello.gpu
@@ -211,6 +221,9 @@ class CollectorState:
             old = st.stats.records_dropped if st.stats is not None else 0
             self.records_dropped += max(0, batch.stats.records_dropped - old)
             st.stats = batch.stats
+        st.windows.extend(batch.windows)
+        if batch.traces:
+            self.traces.add(st.job, st.rank, st.hello.host, batch.traces)
 
     @staticmethod
     def _apply_step(st: RankState, sess: _Session, rec: agent_pb2.StepRecord) -> None:
@@ -219,6 +232,8 @@ class CollectorState:
         st.wait_hist.observe(rec.dataloader_wait_s)
         if math.isfinite(rec.duration_s) and rec.duration_s >= 0 and math.isfinite(rec.dataloader_wait_s):
             st.recent.append((max(0.0, rec.dataloader_wait_s), rec.duration_s))
+        if math.isfinite(rec.duration_s) and rec.duration_s >= 0 and math.isfinite(rec.end_time_s):
+            st.trend.append((rec.step, rec.end_time_s, rec.duration_s))  # arrival order
         if rec.HasField("samples"):
             st.samples_total += rec.samples
             st.samples_known = True
@@ -246,6 +261,11 @@ class CollectorState:
         with self._lock:
             return sum(1 for st in self._ranks.values() if st.connected)
 
+    def connections(self) -> list[tuple[str, int, bool, Optional[float]]]:
+        """``(job, rank, connected, disconnected_at)`` per known rank, cheap (no copies): detection."""
+        with self._lock:
+            return [(st.job, st.rank, st.connected, st.disconnected_at) for st in self._ranks.values()]
+
     def counters(self) -> dict[str, Any]:
         with self._lock:
             return {"streams_accepted": self.streams_accepted, "batches_received": self.batches_received, "batches_duplicate": self.batches_duplicate,
@@ -262,6 +282,8 @@ def _copy(st: RankState) -> RankState:
         h.counts, h.sum, h.count = list(src.counts), src.sum, src.count
         setattr(dup, name, h)
     dup.recent = collections.deque(st.recent, maxlen=RATIO_WINDOW)
+    dup.trend = collections.deque(st.trend, maxlen=TREND_POINTS)
     dup.event_counts = dict(st.event_counts)
     dup.events = collections.deque(st.events, maxlen=KEPT_EVENTS)
+    dup.windows = collections.deque(st.windows, maxlen=st.windows.maxlen)
     return dup

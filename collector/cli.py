@@ -11,6 +11,7 @@ import argparse
 import sys
 from typing import Optional, Sequence
 
+from .detect import describe_options
 from ._config import OPTIONS_BY_NAME, SettingsError, configure_logging, load_settings
 
 __all__ = ["main", "build_parser"]
@@ -19,14 +20,18 @@ __all__ = ["main", "build_parser"]
 _COLLECTOR_FLAGS = (
     ("--grpc-listen", "grpc_listen"), ("--http-listen", "http_listen"), ("--agent-grace-s", "agent_grace_s"),
     ("--auth-token", "auth_token"), ("--max-message-bytes", "max_message_bytes"), ("--record", "record"),
-    ("--log-level", "log_level"),
+    ("--log-level", "log_level"), ("--windows-kept", "windows_kept"), ("--window-top-k", "window_top_k"),
+    ("--detection", "detection"), ("--alertmanager-url", "alertmanager_url"),
+    ("--alertmanager-timeout-s", "alertmanager_timeout_s"), ("--alertmanager-retries", "alertmanager_retries"),
 )
 
 
 def _add_collector(sub) -> None:
     p = sub.add_parser("collector", help="run the collector (gRPC ingest, Prometheus /metrics)",
                        description="Run the stepwatch collector until SIGTERM/SIGINT. "
-                                   "Precedence: flag > environment > --config file > default.")
+                                   "Precedence: flag > environment > --config file > default.",
+                       epilog="detection keys (YAML under 'detection:', defaults shown; README 'Detection'):\n"
+                              + describe_options(), formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--config", metavar="FILE", help="YAML file mapping option names to values")
     for flag, name in _COLLECTOR_FLAGS:
         opt = OPTIONS_BY_NAME[name]
@@ -75,6 +80,15 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     _add_collector(sub)
     _add_demo(sub)
+    from ._replay import add_parser as _add_replay  # stepwatch replay: collector/_replay.py
+
+    _add_replay(sub)
+    from ._trace_cli import add_parser as _add_trace  # stepwatch trace: collector/_trace_cli.py
+
+    _add_trace(sub)
+    from ._stack import add_parser as _add_stack  # stepwatch stack: collector/_stack.py
+
+    _add_stack(sub)
     return parser
 
 

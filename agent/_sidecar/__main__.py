@@ -3,6 +3,10 @@
 Reads the config from the first stdin line, then runs the sidecar until stdin ends, a "bye"
 record arrives, the trainer exits, or SIGTERM. Exit status: 0 after a clean shutdown (even
 with batches left in the spool), 2 for an unusable config.
+
+stdout is the back channel to the trainer (:mod:`._backchannel`): its file descriptor is
+taken over first thing and fd 1 is pointed at stderr, so a stray print from any library
+lands in the log instead of corrupting the channel.
 """
 
 from __future__ import annotations
@@ -10,9 +14,12 @@ from __future__ import annotations
 import atexit
 import json
 import logging
+import os
 import signal
 import sys
+from typing import Optional
 
+from ._backchannel import BackChannel
 from ._config import ConfigError, SidecarConfig
 from ._log import LOG, setup_logging
 from ._reader import read_lines
@@ -30,7 +37,23 @@ def _read_config(lines) -> SidecarConfig:
     return SidecarConfig.from_json(obj)
 
 
+def _take_stdout() -> Optional[int]:
+    """A private duplicate of fd 1 for the back channel (None when there is no stdout);
+    fd 1 itself then refers to stderr."""
+    try:
+        sys.stdout.flush()
+        channel_fd = os.dup(1)
+    except (OSError, ValueError, AttributeError):
+        return None
+    try:
+        os.dup2(2, 1)
+    except OSError:
+        pass
+    return channel_fd
+
+
 def main() -> int:
+    channel = BackChannel(_take_stdout())
     stdin = read_lines(sys.stdin.fileno())
     setup_logging(rank=-1, level=logging.WARNING)
     try:
@@ -40,7 +63,7 @@ def main() -> int:
         return 2
     setup_logging(rank=config.hello.rank, level=config.log_level_number)
     try:
-        sidecar = Sidecar(config, stdin)
+        sidecar = Sidecar(config, stdin, channel=channel)
     except OSError as exc:
         LOG.error("cannot start: %s", exc)
         return 2

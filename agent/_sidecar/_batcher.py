@@ -20,6 +20,8 @@ KINDS = {
     "gpu_sample": "gpu_samples",
     "host": "host",
     "event": "events",
+    "window": "windows",
+    "trace": "traces",
 }
 
 
@@ -40,8 +42,9 @@ class Batcher:
         self._stats_every_s = stats_every_s
         self._clock = clock
         self._gpu: Optional[agent_pb2.GpuIdentity] = None
-        self._trainer_stats = (0, 0)
+        self._trainer_stats = agent_pb2.AgentStats()
         self._own_dropped = 0
+        self._own_skips: dict = {}
         self._last_sealed: Optional[float] = None
 
     def add(self, kind: str, msg: Message) -> None:
@@ -62,10 +65,22 @@ class Batcher:
         with self._lock:
             self._gpu = ident
 
-    def set_trainer_stats(self, records_dropped: int, hook_errors: int) -> None:
-        """Latest cumulative counts reported by the trainer."""
+    def set_trainer_stats(self, records_dropped: int, hook_errors: int,
+                          stats: Optional[agent_pb2.AgentStats] = None) -> None:
+        """Latest cumulative counts reported by the trainer; ``stats`` adds its window counts
+        (windows, window_skips, overhead_ratio)."""
+        msg = agent_pb2.AgentStats()
+        if stats is not None:
+            msg.CopyFrom(stats)
+        msg.records_dropped, msg.hook_errors = records_dropped, hook_errors
         with self._lock:
-            self._trainer_stats = (records_dropped, hook_errors)
+            self._trainer_stats = msg
+
+    def count_window_skip(self, reason: str) -> None:
+        """Count a window the sidecar skipped (e.g. "analysis_backlog"); reported in
+        AgentStats.window_skips, added to the trainer's counts for the same reason."""
+        with self._lock:
+            self._own_skips[reason] = self._own_skips.get(reason, 0) + 1
 
     def count_dropped(self, n: int = 1) -> None:
         """Count records the sidecar lost (malformed lines, full buffers)."""
@@ -96,8 +111,10 @@ class Batcher:
             if self._gpu is not None:
                 batch.gpu.CopyFrom(self._gpu)
                 self._gpu = None
-            batch.stats.records_dropped = self._trainer_stats[0] + self._own_dropped
-            batch.stats.hook_errors = self._trainer_stats[1]
+            batch.stats.CopyFrom(self._trainer_stats)
+            batch.stats.records_dropped += self._own_dropped
+            for reason, count in self._own_skips.items():
+                batch.stats.window_skips[reason] += count
             self._next_seq += 1
             self._last_sealed = now
         batch.stats.spool_batches_dropped = spool_dropped

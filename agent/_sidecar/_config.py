@@ -5,15 +5,21 @@ Contract (all keys optional except ``collector`` and ``hello.job``)::
     {"t": "config", "collector": "host:port", "token": "", "flush_interval_s": 1.0,
      "nvml_interval_s": 1.0, "host_interval_s": 1.0, "spool_dir": "/tmp/stepwatch-spool",
      "spool_max_bytes": 268435456, "reconnect_max_s": 30.0, "shutdown_timeout_s": 5.0,
-     "trainer_pid": 123, "log_level": "WARNING", "hello": {...Hello fields by name...}}
+     "trainer_pid": 123, "log_level": "WARNING", "trace_dir": "/tmp/stepwatch-traces",
+     "trace_max_bytes": 2147483648, "trace_max_files": 50, "window_top_k": 10,
+     "hello": {...Hello fields by name...}}
 
-Intervals are seconds and must be > 0. A bad value raises :class:`ConfigError` naming the key.
+Intervals are seconds and must be > 0, as must the byte, file and top-K limits. A bad value
+raises :class:`ConfigError` naming the key. Keys added later (trace_*, window_top_k) may be
+absent: older trainers get the defaults.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
+import os
+import tempfile
 from typing import Any, Mapping
 
 from stepwatch.proto.stepwatch.v1 import agent_pb2
@@ -39,6 +45,10 @@ class SidecarConfig:
     shutdown_timeout_s: float = 5.0
     trainer_pid: int = 0
     log_level: str = "WARNING"
+    trace_dir: str = os.path.join(tempfile.gettempdir(), "stepwatch-traces")
+    trace_max_bytes: int = 2 * 1024 ** 3
+    trace_max_files: int = 50
+    window_top_k: int = 10
 
     @classmethod
     def from_json(cls, obj: Any) -> "SidecarConfig":
@@ -63,6 +73,9 @@ class SidecarConfig:
         return level if isinstance(level, int) else logging.WARNING
 
 
+_POSITIVE = ("spool_max_bytes", "trace_max_bytes", "trace_max_files", "window_top_k")
+
+
 def _convert(name: str, raw: Any, kind: type) -> Any:
     if kind is type(dataclasses.MISSING):
         kind = str
@@ -73,7 +86,7 @@ def _convert(name: str, raw: Any, kind: type) -> Any:
             f"config key {name!r}: invalid value {raw!r}: expected {kind.__name__}") from None
     if name.endswith("_s") and not value > 0:
         raise ConfigError(f"config key {name!r}: invalid value {raw!r}: must be > 0")
-    if name == "spool_max_bytes" and value <= 0:
+    if name in _POSITIVE and value <= 0:
         raise ConfigError(f"config key {name!r}: invalid value {raw!r}: must be > 0")
     return value
 

@@ -7,7 +7,11 @@ One JSON object per line, dispatched on ``"t"``::
      "dataloader_wait_s":..,"samples":optional,"tokens":optional}
     {"t":"alloc", ...AllocatorSample fields by name}
     {"t":"event","time_s":..,"kind":"...","message":"..."}
-    {"t":"stats","records_dropped":N,"hook_errors":N}      (cumulative, trainer side)
+    {"t":"stats","records_dropped":N,"hook_errors":N,"windows":N,
+     "window_skips":{"reason":N},"overhead_ratio":x}       (cumulative, trainer side)
+    {"t":"window","window_id":N,"path":"/tmp/.../window-N.json","first_step":a,"last_step":b,
+     "start_time_s":..,"activities":"cpu,cuda","overhead_s":..,"export_s":..,"discard":false}
+    {"t":"trace","request_id":"..","path":"/tmp/...json","first_step":a,"last_step":b,"error":""}
     {"t":"bye"}
 
 Fields are set by proto name; unknown keys are ignored (forward compatibility), ``null`` means
@@ -25,7 +29,7 @@ from stepwatch.proto.stepwatch.v1 import agent_pb2
 
 from ._config import gpu_identity
 
-__all__ = ["Record", "RecordError", "parse_line"]
+__all__ = ["Record", "RecordError", "TraceJob", "WindowJob", "parse_line"]
 
 _CLOCKS = {
     "host": agent_pb2.STEP_CLOCK_HOST,
@@ -42,12 +46,33 @@ class RecordError(ValueError):
 
 
 class Record(NamedTuple):
-    """A decoded line: ``t`` is the record type, ``msg`` the message (None for "bye"), and
-    ``stats`` the (records_dropped, hook_errors) pair for "stats" lines."""
+    """A decoded line: ``t`` is the record type, ``msg`` the message (None for "bye"; an
+    AgentStats with the trainer's counts for "stats"), ``stats`` the (records_dropped,
+    hook_errors) pair for "stats" lines, ``job`` a :class:`WindowJob` or :class:`TraceJob`."""
 
     t: str
     msg: Optional[Message] = None
     stats: Optional[tuple] = None
+    job: Optional[tuple] = None
+
+
+class WindowJob(NamedTuple):
+    """A profiler window the trainer exported to ``path``. ``summary`` carries the fields
+    taken from the record (window_id, steps, start time, activities, overhead, export)."""
+
+    path: str
+    discard: bool
+    summary: agent_pb2.WindowSummary
+
+
+class TraceJob(NamedTuple):
+    """A trace captured on command and exported to ``path`` (empty when ``error`` is set)."""
+
+    request_id: str
+    path: str
+    first_step: int
+    last_step: int
+    error: str
 
 
 def parse_line(line: bytes) -> Record:
@@ -88,9 +113,45 @@ def _step(obj: Mapping[str, Any]) -> Record:
 
 def _stats(obj: Mapping[str, Any]) -> Record:
     dropped, errors = int(obj.get("records_dropped") or 0), int(obj.get("hook_errors") or 0)
-    if dropped < 0 or errors < 0:
+    windows = int(obj.get("windows") or 0)
+    skips = {str(k): int(v) for k, v in (obj.get("window_skips") or {}).items()}
+    if min(dropped, errors, windows, *skips.values(), 0) < 0:
         raise ValueError("negative counts")
-    return Record("stats", stats=(dropped, errors))
+    msg = agent_pb2.AgentStats(records_dropped=dropped, hook_errors=errors, windows=windows,
+                               overhead_ratio=float(obj.get("overhead_ratio") or 0.0))
+    msg.window_skips.update(skips)
+    return Record("stats", msg=msg, stats=(dropped, errors))
+
+
+_WINDOW_FIELDS = ("window_id", "first_step", "last_step", "start_time_s", "activities",
+                  "overhead_s", "export_s")
+
+
+def _window(obj: Mapping[str, Any]) -> Record:
+    path = _path(obj, required=True)
+    summary = agent_pb2.WindowSummary()
+    for name in _WINDOW_FIELDS:
+        if obj.get(name) is not None:
+            setattr(summary, name, obj[name])
+    return Record("window", job=WindowJob(path, bool(obj.get("discard")), summary))
+
+
+def _trace(obj: Mapping[str, Any]) -> Record:
+    request_id, error = obj.get("request_id"), obj.get("error") or ""
+    if not isinstance(request_id, str) or not request_id or not isinstance(error, str):
+        raise ValueError("request_id must be a non-empty string and error a string")
+    steps = [int(obj.get(key) or 0) for key in ("first_step", "last_step")]
+    if min(steps) < 0:
+        raise ValueError("negative step")
+    return Record("trace", job=TraceJob(request_id, _path(obj, required=not error),
+                                        steps[0], steps[1], error))
+
+
+def _path(obj: Mapping[str, Any], required: bool) -> str:
+    path = obj.get("path") or ""
+    if not isinstance(path, str) or (required and not path):
+        raise ValueError("path must be a non-empty string")
+    return path
 
 
 _DECODERS = {
@@ -99,5 +160,7 @@ _DECODERS = {
     "event": lambda obj: Record("event", fill(agent_pb2.Event(), obj)),
     "gpu": lambda obj: Record("gpu", gpu_identity(obj)),
     "stats": _stats,
+    "window": _window,
+    "trace": _trace,
     "bye": lambda obj: Record("bye"),
 }

@@ -39,16 +39,20 @@ class Sender:
     """Streams spooled batches to ``target`` and acks them in the spool.
 
     ``hello`` is called on the sender thread before each stream and returns the Hello to open
-    the stream with. :meth:`notify` (any thread) wakes the stream when a batch was spooled.
-    :meth:`close` asks it to deliver what is pending within a deadline and stop.
+    the stream with. ``on_command`` is called on the sender thread with every Command other
+    than an Ack (e.g. capture_trace); it must not block. :meth:`notify` (any thread) wakes
+    the stream when a batch was spooled. :meth:`close` asks it to deliver what is pending
+    within a deadline and stop.
     """
 
     def __init__(self, target: str, spool: Spool, hello: Callable[[], agent_pb2.Hello],
                  token: str = "", reconnect_max_s: float = 30.0,
-                 rng: Optional[random.Random] = None) -> None:
+                 rng: Optional[random.Random] = None,
+                 on_command: Optional[Callable[[agent_pb2.Command], None]] = None) -> None:
         self._target = target
         self._spool = spool
         self._hello = hello
+        self._on_command = on_command
         self._metadata = [("authorization", "Bearer " + token)] if token else None
         self._cap = reconnect_max_s
         self._rng = rng or random.Random()
@@ -146,6 +150,8 @@ class Sender:
                         self._spool.ack(command.ack.seq)
                         self.delivered += 1
                         self.notify()
+                    elif self._on_command is not None:
+                        self._on_command(command)
             finally:
                 ended.set()
                 self._call = None

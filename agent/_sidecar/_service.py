@@ -1,7 +1,8 @@
 """The sidecar service: wires reader, samplers, batcher, spool and sender together.
 
 Threads: the caller's thread runs :meth:`Sidecar.run` (the flush loop); the reader, the NVML
-sampler, the host sampler and the sender each have their own daemon thread.
+sampler, the host sampler, the sender, the window analysis, the trace archiver and the back
+channel writer each have their own daemon thread.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Iterable, Optional
 
 from stepwatch.proto.stepwatch.v1 import agent_pb2
 
+from ._backchannel import BackChannel
 from ._batcher import Batcher
 from ._config import SidecarConfig
 from ._host import HostSampler, trainer_alive
@@ -23,6 +25,8 @@ from ._reader import Reader
 from ._records import Record
 from ._sender import Sender
 from ._spool import Spool, spool_path
+from ._traces import TraceArchive
+from ._window_jobs import TraceJobs, WindowJobs
 
 __all__ = ["Sidecar"]
 
@@ -33,10 +37,14 @@ _HELLO_WAIT_S = 2.0
 class Sidecar:
     """One rank's sidecar. :meth:`run` returns after EOF, "bye", or :meth:`request_stop`
     (SIGTERM), once the last batch was sealed and the sender was given ``shutdown_timeout_s``
-    to deliver it. :meth:`shutdown` is idempotent and safe to call from atexit."""
+    to deliver it. :meth:`shutdown` is idempotent and safe to call from atexit.
+
+    ``channel`` is the back channel to the trainer (the sidecar's stdout, see
+    :mod:`._backchannel`); None discards its messages."""
 
     def __init__(self, config: SidecarConfig, stdin: Iterable[bytes],
-                 nvml: Optional[NvmlSampler] = None) -> None:
+                 nvml: Optional[NvmlSampler] = None,
+                 channel: Optional[BackChannel] = None) -> None:
         self.config = config
         hello = config.hello
         self.spool = Spool(spool_path(config.spool_dir, hello.job, hello.rank, hello.session_id),
@@ -44,8 +52,14 @@ class Sidecar:
         self.batcher = Batcher(first_seq=self.spool.max_seq + 1)
         self.nvml = nvml or NvmlSampler(self.batcher, config.nvml_interval_s)
         self.host = HostSampler(self.batcher, config.trainer_pid, config.host_interval_s)
+        self.channel = channel or BackChannel(None)
+        self.windows = WindowJobs(self.batcher, self.channel, config.window_top_k)
+        self.traces = TraceJobs(self.batcher, TraceArchive(
+            config.trace_dir, hello.job, hello.rank, config.trace_max_bytes,
+            config.trace_max_files))
         self.sender = Sender(config.collector, self.spool, self._hello, token=config.token,
-                             reconnect_max_s=config.reconnect_max_s)
+                             reconnect_max_s=config.reconnect_max_s,
+                             on_command=self._on_command)
         self.reader = Reader(stdin, self._on_record, self.batcher.count_dropped, self._on_eof)
         self._gpu: Optional[agent_pb2.GpuIdentity] = hello.gpu if hello.HasField("gpu") else None
         self._stop = threading.Event()
@@ -60,6 +74,9 @@ class Sidecar:
             self.nvml.set_gpu(self._gpu.uuid)
         self.nvml.start()
         self.host.start()
+        self.channel.start()
+        self.windows.start()
+        self.traces.start()
         self.reader.start()
         self.sender.start()
 
@@ -82,11 +99,24 @@ class Sidecar:
         elif record.t == "event":
             self.batcher.add("event", record.msg)
         elif record.t == "stats":
-            self.batcher.set_trainer_stats(*record.stats)
+            self.batcher.set_trainer_stats(*record.stats, stats=record.msg)
+        elif record.t == "window":
+            self.windows.submit(record.job)
+        elif record.t == "trace":
+            self.traces.submit(record.job)
         elif record.t == "gpu":
             self._gpu = record.msg
             self.batcher.set_gpu(record.msg)
             self.nvml.set_gpu(record.msg.uuid)
+
+    def _on_command(self, command: agent_pb2.Command) -> None:
+        """Sender thread: forward a capture request to the trainer."""
+        if command.HasField("capture_trace"):
+            capture = command.capture_trace
+            LOG.info("collector asks for a trace of %d steps (%s)", capture.steps,
+                     capture.request_id)
+            self.channel.send({"t": "capture", "request_id": capture.request_id,
+                               "steps": capture.steps})
 
     def _on_eof(self, reason: str) -> None:
         self.request_stop(reason)
@@ -127,8 +157,9 @@ class Sidecar:
         self.shutdown()
 
     def shutdown(self) -> None:
-        """Stop samplers, seal the last batch, give the sender ``shutdown_timeout_s`` to get
-        it acknowledged, close the stream and the spool. Idempotent."""
+        """Stop samplers, let queued windows and traces finish (within ``shutdown_timeout_s``),
+        seal the last batch, give the sender ``shutdown_timeout_s`` to get it acknowledged,
+        close the stream, the spool and the back channel. Idempotent."""
         with self._shutdown_lock:
             if self._shut_down:
                 return
@@ -137,14 +168,18 @@ class Sidecar:
         self.request_stop("shutdown")
         self.host.stop()
         self.nvml.stop()
+        deadline = time.monotonic() + self.config.shutdown_timeout_s
+        self.traces.close(self.config.shutdown_timeout_s)
+        self.windows.close(max(0.0, deadline - time.monotonic()))
         self.flush(force=True)
         delivered = self.sender.close(self.config.shutdown_timeout_s)
         if not delivered:
             LOG.info("collector did not acknowledge everything within %.1f s",
                      self.config.shutdown_timeout_s)
         self.spool.close()
+        self.channel.close()
 
 
 def _record_count(batch: agent_pb2.Batch) -> int:
     return (len(batch.steps) + len(batch.allocator) + len(batch.gpu_samples) + len(batch.host)
-            + len(batch.events))
+            + len(batch.events) + len(batch.windows) + len(batch.traces))

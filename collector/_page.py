@@ -1,0 +1,251 @@
+"""The collector's web page at ``/``: one HTML document with inline CSS and JavaScript.
+
+The page polls the JSON API every 5 s. It first reads ``/api`` (the list of routed paths) and
+fetches only endpoints listed there, because Chromium logs every failed load, even a handled
+``fetch`` 404, as a console error. Sections and their sources:
+
+* jobs and ranks: ``/api/jobs``; step-time trend: ``/api/steps?job=NAME`` (one line per rank);
+* alerts: ``/api/alerts`` when routed, else an ``alerts`` list inside each job of ``/api/jobs``;
+* window summary: ``/api/jobs/{job}/windows``, the newest window of any rank of each job (step
+  breakdown bar and top kernels);
+* traces: ``/api/traces`` (strings starting ``/api/`` become links).
+
+Alerts and traces may be a list or an object holding one list; they are drawn as generic
+tables, so their exact fields are up to the endpoints. Text from agents is only ever
+inserted as DOM text (``append``/``textContent``), never as markup; the Content-Security-Policy
+allows only this page's own script and style (by hash) as a second line of defence.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+
+__all__ = ["page"]
+
+_CSS = """
+body{font:14px/1.4 system-ui,sans-serif;margin:0;color:#1d232b;background:#f4f5f7}
+header{display:flex;gap:1em;align-items:baseline;padding:.6em 1.2em;background:#1d232b;color:#fff}
+header h1{font-size:1.2em;margin:0}header a{color:#9cc3ff}#status{margin-left:auto;color:#c9ced6}
+main{padding:0 1.2em 2em;max-width:1200px}h2{font-size:1.1em;margin:1.2em 0 .4em}
+.card{background:#fff;border:1px solid #dde1e6;border-radius:6px;padding:.6em 1em;margin:.6em 0}
+.card h3{margin:.2em 0;font-size:1.05em;word-break:break-all}.muted{color:#6b7480}
+table{border-collapse:collapse;margin:.4em 0;font-size:13px}
+th,td{text-align:left;padding:.2em .7em;border-bottom:1px solid #eceef1;vertical-align:top}
+th{color:#6b7480;font-weight:600}td.num{text-align:right;font-variant-numeric:tabular-nums}
+.ok{color:#1a7f37}.gone{color:#b42318}svg.trend{width:100%;max-width:760px;height:auto;display:block}
+svg text{font-size:11px;fill:#6b7480}svg .grid{stroke:#eceef1}svg polyline{fill:none;stroke-width:1.5}
+.legend span{margin-right:1em;font-size:12px}.legend b{font-size:16px}
+svg.bar{width:100%;max-width:760px;height:18px;display:block;margin:.4em 0}
+.win td:first-child{max-width:560px;overflow-wrap:anywhere}
+"""
+
+_JS = r"""
+"use strict";
+const REFRESH_MS = 5000, MAX_SERIES = 32;
+const $ = (id) => document.getElementById(id);
+function h(tag, attrs, ...kids) {
+  const el = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) el.setAttribute(k, v);
+  el.append(...kids.flat().filter((k) => k != null).map((k) => (k instanceof Node ? k : String(k))));
+  return el;
+}
+function svg(tag, attrs, text) {
+  const el = document.createElementNS("http://www.w3.org/2000/svg", tag);
+  for (const [k, v] of Object.entries(attrs)) el.setAttribute(k, v);
+  if (text != null) el.textContent = text;
+  return el;
+}
+async function getJSON(path) {
+  const resp = await fetch(path, {cache: "no-store"});
+  if (!resp.ok) throw new Error(`${path}: HTTP ${resp.status}`);
+  return resp.json();
+}
+const ms = (s) => (s == null ? "—" : s >= 1 ? s.toFixed(2) + " s" : (s * 1000).toFixed(s < 0.01 ? 2 : 1) + " ms");
+const pct = (r) => (r == null ? "—" : (100 * r).toFixed(0) + " %");
+const gib = (b) => (b == null ? "—" : (b / 2 ** 30).toFixed(2) + " GiB");
+const color = (i) => `hsl(${(i * 137.5) % 360},65%,40%)`;
+function ago(t) {
+  if (t == null) return "—";
+  const d = Math.max(0, Date.now() / 1000 - t);
+  return d < 90 ? `${d.toFixed(0)} s ago` : d < 5400 ? `${(d / 60).toFixed(0)} min ago` : `${(d / 3600).toFixed(1)} h ago`;
+}
+function median(xs) {
+  const s = [...xs].sort((a, b) => a - b);
+  return s.length ? s[s.length >> 1] : null;
+}
+
+function trend(series) {
+  const W = 720, H = 170, L = 64, R = 8, T = 8, B = 22;
+  const box = svg("svg", {viewBox: `0 0 ${W} ${H}`, class: "trend", role: "img"});
+  const pts = series.flatMap((s) => s.points);
+  if (!pts.length) {
+    box.append(svg("text", {x: W / 2, y: H / 2, "text-anchor": "middle"}, "no steps yet"));
+    return box;
+  }
+  const t0 = Math.min(...pts.map((p) => p[1])), t1 = Math.max(...pts.map((p) => p[1]));
+  const durs = pts.map((p) => p[2]), top = Math.max(...durs), typical = 4 * median(durs);
+  const ymax = 1.1 * Math.min(top, typical) || 1;  // warm-up steps would flatten the rest
+  const x = (t) => (L + (t1 > t0 ? (t - t0) / (t1 - t0) : 1) * (W - L - R)).toFixed(1);
+  const y = (d) => (T + (1 - Math.min(d, ymax) / ymax) * (H - T - B)).toFixed(1);
+  for (const v of [0, ymax / 2, ymax]) {
+    box.append(svg("line", {x1: L, x2: W - R, y1: y(v), y2: y(v), class: "grid"}),
+               svg("text", {x: L - 6, y: +y(v) + 4, "text-anchor": "end"}, ms(v)));
+  }
+  const span = t1 - t0, clipped = top > ymax ? `, slower steps (up to ${ms(top)}) clipped` : "";
+  box.append(svg("text", {x: L, y: H - 4}, `${span.toFixed(span < 10 ? 1 : 0)} s earlier`),
+             svg("text", {x: W - R, y: H - 4, "text-anchor": "end"}, `latest step${clipped}`));
+  for (const s of series) {
+    const line = svg("polyline", {stroke: color(s.rank), "data-rank": s.rank,
+      points: [...s.points].sort((a, b) => a[1] - b[1]).map((p) => `${x(p[1])},${y(p[2])}`).join(" ")});
+    line.append(svg("title", {}, `rank ${s.rank}`));
+    box.append(line);
+  }
+  return box;
+}
+
+function rankRow(r, points) {
+  const gpu = r.gpu_sample || {}, alloc = r.allocator;
+  const mem = alloc ? alloc.allocated_bytes : gpu.memory_used_bytes;
+  const num = (v) => h("td", {class: "num"}, v);
+  return h("tr", {},
+    num(r.rank), h("td", {}, r.host), num(r.pid), h("td", {}, r.gpu ? r.gpu.name : "—"),
+    h("td", {class: r.connected ? "ok" : "gone"}, r.connected ? "connected" : `gone ${ago(r.disconnected_at)}`),
+    num(r.steps_total), num(ms(median(points.slice(-50).map((p) => p[2])))), num(ago(r.last_step_time)),
+    num(pct(r.dataloader_wait_ratio)), num(pct(gpu.utilization_ratio)), num(gib(mem)));
+}
+
+function jobCard(job, steps) {
+  const byRank = new Map((steps ? steps.ranks : []).map((s) => [s.rank, s.points]));
+  const series = job.ranks.slice(0, MAX_SERIES).map((r) => ({rank: r.rank, points: byRank.get(r.rank) || []}));
+  const up = job.ranks.filter((r) => r.connected).length;
+  const cols = ["rank", "host", "pid", "GPU", "status", "steps", "median step", "last step",
+                "data wait", "GPU util", "memory"];
+  return h("div", {class: "card job", "data-job": job.job},
+    h("h3", {}, job.job),
+    h("div", {class: "muted"}, `${job.ranks.length} ranks, ${up} connected`),
+    trend(series),
+    h("div", {class: "legend"}, series.map((s) => {
+      const dot = h("b", {}, "— ");
+      dot.style.color = color(s.rank);
+      return h("span", {}, dot, `rank ${s.rank}`);
+    }), job.ranks.length > MAX_SERIES ? `(first ${MAX_SERIES} ranks drawn)` : null),
+    h("table", {class: "ranks"}, h("thead", {}, h("tr", {}, cols.map((c) => h("th", {}, c)))),
+      h("tbody", {}, job.ranks.map((r) => rankRow(r, byRank.get(r.rank) || [])))));
+}
+
+const PHASES = ["forward", "backward", "optimizer", "communication", "other"];
+const PHASE_COLORS = ["#3b82f6", "#8b5cf6", "#f59e0b", "#ef4444", "#9ca3af"];
+function latestWindow(doc) {
+  let best = null;
+  for (const r of doc.ranks) {
+    for (const w of r.windows) if (!best || w.start_time_s > best.w.start_time_s) best = {rank: r.rank, host: r.host, w};
+  }
+  return best;
+}
+function windowCard(job, latest) {
+  if (!latest) return h("div", {class: "win"}, h("h3", {}, job), h("p", {class: "muted"}, "no profiler window yet"));
+  const w = latest.w, b = w.breakdown || {};
+  const total = b.step_time_s || PHASES.reduce((sum, p) => sum + (b[p + "_s"] || 0), 0);
+  const bar = svg("svg", {viewBox: "0 0 600 18", preserveAspectRatio: "none", class: "bar"});
+  let x = 0;
+  const legend = PHASES.map((p, i) => {
+    const v = b[p + "_s"] || 0, width = total > 0 ? (600 * v) / total : 0;
+    const rect = svg("rect", {x: x.toFixed(1), y: 0, width: width.toFixed(1), height: 18, fill: PHASE_COLORS[i]});
+    rect.append(svg("title", {}, `${p} ${ms(v)}`));
+    bar.append(rect);
+    x += width;
+    const dot = h("b", {}, "■ ");
+    dot.style.color = PHASE_COLORS[i];
+    return h("span", {}, dot, `${p} ${ms(v)}${total > 0 ? ` (${pct(v / total)})` : ""}`);
+  });
+  const kernels = (w.top_kernels || []).slice(0, 10).map((k) => ({"top kernel": k.name, time: ms(k.seconds), calls: k.count}));
+  return h("div", {class: "win", "data-job": job}, h("h3", {}, job),
+    h("div", {class: "muted"}, `rank ${latest.rank} (${latest.host}), window ${w.window_id}, steps ${w.first_step}–${w.last_step}, ${ago(w.start_time_s)}`),
+    h("div", {}, `device step ${ms(total)}, GPU busy ${pct(w.gpu_busy_ratio)}, comm overlap ${pct(w.overlap_ratio)}, ${w.kernel_count} kernels`),
+    bar, h("div", {class: "legend"}, legend), kernels.length ? table(kernels, 0) : null);
+}
+
+function cell(v, depth, key) {
+  if (v == null) return "—";
+  if (typeof v === "number" && v > 1e9 && /time|since|_at$/.test(key)) return ago(v);  // Unix seconds
+  if (typeof v === "number") return Number.isInteger(v) ? String(v) : v.toPrecision(4);
+  if (typeof v === "string") return /^\/api\/[^\s]*$/.test(v) ? h("a", {href: "." + v}, v) : v;
+  if (depth > 2) return JSON.stringify(v);
+  if (Array.isArray(v) && v.every((o) => o && typeof o === "object" && !Array.isArray(o))) return table(v, depth);
+  if (Array.isArray(v)) return v.map((o) => (typeof o === "object" ? JSON.stringify(o) : String(o))).join(", ");
+  return table(Object.entries(v).map(([name, value]) => ({name, value})), depth);
+}
+function table(rows, depth) {
+  const cols = [...new Set(rows.flatMap(Object.keys))].slice(0, 12);
+  return h("table", {}, h("thead", {}, h("tr", {}, cols.map((c) => h("th", {}, c)))),
+    h("tbody", {}, rows.slice(0, 100).map((r) => h("tr", {}, cols.map((c) => h("td", {}, cell(r[c], depth + 1, c)))))));
+}
+function optional(id, doc, what) {
+  let list = doc;
+  if (doc && !Array.isArray(doc) && typeof doc === "object") {
+    const lists = Object.values(doc).filter(Array.isArray);
+    list = lists.length === 1 ? lists[0] : [doc];
+  }
+  $(id).replaceChildren(doc === undefined ? h("p", {class: "muted"}, `not available: this collector has no ${what} API yet`)
+    : list && list.length ? table(list, 0) : h("p", {class: "muted"}, `none yet`));
+}
+
+async function refresh() {
+  try {
+    const routes = new Set((await getJSON("api")).routes);
+    const has = (p) => routes.has(p);
+    const jobs = (await getJSON("api/jobs")).jobs;
+    const steps = has("/api/steps") ? await Promise.all(
+      jobs.map((j) => getJSON("api/steps?job=" + encodeURIComponent(j.job)))) : [];
+    $("jobs").replaceChildren(...(jobs.length ? jobs.map((j, i) => jobCard(j, steps[i]))
+      : [h("p", {class: "muted"}, "No jobs yet: start training with STEPWATCH_COLLECTOR pointing here.")]));
+    const embedded = jobs.some((j) => "alerts" in j)
+      ? jobs.flatMap((j) => (j.alerts || []).map((a) => ({job: j.job, ...a}))) : undefined;
+    optional("alerts", has("/api/alerts") ? await getJSON("api/alerts") : embedded, "alerts");
+    if (has("/api/jobs/{job}/windows") && jobs.length) {
+      const docs = await Promise.all(jobs.map((j) => getJSON(`api/jobs/${encodeURIComponent(j.job)}/windows`)));
+      $("windows").replaceChildren(...docs.map((d, i) => windowCard(jobs[i].job, latestWindow(d))));
+    } else {
+      optional("windows", has("/api/jobs/{job}/windows") ? [] : undefined, "window summary");
+    }
+    optional("traces", has("/api/traces") ? await getJSON("api/traces") : undefined, "trace");
+    $("status").textContent = `updated ${new Date().toLocaleTimeString()}`;
+  } catch (err) {
+    $("status").textContent = `update failed (${err.message}); retrying`;
+  }
+  setTimeout(refresh, REFRESH_MS);
+}
+refresh();
+"""
+
+_HTML = f"""<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width">
+<title>stepwatch collector</title><link rel="icon" href="data:,"><style>{_CSS}</style></head>
+<body><header><h1>stepwatch</h1><a href="metrics">metrics</a><a href="api/jobs">api/jobs</a>
+<span id="status">loading…</span></header>
+<main><h2>Jobs</h2><div id="jobs"><p class="muted">loading…</p></div>
+<h2>Active alerts</h2><div id="alerts" class="card"></div>
+<h2>Latest window summary</h2><div id="windows" class="card"></div>
+<h2>Captured traces</h2><div id="traces" class="card"></div></main>
+<script>{_JS}</script></body></html>
+"""
+
+
+def _sha256(text: str) -> str:
+    return "'sha256-" + base64.b64encode(hashlib.sha256(text.encode()).digest()).decode() + "'"
+
+
+_BODY = _HTML.encode()
+_HEADERS = (
+    "Cache-Control: no-store",
+    "X-Content-Type-Options: nosniff",
+    "Referrer-Policy: no-referrer",
+    f"Content-Security-Policy: default-src 'none'; script-src {_sha256(_JS)}; style-src {_sha256(_CSS)}; "
+    "connect-src 'self'; img-src data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'",
+)
+
+
+def page():
+    """The ``/`` route: ``(200, content type, body, extra headers)``."""
+    return 200, "text/html; charset=utf-8", _BODY, _HEADERS

@@ -1,0 +1,132 @@
+"""Prometheus export of profiler-window results and the agent's window accounting.
+
+``WindowMetrics(state, registry, top_k=5)`` registers itself on the registry it is given.
+Window gauges describe the latest WindowSummary of each rank (arrival order); cumulative
+window counts and the overhead ratio come from the latest AgentStats. Cardinality stays
+bounded: kernel and op names appear only as the top ``top_k`` by position, truncated to 120
+characters, and skip reasons are capped at ``MAX_SKIP_REASONS`` per rank. ``collect`` runs
+on the scraping thread and reads a state snapshot.
+"""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector, CollectorRegistry
+
+from ._metrics import RANK_LABELS, rank_labels
+from ._state import CollectorState, RankState
+
+__all__ = ["WindowMetrics", "MAX_NAME_CHARS", "MAX_SKIP_REASONS", "PHASES"]
+
+MAX_NAME_CHARS = 120
+MAX_SKIP_REASONS = 16
+MAX_REASON_CHARS = 64
+# (phase label, StepBreakdown field)
+PHASES = (("step", "step_time_s"), ("forward", "forward_s"), ("backward", "backward_s"),
+          ("optimizer", "optimizer_s"), ("communication", "communication_s"), ("other", "other_s"))
+# (metric name, HELP, WindowSummary field)
+_WINDOW = (
+    ("stepwatch_window_gpu_busy_ratio", "Share of the last profiler window's device timeline with GPU work running, 0-1.",
+     "gpu_busy_ratio"),
+    ("stepwatch_window_gpu_idle_ratio", "Share of the last profiler window's device timeline with the GPU idle, 0-1.",
+     "gpu_idle_ratio"),
+    ("stepwatch_window_compute_seconds", "Device seconds in compute kernels in the last profiler window.", "compute_s"),
+    ("stepwatch_window_communication_seconds", "Device seconds in communication (NCCL) kernels in the last profiler window.",
+     "communication_s"),
+    ("stepwatch_window_memcpy_seconds", "Device seconds in memcpy and memset in the last profiler window.", "memcpy_s"),
+    ("stepwatch_window_overlap_ratio", "Share of communication time overlapped by compute in the last profiler window, 0-1.",
+     "overlap_ratio"),
+    ("stepwatch_window_kernels", "Kernels launched in the last profiler window.", "kernel_count"),
+    ("stepwatch_window_short_kernel_ratio", "Share of kernels shorter than 10 microseconds in the last profiler window, 0-1.",
+     "short_kernel_ratio"),
+    ("stepwatch_window_overhead_seconds", "Extra trainer time the last profiler window cost (slower steps and export).",
+     "overhead_s"),
+    ("stepwatch_window_analysis_seconds", "Seconds the agent sidecar spent analysing the last profiler window's trace.",
+     "analysis_s"),
+)
+
+
+class WindowMetrics(Collector):
+    """Custom collector for window metrics; registers itself on ``registry``."""
+
+    def __init__(self, state: CollectorState, registry: CollectorRegistry, top_k: int = 5):
+        self._state, self._top_k = state, top_k
+        registry.register(self)
+
+    def describe(self) -> list:
+        return []  # families vary with the data
+
+    def collect(self) -> Iterator[Metric]:
+        ranks = self._state.snapshot()
+        families = (*_collect_stats(ranks), *_collect_window(ranks, self._top_k))
+        yield from (fam for fam in families if fam.samples)  # no source, no metric
+
+
+def _collect_stats(ranks: list[RankState]) -> tuple:
+    overhead = GaugeMetricFamily("stepwatch_agent_overhead_ratio",
+                                 "Share of wall time since attach spent on profiler windows and export, 0-1.",
+                                 labels=RANK_LABELS)
+    windows = CounterMetricFamily("stepwatch_windows", "Profiler windows taken by the agent (warm-up window included).",
+                                  labels=RANK_LABELS)
+    skips = CounterMetricFamily("stepwatch_window_skips", "Profiler windows the agent did not take, by reason.",
+                                labels=list(RANK_LABELS) + ["reason"])
+    for st in ranks:
+        if st.stats is None:
+            continue
+        labels = rank_labels(st)
+        overhead.add_metric(labels, st.stats.overhead_ratio)
+        windows.add_metric(labels, st.stats.windows)
+        for reason, n in skip_reasons(dict(st.stats.window_skips)):
+            skips.add_metric(labels + [reason], n)
+    return overhead, windows, skips
+
+
+def skip_reasons(skips: dict) -> list[tuple[str, int]]:
+    """Reasons sorted by name, truncated; past ``MAX_SKIP_REASONS`` the rest add up under "other"."""
+    out: dict[str, int] = {}
+    for reason in sorted(skips):
+        name = reason[:MAX_REASON_CHARS] or "unknown"
+        if name not in out and len(out) >= MAX_SKIP_REASONS - 1:
+            name = "other"
+        out[name] = out.get(name, 0) + skips[reason]
+    return sorted(out.items())
+
+
+def _collect_window(ranks: list[RankState], top_k: int) -> tuple:
+    scalars = [GaugeMetricFamily(name, doc, labels=RANK_LABELS) for name, doc, _ in _WINDOW]
+    phase = GaugeMetricFamily("stepwatch_window_step_phase_seconds",
+                              "Device seconds of one average step by phase in the last profiler window.",
+                              labels=list(RANK_LABELS) + ["phase"])
+    kernels = GaugeMetricFamily("stepwatch_window_top_kernel_seconds",
+                                "Device seconds of the top kernels in the last profiler window (position 1 = most).",
+                                labels=list(RANK_LABELS) + ["kernel", "position"])
+    ops = GaugeMetricFamily("stepwatch_window_top_op_seconds",
+                            "Self device seconds of the top operators in the last profiler window (position 1 = most).",
+                            labels=list(RANK_LABELS) + ["op", "position"])
+    for st in ranks:
+        if not st.windows:
+            continue
+        win, labels = st.windows[-1], rank_labels(st)
+        for fam, (_, _, field) in zip(scalars, _WINDOW):
+            fam.add_metric(labels, float(getattr(win, field)))
+        if win.HasField("breakdown"):
+            for name, field in PHASES:
+                phase.add_metric(labels + [name], getattr(win.breakdown, field))
+        _add_top(kernels, labels, win.top_kernels, top_k)
+        _add_top(ops, labels, win.top_ops, top_k)
+    return (*scalars, phase, kernels, ops)
+
+
+def _add_top(fam: GaugeMetricFamily, labels: list, named, top_k: int) -> None:
+    """Add the ``top_k`` largest entries; a name repeated after truncation keeps its first position."""
+    seen = set()
+    for item in sorted(named, key=lambda n: -n.seconds if n.seconds == n.seconds else 0.0):  # NaN ranks as 0 s
+        if len(seen) >= top_k:
+            break
+        name = item.name[:MAX_NAME_CHARS] or "unknown"
+        if name in seen:
+            continue
+        seen.add(name)
+        fam.add_metric(labels + [name, str(len(seen))], item.seconds)

@@ -1,0 +1,13 @@
+"""Detectors of the collector: pure, clock-injected objects fed step, allocator, NVML and host
+samples. Live ingest and ``stepwatch replay`` drive the same :class:`DetectionEngine`."""
+
+from ._config import (DetectionConfig, DriftConfig, GpuConfig, LivenessConfig, MemoryConfig, StragglerConfig,
+                      describe_options, parse_detection)
+from ._drift import DriftDetector
+from ._engine import DetectionEngine
+from ._straggler import StragglerDetector
+from ._types import CRITICAL, WARNING, AllocatorPoint, Condition, GpuPoint, HostPoint
+
+__all__ = ["DetectionConfig", "DriftConfig", "StragglerConfig", "MemoryConfig", "GpuConfig", "LivenessConfig",
+           "parse_detection", "describe_options", "DetectionEngine", "DriftDetector", "StragglerDetector",
+           "Condition", "AllocatorPoint", "GpuPoint", "HostPoint", "WARNING", "CRITICAL"]

@@ -1,0 +1,140 @@
+"""DetectionEngine: routes samples to the detectors of each (job, rank) and keeps the set of
+active conditions. The same object serves live ingest (collector) and replay.
+
+Contract: one caller at a time (the collector's event loop thread, or the replay loop).
+Feeding is O(1) amortised per sample; ``tick(now)`` is O(ranks) and judges time-based rules at
+Unix time ``now``. ``conditions()`` lists what holds now; it never raises.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable, Optional
+
+from ._config import DetectionConfig
+from ._drift import DriftDetector
+from ._liveness import RankLiveness, throttle_condition
+from ._memory import MemoryDetector
+from ._straggler import StragglerDetector
+from ._types import AllocatorPoint, Condition, GpuPoint, HostPoint
+
+__all__ = ["DetectionEngine"]
+
+
+class _Rank:
+    def __init__(self, cfg: DetectionConfig, job: str, rank: int):
+        self.seen = 0
+        self.ref_tokens: Optional[int] = None
+        self.drift = DriftDetector(cfg.drift, job, rank)
+        self.memory = MemoryDetector(cfg.memory, job, rank)
+        self.live = RankLiveness(cfg.liveness, job, rank)
+        self.throttle: Optional[Condition] = None
+
+
+class DetectionEngine:
+    """Holds every detector; ``changed`` is set whenever the active conditions changed."""
+
+    def __init__(self, cfg: Optional[DetectionConfig] = None):
+        self.cfg = cfg or DetectionConfig()
+        self._ranks: dict[tuple, _Rank] = {}
+        self._stragglers: dict[str, StragglerDetector] = {}
+        self._active: dict[tuple, Condition] = {}
+        self._owned: dict[object, set] = {}
+        self.changed = False
+
+    def _rank(self, job: str, rank: int) -> _Rank:
+        r = self._ranks.get((job, rank))
+        if r is None:
+            r = self._ranks[(job, rank)] = _Rank(self.cfg, job, rank)
+        return r
+
+    def _sync(self, owner: object, conds: Iterable[Condition]) -> None:
+        new = {c.key: c for c in conds}
+        for key in self._owned.get(owner, set()) - new.keys():
+            self._active.pop(key, None)
+            self.changed = True
+        for key, c in new.items():
+            if self._active.get(key) != c:
+                self._active[key] = c
+                self.changed = True
+        self._owned[owner] = set(new)
+
+    def step(self, job: str, rank: int, step: int, time: float, step_time_s: float,
+             tokens: Optional[int] = None, wait_s: float = 0.0) -> None:
+        """One optimizer step of ``rank``: seconds, Unix end time; ``tokens`` normalises drift."""
+        r = self._rank(job, rank)
+        r.live.step(step, time, step_time_s)
+        r.memory.step = step
+        r.seen += 1
+        if not self.cfg.enabled or r.seen <= self.cfg.warmup_steps:
+            return
+        value = step_time_s
+        if tokens:
+            r.ref_tokens = r.ref_tokens or tokens
+            value = step_time_s * r.ref_tokens / tokens
+        if self.cfg.drift.enabled and (r.drift.feed(step, time, value) or r.drift.condition):
+            self._sync(r.drift, [r.drift.condition] if r.drift.condition else [])
+        if self.cfg.straggler.enabled:
+            s = self._stragglers.get(job)
+            if s is None:
+                s = self._stragglers[job] = StragglerDetector(self.cfg.straggler, job)
+            if s.feed(rank, step, time, step_time_s, wait_s) or s.conditions:
+                self._sync(s, s.conditions.values())
+
+    def allocator(self, job: str, rank: int, p: AllocatorPoint) -> None:
+        r = self._rank(job, rank)
+        if self.cfg.enabled and self.cfg.memory.enabled and (r.memory.allocator(p) or r.memory.conditions):
+            self._sync(r.memory, r.memory.conditions.values())
+
+    def gpu(self, job: str, rank: int, p: GpuPoint) -> None:
+        r = self._rank(job, rank)
+        r.memory.gpu(p)
+        if self.cfg.enabled and self.cfg.gpu.enabled:
+            r.throttle = throttle_condition(self.cfg.gpu, job, rank, p, r.throttle, r.live.last_step)
+            self._sync(("throttle", job, rank), [r.throttle] if r.throttle else [])
+
+    def host(self, job: str, rank: int, p: HostPoint, available_bytes: Optional[int] = None) -> None:
+        r = self._rank(job, rank)
+        if self.cfg.enabled and self.cfg.memory.enabled and (r.memory.host(p, available_bytes) or r.memory.conditions):
+            self._sync(r.memory, r.memory.conditions.values())
+
+    def connection(self, job: str, rank: int, connected: bool, disconnected_at: Optional[float]) -> None:
+        """Live only: whether a rank has an open agent stream, and since when it has none."""
+        live = self._rank(job, rank).live
+        live.connected = connected
+        live.disconnected_at = None if connected else disconnected_at
+
+    def forget(self, job: str, rank: int) -> None:
+        """Drop a rank (expired in the collector); its conditions end."""
+        r = self._ranks.pop((job, rank), None)
+        if r is None:
+            return
+        for owner in (r.drift, r.memory, ("throttle", job, rank), ("live", job, rank)):
+            self._sync(owner, [])
+            self._owned.pop(owner, None)
+        s = self._stragglers.get(job)
+        if s is not None and s.forget(rank):
+            self._sync(s, s.conditions.values())
+
+    def tick(self, now: float) -> None:
+        """Judge stalls, agent-gone and expiring holds at Unix time ``now`` (O(ranks))."""
+        if not self.cfg.enabled:
+            return
+        connected: dict[str, int] = {}
+        for (job, _), r in self._ranks.items():
+            connected[job] = connected.get(job, 0) + (1 if r.live.connected else 0)
+        for (job, rank), r in self._ranks.items():
+            if r.memory.tick(now) or r.memory.conditions:
+                self._sync(r.memory, r.memory.conditions.values())
+            others = connected[job] - (1 if r.live.connected else 0)
+            conds = [c for c in (r.live.stalled(now), r.live.gone(now, others)) if c is not None]
+            self._sync(("live", job, rank), conds)
+
+    def conditions(self) -> list[Condition]:
+        return list(self._active.values())
+
+    def rank_keys(self) -> set:
+        return set(self._ranks)
+
+    def last_step(self, job: str, rank: int) -> Optional[int]:
+        r = self._ranks.get((job, rank))
+        return r.live.last_step if r is not None else None

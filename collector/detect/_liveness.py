@@ -1,0 +1,76 @@
+"""Rules on time and NVML state: GPU clock throttling, stalled rank, agent gone.
+
+``RankLiveness`` remembers a rank's last step (data time) and recent step times; ``tick(now)``
+judges stalls at Unix time ``now``. Agent-gone is judged by the engine, which knows the
+connection state of every rank of a job. Not thread-safe.
+"""
+
+from __future__ import annotations
+
+import collections
+from typing import Optional
+
+from ._config import GpuConfig, LivenessConfig
+from ._types import CRITICAL, WARNING, Condition, GpuPoint, median
+
+__all__ = ["RankLiveness", "throttle_condition", "REASON_NAMES"]
+
+REASON_NAMES = ((0x1, "gpu_idle"), (0x2, "applications_clocks_setting"), (0x4, "sw_power_cap"),
+                (0x8, "hw_slowdown"), (0x10, "sync_boost"), (0x20, "sw_thermal_slowdown"),
+                (0x40, "hw_thermal_slowdown"), (0x80, "hw_power_brake_slowdown"))
+
+
+def throttle_condition(cfg: GpuConfig, job: str, rank: int, p: GpuPoint, old: Optional[Condition],
+                       step: Optional[int]) -> Optional[Condition]:
+    """The throttling Condition for NVML sample ``p`` (None when no masked reason bit is set)."""
+    bits = (p.clock_event_reasons or 0) & cfg.throttle_mask
+    if not bits:
+        return None
+    names = ", ".join(n for b, n in REASON_NAMES if bits & b)
+    extra = [f"SM clock {p.sm_clock_hertz / 1e9:.2f} GHz" if p.sm_clock_hertz else "",
+             f"{p.temperature_celsius:.0f} C" if p.temperature_celsius is not None else ""]
+    detail = ", ".join(e for e in extra if e)
+    summary = f"GPU clocks throttled: {names}" + (f" ({detail})" if detail else "")
+    since = old.since if old is not None else p.time
+    return Condition("StepwatchGpuThrottled", job, rank, WARNING, summary, since, step, cfg.for_s)
+
+
+class RankLiveness:
+    """Stall rule of one rank: no step for max(``stall_min_s``, ``stall_factor`` x median step)."""
+
+    def __init__(self, cfg: LivenessConfig, job: str, rank: int):
+        self.cfg, self.job, self.rank = cfg, job, rank
+        self.last_step: Optional[int] = None
+        self.last_time: Optional[float] = None
+        self._recent: collections.deque = collections.deque(maxlen=64)
+        self.connected = True
+        self.disconnected_at: Optional[float] = None
+
+    def step(self, step: int, time: float, step_time: float) -> None:
+        if self.last_time is None or time >= self.last_time:
+            self.last_step, self.last_time = step, time
+        if step_time > 0:
+            self._recent.append(step_time)
+
+    def stalled(self, now: float) -> Optional[Condition]:
+        if not self.cfg.enabled or self.last_time is None or not self.connected:
+            return None
+        usual = median(self._recent) if self._recent else 0.0
+        limit = max(self.cfg.stall_min_s, self.cfg.stall_factor * usual)
+        idle = now - self.last_time
+        if idle <= limit:
+            return None
+        summary = (f"no training step for {idle:.0f} s (usual step {usual * 1e3:.1f} ms, limit {limit:.0f} s) "
+                   f"after step {self.last_step:,}")
+        return Condition("StepwatchJobStalled", self.job, self.rank, CRITICAL, summary,
+                         self.last_time + limit, self.last_step, 0.0)
+
+    def gone(self, now: float, others_connected: int) -> Optional[Condition]:
+        if (not self.cfg.enabled or self.connected or self.disconnected_at is None or others_connected == 0
+                or now - self.disconnected_at < self.cfg.agent_gone_s):
+            return None
+        summary = (f"agent of rank {self.rank} disconnected {now - self.disconnected_at:.0f} s ago while "
+                   f"{others_connected} other rank(s) of the job are still connected"
+                   + (f"; last step {self.last_step:,}" if self.last_step is not None else ""))
+        return Condition("StepwatchAgentGone", self.job, self.rank, CRITICAL, summary,
+                         self.disconnected_at, self.last_step, 0.0)

@@ -1,0 +1,156 @@
+"""Memory rules of one rank: fragmentation, alloc retries, OOM, leak trend, exhaustion forecast.
+
+Fed allocator (``torch.cuda.memory_stats``), NVML and host samples; times are the samples'
+Unix seconds. Device fullness is NVML used/total when an NVML sample from the last 30 s has
+both, else allocator reserved/device total (NVML also sees memory outside the caching
+allocator: other processes, NCCL buffers, the CUDA context). Not thread-safe.
+"""
+
+from __future__ import annotations
+
+import collections
+from typing import Optional
+
+from ._config import MemoryConfig
+from ._types import CRITICAL, WARNING, AllocatorPoint, Condition, GpuPoint, HostPoint, fmt_bytes, median
+
+__all__ = ["MemoryDetector", "Trend"]
+
+_NVML_FRESH_S = 30.0
+
+
+class Trend:
+    """Growth of one series over ``window_s``: kept points are at least window/120 s apart."""
+
+    def __init__(self, window_s: float, segments: int, min_growth: float):
+        self.window_s, self.segments, self.min_growth = window_s, segments, min_growth
+        self._pts: collections.deque = collections.deque()
+
+    def add(self, t: float, v: float) -> bool:
+        """Record a point; True when a point was kept (the verdict may have changed)."""
+        if self._pts and t - self._pts[-1][0] < self.window_s / 120:
+            return False
+        self._pts.append((t, float(v)))
+        while self._pts and t - self._pts[0][0] > self.window_s:
+            self._pts.popleft()
+        return True
+
+    def growth(self) -> Optional[tuple[float, float, float]]:
+        """(growth in value units over the window, start level, slope per second) when every
+        segment median is >= the one before and the total growth >= ``min_growth`` x start."""
+        pts = self._pts
+        if len(pts) < 2 * self.segments or pts[-1][0] - pts[0][0] < 0.9 * self.window_s:
+            return None
+        t0, span = pts[0][0], pts[-1][0] - pts[0][0]
+        segs: list[list[float]] = [[] for _ in range(self.segments)]
+        for t, v in pts:
+            segs[min(self.segments - 1, int((t - t0) / span * self.segments))].append(v)
+        meds = [median(s) for s in segs if s]
+        grow = meds[-1] - meds[0]
+        if len(meds) < self.segments or any(b < a for a, b in zip(meds, meds[1:])):
+            return None
+        if meds[0] <= 0 or grow < self.min_growth * meds[0]:
+            return None
+        n = len(pts)
+        mt, mv = sum(p[0] for p in pts) / n, sum(p[1] for p in pts) / n
+        slope = sum((t - mt) * (v - mv) for t, v in pts) / max(1e-12, sum((t - mt) ** 2 for t, _ in pts))
+        return grow, meds[0], slope
+
+
+class MemoryDetector:
+    """``conditions`` maps alertname to the active Condition; feeds return True on a change."""
+
+    def __init__(self, cfg: MemoryConfig, job: str, rank: int):
+        self.cfg, self.job, self.rank = cfg, job, rank
+        self.conditions: dict[str, Condition] = {}
+        self._alloc: Optional[AllocatorPoint] = None
+        self._gpu: Optional[GpuPoint] = None
+        self._host_avail: Optional[int] = None
+        self._until = {"StepwatchAllocRetries": 0.0, "StepwatchOOM": 0.0}
+        trend = (cfg.leak_window_s, cfg.leak_segments, cfg.leak_min_growth_ratio)
+        self._gpu_trend, self._host_trend = Trend(*trend), Trend(*trend)
+        self.step: Optional[int] = None
+
+    def _set(self, name: str, severity: Optional[str], summary: str, since: float, for_s: float) -> bool:
+        old = self.conditions.get(name)
+        if severity is None:
+            return self.conditions.pop(name, None) is not None
+        since = old.since if old is not None else since
+        self.conditions[name] = Condition(name, self.job, self.rank, severity, summary, since, self.step, for_s)
+        return old is None or old.severity != severity
+
+    def _fullness(self, p: AllocatorPoint) -> float:
+        g = self._gpu
+        if g is not None and g.memory_used_bytes and g.memory_total_bytes and abs(g.time - p.time) <= _NVML_FRESH_S:
+            return g.memory_used_bytes / g.memory_total_bytes
+        return p.reserved_bytes / p.device_total_bytes if p.device_total_bytes else 0.0
+
+    def allocator(self, p: AllocatorPoint) -> bool:
+        prev, self._alloc = self._alloc, p
+        changed = self._fragmentation(p)
+        for name, now_v, prev_v, sev, hold in (
+                ("StepwatchAllocRetries", p.alloc_retries, prev and prev.alloc_retries, WARNING, self.cfg.retry_hold_s),
+                ("StepwatchOOM", p.ooms, prev and prev.ooms, CRITICAL, self.cfg.oom_hold_s)):
+            if prev is not None and now_v > prev_v:
+                self._until[name] = p.time + hold
+                what = "cudaMalloc retries (cache flushes)" if sev == WARNING else "CUDA out-of-memory errors"
+                changed |= self._set(name, sev, f"{what} +{now_v - prev_v} (total {now_v}); "
+                                     f"reserved {fmt_bytes(p.reserved_bytes)} of {fmt_bytes(p.device_total_bytes)}",
+                                     p.time, 0.0)
+        changed |= self.tick(p.time)
+        if self._gpu_trend.add(p.time, p.allocated_bytes):
+            changed |= self._leak("StepwatchGpuMemoryLeak", "GPU allocated memory", self._gpu_trend,
+                                  p.allocated_bytes, p.device_total_bytes or None, p.time)
+        return changed
+
+    def _fragmentation(self, p: AllocatorPoint) -> bool:
+        cfg, active = self.cfg, "StepwatchAllocatorFragmentation" in self.conditions
+        frag = p.inactive_split_bytes / p.reserved_bytes if p.reserved_bytes else 0.0
+        full = self._fullness(p)
+        hold = 0.8 if active else 1.0
+        if frag >= hold * cfg.fragmentation_ratio and full >= cfg.near_capacity_ratio - (0.05 if active else 0):
+            summary = (f"allocator fragmentation {frag:.0%}: {fmt_bytes(p.inactive_split_bytes)} inactive split of "
+                       f"{fmt_bytes(p.reserved_bytes)} reserved ({fmt_bytes(p.allocated_bytes)} allocated) "
+                       f"while device memory is {full:.0%} full")
+            return self._set("StepwatchAllocatorFragmentation", WARNING, summary, p.time, cfg.fragmentation_for_s)
+        return self._set("StepwatchAllocatorFragmentation", None, "", p.time, 0)
+
+    def gpu(self, p: GpuPoint) -> bool:
+        self._gpu = p
+        return False
+
+    def host(self, p: HostPoint, available: Optional[int]) -> bool:
+        self._host_avail = available
+        if not self._host_trend.add(p.time, p.resident_memory_bytes):
+            return False
+        cap = p.resident_memory_bytes + available if available is not None else None
+        return self._leak("StepwatchHostMemoryLeak", "host resident memory", self._host_trend,
+                          p.resident_memory_bytes, cap, p.time)
+
+    def _leak(self, name: str, what: str, trend: Trend, current: float, capacity: Optional[float], t: float) -> bool:
+        g = trend.growth()
+        if g is None:
+            return self._set(name, None, "", t, 0) | self._forecast(what, None, "", t)
+        grow, start, slope = g
+        tte = (capacity - current) / slope if capacity and slope > 0 else None
+        eta = f"; full in ~{tte / 60:.0f} min at this rate" if tte is not None else ""
+        summary = (f"{what} grows without bound: +{fmt_bytes(grow)} (+{grow / start:.0%}) over "
+                   f"{self.cfg.leak_window_s / 60:.0f} min, {fmt_bytes(slope * 60)}/min{eta}")
+        soon = tte is not None and tte <= self.cfg.forecast_horizon_s
+        return (self._set(name, WARNING, summary, t, self.cfg.leak_for_s)
+                | self._forecast(what, CRITICAL if soon else None, summary, t))
+
+    def _forecast(self, what: str, severity: Optional[str], summary: str, t: float) -> bool:
+        """One forecast alert per rank; a source only clears the forecast it raised."""
+        name, old = "StepwatchMemoryExhaustionForecast", self.conditions.get("StepwatchMemoryExhaustionForecast")
+        if severity is None and (old is None or not old.summary.startswith(what)):
+            return False
+        return self._set(name, severity, summary, t, 0.0)
+
+    def tick(self, now: float) -> bool:
+        """Expire the retry/OOM holds at data time ``now``."""
+        changed = False
+        for name, until in self._until.items():
+            if name in self.conditions and now >= until:
+                changed |= self._set(name, None, "", now, 0)
+        return changed

@@ -1,0 +1,42 @@
+"""Drift detector properties (Hypothesis): stationary noisy series stay quiet; sustained
+shifts at or above 8% are flagged within the documented delay (min_duration_steps + 3 blocks
+after the shift, at default block size and up to 2% per-step noise)."""
+
+from __future__ import annotations
+
+import math
+import random
+
+from hypothesis import given, settings, strategies as st
+
+from stepwatch.collector.detect import DetectionEngine, parse_detection
+
+CFG = parse_detection({"warmup_steps": 10, "drift": {"baseline_steps": 300, "baseline_lag_steps": 50,
+                                                     "min_baseline_steps": 200}})
+SHIFT_AT = 400
+
+
+def _run(seed: int, noise: float, shift: float, steps: int, wobble: float = 0.0, pauses: bool = True):
+    rng, engine, first = random.Random(seed), DetectionEngine(CFG), None
+    for s in range(1, steps + 1):
+        level = (1 + shift if s >= SHIFT_AT else 1.0) * (1 + wobble * math.sin(s / 400))
+        t = 0.035 * level * math.exp(rng.gauss(0, noise))
+        if s == 1 or (pauses and rng.random() < 0.01):
+            t *= 200  # compilation, checkpoint or evaluation pause: one very long step
+        engine.step("j", 0, s, 1e9 + s, t)
+        if first is None and any(c.alertname == "StepwatchThroughputDrift" for c in engine.conditions()):
+            first = s
+    return first
+
+
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 2**32), noise=st.floats(0.0, 0.05), wobble=st.floats(0.0, 0.02))
+def test_stationary_noisy_series_raise_no_alert(seed, noise, wobble):
+    assert _run(seed, noise, 0.0, 1500, wobble) is None
+
+
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 2**32), noise=st.floats(0.0, 0.02), shift=st.floats(0.08, 0.5))
+def test_sustained_shift_is_detected_within_documented_delay(seed, noise, shift):
+    first = _run(seed, noise, shift, SHIFT_AT + 200)
+    assert first is not None and SHIFT_AT <= first <= SHIFT_AT + 50 + 30, first

@@ -1,0 +1,148 @@
+"""The ``/`` page in headless Chromium, fed by a real collector and a real 2-rank training run.
+
+Chromium is driven over the DevTools protocol on a pipe (``--remote-debugging-pipe``: we write
+NUL-terminated JSON to its fd 3 and read from its fd 4), so no extra Python package is needed.
+Every console error, uncaught exception or failed load (Chromium logs a handled ``fetch`` 404
+as "Failed to load resource") fails the test. Skipped when no chromium binary is installed
+(Debian packages chromium and chromium-driver).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import select
+import shutil
+import subprocess
+import time
+
+import pytest
+
+from _procs import run_trainer, trainer_env
+
+BINARY = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
+pytestmark = pytest.mark.skipif(BINARY is None, reason="chromium not installed (Debian package chromium)")
+
+JOB = 'train <script>window.pwned=1</script><img src=x onerror="window.pwned=2"> & "q"'
+
+
+class Chromium:
+    """One headless browser with one attached page (``session``); ``close`` kills it."""
+
+    def __init__(self, user_data_dir):
+        to_r, self._w = os.pipe()
+        self._r, from_w = os.pipe()
+
+        def fds_3_and_4():  # runs in the child before exec; fds 3 and 4 are kept by pass_fds
+            a, b = os.dup(to_r), os.dup(from_w)
+            os.dup2(a, 3)
+            os.dup2(b, 4)
+
+        self.proc = subprocess.Popen(
+            [BINARY, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+             "--disable-background-networking", "--disable-component-update", "--disable-sync",
+             "--disable-extensions", "--window-size=1200,1000", f"--user-data-dir={user_data_dir}",
+             "--remote-debugging-pipe", "about:blank"],
+            pass_fds=(3, 4), preexec_fn=fds_3_and_4, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        os.close(to_r)
+        os.close(from_w)
+        self._buf, self._id, self.events = b"", 0, []
+        target = self.call("Target.createTarget", url="about:blank")["targetId"]
+        self.session = self.call("Target.attachToTarget", targetId=target, flatten=True)["sessionId"]
+        for domain in ("Runtime", "Log", "Page"):
+            self.call(f"{domain}.enable", session=self.session)
+
+    def _message(self, timeout: float) -> dict:
+        while b"\0" not in self._buf:
+            if not select.select([self._r], [], [], timeout)[0]:
+                raise TimeoutError("no answer from chromium")
+            chunk = os.read(self._r, 1 << 20)
+            if not chunk:
+                raise EOFError("chromium closed the DevTools pipe")
+            self._buf += chunk
+        raw, self._buf = self._buf.split(b"\0", 1)
+        return json.loads(raw)
+
+    def call(self, method: str, session: str = None, timeout: float = 20.0, **params):
+        self._id += 1
+        msg = {"id": self._id, "method": method, "params": params, **({"sessionId": session} if session else {})}
+        os.write(self._w, json.dumps(msg).encode() + b"\0")
+        while True:
+            reply = self._message(timeout)
+            if reply.get("id") == self._id:
+                assert "error" not in reply, (method, reply["error"])
+                return reply["result"]
+            self.events.append(reply)
+
+    def eval(self, expression: str):
+        result = self.call("Runtime.evaluate", session=self.session, expression=expression, returnByValue=True)
+        assert "exceptionDetails" not in result, result
+        return result["result"].get("value")
+
+    def problems(self) -> list:
+        """Console errors and warnings, uncaught exceptions, failed loads, seen so far."""
+        out = []
+        for ev in self.events:
+            method, p = ev.get("method"), ev.get("params", {})
+            if method == "Runtime.exceptionThrown":
+                out.append(p["exceptionDetails"])
+            elif method == "Runtime.consoleAPICalled" and p["type"] in ("error", "assert", "warning"):
+                out.append(p["args"])
+            elif method == "Log.entryAdded" and p["entry"]["level"] in ("error", "warning"):
+                out.append(p["entry"])
+        return out
+
+    def close(self):
+        self.proc.kill()
+        self.proc.wait(10)
+        os.close(self._w)
+        os.close(self._r)
+
+
+# Runs in the page: the job's card as plain data, or null until it is drawn with steps.
+PROBE = """(() => {
+  const card = [...document.querySelectorAll(".job")].find((e) => e.dataset.job === %s);
+  if (!card) return null;
+  const lines = [...card.querySelectorAll("svg polyline")].map((l) => l.getAttribute("points").trim().split(/\\s+/).length);
+  return {title: card.querySelector("h3").textContent, lines,
+          ranks: [...card.querySelectorAll("table.ranks tbody tr")].map((r) => r.cells[0].textContent),
+          scripts: document.scripts.length, imgs: document.images.length, pwned: window.pwned ?? null,
+          alerts: document.getElementById("alerts").textContent,
+          windows: document.getElementById("windows").textContent,
+          traces: document.getElementById("traces").textContent};
+})()"""
+
+
+def wait_for_card(browser: Chromium, timeout_s: float = 20.0) -> dict:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        card = browser.eval(PROBE % json.dumps(JOB))
+        if card and len(card["lines"]) == 2 and min(card["lines"]) >= 10:
+            return card
+        time.sleep(0.25)
+    raise AssertionError(f"job card not drawn: {card}; page: {browser.eval('document.body.innerText')}")
+
+
+def test_page_shows_a_real_training_job(collector_factory, tmp_path):
+    collector = collector_factory()
+    run_trainer(trainer_env(tmp_path, collector.grpc, JOB), "--steps", "20", nproc=2)
+    browser = Chromium(tmp_path / "chromium")
+    try:
+        browser.call("Page.navigate", session=browser.session, url=f"http://{collector.http}/")
+        card = wait_for_card(browser)
+        shot = os.environ.get("STEPWATCH_PAGE_SCREENSHOT")
+        if shot:  # to look at the page by hand; never written by default
+            data = browser.call("Page.captureScreenshot", session=browser.session, format="png")["data"]
+            with open(shot, "wb") as fh:
+                fh.write(base64.b64decode(data))
+        time.sleep(0.3)  # let late console messages arrive before we look
+        browser.eval("0")
+        assert browser.problems() == []
+    finally:
+        browser.close()
+    assert card["title"] == JOB and card["pwned"] is None
+    assert (card["scripts"], card["imgs"]) == (1, 0)
+    assert card["ranks"] == ["0", "1"]
+    for section in ("alerts", "windows", "traces"):  # rendered: a table, "none yet" or "not available"
+        assert card[section].strip(), section

@@ -1,0 +1,63 @@
+"""The local stack end to end: a real collector fed by a real CPU training job, scraped by the
+Debian Prometheus every second, alerting to the Debian Alertmanager; every dashboard query is
+evaluated through Prometheus's HTTP API."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+import urllib.request
+
+import pytest
+
+from _procs import run_trainer, trainer_env
+from dashboard_check import check_panels, panels
+
+pytestmark = pytest.mark.skipif(
+    not (shutil.which("prometheus") and shutil.which("prometheus-alertmanager")),
+    reason="needs the Debian prometheus and prometheus-alertmanager packages")
+
+
+def _get(url: str):
+    with urllib.request.urlopen(url, timeout=10) as resp:
+        return json.loads(resp.read())
+
+
+@pytest.fixture
+def stack(tmp_path):
+    from stepwatch.collector._stack import LocalStack
+
+    s = LocalStack(str(tmp_path / "stack"), scrape_interval="1s").start()
+    yield s
+    s.stop()
+
+
+def test_panels_have_feed_tags():
+    found = panels()
+    assert len(found) >= 25
+    untagged = [(d, t) for d, t, feeds, _ in found if feeds is None]
+    assert not untagged, f"panels without [feeds: ...] in their description: {untagged}"
+    assert {f for _, _, f, _ in found} == {"any", "cuda", "events"}
+
+
+def test_stack_scrapes_collector_and_every_cpu_panel_has_data(stack, tmp_path):
+    prom = stack.prometheus_url
+    start = time.time()
+    env = trainer_env(tmp_path, stack.collector_grpc, "paneljob")
+    run_trainer(env, "--steps", "120", "--workers", "1", "--step-sleep-s", "0.05", timeout=120)
+    time.sleep(3)  # a few more scrapes after the last step
+    target = _get(f"{prom}/api/v1/targets")["data"]["activeTargets"][0]
+    assert target["health"] == "up", target
+    ams = _get(f"{prom}/api/v1/alertmanagers")["data"]["activeAlertmanagers"]
+    assert [am["url"] for am in ams] == [f"{stack.alertmanager_url}/api/v2/alerts"]
+    groups = _get(f"{prom}/api/v1/rules")["data"]["groups"]
+    assert len(groups) == 4 and all(r["health"] != "err" for g in groups for r in g["rules"])
+
+    end = time.time()
+    problems = check_panels(prom, "paneljob", start, end, required={"any"})
+    assert not problems, "\n".join(problems)
+    # The check can see emptiness: on CPU every GPU-only panel comes back empty.
+    gpu_only = check_panels(prom, "paneljob", start, end, required={"cuda"})
+    n_cuda = sum(len(exprs) for _, _, feeds, exprs in panels() if feeds == "cuda")
+    assert len(gpu_only) == n_cuda and all(": no data: " in p for p in gpu_only), gpu_only
