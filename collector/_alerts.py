@@ -47,8 +47,10 @@ class Alert:
         return (self.alertname, self.job, self.rank)
 
     def labels(self) -> dict[str, str]:
+        """Alertmanager labels; ``source`` tells these from the Prometheus rules' alerts of the
+        same name (deploy/prometheus/rules carry source="prometheus")."""
         return {"alertname": self.alertname, "severity": self.severity, "training_job": self.job,
-                "rank": str(self.rank)}
+                "rank": str(self.rank), "source": "collector"}
 
     def to_json(self) -> dict:
         return {"alertname": self.alertname, "severity": self.severity, "job": self.job, "rank": self.rank,

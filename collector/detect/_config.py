@@ -19,7 +19,9 @@ __all__ = ["DetectionConfig", "DriftConfig", "StragglerConfig", "MemoryConfig", 
 class DriftConfig:
     enabled: bool = True
     block_steps: int = 10             # one block median per this many steps
-    baseline_steps: int = 1000        # robust baseline over this many steps ...
+    # Robust baseline over this many steps ... 3000, not 1000: with 1000 the baseline follows a
+    # slow ramp (+10% over 2000 steps) and never alarms (bench/results/detection.md).
+    baseline_steps: int = 3000
     baseline_lag_steps: int = 100     # ... ending this many steps before the newest
     min_baseline_steps: int = 200     # no verdict before the baseline holds this many steps
     min_duration_steps: int = 50      # a shift must last this long before it alarms
