@@ -3,9 +3,9 @@ the alerts they would have raised.
 
 Input: one JSON object per line, ``kind`` "step" (job, rank, step, time, step_time_s; optional
 samples, tokens, dataloader_wait_s) or "allocator" (job, rank, time, allocated_bytes,
-reserved_bytes, inactive_split_bytes, alloc_retries, ooms, device_total_bytes); other kinds
-and blank lines are skipped; a line that is not JSON or lacks a field is an error naming the
-line. Records are processed in file order; the data's own ``time`` is the clock, and
+reserved_bytes, inactive_split_bytes, alloc_retries, ooms, device_total_bytes); blank lines are
+skipped; a line that is not a JSON object, has another kind, lacks a field or has a field of the
+wrong type is an error naming the line number. Records are processed in file order; the data's own ``time`` is the clock, and
 time-based rules are evaluated whenever data time passes an ``eval_interval_s`` tick.
 """
 
@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import IO, Iterable
+from typing import IO, Iterable, Optional
 
 from ._alerts import Alert, AlertBook, iso
 from .detect import AllocatorPoint, DetectionConfig, DetectionEngine, parse_detection
@@ -26,16 +26,40 @@ class ReplayError(ValueError):
     """A bad input line; the message names the line number."""
 
 
-def _feed(engine: DetectionEngine, rec: dict) -> float:
-    kind, job, rank, t = rec.get("kind"), str(rec["job"]), int(rec["rank"]), float(rec["time"])
+_FIELDS = {"step": ("job", "rank", "step", "time", "step_time_s"),
+           "allocator": ("job", "rank", "time", "allocated_bytes", "reserved_bytes", "inactive_split_bytes",
+                         "alloc_retries", "ooms", "device_total_bytes")}
+
+
+def _feed(engine: DetectionEngine, rec: object) -> float:
+    """Feed one parsed line; ValueError with a message meant for the user on a bad record."""
+    if not isinstance(rec, dict):
+        raise ValueError(f"expected a JSON object, got {type(rec).__name__}")
+    kind = rec.get("kind")
+    if kind not in _FIELDS:
+        raise ValueError(f"unknown kind {kind!r}; expected one of {', '.join(map(repr, _FIELDS))}")
+    missing = [f for f in _FIELDS[kind] if f not in rec]
+    if missing:
+        raise ValueError(f"{kind} record lacks field(s) {', '.join(missing)}")
+    job, rank, t = str(rec["job"]), _num(rec, "rank", int), _num(rec, "time", float)
     if kind == "step":
-        engine.step(job, rank, int(rec["step"]), t, float(rec["step_time_s"]), rec.get("tokens"),
-                    float(rec.get("dataloader_wait_s", 0.0)))
-    elif kind == "allocator":
-        engine.allocator(job, rank, AllocatorPoint(t, *(int(rec[f]) for f in (
-            "allocated_bytes", "reserved_bytes", "inactive_split_bytes", "alloc_retries", "ooms",
-            "device_total_bytes"))))
+        tokens = _num(rec, "tokens", int) if rec.get("tokens") is not None else None
+        wait = _num(rec, "dataloader_wait_s", float) if rec.get("dataloader_wait_s") is not None else 0.0
+        engine.step(job, rank, _num(rec, "step", int), t, _num(rec, "step_time_s", float), tokens, wait)
+    else:
+        engine.allocator(job, rank, AllocatorPoint(t, *(_num(rec, f, int) for f in _FIELDS[kind][3:])))
     return t
+
+
+def _num(rec: dict, field: str, kind: type):
+    value = rec[field]
+    try:
+        if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+            raise TypeError
+        return kind(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"field {field}: expected {'an integer' if kind is int else 'a number'}, "
+                         f"got {value!r}") from None
 
 
 def replay(lines: Iterable[str], cfg: DetectionConfig) -> list[Alert]:
@@ -48,11 +72,12 @@ def replay(lines: Iterable[str], cfg: DetectionConfig) -> list[Alert]:
             continue
         try:
             rec = json.loads(line)
-            if rec.get("kind") not in ("step", "allocator"):
-                continue
+        except ValueError as exc:
+            raise ReplayError(f"line {n}: not valid JSON: {exc}") from None
+        try:
             t = _feed(engine, rec)
-        except (ValueError, KeyError, TypeError) as exc:
-            raise ReplayError(f"line {n}: {type(exc).__name__}: {exc}") from None
+        except (ValueError, TypeError) as exc:
+            raise ReplayError(f"line {n}: {exc}") from None
         now = t if now is None else max(now, t)
         next_tick = next_tick or now
         if now >= next_tick:
@@ -81,7 +106,8 @@ def _json(a: Alert) -> str:
                        "summary": a.summary})
 
 
-def _run(args: argparse.Namespace, out: IO[str] = sys.stdout) -> int:
+def _run(args: argparse.Namespace, out: Optional[IO[str]] = None) -> int:
+    out = out or sys.stdout  # looked up per call: the default is not bound at import
     try:
         cfg = DetectionConfig()
         if args.config:

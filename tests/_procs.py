@@ -116,22 +116,25 @@ def trainer_env(tmp_path, collector: str, job: str, **extra) -> dict:
     return env
 
 
+def _trainer_cmd(args, nproc: int) -> list:
+    if nproc > 1:
+        return [sys.executable, "-m", "torch.distributed.run", "--standalone",
+                f"--nproc-per-node={nproc}", "-m", "stepwatch.collector._demo_train", *args]
+    return [sys.executable, "-m", "stepwatch.collector._demo_train", *args]
+
+
 def run_trainer(env: dict, *args: str, nproc: int = 1, timeout: float = 240,
                 check: bool = True) -> subprocess.CompletedProcess:
-    if nproc > 1:
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
-               f"--nproc-per-node={nproc}", "-m", "stepwatch.collector._demo_train", *args]
-    else:
-        cmd = [sys.executable, "-m", "stepwatch.collector._demo_train", *args]
+    cmd = _trainer_cmd(args, nproc)
     run = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
     if check:
         assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     return run
 
 
-def start_trainer(env: dict, *args: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "stepwatch.collector._demo_train", *args],
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+def start_trainer(env: dict, *args: str, nproc: int = 1) -> subprocess.Popen:
+    return subprocess.Popen(_trainer_cmd(args, nproc), env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
 
 
 def promtool_check(text: str) -> str:

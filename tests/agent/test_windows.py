@@ -110,3 +110,15 @@ def test_zero_gpu_events_backs_off(tmp_path):
     clock.now += 100
     run_steps(sched, clock, 51, 70)
     assert len(windows(out)) == 1
+
+
+def test_lasting_slowdown_after_a_window_is_reported(tmp_path):
+    sched, out, clock = make(tmp_path, window_every_steps=64, overhead_budget=0.9)
+    run_steps(sched, clock, 1, 68)  # window at 64 closes at 68
+    assert len(windows(out)) == 1
+    run_steps(sched, clock, 69, 100, step_s=0.0105)  # 5% slower from now on
+    events = [r for r in out if r["t"] == "event" and r["kind"] == "post_window_slowdown"]
+    assert len(events) == 1 and "+5.0% slower" in events[0]["message"]
+    run_steps(sched, clock, 101, 127, step_s=0.0105)
+    run_steps(sched, clock, 128, 180, step_s=0.0105)  # window at 128: no change this time
+    assert sched.post_window_slowdowns == 1

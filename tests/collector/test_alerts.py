@@ -1,0 +1,93 @@
+"""AlertBook lifecycle on an injected clock: pending -> firing -> resolved, de-duplication by
+(alertname, job, rank), severity changes, retention; and the stepwatch_alert_active metric."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings, strategies as st
+from prometheus_client import CollectorRegistry
+
+from stepwatch.collector._alerts import AlertBook, AlertMetrics
+from stepwatch.collector.detect import Condition
+
+T0 = 1_700_000_000.0
+
+
+def cond(severity="warning", for_s=60.0, rank=0, name="StepwatchThroughputDrift", step=5):
+    return Condition(name, "j", rank, severity, f"{severity} summary", T0 - 30, step, for_s)
+
+
+def test_pending_then_firing_after_for_then_resolved():
+    book = AlertBook()
+    assert book.update(T0, [cond()]) == []
+    (a,) = book.snapshot()
+    assert a.state == "pending" and a.starts_at == T0 - 30
+    assert book.update(T0 + 59, [cond()]) == []
+    (fired,) = book.update(T0 + 60, [cond()])
+    assert (fired.state, fired.fired_at, fired.step) == ("firing", T0 + 60, 5)
+    assert fired.labels() == {"alertname": "StepwatchThroughputDrift", "severity": "warning",
+                              "training_job": "j", "rank": "0", "source": "collector"}
+    (resolved,) = book.update(T0 + 100, [])
+    assert (resolved.state, resolved.ends_at) == ("resolved", T0 + 100)
+    assert [a.state for a in book.snapshot()] == ["resolved"]
+
+
+def test_same_condition_again_is_one_alert():
+    book = AlertBook()
+    out = [book.update(T0 + i, [cond(for_s=0), cond(for_s=0)]) for i in range(5)]
+    assert [len(o) for o in out] == [1, 0, 0, 0, 0]
+    assert len(book.snapshot()) == 1 and len(book.firing()) == 1
+
+
+def test_pending_alert_that_ends_early_is_dropped_silently():
+    book = AlertBook()
+    book.update(T0, [cond()])
+    assert book.update(T0 + 30, []) == []
+    assert book.snapshot() == []
+
+
+def test_severity_change_resolves_old_labels_and_fires_new_with_same_start():
+    book = AlertBook()
+    book.update(T0, [cond(for_s=0)])
+    old, new = book.update(T0 + 10, [cond("critical", for_s=0)])
+    assert (old.severity, old.state, old.ends_at) == ("warning", "resolved", T0 + 10)
+    assert (new.severity, new.state, new.starts_at) == ("critical", "firing", T0 - 30)
+    assert [a.severity for a in book.firing()] == ["critical"]
+
+
+def test_resolved_alerts_are_kept_for_the_retention_only():
+    book = AlertBook(retention_s=100)
+    book.update(T0, [cond(for_s=0)])
+    book.update(T0 + 1, [])
+    book.update(T0 + 101, [])
+    assert len(book.snapshot()) == 1
+    book.update(T0 + 102, [])
+    assert book.snapshot() == []
+
+
+def test_metric_lists_firing_alerts_only():
+    book, reg = AlertBook(), CollectorRegistry()
+    AlertMetrics(book, reg)
+    book.update(T0, [cond(for_s=0, rank=1), cond(for_s=600, name="StepwatchOOM")])
+    assert reg.get_sample_value("stepwatch_alert_active", {"alertname": "StepwatchThroughputDrift",
+                                "severity": "warning", "training_job": "j", "rank": "1"}) == 1.0
+    assert reg.get_sample_value("stepwatch_alert_active", {"alertname": "StepwatchOOM", "severity": "warning",
+                                "training_job": "j", "rank": "0"}) is None
+
+
+@settings(max_examples=50, deadline=None)
+@given(held=st.lists(st.booleans(), min_size=1, max_size=40), for_s=st.sampled_from([0.0, 5.0, 20.0]))
+def test_any_sequence_alternates_fire_and_resolve_and_respects_for(held, for_s):
+    """One tick per second; the condition holds or not. Outputs alternate firing/resolved, and
+    a firing comes only after the condition has held for for_s without a gap."""
+    book, run_start, last = AlertBook(), None, "resolved"
+    for i, on in enumerate(held):
+        now = T0 + i
+        run_start = (run_start if run_start is not None else now) if on else None
+        for a in book.update(now, [cond(for_s=for_s)] if on else []):
+            assert a.state != last, (a.state, i)
+            last = a.state
+            if a.state == "firing":
+                assert on and now - run_start >= for_s
+            else:
+                assert not on
+    assert len(book.snapshot()) <= 1 + held.count(False)

@@ -1,0 +1,113 @@
+"""Memory rules through the DetectionEngine, on data time only (no clock): fragmentation near
+capacity, alloc retries and OOM holds, leak trend and exhaustion forecast."""
+
+from __future__ import annotations
+
+import random
+
+from hypothesis import given, settings, strategies as st
+
+from stepwatch.collector.detect import AllocatorPoint, DetectionEngine, GpuPoint, parse_detection
+
+GIB = 2**30
+T0 = 1_700_000_000.0
+TOTAL = 80 * GIB
+
+
+def point(t, allocated=40 * GIB, reserved=50 * GIB, split=0, retries=0, ooms=0, total=TOTAL):
+    return AllocatorPoint(t, int(allocated), int(reserved), int(split), retries, ooms, total)
+
+
+def names(engine):
+    return {c.alertname: c for c in engine.conditions()}
+
+
+def test_fragmentation_needs_both_a_high_ratio_and_a_nearly_full_device():
+    e = DetectionEngine()
+    e.allocator("j", 0, point(T0, reserved=74 * GIB, split=30 * GIB))       # 40% split, 92% full
+    c = names(e)["StepwatchAllocatorFragmentation"]
+    assert c.severity == "warning" and c.for_s == 60.0 and "41%" in c.summary, c
+    e.allocator("j", 0, point(T0 + 1, reserved=40 * GIB, split=30 * GIB))   # 50% full: fine
+    assert "StepwatchAllocatorFragmentation" not in names(e)
+    e.allocator("j", 0, point(T0 + 2, reserved=76 * GIB, split=8 * GIB))    # full but 10% split
+    assert "StepwatchAllocatorFragmentation" not in names(e)
+
+
+def test_fragmentation_has_hysteresis_and_prefers_fresh_nvml_fullness():
+    e = DetectionEngine()
+    e.allocator("j", 0, point(T0, reserved=74 * GIB, split=20 * GIB))       # 27%, 92%: on
+    e.allocator("j", 0, point(T0 + 1, reserved=74 * GIB, split=16 * GIB))   # 21.6% >= 0.8 x 25%: stays
+    assert "StepwatchAllocatorFragmentation" in names(e)
+    e.allocator("j", 0, point(T0 + 2, reserved=74 * GIB, split=14 * GIB))   # 18.9%: off
+    assert "StepwatchAllocatorFragmentation" not in names(e)
+    # Reserved is 50% of the device, but NVML sees 95% used (NCCL buffers, other processes).
+    e.gpu("j", 0, GpuPoint(T0 + 3, memory_used_bytes=76 * GIB, memory_total_bytes=TOTAL))
+    e.allocator("j", 0, point(T0 + 4, reserved=40 * GIB, split=20 * GIB))
+    assert "StepwatchAllocatorFragmentation" in names(e)
+    e.allocator("j", 0, point(T0 + 100, reserved=40 * GIB, split=20 * GIB))  # NVML sample stale
+    assert "StepwatchAllocatorFragmentation" not in names(e)
+
+
+def test_alloc_retries_warn_and_ooms_page_for_their_hold_time():
+    e = DetectionEngine()
+    e.allocator("j", 0, point(T0))
+    e.allocator("j", 0, point(T0 + 1))
+    assert not names(e)
+    e.allocator("j", 0, point(T0 + 2, retries=3, ooms=1))
+    got = names(e)
+    assert got["StepwatchAllocRetries"].severity == "warning" and "+3 (total 3)" in got["StepwatchAllocRetries"].summary
+    assert got["StepwatchOOM"].severity == "critical"
+    e.tick(T0 + 2 + 599)
+    assert set(names(e)) == {"StepwatchAllocRetries", "StepwatchOOM"}
+    e.tick(T0 + 2 + 600)
+    assert set(names(e)) == {"StepwatchOOM"}
+    e.allocator("j", 0, point(T0 + 2 + 3599, retries=3, ooms=1))  # no increase: hold runs out
+    e.tick(T0 + 2 + 3600)
+    assert not names(e)
+
+
+def test_first_sample_with_nonzero_counters_is_not_an_increase():
+    e = DetectionEngine()
+    e.allocator("j", 0, point(T0, retries=7, ooms=2))  # a rank joining late, or a collector restart
+    assert not names(e)
+
+
+def _feed_growth(e, start, end, seconds=1800, every=15, total=TOTAL):
+    n = seconds // every
+    for i in range(n + 1):
+        e.allocator("j", 0, point(T0 + i * every, allocated=start + (end - start) * i / n, reserved=end + GIB,
+                                  total=total))
+
+
+def test_slow_gpu_leak_warns_without_forecast():
+    e = DetectionEngine()
+    _feed_growth(e, 10 * GIB, 15 * GIB)   # +50% in 30 min; 65 GiB left: ~6.5 h at this rate
+    got = names(e)
+    assert got["StepwatchGpuMemoryLeak"].severity == "warning", got
+    assert "full in ~390 min" in got["StepwatchGpuMemoryLeak"].summary, got
+    assert "StepwatchMemoryExhaustionForecast" not in got
+
+
+def test_fast_gpu_leak_forecasts_exhaustion_within_the_horizon():
+    e = DetectionEngine()
+    _feed_growth(e, 10 * GIB, 50 * GIB)   # 30 GiB left at 40 GiB / 30 min: ~22 min
+    got = names(e)
+    assert got["StepwatchMemoryExhaustionForecast"].severity == "critical", got
+    assert got["StepwatchMemoryExhaustionForecast"].summary.startswith("GPU allocated memory grows")
+
+
+@settings(max_examples=30, deadline=None)
+@given(seed=st.integers(0, 2**32), noise=st.floats(0.0, 0.04), level=st.integers(1, 70))
+def test_flat_noisy_memory_is_no_leak(seed, noise, level):
+    rng, e = random.Random(seed), DetectionEngine()
+    for i in range(2 * 1800 // 15):
+        e.allocator("j", 0, point(T0 + 15 * i, allocated=level * GIB * (1 + rng.uniform(-noise, noise)),
+                                  reserved=75 * GIB))
+    assert not {"StepwatchGpuMemoryLeak", "StepwatchMemoryExhaustionForecast"} & set(names(e))
+
+
+def test_memory_rules_can_be_switched_off():
+    e = DetectionEngine(parse_detection({"memory": {"enabled": False}}))
+    e.allocator("j", 0, point(T0))
+    e.allocator("j", 0, point(T0 + 1, reserved=76 * GIB, split=40 * GIB, retries=1, ooms=1))
+    assert not names(e)

@@ -1,0 +1,86 @@
+"""``stepwatch replay``: JSONL telemetry through the live detectors; clear errors naming the
+line for bad input; ``--format json`` fields."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+
+import pytest
+
+from stepwatch.collector.cli import main
+
+T0 = 1_700_000_000.0
+SMALL = "{warmup_steps: 5, drift: {baseline_steps: 300, baseline_lag_steps: 50, min_baseline_steps: 200}}"
+
+
+def step(s, t, dt, **extra):
+    return json.dumps({"kind": "step", "job": "j", "rank": 0, "step": s, "time": t, "step_time_s": dt, **extra})
+
+
+def slowed_job(path, steps=700, slow_from=400):
+    rng, t, lines = random.Random(1), T0, []
+    for s in range(1, steps + 1):
+        dt = 0.035 * (1.2 if s >= slow_from else 1.0) * math.exp(rng.gauss(0, 0.01))
+        t += dt
+        lines.append(step(s, t, dt, samples=8, tokens=256))
+    lines.append(json.dumps({"kind": "allocator", "job": "j", "rank": 0, "time": t, "allocated_bytes": 1,
+                             "reserved_bytes": 2, "inactive_split_bytes": 0, "alloc_retries": 0, "ooms": 0,
+                             "device_total_bytes": 10}))
+    lines.append(json.dumps({"kind": "allocator", "job": "j", "rank": 0, "time": t + 1, "allocated_bytes": 1,
+                             "reserved_bytes": 2, "inactive_split_bytes": 0, "alloc_retries": 0, "ooms": 1,
+                             "device_total_bytes": 10}))
+    path.write_text("\n".join(lines) + "\n\n")
+    return path
+
+
+def test_json_output_has_the_documented_fields(tmp_path, capsys):
+    f = slowed_job(tmp_path / "rec.jsonl")
+    assert main(["replay", str(f), "--detection", SMALL, "--format", "json"]) == 0
+    alerts = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    drift = [a for a in alerts if a["alertname"] == "StepwatchThroughputDrift"]
+    assert drift and drift[0]["severity"] == "critical", alerts
+    a = drift[0]
+    assert {"alertname", "severity", "job", "rank", "step", "time", "summary"} <= set(a), a
+    assert (a["job"], a["rank"]) == ("j", 0) and 390 <= a["step"] <= 420 and a["time"] > T0
+    assert "+20" in a["summary"] or "+19" in a["summary"] or "+21" in a["summary"], a["summary"]
+    assert [a["alertname"] for a in alerts if a["alertname"] == "StepwatchOOM"] == ["StepwatchOOM"]
+
+
+def test_text_output_names_step_severity_and_alert(tmp_path, capsys):
+    f = slowed_job(tmp_path / "rec.jsonl")
+    assert main(["replay", str(f), "--detection", SMALL]) == 0
+    out = capsys.readouterr().out
+    assert "critical StepwatchThroughputDrift job=j rank=0: step time +" in out, out
+
+
+@pytest.mark.parametrize("line, message", [
+    ("{not json", "line 2: not valid JSON"),
+    ("[1, 2]", "line 2: expected a JSON object, got list"),
+    ('{"kind": "window", "job": "j"}', "line 2: unknown kind 'window'; expected one of 'step', 'allocator'"),
+    ('{"job": "j"}', "line 2: unknown kind None"),
+    ('{"kind": "step", "job": "j", "rank": 0, "time": 1.0}', "line 2: step record lacks field(s) step, step_time_s"),
+    ('{"kind": "allocator", "job": "j", "rank": 0, "time": 1.0, "allocated_bytes": 1}',
+     "line 2: allocator record lacks field(s) reserved_bytes, inactive_split_bytes, alloc_retries, ooms, "
+     "device_total_bytes"),
+    ('{"kind": "step", "job": "j", "rank": "zero", "step": 1, "time": 1.0, "step_time_s": 0.1}',
+     "line 2: field rank: expected an integer, got 'zero'"),
+    ('{"kind": "step", "job": "j", "rank": 0, "step": 1, "time": null, "step_time_s": 0.1}',
+     "line 2: field time: expected a number, got None"),
+])
+def test_bad_line_is_an_error_naming_the_line(tmp_path, capsys, line, message):
+    f = tmp_path / "bad.jsonl"
+    f.write_text(step(1, T0, 0.1) + "\n" + line + "\n" + step(2, T0 + 1, 0.1) + "\n")
+    assert main(["replay", str(f)]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.startswith("stepwatch replay: error: " + message), captured.err
+
+
+def test_missing_file_and_bad_detection_option_are_errors(tmp_path, capsys):
+    assert main(["replay", str(tmp_path / "nope.jsonl")]) == 2
+    assert "No such file" in capsys.readouterr().err
+    f = slowed_job(tmp_path / "rec.jsonl", steps=10)
+    assert main(["replay", str(f), "--detection", "{drift: {block_steps: 0}}"]) == 2
+    assert "detection.drift.block_steps" in capsys.readouterr().err

@@ -1,0 +1,83 @@
+"""Profiler windows and trace capture end to end on CPU: trainer -> sidecar -> collector."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import subprocess
+import sys
+import time
+import urllib.request
+
+from _procs import run_trainer, start_trainer, trainer_env
+
+
+def windows_of(col, job):
+    with urllib.request.urlopen(f"http://{col.http}/api/jobs/{job}/windows", timeout=10) as resp:
+        return json.loads(resp.read())
+
+
+def test_windows_produce_summaries_and_metrics(collector_factory, tmp_path):
+    col = collector_factory()
+    env = trainer_env(tmp_path, col.grpc, "win", STEPWATCH_WINDOW_EVERY_STEPS=32,
+                      STEPWATCH_OVERHEAD_BUDGET=0.5)
+    run_trainer(env, "--steps", "200")
+    col.wait_value("stepwatch_steps_total", 200, training_job="win")
+    deadline = time.monotonic() + 30
+    while True:
+        ranks = windows_of(col, "win")["ranks"]
+        got = ranks[0]["windows"] if ranks else []
+        if len(got) >= 2 or time.monotonic() > deadline:
+            break
+        time.sleep(0.3)
+    assert len(got) >= 2, got
+    w = got[-1]
+    assert w["activities"] == "cpu" and w["last_step"] - w["first_step"] == 2
+    assert w["gpu_event_count"] == 0 and w["top_ops"], w  # CPU run: ops by CPU self time
+    assert 0 < w["breakdown"]["step_time_s"] < 5
+    assert w["overhead_s"] > 0 and w["analysis_s"] > 0
+    assert col.value("stepwatch_windows_total", training_job="win") >= 3  # incl. warm-up window
+    ratio = col.value("stepwatch_agent_overhead_ratio", training_job="win")
+    assert 0 < ratio < 0.5
+
+
+def test_user_profiler_window_is_skipped_and_counted(collector_factory, tmp_path):
+    col = collector_factory()
+    script = tmp_path / "own_profiler.py"
+    script.write_text(
+        "import torch\n"
+        "from stepwatch import agent\n"
+        "agent.attach(window_every_steps=16, overhead_budget=0.5)\n"
+        "m = torch.nn.Linear(8, 8); opt = torch.optim.SGD(m.parameters(), lr=0.1)\n"
+        "def step():\n"
+        "    m(torch.randn(4, 8)).sum().backward(); opt.step(); opt.zero_grad()\n"
+        "for _ in range(20): step()\n"
+        "with torch.profiler.profile():\n"
+        "    for _ in range(40): step()\n")
+    env = trainer_env(tmp_path, col.grpc, "ownprof")
+    run = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True,
+                         timeout=120)
+    assert run.returncode == 0, run.stderr[-2000:]
+    col.wait_value("stepwatch_window_skips_total", 2, training_job="ownprof", reason="user_profiler")
+    assert col.value("stepwatch_windows_total", training_job="ownprof") == 0
+
+
+def test_trace_capture_on_command(collector_factory, tmp_path):
+    col = collector_factory()
+    trace_dir = tmp_path / "traces"
+    env = trainer_env(tmp_path, col.grpc, "cap", STEPWATCH_WINDOWS=0, STEPWATCH_TRACE_DIR=trace_dir)
+    trainer = start_trainer(env, "--steps", "400", "--step-sleep-s", "0.01")
+    try:
+        col.wait_value("stepwatch_agent_connected", 1, training_job="cap")
+        run = subprocess.run([sys.executable, "-m", "stepwatch.collector.cli", "trace",
+                              "--collector", col.grpc, "--job", "cap", "--steps", "3",
+                              "--timeout", "60"], capture_output=True, text=True, timeout=90)
+        assert run.returncode == 0, run.stdout + run.stderr
+        line = run.stdout.strip().splitlines()[-1]
+        path = line.split()[4]
+        assert path.startswith(str(trace_dir)) and path.endswith("rank0.json.gz"), line
+        events = json.load(gzip.open(path))["traceEvents"]
+        assert sum(e.get("name", "").startswith("ProfilerStep#") for e in events) >= 3
+    finally:
+        trainer.kill()
+        trainer.wait()
