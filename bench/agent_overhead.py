@@ -1,11 +1,18 @@
-"""Step-time overhead of the attached agent (step hook, CUDA events, memory_stats, sidecar).
+"""Step-time overhead of the attached agent, with and without profiler windows.
 
-Interleaved blocks in one process: agent off, agent on, off, on, ... Each block runs
-``--block`` steps; the first ``--warmup`` steps of a block are not timed, then the timed part
-is bracketed by two synchronizes (none inside). Overhead = median(on) / median(off) - 1, with
-the spread of paired block differences. A real collector subprocess receives the telemetry.
+Interleaved blocks in one process, one arm after the other in every round:
+  off       no agent
+  base      agent attached, windows off (step hook, CUDA events, memory_stats, sidecar)
+  windows   agent with an aggressive schedule (a window every --every steps, budget 50%)
+Each block runs ``--block`` steps; the first ``--warmup`` steps of a block are not timed, the
+timed part is bracketed by two synchronizes (none inside). Overhead of an arm = median over
+rounds of (arm block / off block of the same round) - 1, with the interquartile range.
+The cost of one window follows from the windows arm; the overhead at the default schedule
+(one window per ``window_interval_s`` = 60 s) is projected as base + cost / 60 s, and the
+agent's own measurement (``overhead_ratio``, per-window cost) is reported beside it.
+A real collector subprocess receives the telemetry.
 
-    python bench/agent_overhead.py --blocks 10 --block 200 --out bench/results/agent_overhead.json
+    python bench/agent_overhead.py --blocks 8 --block 256 --out bench/results/agent_overhead.json
 """
 
 from __future__ import annotations
@@ -66,6 +73,19 @@ def block(step, device, n: int, warmup: int) -> float:
     return (time.perf_counter() - t0) / n
 
 
+def quartiles(values):
+    values = sorted(values)
+    q = statistics.quantiles(values, n=4) if len(values) >= 4 else [values[0], 0, values[-1]]
+    return statistics.median(values), q[0], q[2]
+
+
+ARMS = {
+    "off": None,
+    "base": {"windows": False},
+    "windows": {"overhead_budget": 0.5},  # window_every_steps is set from --every
+}
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--blocks", type=int, default=10, help="blocks per arm")
@@ -75,6 +95,11 @@ def main() -> None:
     p.add_argument("--layers", type=int, default=6)
     p.add_argument("--batch", type=int, default=16)
     p.add_argument("--seq", type=int, default=512)
+    p.add_argument("--every", type=int, default=128, help="window period of the windows arm")
+    p.add_argument("--settle-s", type=float, default=3.0,
+                   help="wait after attach so the sidecar's start-up (imports, nvmlInit, connect) "
+                        "is over: a job pays it once, not every block")
+    p.add_argument("--activities", default="cpu,cuda")
     p.add_argument("--out", default="")
     args = p.parse_args()
     from stepwatch import agent
@@ -84,36 +109,57 @@ def main() -> None:
     collector, grpc_addr = start_collector(tmp)
     step = build(device, args.d_model, args.layers, args.batch, args.seq)
     block(step, device, 20, 10)  # global warm-up: kernels, allocator
-    off, on = [], []
+    ARMS["windows"].update(window_every_steps=args.every, window_activities=args.activities)
+    times = {arm: [] for arm in ARMS}
+    agent_cost, opened = [], []
     try:
         for _ in range(args.blocks):
-            off.append(block(step, device, args.block, args.warmup))
-            agent.attach(collector=grpc_addr, job="bench", spool_dir=os.path.join(tmp, "spool"))
-            on.append(block(step, device, args.block, args.warmup))
-            agent.detach()
+            for arm, options in ARMS.items():
+                if options is not None:
+                    handle = agent.attach(collector=grpc_addr, job="bench",
+                                          spool_dir=os.path.join(tmp, "spool"), **options)
+                    time.sleep(args.settle_s)
+                times[arm].append(block(step, device, args.block, args.warmup))
+                if options is not None:
+                    if arm == "windows":
+                        opened.append(handle.windows._next_id - 1)  # windows opened in the block
+                        if handle.windows.windows:
+                            agent_cost.append(handle.windows.total_cost_s / handle.windows.windows)
+                    agent.detach()
     finally:
         collector.terminate()
         collector.wait()
-    diffs = sorted(b / a - 1 for a, b in zip(off, on))
-    q = statistics.quantiles(diffs, n=4) if len(diffs) >= 4 else [diffs[0], 0, diffs[-1]]
+    off = times["off"]
+    rel = {arm: [b / a - 1 for a, b in zip(off, times[arm])] for arm in ("base", "windows")}
+    step_s = statistics.median(off)
+    # Per round: extra time of the windows block over the base block, per window opened.
+    per_window = [(w - b) * args.block / n for w, b, n in zip(times["windows"], times["base"], opened) if n]
+    cost_per_window = statistics.median(per_window) if per_window else float("nan")
     result = {
         "device": torch.cuda.get_device_name(0) if device.type == "cuda" else platform.processor() or "cpu",
         "torch": torch.__version__, "python": platform.python_version(),
-        "command": " ".join(sys.argv), "blocks_per_arm": args.blocks, "steps_per_block": args.block,
-        "median_step_ms_off": 1000 * statistics.median(off), "median_step_ms_on": 1000 * statistics.median(on),
-        "overhead_median_pct": 100 * (statistics.median(on) / statistics.median(off) - 1),
-        "paired_overhead_pct_median": 100 * statistics.median(diffs),
-        "paired_overhead_pct_iqr": [100 * q[0], 100 * q[2]],
-        "block_ms_off": [1000 * v for v in off], "block_ms_on": [1000 * v for v in on],
+        "command": " ".join(sys.argv), "rounds": args.blocks, "steps_per_block": args.block,
+        "window_every_steps": args.every, "activities": args.activities,
+        "windows_opened_per_block": opened,
+        "median_step_ms_off": 1000 * step_s,
+        "overhead_pct": {arm: [100 * v for v in quartiles(rel[arm])] for arm in rel},
+        "window_cost_ms_from_blocks": 1000 * cost_per_window,
+        "window_cost_ms_agent_measured": 1000 * statistics.median(agent_cost) if agent_cost else None,
+        "projected_default_overhead_pct": 100 * (statistics.median(rel["base"]) + cost_per_window / 60.0),
+        "block_ms": {arm: [1000 * v for v in vals] for arm, vals in times.items()},
     }
     text = json.dumps(result, indent=1)
     print(text)
     if args.out:
         with open(args.out, "w") as fh:
             fh.write(text + "\n")
-    print(f"\n{'arm':<6}{'median step ms':>16}\n{'off':<6}{result['median_step_ms_off']:>16.3f}\n"
-          f"{'on':<6}{result['median_step_ms_on']:>16.3f}\noverhead {result['paired_overhead_pct_median']:+.3f}% "
-          f"(paired IQR {result['paired_overhead_pct_iqr'][0]:+.3f}..{result['paired_overhead_pct_iqr'][1]:+.3f}%)")
+    print(f"\nstep {1000 * step_s:.3f} ms (agent off), {args.blocks} rounds x {args.block} steps")
+    for arm in ("base", "windows"):
+        med, lo, hi = result["overhead_pct"][arm]
+        print(f"{arm:<8} overhead {med:+.3f}%  (IQR {lo:+.3f} .. {hi:+.3f}%)")
+    print(f"one window ({args.activities}, every {args.every} steps): {result['window_cost_ms_from_blocks']:.1f} ms "
+          f"from blocks, {result['window_cost_ms_agent_measured'] or float('nan'):.1f} ms measured by the agent")
+    print(f"projected at defaults (1 window / 60 s): {result['projected_default_overhead_pct']:+.3f}%")
 
 
 if __name__ == "__main__":

@@ -22,13 +22,19 @@ layer = nn.TransformerEncoderLayer(1024, 16, 4096, batch_first=True, dropout=0.0
 model = nn.TransformerEncoder(layer, 6).to(dev)
 opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
 x = torch.randn(16, 512, 1024, device=dev)
-truth = {"window": window}
+truth = {"window": window, "memory_log": []}
+keys = ("allocated_bytes.all.current", "reserved_bytes.all.current", "active_bytes.all.current",
+        "inactive_split_bytes.all.current")
 for step in range(1, steps + 1):
     with torch.autocast("cuda", dtype=torch.bfloat16):
         loss = model(x).float().pow(2).mean()
     opt.zero_grad(set_to_none=True)
     loss.backward()
     opt.step()
+    # The agent samples memory_stats inside opt.step()'s post-hook; nothing allocates between
+    # that and this line, so this is the allocator state the agent saw at this step.
+    stats = torch.cuda.memory_stats(0)
+    truth["memory_log"].append([time.time()] + [stats[k] for k in keys])
     if step == window[0]:
         torch.cuda.synchronize()
         t0 = time.perf_counter()

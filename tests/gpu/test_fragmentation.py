@@ -40,7 +40,7 @@ def run_case(collector_factory, tmp_path, name: str, alloc_conf: str) -> dict:
     cfg.write_text(yaml.safe_dump({"detection": {"eval_interval_s": 0.5,
                                                  "memory": {"fragmentation_for_s": 3}}}))
     col = collector_factory("--config", str(cfg))
-    env = trainer_env(tmp_path, col.grpc, name, STEPWATCH_MEMORY_STATS_INTERVAL_S="0.5",
+    env = trainer_env(tmp_path, col.grpc, name, STEPWATCH_MEMORY_STATS_INTERVAL_S="1.0",
                       STEPWATCH_NVML_INTERVAL_S="0.5")
     if alloc_conf:
         env["PYTORCH_CUDA_ALLOC_CONF"] = alloc_conf
