@@ -57,6 +57,8 @@ def run_case(collector_factory, tmp_path, name: str, alloc_conf: str) -> dict:
     total = col.value("stepwatch_allocator_device_total_bytes", **labels)
     used = col.value("stepwatch_gpu_memory_used_bytes", **labels)
     alerts = [a for a in col.api("/api/alerts")["alerts"] if a["job"] == name and a["alertname"] == ALERT]
+    assert reserved is not None and total is not None, (
+        f"{name}: no allocator sample exported; jobs: {col.api()}\ntrainer stderr:\n{run.stderr[-3000:]}")
     return {"case": name, "frag": split / reserved if reserved else 0.0, "reserved_total": reserved / total,
             "nvml_used_total": (used / total) if used else float("nan"),
             "retries": col.value("stepwatch_allocator_alloc_retries_total", **labels),
