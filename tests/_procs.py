@@ -29,6 +29,8 @@ def free_port() -> int:
 class Collector:
     """A collector subprocess; ``start()`` may be called again after ``kill()`` (same ports)."""
 
+    _instances = 0  # unique ready/log file names when a test starts several collectors
+
     def __init__(self, tmp_path, extra_args=(), grpc_port: Optional[int] = None):
         self.tmp = tmp_path
         self.extra = list(extra_args)
@@ -37,18 +39,21 @@ class Collector:
         self.http = ""
         self.grpc = f"127.0.0.1:{self.grpc_port}"
         self.starts = 0
+        Collector._instances += 1
+        self.name = f"c{Collector._instances}"
 
     def start(self) -> "Collector":
-        ready = self.tmp / f"ready-{self.starts}.json"
+        ready = self.tmp / f"ready-{self.name}-{self.starts}.json"
         self.starts += 1
-        self.log = open(self.tmp / f"collector-{self.starts}.log", "w")
+        log_path = self.tmp / f"collector-{self.name}-{self.starts}.log"
+        self.log = open(log_path, "w")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "stepwatch.collector.cli", "collector", "--grpc-listen", self.grpc,
              "--http-listen", "127.0.0.1:0", "--ready-file", str(ready), *self.extra],
             stdout=self.log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 30
         while not ready.exists():
-            assert self.proc.poll() is None, (self.tmp / f"collector-{self.starts}.log").read_text()
+            assert self.proc.poll() is None, log_path.read_text()
             assert time.monotonic() < deadline, "collector did not become ready"
             time.sleep(0.05)
         self.http = json.loads(ready.read_text())["http"]
