@@ -17,6 +17,7 @@ import collections
 import gc
 import os
 import statistics
+import sys
 import time
 from typing import Callable, Optional
 
@@ -74,6 +75,7 @@ class WindowScheduler:
         self._backoff_until = float("-inf")
         self._cuda_windows: set[int] = set()
         self._post: Optional[tuple] = None  # (window id, median step before, durations after)
+        self._compile_seen = (0, 0)
         self.post_window_slowdowns = 0
 
     # -- public, training thread ------------------------------------------------------------
@@ -230,11 +232,28 @@ class WindowScheduler:
                         "first_step": window.first_step, "last_step": last, "error": error})
             return
         self.windows += 1
-        self._emit({"t": "window", "window_id": window.wid, "path": window.path,
-                    "first_step": window.first_step, "last_step": last,
-                    "start_time_s": window.start_wall, "activities": window.activities,
-                    "overhead_s": cost, "export_s": window.export_s,
-                    "discard": self.windows == 1})  # first window: CUPTI warm-up
+        record = {"t": "window", "window_id": window.wid, "path": window.path,
+                  "first_step": window.first_step, "last_step": last,
+                  "start_time_s": window.start_wall, "activities": window.activities,
+                  "overhead_s": cost, "export_s": window.export_s,
+                  "discard": self.windows == 1}  # first window: CUPTI warm-up
+        record.update(self._compile_health())
+        self._emit(record)
+
+    def _compile_health(self) -> dict:
+        """torch.compile graph breaks and newly compiled graphs since the previous window.
+
+        Two dict reads of ``torch._dynamo.utils.counters``, only when the trainer already
+        imported torch._dynamo (never imported here). A graph compiled after the first
+        window is a recompilation (new shapes, guards failing).
+        """
+        dynamo = sys.modules.get("torch._dynamo.utils")
+        if dynamo is None or not hasattr(dynamo, "counters"):
+            return {}
+        counters = dynamo.counters
+        now = (sum(counters["graph_break"].values()), counters["stats"]["unique_graphs"])
+        before, self._compile_seen = self._compile_seen, now
+        return {"graph_breaks": now[0] - before[0], "recompiles": now[1] - before[1]}
 
     def close(self) -> None:
         """Stop a window in progress without exporting (detach / exit)."""

@@ -105,10 +105,20 @@ def _collect_window(ranks: list[RankState], top_k: int) -> tuple:
     ops = GaugeMetricFamily("stepwatch_window_top_op_seconds",
                             "Self device seconds of the top operators in the last profiler window (position 1 = most).",
                             labels=list(RANK_LABELS) + ["op", "position"])
+    compile_health = [
+        GaugeMetricFamily("stepwatch_window_graph_breaks", "torch.compile graph breaks between the "
+                          "last two profiler windows (only for jobs that use torch.compile).",
+                          labels=RANK_LABELS),
+        GaugeMetricFamily("stepwatch_window_recompiles", "Graphs torch.compile compiled between the "
+                          "last two profiler windows (only for jobs that use torch.compile).",
+                          labels=RANK_LABELS)]
     for st in ranks:
         if not st.windows:
             continue
         win, labels = st.windows[-1], rank_labels(st)
+        for fam, field in zip(compile_health, ("graph_breaks", "recompiles")):
+            if win.HasField(field):
+                fam.add_metric(labels, float(getattr(win, field)))
         for fam, (_, _, field) in zip(scalars, _WINDOW):
             fam.add_metric(labels, float(getattr(win, field)))
         if win.HasField("breakdown"):
@@ -116,7 +126,7 @@ def _collect_window(ranks: list[RankState], top_k: int) -> tuple:
                 phase.add_metric(labels + [name], getattr(win.breakdown, field))
         _add_top(kernels, labels, win.top_kernels, top_k)
         _add_top(ops, labels, win.top_ops, top_k)
-    return (*scalars, phase, kernels, ops)
+    return (*scalars, phase, kernels, ops, *compile_health)
 
 
 def _add_top(fam: GaugeMetricFamily, labels: list, named, top_k: int) -> None:

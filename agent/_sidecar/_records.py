@@ -124,7 +124,7 @@ def _stats(obj: Mapping[str, Any]) -> Record:
 
 
 _WINDOW_FIELDS = ("window_id", "first_step", "last_step", "start_time_s", "activities",
-                  "overhead_s", "export_s")
+                  "overhead_s", "export_s", "graph_breaks", "recompiles")
 
 
 def _window(obj: Mapping[str, Any]) -> Record:

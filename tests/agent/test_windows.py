@@ -122,3 +122,24 @@ def test_lasting_slowdown_after_a_window_is_reported(tmp_path):
     run_steps(sched, clock, 101, 127, step_s=0.0105)
     run_steps(sched, clock, 128, 180, step_s=0.0105)  # window at 128: no change this time
     assert sched.post_window_slowdowns == 1
+
+
+def test_compile_health_counts_graph_breaks_and_new_graphs_between_windows(tmp_path):
+    import torch._dynamo
+
+    sched, out, clock = make(tmp_path, window_every_steps=32, overhead_budget=0.9)
+
+    @torch.compile(backend="eager")
+    def fn(x):
+        y = x * 2
+        print("", end="")  # a graph break
+        return y + 1
+
+    run_steps(sched, clock, 1, 36, work=lambda: fn(torch.ones(4)))  # first window at 32
+    run_steps(sched, clock, 37, 68, work=lambda: fn(torch.ones(4)))  # same shapes: nothing new
+    run_steps(sched, clock, 69, 100, work=lambda: fn(torch.ones(4, 3)))  # new shape: recompile
+    got = windows(out)
+    assert len(got) == 3
+    assert got[0]["graph_breaks"] >= 1 and got[0]["recompiles"] >= 1
+    assert (got[1]["graph_breaks"], got[1]["recompiles"]) == (0, 0)
+    assert got[2]["recompiles"] >= 1

@@ -127,6 +127,14 @@ def test_no_window_no_window_metrics_and_top_k_setting(start_collector):
     assert len(samples(text, "stepwatch_window_top_kernel_seconds")) == 2
     assert "stepwatch_window_step_phase_seconds" not in text  # no breakdown reported
     assert "stepwatch_agent_overhead_ratio" not in text  # no AgentStats yet
+    assert "stepwatch_window_graph_breaks" not in text  # job without torch.compile
+
+
+def test_compile_health_metrics(collector):
+    send(collector, [hello(), batch(1, windows=[window(1, graph_breaks=3, recompiles=1)])])
+    text = collector.get("/metrics")[2].decode()
+    assert samples(text, "stepwatch_window_graph_breaks") == {frozenset(): 3.0}
+    assert samples(text, "stepwatch_window_recompiles") == {frozenset(): 1.0}
 
 
 @pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool not installed")
