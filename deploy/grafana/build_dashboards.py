@@ -31,7 +31,8 @@ def panel(title, desc, feeds, targets, unit="short", kind="timeseries", **opts):
     """One panel; ``targets`` is a list of (expr, legend)."""
     assert feeds in ("any", "cuda", "events")
     p = {"type": kind, "title": title, "description": f"{desc} [feeds: {feeds}]", "datasource": DATASOURCE,
-         "fieldConfig": {"defaults": {"unit": unit, **opts.pop("defaults", {})}, "overrides": []},
+         "fieldConfig": {"defaults": {"unit": unit, **opts.pop("defaults", {})},
+                         "overrides": opts.pop("overrides", [])},
          "options": opts.pop("options", {}),
          "targets": [{"refId": chr(65 + i), "datasource": DATASOURCE, "expr": e, "legendFormat": lg,
                       **({"format": "table", "instant": True} if kind == "table" else {})}
@@ -170,7 +171,78 @@ def alerts():
     ], rank=False)
 
 
-DASHBOARDS = {"job-overview.json": job_overview, "memory.json": memory, "gpu.json": gpu, "alerts.json": alerts}
+def on_gpu(metric):
+    """``metric`` of the selected ranks, only where the last window recorded kernels: a CPU-only
+    job (activities "cpu") exports the device gauges as 0, which would read as an idle GPU."""
+    return f"{metric}{{{R}}} and (stepwatch_window_kernels{{{R}}} > 0)"
+
+
+def windows():
+    lg = "rank {{rank}}"
+    unit_pct = {"min": 0, "max": 1}
+    table = {"kind": "table", "options": {"showHeader": True,
+                                          "sortBy": [{"displayName": "seconds", "desc": True}]},
+             "transformations": [{"id": "organize", "options": {
+                 "excludeByName": {k: True for k in ("Time", "__name__", "job", "instance", "local_rank",
+                                                     "node", "training_job")},
+                 "indexByName": {"rank": 0, "position": 1, "kernel": 2, "op": 2, "Value": 3},
+                 "renameByName": {"Value": "seconds"}}}]}
+    budget = {"thresholds": {"mode": "absolute", "steps": [{"color": "green", "value": None},
+                                                           {"color": "red", "value": 0.005}]},
+              "custom": {"thresholdsStyle": {"mode": "dashed"}}, "min": 0}
+    step_line = [{"matcher": {"id": "byName", "options": "step"},
+                  "properties": [{"id": "custom.stacking", "value": {"mode": "none", "group": "step"}},
+                                 {"id": "custom.fillOpacity", "value": 0},
+                                 {"id": "custom.lineStyle", "value": {"fill": "dash", "dash": [10, 10]}}]}]
+    return dashboard("stepwatch-windows", "stepwatch / profiler windows", [
+        panel("GPU busy and idle", "Share of the last profiler window's device timeline with GPU work "
+              "running, and idle (both 0 on a CPU-only job: no device timeline).", "any",
+              [(f"stepwatch_window_gpu_busy_ratio{{{R}}}", "busy " + lg),
+               (f"stepwatch_window_gpu_idle_ratio{{{R}}}", "idle " + lg)], "percentunit", defaults=unit_pct),
+        panel("Compute, communication and memcpy", "Device seconds of the last window in compute kernels, "
+              "communication (NCCL) kernels and memcpy/memset (overlapping work counts in each).", "cuda",
+              [(on_gpu("stepwatch_window_compute_seconds"), "compute " + lg),
+               (on_gpu("stepwatch_window_communication_seconds"), "communication " + lg),
+               (on_gpu("stepwatch_window_memcpy_seconds"), "memcpy " + lg)], "s"),
+        panel("Communication overlapped by compute", "Share of the last window's communication time "
+              "that ran under compute kernels (0 when there was no communication).", "cuda",
+              [(on_gpu("stepwatch_window_overlap_ratio"), lg)], "percentunit", defaults=unit_pct),
+        panel("Kernels per window", "Kernels launched in the last profiler window.", "cuda",
+              [(f"stepwatch_window_kernels{{{R}}} > 0", lg)]),
+        panel("Short kernel share", "Share of the last window's kernels shorter than 10 us "
+              "(high: launch-bound, consider CUDA graphs or fusion).", "cuda",
+              [(on_gpu("stepwatch_window_short_kernel_ratio"), lg)], "percentunit", defaults=unit_pct),
+        panel("Step breakdown", "One average step of the last window by phase, stacked, mean over the "
+              "selected ranks (pick one rank to see it alone); the dashed line is the whole step. "
+              "Device time on GPU, host time on a CPU-only job.", "any",
+              [(f'avg by (phase) (stepwatch_window_step_phase_seconds{{{R}, phase!="step"}})', "{{phase}}"),
+               (f'avg by (phase) (stepwatch_window_step_phase_seconds{{{R}, phase="step"}})', "{{phase}}")],
+              "s", defaults={"custom": {"stacking": {"mode": "normal", "group": "A"}, "fillOpacity": 40}},
+              overrides=step_line),
+        panel("Top kernels", "Kernels with the most device seconds in each rank's last window "
+              "(position 1 = most).", "cuda",
+              [(f"stepwatch_window_top_kernel_seconds{{{R}}}", "")], "s", **table),
+        panel("Top operators", "Operators with the most self time in each rank's last window: device "
+              "time on GPU, CPU self time on a CPU-only job.", "any",
+              [(f"stepwatch_window_top_op_seconds{{{R}}}", "")], "s", **table),
+        panel("Agent overhead vs budget", "Share of wall time since attach spent on profiler windows "
+              "and export; the dashed line is the default budget 0.005 (STEPWATCH_OVERHEAD_BUDGET), "
+              "which the agent keeps by spacing windows.", "any",
+              [(f"stepwatch_agent_overhead_ratio{{{R}}}", lg)], "percentunit", defaults=budget),
+        panel("Window cost", "Extra trainer seconds the last window cost (slower steps and export), "
+              "and sidecar seconds spent analysing its trace.", "any",
+              [(f"stepwatch_window_overhead_seconds{{{R}}}", "trainer " + lg),
+               (f"stepwatch_window_analysis_seconds{{{R}}}", "analysis " + lg)], "s"),
+        panel("Windows taken", "Profiler windows taken since attach (warm-up window included).", "any",
+              [(f"stepwatch_windows_total{{{R}}}", lg)]),
+        panel("Window skips by reason", "Windows the agent did not take since attach, by reason "
+              "(user_profiler, cuda_graph_capture, no_gpu_events_backoff...), summed over the selected ranks.",
+              "events", [(f"sum by (reason) (stepwatch_window_skips_total{{{R}}})", "{{reason}}")]),
+    ])
+
+
+DASHBOARDS = {"job-overview.json": job_overview, "memory.json": memory, "gpu.json": gpu, "alerts.json": alerts,
+              "windows.json": windows}
 
 
 def render() -> dict[str, str]:
