@@ -100,6 +100,7 @@ def main() -> None:
                    help="wait after attach so the sidecar's start-up (imports, nvmlInit, connect) "
                         "is over: a job pays it once, not every block")
     p.add_argument("--activities", default="cpu,cuda")
+    p.add_argument("--arms", default="off,base,windows", help="comma-separated subset of off,base,windows")
     p.add_argument("--out", default="")
     args = p.parse_args()
     from stepwatch import agent
@@ -110,11 +111,12 @@ def main() -> None:
     step = build(device, args.d_model, args.layers, args.batch, args.seq)
     block(step, device, 20, 10)  # global warm-up: kernels, allocator
     ARMS["windows"].update(window_every_steps=args.every, window_activities=args.activities)
-    times = {arm: [] for arm in ARMS}
+    arms = {arm: ARMS[arm] for arm in args.arms.split(",")}
+    times = {arm: [] for arm in arms}
     agent_cost, opened = [], []
     try:
         for _ in range(args.blocks):
-            for arm, options in ARMS.items():
+            for arm, options in arms.items():
                 if options is not None:
                     handle = agent.attach(collector=grpc_addr, job="bench",
                                           spool_dir=os.path.join(tmp, "spool"), **options)
@@ -130,10 +132,11 @@ def main() -> None:
         collector.terminate()
         collector.wait()
     off = times["off"]
-    rel = {arm: [b / a - 1 for a, b in zip(off, times[arm])] for arm in ("base", "windows")}
+    rel = {arm: [b / a - 1 for a, b in zip(off, times[arm])] for arm in ("base", "windows") if arm in times}
     step_s = statistics.median(off)
     # Per round: extra time of the windows block over the base block, per window opened.
-    per_window = [(w - b) * args.block / n for w, b, n in zip(times["windows"], times["base"], opened) if n]
+    per_window = [(w - b) * args.block / n
+                  for w, b, n in zip(times.get("windows", []), times.get("base", []), opened) if n]
     cost_per_window = statistics.median(per_window) if per_window else float("nan")
     result = {
         "device": torch.cuda.get_device_name(0) if device.type == "cuda" else platform.processor() or "cpu",
@@ -145,7 +148,8 @@ def main() -> None:
         "overhead_pct": {arm: [100 * v for v in quartiles(rel[arm])] for arm in rel},
         "window_cost_ms_from_blocks": 1000 * cost_per_window,
         "window_cost_ms_agent_measured": 1000 * statistics.median(agent_cost) if agent_cost else None,
-        "projected_default_overhead_pct": 100 * (statistics.median(rel["base"]) + cost_per_window / 60.0),
+        "projected_default_overhead_pct": 100 * (statistics.median(rel["base"]) + cost_per_window / 60.0)
+        if "base" in rel and per_window else None,
         "block_ms": {arm: [1000 * v for v in vals] for arm, vals in times.items()},
     }
     text = json.dumps(result, indent=1)
@@ -154,12 +158,13 @@ def main() -> None:
         with open(args.out, "w") as fh:
             fh.write(text + "\n")
     print(f"\nstep {1000 * step_s:.3f} ms (agent off), {args.blocks} rounds x {args.block} steps")
-    for arm in ("base", "windows"):
+    for arm in rel:
         med, lo, hi = result["overhead_pct"][arm]
         print(f"{arm:<8} overhead {med:+.3f}%  (IQR {lo:+.3f} .. {hi:+.3f}%)")
-    print(f"one window ({args.activities}, every {args.every} steps): {result['window_cost_ms_from_blocks']:.1f} ms "
-          f"from blocks, {result['window_cost_ms_agent_measured'] or float('nan'):.1f} ms measured by the agent")
-    print(f"projected at defaults (1 window / 60 s): {result['projected_default_overhead_pct']:+.3f}%")
+    if per_window:
+        print(f"one window ({args.activities}, every {args.every} steps): {cost_per_window * 1000:.1f} ms "
+              f"from blocks, {result['window_cost_ms_agent_measured'] or float('nan'):.1f} ms measured by the agent")
+        print(f"projected at defaults (1 window / 60 s): {result['projected_default_overhead_pct']:+.3f}%")
 
 
 if __name__ == "__main__":
