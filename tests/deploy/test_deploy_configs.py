@@ -84,7 +84,7 @@ def test_dashboards_are_generated_and_use_the_provisioned_datasource():
             used = set(re.findall(r"\$(\w+)", " ".join(t["expr"] for t in p["targets"])))
             assert used <= variables | {"__rate_interval"}, (path.name, p["title"], used)
         names.add(path.name)
-    assert names == {"job-overview.json", "memory.json", "gpu.json", "alerts.json"}
+    assert names == {"job-overview.json", "memory.json", "gpu.json", "alerts.json", "windows.json"}
 
 
 def test_compose_file_is_valid_and_everything_it_mounts_exists():

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import shutil
 import time
+import urllib.parse
 import urllib.request
 
 import pytest
@@ -44,9 +45,15 @@ def test_panels_have_feed_tags():
 def test_stack_scrapes_collector_and_every_cpu_panel_has_data(stack, tmp_path):
     prom = stack.prometheus_url
     start = time.time()
-    env = trainer_env(tmp_path, stack.collector_grpc, "paneljob")
+    # Profiler windows every 32 steps (CPU activities), so the window panels have data: the first
+    # window is discarded (warm-up), the ones at steps 64 and 96 feed the window gauges.
+    env = trainer_env(tmp_path, stack.collector_grpc, "paneljob", STEPWATCH_WINDOW_EVERY_STEPS=32,
+                      STEPWATCH_OVERHEAD_BUDGET=0.5)
     run_trainer(env, "--steps", "120", "--workers", "1", "--step-sleep-s", "0.05", timeout=120)
     time.sleep(3)  # a few more scrapes after the last step
+    query = urllib.parse.quote('stepwatch_windows_total{training_job="paneljob"}')
+    windows = _get(f"{prom}/api/v1/query?query={query}")["data"]["result"]
+    assert windows and float(windows[0]["value"][1]) >= 3, windows  # warm-up window + 2
     target = _get(f"{prom}/api/v1/targets")["data"]["activeTargets"][0]
     assert target["health"] == "up", target
     ams = _get(f"{prom}/api/v1/alertmanagers")["data"]["activeAlertmanagers"]

@@ -28,8 +28,10 @@ def test_every_gpu_panel_has_data(tmp_path):
     stack = LocalStack(str(tmp_path / "stack"), scrape_interval="1s").start()
     try:
         start = time.time()
-        env = trainer_env(tmp_path, stack.collector_grpc, "gpupanels")
-        # Long enough for several 1 s NVML and allocator samples to be scraped.
+        # Profiler windows every 32 steps feed the window panels (the first one is discarded).
+        env = trainer_env(tmp_path, stack.collector_grpc, "gpupanels", STEPWATCH_WINDOW_EVERY_STEPS=32,
+                          STEPWATCH_OVERHEAD_BUDGET=0.5)
+        # Long enough for several 1 s NVML and allocator samples and several windows to be scraped.
         run_trainer(env, "--device", "cuda", "--steps", "400", "--step-sleep-s", "0.02", timeout=240)
         time.sleep(3)
         problems = check_panels(stack.prometheus_url, "gpupanels", start, time.time(), required={"any", "cuda"})
