@@ -59,9 +59,7 @@ class Agent:
         self._torch = torch
         self._workdir = tempfile.mkdtemp(prefix=f"stepwatch-{self.session_id[:12]}-")
         self.sidecar = self._spawn_sidecar()
-        fd = self.sidecar.stdin.fileno()
-        os.set_blocking(fd, False)
-        os.set_blocking(self.sidecar.stdout.fileno(), False)
+        fd, self._reply_fd = self._own_pipes()
         self._replies = bytearray()
         self._writer = PipeWriter(fd, settings["buffer_records"], settings["ipc_flush_interval_s"])
         self._writer.put(self._config_record())
@@ -86,6 +84,21 @@ class Agent:
         return subprocess.Popen([sys.executable, "-m", "stepwatch.agent._sidecar"],
                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env,
                                 start_new_session=True, close_fds=True)
+
+    def _own_pipes(self) -> tuple[int, int]:
+        """Take the pipe ends from the Popen file objects as plain non-blocking fds we own.
+
+        The file objects are closed at once: left alive, a later garbage collection of the
+        Popen object would close the fd numbers again, after they may have been reused by
+        someone else (a later agent's pipe, a user's file).
+        """
+        fds = []
+        for stream in (self.sidecar.stdin, self.sidecar.stdout):
+            fd = os.dup(stream.fileno())
+            stream.close()
+            os.set_blocking(fd, False)
+            fds.append(fd)
+        return fds[0], fds[1]
 
     def _config_record(self) -> dict:
         s, ident, torch = self.settings, self.identity, self._torch
@@ -157,7 +170,7 @@ class Agent:
     def _read_replies(self) -> None:
         """Non-blocking read of the sidecar's back channel; complete lines are handled."""
         try:
-            chunk = os.read(self.sidecar.stdout.fileno(), 1 << 16)
+            chunk = os.read(self._reply_fd, 1 << 16)
         except (BlockingIOError, InterruptedError):
             return
         except OSError:
@@ -193,6 +206,7 @@ class Agent:
             self._writer.put({"t": "bye"})
             self._writer.drain(_DRAIN_TIMEOUT_S)
             self._writer.close()
+            os.close(self._reply_fd)
         except Exception as exc:
             _log.warning("stepwatch: detach failed: %r", exc)
 
@@ -202,7 +216,7 @@ class Agent:
         self.dataloader.enabled = False
         self._writer.abandon()
         try:
-            self.sidecar.stdout.close()
+            os.close(self._reply_fd)
         except OSError:
             pass
 
