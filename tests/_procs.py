@@ -137,6 +137,14 @@ def run_trainer(env: dict, *args: str, nproc: int = 1, timeout: float = 240,
     return run
 
 
+def run_script(script, env: dict, timeout: float = 120) -> subprocess.CompletedProcess:
+    """Run a test-written training script to completion; it must exit 0."""
+    run = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True,
+                         timeout=timeout)
+    assert run.returncode == 0, run.stderr[-3000:]
+    return run
+
+
 def start_trainer(env: dict, *args: str, nproc: int = 1) -> subprocess.Popen:
     return subprocess.Popen(_trainer_cmd(args, nproc), env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)

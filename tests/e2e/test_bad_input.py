@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import time
 
-from _procs import free_port, run_trainer, trainer_env
+from _procs import free_port, run_script, run_trainer, trainer_env
 
 
 def test_unreachable_collector_training_finishes_and_spools(tmp_path):
@@ -66,9 +64,7 @@ def test_fork_child_of_attached_process_stays_silent(collector_factory, tmp_path
         "os.waitpid(pid, 0)\n"
         "for _ in range(2): agent.step()\n")
     env = trainer_env(tmp_path, col.grpc, "forker")
-    run = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True,
-                         timeout=120)
-    assert run.returncode == 0, run.stderr
+    run_script(script, env)
     col.wait_value("stepwatch_steps_total", 5, training_job="forker")
     time.sleep(1.0)
     assert col.value("stepwatch_steps_total", training_job="forker") == 5

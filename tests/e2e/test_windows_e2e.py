@@ -9,7 +9,7 @@ import sys
 import time
 import urllib.request
 
-from _procs import run_trainer, start_trainer, trainer_env
+from _procs import run_script, run_trainer, start_trainer, trainer_env
 
 
 def windows_of(col, job):
@@ -55,9 +55,7 @@ def test_user_profiler_window_is_skipped_and_counted(collector_factory, tmp_path
         "with torch.profiler.profile():\n"
         "    for _ in range(40): step()\n")
     env = trainer_env(tmp_path, col.grpc, "ownprof")
-    run = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True,
-                         timeout=120)
-    assert run.returncode == 0, run.stderr[-2000:]
+    run_script(script, env)
     col.wait_value("stepwatch_window_skips_total", 2, training_job="ownprof", reason="user_profiler")
     assert col.value("stepwatch_windows_total", training_job="ownprof") == 0
 
