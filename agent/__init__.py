@@ -4,6 +4,6 @@ Importing this package is cheap (torch is imported by attach()).
 """
 
 from ._api import Agent, attach, detach, step
-from ._settings import SettingsError
+from .settings import SettingsError
 
 __all__ = ["attach", "step", "detach", "Agent", "SettingsError"]

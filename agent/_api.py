@@ -1,7 +1,7 @@
 """Public entry points: attach(), step(), detach().
 
 attach() resolves options (argument > environment > default; a bad value raises
-:class:`~stepwatch.agent._settings.SettingsError` right there, before training starts),
+:class:`~stepwatch.agent.settings.SettingsError` right there, before training starts),
 spawns the sidecar process and installs the optimizer step post-hook and the DataLoader
 timer. After that nothing the agent does raises into, blocks or synchronizes the training
 loop: hook bodies are guarded, errors are counted and reported, and a hook that keeps
@@ -13,7 +13,6 @@ from __future__ import annotations
 import atexit
 import logging
 import os
-import json
 import subprocess
 import sys
 import tempfile
@@ -21,13 +20,14 @@ import time
 import uuid
 from typing import Any, Optional
 
+from . import contract
 from ._dataloader import DataLoaderTimer
 from ._identity import Identity, identity_from_env
 from ._ipc import PipeWriter
-from ._options import AGENT_OPTIONS
-from ._settings import resolve
+from ._options import AgentSettings
 from ._steps import StepTracker
 from ._windows import WindowScheduler
+from .settings import load, to_mapping
 
 __all__ = ["attach", "step", "detach", "Agent"]
 
@@ -48,7 +48,7 @@ def _version() -> str:
 class Agent:
     """One attached agent. Created by :func:`attach`; all methods run on the training thread."""
 
-    def __init__(self, settings: dict, identity: Identity):
+    def __init__(self, settings: AgentSettings, identity: Identity):
         import torch
 
         self.settings, self.identity = settings, identity
@@ -60,8 +60,8 @@ class Agent:
         self._workdir = tempfile.mkdtemp(prefix=f"stepwatch-{self.session_id[:12]}-")
         self.sidecar = self._spawn_sidecar()
         fd, self._reply_fd = self._own_pipes()
-        self._replies = bytearray()
-        self._writer = PipeWriter(fd, settings["buffer_records"], settings["ipc_flush_interval_s"])
+        self._replies = contract.LineSplitter()
+        self._writer = PipeWriter(fd, settings.buffer_records, settings.ipc_flush_interval_s)
         self._writer.put(self._config_record())
         self._writer.flush()
         self.dataloader = DataLoaderTimer()
@@ -69,8 +69,8 @@ class Agent:
         self.windows = WindowScheduler(self._writer.put, torch, settings, self._workdir)
         self.tracker = StepTracker(self._writer.put, self.dataloader,
                                    torch.cuda if torch.cuda.is_available() else None,
-                                   settings["samples_per_step"], settings["tokens_per_step"],
-                                   settings["memory_stats_interval_s"], self.windows.on_boundary)
+                                   settings.samples_per_step, settings.tokens_per_step,
+                                   settings.memory_stats_interval_s, self.windows.on_boundary)
         self._last_stats: tuple = ()
         from torch.optim.optimizer import register_optimizer_step_post_hook
         self._hook = register_optimizer_step_post_hook(self._on_optimizer_step)
@@ -106,13 +106,9 @@ class Agent:
                  "world_size": ident.world_size, "host": ident.host, "pid": os.getpid(),
                  "session_id": self.session_id, "torch_version": str(torch.__version__),
                  "cuda_version": str(torch.version.cuda or ""), "agent_version": _version(),
-                 "config": {k: str(v) for k, v in s.items() if k != "token"},
+                 "config": {k: str(v) for k, v in to_mapping(s, public=True).items()},
                  "attach_time_s": time.time()}
-        keys = ("collector", "token", "flush_interval_s", "nvml_interval_s", "host_interval_s",
-                "spool_dir", "spool_max_bytes", "reconnect_max_s", "shutdown_timeout_s",
-                "log_level", "trace_dir", "trace_max_bytes", "trace_max_files", "window_top_k")
-        return {"t": "config", **{k: s[k] for k in keys}, "trainer_pid": os.getpid(),
-                "hello": hello}
+        return contract.config(to_mapping(s), hello, os.getpid())
 
     # -- guarded hook bodies ----------------------------------------------------------------
     def _guard(self, fn, *args) -> None:
@@ -162,10 +158,8 @@ class Agent:
             self._read_replies()
 
     def _stats_record(self) -> dict:
-        return {"t": "stats", "records_dropped": self._writer.dropped,
-                "hook_errors": self.hook_errors, "windows": self.windows.windows,
-                "window_skips": dict(self.windows.skips),
-                "overhead_ratio": self.windows.overhead_ratio}
+        return contract.stats(self._writer.dropped, self.hook_errors, self.windows.windows,
+                              self.windows.skips, self.windows.overhead_ratio)
 
     def _read_replies(self) -> None:
         """Non-blocking read of the sidecar's back channel; complete lines are handled."""
@@ -175,17 +169,14 @@ class Agent:
             return
         except OSError:
             return
-        self._replies += chunk
-        *lines, rest = self._replies.split(b"\n")
-        self._replies = bytearray(rest)
-        for line in lines:
+        for line in self._replies.feed(chunk):
             try:
-                self.windows.on_message(json.loads(line))
+                self.windows.on_message(contract.decode(line))
             except ValueError:
                 self.hook_errors += 1
 
     def _event(self, kind: str, message: str) -> None:
-        self._writer.put({"t": "event", "time_s": time.time(), "kind": kind, "message": message})
+        self._writer.put(contract.event(time.time(), kind, message))
 
     # -- tear-down --------------------------------------------------------------------------
     def close(self) -> None:
@@ -203,7 +194,7 @@ class Agent:
             self.windows.close()
             self.tracker.poll()
             self._writer.put(self._stats_record())
-            self._writer.put({"t": "bye"})
+            self._writer.put(contract.bye())
             self._writer.drain(_DRAIN_TIMEOUT_S)
             self._writer.close()
             os.close(self._reply_fd)
@@ -233,15 +224,15 @@ def attach(collector: Optional[str] = None, job: Optional[str] = None,
     global _agent
     args = dict(options, collector=collector, job=job, samples_per_step=samples_per_step,
                 tokens_per_step=tokens_per_step)
-    settings = resolve(AGENT_OPTIONS, {k: v for k, v in args.items() if v is not None})
-    logging.getLogger("stepwatch").setLevel(settings["log_level"])
-    if settings["disable"]:
+    settings = load(AgentSettings, args)
+    logging.getLogger("stepwatch").setLevel(settings.log_level)
+    if settings.disable:
         return None
     if _agent is not None:
         _log.warning("stepwatch: attach() called twice; keeping the first agent")
         return _agent
     try:
-        _agent = Agent(settings, identity_from_env(settings["job"]))
+        _agent = Agent(settings, identity_from_env(settings.job))
     except Exception as exc:
         _log.warning("stepwatch: agent not started: %r", exc)
         return None

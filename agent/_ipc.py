@@ -1,4 +1,4 @@
-"""Trainer -> sidecar local IPC: newline-delimited JSON records over the sidecar's stdin pipe.
+"""Trainer -> sidecar local IPC: :mod:`.contract` records over the sidecar's stdin pipe.
 
 The write end is non-blocking. When the pipe is full (sidecar slow or stuck) records wait in
 a bounded queue; beyond its bound the oldest are dropped and counted. Nothing here can block
@@ -8,11 +8,12 @@ or raise into the training loop: a dead sidecar turns the writer into a counting
 from __future__ import annotations
 
 import collections
-import json
 import logging
 import os
 import time
 from typing import Callable
+
+from .contract import encode
 
 __all__ = ["PipeWriter"]
 
@@ -62,7 +63,7 @@ class PipeWriter:
         if self.closed:
             return
         while self._records and len(self._out) < _MAX_PENDING_BYTES:
-            self._out += json.dumps(self._records.popleft(), separators=(",", ":")).encode() + b"\n"
+            self._out += encode(self._records.popleft())
         while self._out:
             try:
                 written = os.write(self._fd, self._out)

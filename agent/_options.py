@@ -1,108 +1,118 @@
-"""The agent's options: each has an argument name, an environment variable and a default."""
+"""The agent's settings: each is an ``attach()`` argument and an environment variable.
+
+Declared once here with :mod:`stepwatch.agent.settings`; the trainer resolves them
+(argument > environment > default) and hands the result to its sidecar in the config line,
+where the same declaration validates them again.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import tempfile
+from typing import Optional
 
-from ._settings import Option, non_negative, parse_bool, parse_hostport, positive
+from .settings import (at_least, between, non_negative, option, parse_duration, parse_hostport,
+                       parse_log_level, parse_size, positive)
 
-__all__ = ["AGENT_OPTIONS"]
-
-
-def _optional_int(value):
-    return None if value is None or value == "" else int(value)
+__all__ = ["AgentSettings"]
 
 
-def _log_level(value):
-    level = str(value).upper()
-    if level not in {"DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"}:
-        raise ValueError("expected DEBUG, INFO, WARNING, ERROR or CRITICAL")
-    return level
-
-
-def _activities(value):
+def _activities(value) -> str:
     names = [a.strip().lower() for a in str(value).split(",") if a.strip()]
     if not names or set(names) - {"cpu", "cuda"}:
         raise ValueError("expected 'cpu,cuda', 'cuda' or 'cpu'")
     return ",".join(sorted(set(names)))
 
 
-def _at_least(limit):
-    return lambda value: value >= limit
+def _job(value) -> str:
+    text = str(value)
+    if not text.strip():
+        raise ValueError("must be a non-empty name")
+    return text
 
 
-AGENT_OPTIONS = (
-    Option("collector", "STEPWATCH_COLLECTOR", parse_hostport, "localhost:7470",
-           "gRPC address HOST:PORT of the stepwatch collector."),
-    Option("job", "STEPWATCH_JOB", str, None,
-           "Training job name (label training_job); default from torchrun/SLURM/Kubernetes "
-           "environment, else the script name.", lambda v: bool(v.strip()), "a non-empty name"),
-    Option("disable", "STEPWATCH_DISABLE", parse_bool, False,
-           "Turn the agent off: attach() does nothing."),
-    Option("samples_per_step", "STEPWATCH_SAMPLES_PER_STEP", _optional_int, None,
-           "Samples per optimizer step (per rank), for throughput.", lambda v: v is None or v > 0,
-           "a positive integer"),
-    Option("tokens_per_step", "STEPWATCH_TOKENS_PER_STEP", _optional_int, None,
-           "Tokens per optimizer step (per rank), for throughput.", lambda v: v is None or v > 0,
-           "a positive integer"),
-    Option("token", "STEPWATCH_TOKEN", str, "",
-           "Shared secret sent as 'authorization: Bearer TOKEN' to the collector."),
-    Option("memory_stats_interval_s", "STEPWATCH_MEMORY_STATS_INTERVAL_S", float, 1.0,
-           "Seconds between torch.cuda.memory_stats() samples (at most 1 Hz).",
-           _at_least(1.0), ">= 1.0"),
-    Option("flush_interval_s", "STEPWATCH_FLUSH_INTERVAL_S", float, 1.0,
-           "Seconds between batches sent by the sidecar.", positive, "> 0"),
-    Option("ipc_flush_interval_s", "STEPWATCH_IPC_FLUSH_INTERVAL_S", float, 0.2,
-           "Seconds the trainer buffers records before writing them to the sidecar pipe.",
-           non_negative, ">= 0"),
-    Option("nvml_interval_s", "STEPWATCH_NVML_INTERVAL_S", float, 1.0,
-           "Seconds between NVML samples in the sidecar.", positive, "> 0"),
-    Option("host_interval_s", "STEPWATCH_HOST_INTERVAL_S", float, 1.0,
-           "Seconds between psutil samples of the trainer process.", positive, "> 0"),
-    Option("buffer_records", "STEPWATCH_BUFFER_RECORDS", int, 10000,
-           "Records the trainer holds when the sidecar pipe is full; oldest are dropped.",
-           positive, "> 0"),
-    Option("spool_dir", "STEPWATCH_SPOOL_DIR", str,
-           os.path.join(tempfile.gettempdir(), "stepwatch-spool"),
-           "Directory where unacknowledged batches wait on disk."),
-    Option("spool_max_bytes", "STEPWATCH_SPOOL_MAX_BYTES", int, 256 << 20,
-           "Disk bytes the spool may use per rank; oldest batches are dropped beyond.",
-           positive, "> 0"),
-    Option("reconnect_max_s", "STEPWATCH_RECONNECT_MAX_S", float, 30.0,
-           "Upper bound of the jittered exponential reconnect backoff.", positive, "> 0"),
-    Option("shutdown_timeout_s", "STEPWATCH_SHUTDOWN_TIMEOUT_S", float, 5.0,
-           "Seconds the sidecar waits for the last acks when the trainer exits.",
-           non_negative, ">= 0"),
-    Option("windows", "STEPWATCH_WINDOWS", parse_bool, True,
-           "Take torch.profiler windows on a schedule and report their summaries."),
-    Option("window_interval_s", "STEPWATCH_WINDOW_INTERVAL_S", float, 60.0,
-           "Target seconds between profiler windows; the overhead budget can only stretch it.",
-           positive, "> 0"),
-    Option("window_every_steps", "STEPWATCH_WINDOW_EVERY_STEPS", _optional_int, None,
-           "Fixed steps between windows instead of window_interval_s (still budget-stretched).",
-           lambda v: v is None or v > 0, "a positive integer"),
-    Option("window_warmup_steps", "STEPWATCH_WINDOW_WARMUP_STEPS", int, 1,
-           "Profiler warm-up steps before the recorded ones.", non_negative, ">= 0"),
-    Option("window_active_steps", "STEPWATCH_WINDOW_ACTIVE_STEPS", int, 3,
-           "Recorded steps per window.", positive, "> 0"),
-    Option("window_activities", "STEPWATCH_WINDOW_ACTIVITIES", _activities, "cpu,cuda",
-           "Profiler activities: 'cpu,cuda' (phases and top ops) or 'cuda' (cheaper)."),
-    Option("overhead_budget", "STEPWATCH_OVERHEAD_BUDGET", float, 0.005,
-           "Largest share of wall time the windows may cost (0.005 = 0.5%).",
-           lambda v: 0 < v < 1, "between 0 and 1"),
-    Option("window_backoff_s", "STEPWATCH_WINDOW_BACKOFF_S", float, 3 * 3600.0,
-           "Pause after a window that saw no GPU events (another CUPTI subscriber).",
-           non_negative, ">= 0"),
-    Option("trace_dir", "STEPWATCH_TRACE_DIR", str,
-           os.path.join(tempfile.gettempdir(), "stepwatch-traces"),
-           "Where traces captured on command are kept (.json.gz)."),
-    Option("trace_max_bytes", "STEPWATCH_TRACE_MAX_BYTES", int, 2 << 30,
-           "Disk bytes kept in trace_dir per rank; oldest traces are removed beyond.",
-           positive, "> 0"),
-    Option("trace_max_files", "STEPWATCH_TRACE_MAX_FILES", int, 50,
-           "Traces kept in trace_dir per rank; oldest are removed beyond.", positive, "> 0"),
-    Option("window_top_k", "STEPWATCH_WINDOW_TOP_K", int, 10,
-           "Kernels and operators kept per window summary.", positive, "> 0"),
-    Option("log_level", "STEPWATCH_LOG_LEVEL", _log_level, "WARNING", "Agent log level."),
-)
+@dataclasses.dataclass(frozen=True)
+class AgentSettings:
+    """Resolved agent settings (units in the names: ``_s`` seconds, ``_bytes`` bytes)."""
+
+    collector: str = option(
+        "localhost:7470", "gRPC address HOST:PORT of the stepwatch collector.",
+        env="STEPWATCH_COLLECTOR", parse=parse_hostport)
+    job: Optional[str] = option(
+        None, "Training job name (label training_job); default from torchrun/SLURM/Kubernetes "
+        "environment, else the script name.", env="STEPWATCH_JOB", parse=_job)
+    disable: bool = option(False, "Turn the agent off: attach() does nothing.",
+                           env="STEPWATCH_DISABLE")
+    samples_per_step: Optional[int] = option(
+        None, "Samples per optimizer step (per rank), for throughput.",
+        env="STEPWATCH_SAMPLES_PER_STEP", check=positive())
+    tokens_per_step: Optional[int] = option(
+        None, "Tokens per optimizer step (per rank), for throughput.",
+        env="STEPWATCH_TOKENS_PER_STEP", check=positive())
+    token: str = option("", "Shared secret sent as 'authorization: Bearer TOKEN' to the collector.",
+                        env="STEPWATCH_TOKEN", secret=True)
+    memory_stats_interval_s: float = option(
+        1.0, "Seconds between torch.cuda.memory_stats() samples (at most 1 Hz).",
+        env="STEPWATCH_MEMORY_STATS_INTERVAL_S", parse=parse_duration, check=at_least(1.0))
+    flush_interval_s: float = option(
+        1.0, "Seconds between batches sent by the sidecar.", env="STEPWATCH_FLUSH_INTERVAL_S",
+        parse=parse_duration, check=positive())
+    ipc_flush_interval_s: float = option(
+        0.2, "Seconds the trainer buffers records before writing them to the sidecar pipe.",
+        env="STEPWATCH_IPC_FLUSH_INTERVAL_S", parse=parse_duration, check=non_negative())
+    nvml_interval_s: float = option(
+        1.0, "Seconds between NVML samples in the sidecar.", env="STEPWATCH_NVML_INTERVAL_S",
+        parse=parse_duration, check=positive())
+    host_interval_s: float = option(
+        1.0, "Seconds between psutil samples of the trainer process.",
+        env="STEPWATCH_HOST_INTERVAL_S", parse=parse_duration, check=positive())
+    buffer_records: int = option(
+        10000, "Records the trainer holds when the sidecar pipe is full; oldest are dropped.",
+        env="STEPWATCH_BUFFER_RECORDS", check=positive())
+    spool_dir: str = option(
+        os.path.join(tempfile.gettempdir(), "stepwatch-spool"),
+        "Directory where unacknowledged batches wait on disk.", env="STEPWATCH_SPOOL_DIR")
+    spool_max_bytes: int = option(
+        256 << 20, "Disk bytes the spool may use per rank; oldest batches are dropped beyond.",
+        env="STEPWATCH_SPOOL_MAX_BYTES", parse=parse_size, check=positive())
+    reconnect_max_s: float = option(
+        30.0, "Upper bound of the jittered exponential reconnect backoff.",
+        env="STEPWATCH_RECONNECT_MAX_S", parse=parse_duration, check=positive())
+    shutdown_timeout_s: float = option(
+        5.0, "Seconds the sidecar waits for the last acks when the trainer exits.",
+        env="STEPWATCH_SHUTDOWN_TIMEOUT_S", parse=parse_duration, check=non_negative())
+    windows: bool = option(True, "Take torch.profiler windows on a schedule and report their "
+                           "summaries.", env="STEPWATCH_WINDOWS")
+    window_interval_s: float = option(
+        60.0, "Target seconds between profiler windows; the overhead budget can only stretch it.",
+        env="STEPWATCH_WINDOW_INTERVAL_S", parse=parse_duration, check=positive())
+    window_every_steps: Optional[int] = option(
+        None, "Fixed steps between windows instead of window_interval_s (still budget-stretched).",
+        env="STEPWATCH_WINDOW_EVERY_STEPS", check=positive())
+    window_warmup_steps: int = option(1, "Profiler warm-up steps before the recorded ones.",
+                                      env="STEPWATCH_WINDOW_WARMUP_STEPS", check=non_negative())
+    window_active_steps: int = option(3, "Recorded steps per window.",
+                                      env="STEPWATCH_WINDOW_ACTIVE_STEPS", check=positive())
+    window_activities: str = option(
+        "cpu,cuda", "Profiler activities: 'cpu,cuda' (phases and top ops) or 'cuda' (cheaper).",
+        env="STEPWATCH_WINDOW_ACTIVITIES", parse=_activities)
+    overhead_budget: float = option(
+        0.005, "Largest share of wall time the windows may cost (0.005 = 0.5%).",
+        env="STEPWATCH_OVERHEAD_BUDGET", check=(lambda v: 0 < v < 1, "between 0 and 1"))
+    window_backoff_s: float = option(
+        3 * 3600.0, "Pause after a window that saw no GPU events (another CUPTI subscriber).",
+        env="STEPWATCH_WINDOW_BACKOFF_S", parse=parse_duration, check=non_negative())
+    trace_dir: str = option(
+        os.path.join(tempfile.gettempdir(), "stepwatch-traces"),
+        "Where traces captured on command are kept (.json.gz).", env="STEPWATCH_TRACE_DIR")
+    trace_max_bytes: int = option(
+        2 << 30, "Disk bytes kept in trace_dir per rank; oldest traces are removed beyond.",
+        env="STEPWATCH_TRACE_MAX_BYTES", parse=parse_size, check=positive())
+    trace_max_files: int = option(
+        50, "Traces kept in trace_dir per rank; oldest are removed beyond.",
+        env="STEPWATCH_TRACE_MAX_FILES", check=positive())
+    window_top_k: int = option(10, "Kernels and operators kept per window summary.",
+                               env="STEPWATCH_WINDOW_TOP_K", check=between(1, 1000))
+    log_level: str = option("WARNING", "Agent log level.", env="STEPWATCH_LOG_LEVEL",
+                            parse=parse_log_level)

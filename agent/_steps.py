@@ -13,19 +13,11 @@ import collections
 import time
 from typing import Callable, Optional
 
+from . import contract
+
 __all__ = ["StepTracker"]
 
 _MAX_PENDING_EVENTS = 512
-_ALLOC_KEYS = {
-    "allocated_bytes": "allocated_bytes.all.current",
-    "reserved_bytes": "reserved_bytes.all.current",
-    "active_bytes": "active_bytes.all.current",
-    "inactive_split_bytes": "inactive_split_bytes.all.current",
-    "alloc_retries": "num_alloc_retries",
-    "ooms": "num_ooms",
-    "allocated_peak_bytes": "allocated_bytes.all.peak",
-    "reserved_peak_bytes": "reserved_bytes.all.peak",
-}
 
 
 class _Pending:
@@ -136,11 +128,8 @@ class StepTracker:
         self._device = cuda.current_device()
         props = cuda.get_device_properties(self._device)
         self._device_total = int(props.total_memory)
-        uuid = str(getattr(props, "uuid", "") or "")
-        if uuid and not uuid.startswith("GPU-"):
-            uuid = "GPU-" + uuid
-        self._emit({"t": "gpu", "index": self._device, "uuid": uuid, "name": props.name,
-                    "total_memory_bytes": self._device_total})
+        self._emit(contract.gpu(self._device, str(getattr(props, "uuid", "") or ""), props.name,
+                                self._device_total))
 
     def _record_event(self, wall: float, host_duration: float, extra: dict) -> None:
         event = self._free_events.pop() if self._free_events else self._cuda.Event(enable_timing=True)
@@ -168,14 +157,9 @@ class StepTracker:
             self._free_events.append(event)
 
     def _sample_memory(self, wall: float) -> None:
-        stats = self._cuda.memory_stats(self._device)
-        record = {"t": "alloc", "time_s": wall, "device": self._device,
-                  "device_total_bytes": self._device_total}
-        for field, key in _ALLOC_KEYS.items():
-            record[field] = int(stats.get(key, 0))
-        self._emit(record)
+        self._emit(contract.alloc(wall, self._device, self._device_total,
+                                  self._cuda.memory_stats(self._device)))
 
     def _emit_step(self, step: int, end_time_s: float, duration_s: float, clock: str,
                    extra: dict) -> None:
-        self._emit({"t": "step", "step": step, "end_time_s": end_time_s,
-                    "duration_s": duration_s, "clock": clock, **extra})
+        self._emit(contract.step(step, end_time_s, duration_s, clock, **extra))

@@ -21,6 +21,8 @@ import sys
 import time
 from typing import Callable, Optional
 
+from . import contract
+
 __all__ = ["WindowScheduler"]
 
 _MIN_BASELINE_STEPS = 20  # first-step compilation and warm-up pass before the first window
@@ -51,18 +53,18 @@ class WindowScheduler:
     when the trainer runs CUDA work (checked by the caller). Clocks are injectable.
     """
 
-    def __init__(self, emit: Callable[[dict], None], torch, settings: dict, workdir: str,
+    def __init__(self, emit: Callable[[dict], None], torch, settings, workdir: str,
                  clock: Callable[[], float] = time.perf_counter,
                  wall: Callable[[], float] = time.time):
         self._emit, self._torch, self._workdir = emit, torch, workdir
         self._clock, self._wall = clock, wall
-        self.enabled = settings["windows"]
-        self._interval_s = settings["window_interval_s"]
-        self._every = settings["window_every_steps"]
-        self._warmup, self._active = settings["window_warmup_steps"], settings["window_active_steps"]
-        self._activities = settings["window_activities"]
-        self._budget = settings["overhead_budget"]
-        self._backoff_s = settings["window_backoff_s"]
+        self.enabled = settings.windows
+        self._interval_s = settings.window_interval_s
+        self._every = settings.window_every_steps
+        self._warmup, self._active = settings.window_warmup_steps, settings.window_active_steps
+        self._activities = settings.window_activities
+        self._budget = settings.overhead_budget
+        self._backoff_s = settings.window_backoff_s
         self._attach_clock = clock()
         self._baseline: collections.deque = collections.deque(maxlen=64)
         self._window: Optional[_Window] = None
@@ -97,9 +99,9 @@ class WindowScheduler:
 
     def on_message(self, msg: dict) -> None:
         """A reply from the sidecar: ``window_result`` (GPU event count) or ``capture``."""
-        if msg.get("t") == "capture":
+        if msg.get("t") == contract.CAPTURE:
             self.request_capture(msg.get("request_id", ""), msg.get("steps", 1))
-        elif msg.get("t") == "window_result":
+        elif msg.get("t") == contract.WINDOW_RESULT:
             wid = msg.get("window_id")
             if wid in self._cuda_windows and msg.get("gpu_event_count", 1) == 0:
                 # Another CUPTI subscriber (Nsight, DCGM profiling) took the GPU events.
@@ -133,8 +135,8 @@ class WindowScheduler:
         reason = self._skip_reason()
         if reason:
             self.skips[reason] = self.skips.get(reason, 0) + 1
-            self._emit({"t": "event", "time_s": self._wall(), "kind": "window_skipped",
-                        "message": f"profiler window at step {step} skipped: {reason}"})
+            self._emit(contract.event(self._wall(), "window_skipped",
+                                      f"profiler window at step {step} skipped: {reason}"))
             return False
         return True
 
@@ -216,9 +218,10 @@ class WindowScheduler:
         ratio = statistics.median(after) / before if before > 0 else 1.0
         if ratio > 1 + _POST_WINDOW_SLOWDOWN:
             self.post_window_slowdowns += 1
-            self._emit({"t": "event", "time_s": self._wall(), "kind": "post_window_slowdown",
-                        "message": f"median step {ratio - 1:+.1%} slower in the {len(after)} steps "
-                                   f"after window {wid} than before ({before * 1e3:.2f} ms before)"})
+            self._emit(contract.event(
+                self._wall(), "post_window_slowdown",
+                f"median step {ratio - 1:+.1%} slower in the {len(after)} steps "
+                f"after window {wid} than before ({before * 1e3:.2f} ms before)"))
 
     def _account(self, cost: float) -> None:
         self.total_cost_s += cost
@@ -228,17 +231,14 @@ class WindowScheduler:
         last = window.start_step + window.steps
         if window.kind == "trace":
             error = "" if window.done and os.path.exists(window.path) else "profiler produced no trace"
-            self._emit({"t": "trace", "request_id": window.request_id, "path": window.path,
-                        "first_step": window.first_step, "last_step": last, "error": error})
+            self._emit(contract.trace(window.request_id, window.path, window.first_step, last,
+                                      error))
             return
         self.windows += 1
-        record = {"t": "window", "window_id": window.wid, "path": window.path,
-                  "first_step": window.first_step, "last_step": last,
-                  "start_time_s": window.start_wall, "activities": window.activities,
-                  "overhead_s": cost, "export_s": window.export_s,
-                  "discard": self.windows == 1}  # first window: CUPTI warm-up
-        record.update(self._compile_health())
-        self._emit(record)
+        self._emit(contract.window(window.wid, window.path, window.first_step, last,
+                                   window.start_wall, window.activities, cost, window.export_s,
+                                   discard=self.windows == 1,  # first window: CUPTI warm-up
+                                   **self._compile_health()))
 
     def _compile_health(self) -> dict:
         """torch.compile graph breaks and newly compiled graphs since the previous window.

@@ -11,19 +11,16 @@ import argparse
 import sys
 from typing import Optional, Sequence
 
+from stepwatch.agent.settings import fields_of
+
 from .detect import describe_options
-from ._config import OPTIONS_BY_NAME, SettingsError, configure_logging, load_settings
+from ._config import CollectorSettings, SettingsError, configure_logging, load_settings
 
 __all__ = ["main", "build_parser"]
 
-# (flag, option name); each flag's help names the option's env var and default.
-_COLLECTOR_FLAGS = (
-    ("--grpc-listen", "grpc_listen"), ("--http-listen", "http_listen"), ("--agent-grace-s", "agent_grace_s"),
-    ("--auth-token", "auth_token"), ("--max-message-bytes", "max_message_bytes"), ("--record", "record"),
-    ("--log-level", "log_level"), ("--windows-kept", "windows_kept"), ("--window-top-k", "window_top_k"),
-    ("--detection", "detection"), ("--alertmanager-url", "alertmanager_url"),
-    ("--alertmanager-timeout-s", "alertmanager_timeout_s"), ("--alertmanager-retries", "alertmanager_retries"),
-)
+# One flag per setting: --grpc-listen for grpc_listen; sections (detection) take YAML text.
+_COLLECTOR_FLAGS = tuple(("--" + f.name.replace("_", "-"), f.name, spec)
+                         for f, spec in fields_of(CollectorSettings))
 
 
 def _add_collector(sub) -> None:
@@ -33,11 +30,11 @@ def _add_collector(sub) -> None:
                        epilog="detection keys (YAML under 'detection:', defaults shown; README 'Detection'):\n"
                               + describe_options(), formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--config", metavar="FILE", help="YAML file mapping option names to values")
-    for flag, name in _COLLECTOR_FLAGS:
-        opt = OPTIONS_BY_NAME[name]
-        extra = " (visible in ps; prefer the env var)" if name == "auth_token" else ""
+    for flag, name, spec in _COLLECTOR_FLAGS:
+        extra = " (visible in ps; prefer the env var)" if spec.secret else ""
+        default = "see below" if spec.section else repr(getattr(CollectorSettings, name))
         p.add_argument(flag, dest=name, metavar=name.upper(), default=None,
-                       help=f"{opt.help}{extra} [env {opt.env}, default {opt.default!r}]")
+                       help=f"{spec.help}{extra} [env {spec.env}, default {default}]")
     p.add_argument("--ready-file", metavar="FILE",
                    help="after binding, write {\"grpc\", \"http\", \"pid\"} as JSON to FILE (atomically)")
     p.set_defaults(func=_run_collector)
@@ -45,7 +42,7 @@ def _add_collector(sub) -> None:
 
 def _run_collector(args: argparse.Namespace) -> int:
     try:
-        settings = load_settings({name: getattr(args, name) for _, name in _COLLECTOR_FLAGS},
+        settings = load_settings({name: getattr(args, name) for _, name, _ in _COLLECTOR_FLAGS},
                                  config_file=args.config)
     except SettingsError as exc:
         print(f"stepwatch collector: error: {exc}", file=sys.stderr)

@@ -12,17 +12,16 @@ lands in the log instead of corrupting the channel.
 from __future__ import annotations
 
 import atexit
-import json
 import logging
 import os
 import signal
 import sys
 from typing import Optional
 
+from .. import contract
 from ._backchannel import BackChannel
 from ._config import ConfigError, SidecarConfig
 from ._log import LOG, setup_logging
-from ._reader import read_lines
 from ._service import Sidecar
 
 
@@ -31,10 +30,10 @@ def _read_config(lines) -> SidecarConfig:
     if line is None:
         raise ConfigError("stdin closed before the config line")
     try:
-        obj = json.loads(line)
+        obj = contract.decode(line)
     except ValueError as exc:
-        raise ConfigError(f"config line is not JSON: {exc}") from None
-    return SidecarConfig.from_json(obj)
+        raise ConfigError(f"config line is not a record: {exc}") from None
+    return SidecarConfig.from_record(obj)
 
 
 def _take_stdout() -> Optional[int]:
@@ -54,7 +53,7 @@ def _take_stdout() -> Optional[int]:
 
 def main() -> int:
     channel = BackChannel(_take_stdout())
-    stdin = read_lines(sys.stdin.fileno())
+    stdin = contract.read_lines(sys.stdin.fileno())
     setup_logging(rank=-1, level=logging.WARNING)
     try:
         config = _read_config(stdin)

@@ -15,11 +15,11 @@ stdout was closed) the channel goes quiet for good.
 from __future__ import annotations
 
 import collections
-import json
 import os
 import threading
 from typing import Optional
 
+from ..contract import encode
 from ._log import LOG
 
 __all__ = ["BackChannel"]
@@ -45,7 +45,7 @@ class BackChannel:
 
     def send(self, message: dict) -> None:
         """Queue one message (any thread, never blocks); ignored once the channel is broken."""
-        line = json.dumps(message, separators=(",", ":")).encode() + b"\n"
+        line = encode(message)
         with self._cond:
             if self._closed:
                 return

@@ -16,7 +16,7 @@ from typing import Any, Callable, Dict, Optional
 from stepwatch.proto.stepwatch.v1 import agent_pb2
 
 from ._batcher import Batcher
-from ._config import normalize_uuid
+from ..contract import normalize_uuid
 from ._periodic import PeriodicThread
 from ._log import LOG, OnceLog
 

@@ -3,39 +3,14 @@
 from __future__ import annotations
 
 import logging
-import os
 import threading
-from typing import Callable, Iterable, Iterator
+from typing import Callable, Iterable
 
+from .. import contract
 from ._log import LOG, OnceLog
 from ._records import Record, RecordError, parse_line
 
-__all__ = ["Reader", "read_lines"]
-
-MAX_LINE_BYTES = 16 * 1024 * 1024
-
-
-def read_lines(fd: int, chunk: int = 65536) -> Iterator[bytes]:
-    """Lines of file descriptor ``fd`` (without the newline), read with ``os.read``.
-
-    Unlike ``sys.stdin.buffer`` this holds no lock while blocked, so a daemon thread parked
-    here cannot crash interpreter shutdown. A trailing partial line is yielded at EOF; a line
-    longer than MAX_LINE_BYTES is cut (and then fails to decode as malformed).
-    """
-    pending = b""
-    while True:
-        data = os.read(fd, chunk)
-        if not data:
-            break
-        pending += data
-        *lines, pending = pending.split(b"\n")
-        yield from lines
-        if len(pending) > MAX_LINE_BYTES:
-            yield pending
-            pending = b""
-    if pending:
-        yield pending
-
+__all__ = ["Reader"]
 
 class Reader:
     """Decodes each line of ``lines`` and hands it to ``on_record`` (on the reader thread).
@@ -61,7 +36,7 @@ class Reader:
         reason = "eof"
         try:
             for line in self._lines:
-                if line.strip() and self._handle(line) == "bye":
+                if line.strip() and self._handle(line) == contract.BYE:
                     reason = "bye"
                     break
         except (OSError, ValueError) as exc:

@@ -1,18 +1,5 @@
-"""Decoding of the trainer's stdin records into protobuf messages.
-
-One JSON object per line, dispatched on ``"t"``::
-
-    {"t":"gpu","index":0,"uuid":"GPU-...","name":"NVIDIA H200","total_memory_bytes":N}
-    {"t":"step","step":N,"end_time_s":..,"duration_s":..,"clock":"host"|"cuda_event",
-     "dataloader_wait_s":..,"samples":optional,"tokens":optional}
-    {"t":"alloc", ...AllocatorSample fields by name}
-    {"t":"event","time_s":..,"kind":"...","message":"..."}
-    {"t":"stats","records_dropped":N,"hook_errors":N,"windows":N,
-     "window_skips":{"reason":N},"overhead_ratio":x}       (cumulative, trainer side)
-    {"t":"window","window_id":N,"path":"/tmp/.../window-N.json","first_step":a,"last_step":b,
-     "start_time_s":..,"activities":"cpu,cuda","overhead_s":..,"export_s":..,"discard":false}
-    {"t":"trace","request_id":"..","path":"/tmp/...json","first_step":a,"last_step":b,"error":""}
-    {"t":"bye"}
+"""Decoding of the trainer's stdin records (:mod:`stepwatch.agent.contract`) into protobuf
+messages.
 
 Fields are set by proto name; unknown keys are ignored (forward compatibility), ``null`` means
 absent, a value of the wrong type makes the line malformed (:class:`RecordError`).
@@ -20,13 +7,13 @@ absent, a value of the wrong type makes the line malformed (:class:`RecordError`
 
 from __future__ import annotations
 
-import json
 from typing import Any, Mapping, NamedTuple, Optional
 
 from google.protobuf.message import Message
 
 from stepwatch.proto.stepwatch.v1 import agent_pb2
 
+from .. import contract
 from ._config import gpu_identity
 
 __all__ = ["Record", "RecordError", "TraceJob", "WindowJob", "parse_line"]
@@ -78,13 +65,11 @@ class TraceJob(NamedTuple):
 def parse_line(line: bytes) -> Record:
     """Decode one stdin line; raises :class:`RecordError` for anything malformed."""
     try:
-        obj = json.loads(line)
+        obj = contract.decode(line)
     except (ValueError, UnicodeDecodeError) as exc:
-        raise RecordError("invalid_json", str(exc)) from None
-    if not isinstance(obj, dict):
-        raise RecordError("not_an_object", f"got {type(obj).__name__}")
-    t = obj.get("t")
-    decoder = _DECODERS.get(t) if isinstance(t, str) else None
+        raise RecordError("invalid_record", str(exc)) from None
+    t = obj["t"]
+    decoder = _DECODERS.get(t)
     if decoder is None:
         raise RecordError("unknown_type", f"t={t!r:.50}")
     try:
@@ -108,7 +93,7 @@ def _step(obj: Mapping[str, Any]) -> Record:
         if clock not in _CLOCKS:
             raise ValueError(f"unknown clock {clock!r:.30}")
         msg.clock = _CLOCKS[clock]
-    return Record("step", msg)
+    return Record(contract.STEP, msg)
 
 
 def _stats(obj: Mapping[str, Any]) -> Record:
@@ -120,7 +105,7 @@ def _stats(obj: Mapping[str, Any]) -> Record:
     msg = agent_pb2.AgentStats(records_dropped=dropped, hook_errors=errors, windows=windows,
                                overhead_ratio=float(obj.get("overhead_ratio") or 0.0))
     msg.window_skips.update(skips)
-    return Record("stats", msg=msg, stats=(dropped, errors))
+    return Record(contract.STATS, msg=msg, stats=(dropped, errors))
 
 
 _WINDOW_FIELDS = ("window_id", "first_step", "last_step", "start_time_s", "activities",
@@ -133,7 +118,7 @@ def _window(obj: Mapping[str, Any]) -> Record:
     for name in _WINDOW_FIELDS:
         if obj.get(name) is not None:
             setattr(summary, name, obj[name])
-    return Record("window", job=WindowJob(path, bool(obj.get("discard")), summary))
+    return Record(contract.WINDOW, job=WindowJob(path, bool(obj.get("discard")), summary))
 
 
 def _trace(obj: Mapping[str, Any]) -> Record:
@@ -143,7 +128,7 @@ def _trace(obj: Mapping[str, Any]) -> Record:
     steps = [int(obj.get(key) or 0) for key in ("first_step", "last_step")]
     if min(steps) < 0:
         raise ValueError("negative step")
-    return Record("trace", job=TraceJob(request_id, _path(obj, required=not error),
+    return Record(contract.TRACE, job=TraceJob(request_id, _path(obj, required=not error),
                                         steps[0], steps[1], error))
 
 
@@ -155,12 +140,12 @@ def _path(obj: Mapping[str, Any], required: bool) -> str:
 
 
 _DECODERS = {
-    "step": _step,
-    "alloc": lambda obj: Record("alloc", fill(agent_pb2.AllocatorSample(), obj)),
-    "event": lambda obj: Record("event", fill(agent_pb2.Event(), obj)),
-    "gpu": lambda obj: Record("gpu", gpu_identity(obj)),
-    "stats": _stats,
-    "window": _window,
-    "trace": _trace,
-    "bye": lambda obj: Record("bye"),
+    contract.STEP: _step,
+    contract.ALLOC: lambda obj: Record(contract.ALLOC, fill(agent_pb2.AllocatorSample(), obj)),
+    contract.EVENT: lambda obj: Record(contract.EVENT, fill(agent_pb2.Event(), obj)),
+    contract.GPU: lambda obj: Record(contract.GPU, gpu_identity(obj)),
+    contract.STATS: _stats,
+    contract.WINDOW: _window,
+    contract.TRACE: _trace,
+    contract.BYE: lambda obj: Record(contract.BYE),
 }

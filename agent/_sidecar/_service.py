@@ -15,6 +15,7 @@ from typing import Iterable, Optional
 
 from stepwatch.proto.stepwatch.v1 import agent_pb2
 
+from .. import contract
 from ._backchannel import BackChannel
 from ._batcher import Batcher
 from ._config import SidecarConfig
@@ -46,19 +47,18 @@ class Sidecar:
                  nvml: Optional[NvmlSampler] = None,
                  channel: Optional[BackChannel] = None) -> None:
         self.config = config
-        hello = config.hello
-        self.spool = Spool(spool_path(config.spool_dir, hello.job, hello.rank, hello.session_id),
-                           config.spool_max_bytes)
+        hello, s = config.hello, config.settings
+        self.spool = Spool(spool_path(s.spool_dir, hello.job, hello.rank, hello.session_id),
+                           s.spool_max_bytes)
         self.batcher = Batcher(first_seq=self.spool.max_seq + 1)
-        self.nvml = nvml or NvmlSampler(self.batcher, config.nvml_interval_s)
-        self.host = HostSampler(self.batcher, config.trainer_pid, config.host_interval_s)
+        self.nvml = nvml or NvmlSampler(self.batcher, s.nvml_interval_s)
+        self.host = HostSampler(self.batcher, config.trainer_pid, s.host_interval_s)
         self.channel = channel or BackChannel(None)
-        self.windows = WindowJobs(self.batcher, self.channel, config.window_top_k)
+        self.windows = WindowJobs(self.batcher, self.channel, s.window_top_k)
         self.traces = TraceJobs(self.batcher, TraceArchive(
-            config.trace_dir, hello.job, hello.rank, config.trace_max_bytes,
-            config.trace_max_files))
-        self.sender = Sender(config.collector, self.spool, self._hello, token=config.token,
-                             reconnect_max_s=config.reconnect_max_s,
+            s.trace_dir, hello.job, hello.rank, s.trace_max_bytes, s.trace_max_files))
+        self.sender = Sender(s.collector, self.spool, self._hello, token=s.token,
+                             reconnect_max_s=s.reconnect_max_s,
                              on_command=self._on_command)
         self.reader = Reader(stdin, self._on_record, self.batcher.count_dropped, self._on_eof)
         self._gpu: Optional[agent_pb2.GpuIdentity] = hello.gpu if hello.HasField("gpu") else None
@@ -92,19 +92,15 @@ class Sidecar:
 
     def _on_record(self, record: Record) -> None:
         """Reader thread."""
-        if record.t == "step":
-            self.batcher.add("step", record.msg)
-        elif record.t == "alloc":
-            self.batcher.add("alloc", record.msg)
-        elif record.t == "event":
-            self.batcher.add("event", record.msg)
-        elif record.t == "stats":
+        if record.t in (contract.STEP, contract.ALLOC, contract.EVENT):
+            self.batcher.add(record.t, record.msg)
+        elif record.t == contract.STATS:
             self.batcher.set_trainer_stats(*record.stats, stats=record.msg)
-        elif record.t == "window":
+        elif record.t == contract.WINDOW:
             self.windows.submit(record.job)
-        elif record.t == "trace":
+        elif record.t == contract.TRACE:
             self.traces.submit(record.job)
-        elif record.t == "gpu":
+        elif record.t == contract.GPU:
             self._gpu = record.msg
             self.batcher.set_gpu(record.msg)
             self.nvml.set_gpu(record.msg.uuid)
@@ -115,8 +111,7 @@ class Sidecar:
             capture = command.capture_trace
             LOG.info("collector asks for a trace of %d steps (%s)", capture.steps,
                      capture.request_id)
-            self.channel.send({"t": "capture", "request_id": capture.request_id,
-                               "steps": capture.steps})
+            self.channel.send(contract.capture(capture.request_id, capture.steps))
 
     def _on_eof(self, reason: str) -> None:
         self.request_stop(reason)
@@ -148,7 +143,7 @@ class Sidecar:
         """Flush loop on the calling thread until stopped, then :meth:`shutdown`."""
         self.start()
         last_check = time.monotonic()
-        while not self._stop.wait(self.config.flush_interval_s):
+        while not self._stop.wait(self.config.settings.flush_interval_s):
             self.flush()
             if time.monotonic() - last_check >= _LIVENESS_EVERY_S:
                 last_check = time.monotonic()
@@ -168,14 +163,14 @@ class Sidecar:
         self.request_stop("shutdown")
         self.host.stop()
         self.nvml.stop()
-        deadline = time.monotonic() + self.config.shutdown_timeout_s
-        self.traces.close(self.config.shutdown_timeout_s)
+        timeout_s = self.config.settings.shutdown_timeout_s
+        deadline = time.monotonic() + timeout_s
+        self.traces.close(timeout_s)
         self.windows.close(max(0.0, deadline - time.monotonic()))
         self.flush(force=True)
-        delivered = self.sender.close(self.config.shutdown_timeout_s)
+        delivered = self.sender.close(timeout_s)
         if not delivered:
-            LOG.info("collector did not acknowledge everything within %.1f s",
-                     self.config.shutdown_timeout_s)
+            LOG.info("collector did not acknowledge everything within %.1f s", timeout_s)
         self.spool.close()
         self.channel.close()
 

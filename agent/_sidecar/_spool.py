@@ -9,22 +9,22 @@ size is bounded by ``max_bytes``: the oldest batches are dropped first (counted 
 from __future__ import annotations
 
 import os
-import re
 import threading
 from typing import List, Optional
 
+from ..contract import safe_name
 from ._log import LOG
 
 __all__ = ["Spool", "spool_path"]
 
 _SUFFIX = ".pb"
-_UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
 
 
 def spool_path(root: str, job: str, rank: int, session_id: str) -> str:
-    """The spool directory of one session; path separators and odd characters become '_'."""
-    job_part = _UNSAFE.sub("_", job) or "_"
-    session_part = _UNSAFE.sub("_", session_id) or "_"
+    """The spool directory of one session, always inside ``root``: names pass through
+    :func:`~stepwatch.agent.contract.safe_name`; one that is empty or only dots becomes '_'."""
+    job_part = safe_name(job) or "_"
+    session_part = safe_name(session_id) or "_"
     return os.path.join(root, job_part, f"rank{int(rank)}-{session_part}")
 
 

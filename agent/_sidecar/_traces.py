@@ -13,28 +13,21 @@ import gzip
 import os
 import re
 import shutil
-from typing import List, Optional, Tuple
+from typing import List, Tuple
 
 from stepwatch.proto.stepwatch.v1 import agent_pb2
 
+from ..contract import safe_name
 from ._log import LOG
 from ._records import TraceJob
 
-__all__ = ["TraceArchive", "safe_name"]
+__all__ = ["TraceArchive"]
 
-_UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
 _RANK_FILE = re.compile(r"^rank\d+\.json\.gz$")
 # Level 1: ~4x faster than the default 6 for ~20% more bytes; the CPU on a training node
 # belongs to the trainer's data loading.
 _GZIP_LEVEL = 1
 _CHUNK = 1 << 20
-
-
-def safe_name(name: str, max_len: int = 128) -> Optional[str]:
-    """``name`` with every character outside ``[A-Za-z0-9._-]`` replaced by "_" and cut to
-    ``max_len``; None when the result is empty or only dots ("", ".", "..")."""
-    safe = _UNSAFE.sub("_", name)[:max_len]
-    return None if not safe.strip(".") else safe
 
 
 class TraceArchive:

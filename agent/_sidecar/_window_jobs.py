@@ -15,6 +15,7 @@ from typing import Callable
 
 from stepwatch.proto.stepwatch.v1 import agent_pb2
 
+from .. import contract
 from ._analysis import summarize
 from ._backchannel import BackChannel
 from ._batcher import Batcher
@@ -82,8 +83,7 @@ class WindowJobs:
         summary.MergeFrom(job.summary)
         summary.trace_bytes = size
         self._batcher.add("window", summary)
-        self._channel.send({"t": "window_result", "window_id": summary.window_id,
-                            "gpu_event_count": summary.gpu_event_count})
+        self._channel.send(contract.window_result(summary.window_id, summary.gpu_event_count))
 
 
 class TraceJobs:

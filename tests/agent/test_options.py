@@ -1,23 +1,29 @@
-"""Option precedence (argument > environment > file > default) and clear errors."""
+"""Agent settings: precedence (argument > environment > default), clear errors, identity."""
 
 import pytest
 
 from stepwatch.agent._identity import identity_from_env
-from stepwatch.agent._options import AGENT_OPTIONS
-from stepwatch.agent._settings import SettingsError, resolve
+from stepwatch.agent._options import AgentSettings
+from stepwatch.agent.settings import SettingsError, load
 
 
 def test_precedence_argument_over_environment_over_default():
     env = {"STEPWATCH_COLLECTOR": "envhost:1", "STEPWATCH_FLUSH_INTERVAL_S": "2.5"}
-    got = resolve(AGENT_OPTIONS, {"collector": "arg:2"}, env)
-    assert got["collector"] == "arg:2"
-    assert got["flush_interval_s"] == 2.5
-    assert got["memory_stats_interval_s"] == 1.0
+    got = load(AgentSettings, {"collector": "arg:2"}, env)
+    assert got.collector == "arg:2"
+    assert got.flush_interval_s == 2.5
+    assert got.memory_stats_interval_s == 1.0
 
 
 def test_falsy_argument_still_wins():
-    got = resolve(AGENT_OPTIONS, {"disable": False}, {"STEPWATCH_DISABLE": "1"})
-    assert got["disable"] is False
+    got = load(AgentSettings, {"disable": False}, {"STEPWATCH_DISABLE": "1"})
+    assert got.disable is False
+
+
+def test_units_in_environment():
+    got = load(AgentSettings, {}, {"STEPWATCH_SPOOL_MAX_BYTES": "64MiB",
+                                   "STEPWATCH_WINDOW_INTERVAL_S": "2m"})
+    assert (got.spool_max_bytes, got.window_interval_s) == (64 << 20, 120.0)
 
 
 @pytest.mark.parametrize("args,env,needle", [
@@ -26,11 +32,12 @@ def test_falsy_argument_still_wins():
     ({"memory_stats_interval_s": 0.1}, {}, "'memory_stats_interval_s' from argument: invalid value 0.1: must be >= 1.0"),
     ({}, {"STEPWATCH_DISABLE": "maybe"}, "'disable' from environment STEPWATCH_DISABLE: invalid value 'maybe'"),
     ({"samples_per_step": -3}, {}, "'samples_per_step'"),
+    ({}, {"STEPWATCH_TOKEN": "x", "STEPWATCH_BUFFER_RECORDS": "1.5"}, "'buffer_records' from environment"),
     ({"colector": "h:1"}, {}, "unknown option(s) in argument: colector"),
 ])
 def test_bad_values_name_the_option(args, env, needle):
     with pytest.raises(SettingsError) as err:
-        resolve(AGENT_OPTIONS, args, env)
+        load(AgentSettings, args, env)
     assert needle in str(err.value)
 
 

@@ -20,6 +20,7 @@ from concurrent import futures
 import grpc
 import pytest
 
+from stepwatch.agent import contract
 from stepwatch.proto.stepwatch.v1 import agent_pb2
 
 pytestmark = pytest.mark.timeout(60)
@@ -89,16 +90,15 @@ class SidecarProc:
         self.spool_root = str(tmp_path / "spool")
         self.spool = os.path.join(self.spool_root, "job_a", f"rank3-{self.session}")
         self.stderr_path = tmp_path / f"sidecar-{self.session}.err"
-        config = {
-            "t": "config", "collector": f"127.0.0.1:{port}", "token": "",
+        settings = {
+            "collector": f"127.0.0.1:{port}", "token": "",
             "flush_interval_s": 0.1, "nvml_interval_s": 0.1, "host_interval_s": 0.1,
             "spool_dir": self.spool_root, "spool_max_bytes": 1 << 20, "reconnect_max_s": 0.3,
-            "shutdown_timeout_s": 5.0, "trainer_pid": trainer_pid or os.getpid(), "log_level": "INFO",
-            "hello": {"job": "job/a", "rank": 3, "local_rank": 1, "world_size": 4, "host": "h1",
-                      "pid": os.getpid(), "session_id": self.session, "agent_version": "0.1.0",
-                      "config": {"flush_interval_s": "0.1"}, "attach_time_s": time.time()},
-        }
-        config.update(overrides)
+            "shutdown_timeout_s": 5.0, "log_level": "INFO", **overrides}
+        hello = {"job": "job/a", "rank": 3, "local_rank": 1, "world_size": 4, "host": "h1",
+                 "pid": os.getpid(), "session_id": self.session, "agent_version": "0.1.0",
+                 "config": {"flush_interval_s": "0.1"}, "attach_time_s": time.time()}
+        config = contract.config(settings, hello, trainer_pid or os.getpid())
         with open(self.stderr_path, "wb") as err:
             self.proc = subprocess.Popen([sys.executable, "-m", "stepwatch.agent._sidecar"],
                                          stdin=subprocess.PIPE, stderr=err, start_new_session=True)
@@ -299,7 +299,7 @@ def test_token_is_sent_as_bearer(tmp_path):
 
 def test_bad_config_exits_two(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "stepwatch.agent._sidecar"],
-                          input=b'{"t":"config","collector":"x:1","flush_interval_s":0,"hello":{"job":"j"}}\n',
+                          input=b'{"t":"config","settings":{"flush_interval_s":0},"hello":{"job":"j"}}\n',
                           capture_output=True, timeout=20)
     assert proc.returncode == 2
-    assert b"flush_interval_s" in proc.stderr
+    assert b"option 'flush_interval_s' from config line: invalid value 0: must be > 0" in proc.stderr

@@ -9,10 +9,11 @@ import types
 import pytest
 
 from stepwatch.agent._sidecar._batcher import Batcher
-from stepwatch.agent._sidecar._config import ConfigError, SidecarConfig, normalize_uuid
+from stepwatch.agent import contract
+from stepwatch.agent._sidecar._config import ConfigError, SidecarConfig
+from stepwatch.agent.contract import normalize_uuid
 from stepwatch.agent._sidecar._host import HostSampler, trainer_alive
 from stepwatch.agent._sidecar._nvml import NvmlSampler
-from stepwatch.agent._sidecar._reader import read_lines
 from stepwatch.agent._sidecar._records import RecordError, parse_line
 from stepwatch.agent._sidecar._sender import backoff_delay
 from stepwatch.agent._sidecar._spool import Spool, spool_path
@@ -124,9 +125,9 @@ def test_parse_step_with_optional_fields():
 
 
 @pytest.mark.parametrize("line, kind", [
-    (b"{not json", "invalid_json"), (b"[1]", "not_an_object"), (b'{"t":"nope"}', "unknown_type"),
+    (b"{not json", "invalid_record"), (b"[1]", "invalid_record"), (b'{"t":"nope"}', "unknown_type"),
     (b'{"t":"step","step":-1}', "bad_step"), (b'{"t":"step","clock":"wall"}', "bad_step"),
-    (b'{"t":"alloc","allocated_bytes":"many"}', "bad_alloc"), (b"\xff\xfe", "invalid_json"),
+    (b'{"t":"alloc","allocated_bytes":"many"}', "bad_alloc"), (b"\xff\xfe", "invalid_record"),
     (b'{"t":"stats","records_dropped":-3}', "bad_stats"),
 ])
 def test_parse_rejects_malformed_lines(line, kind):
@@ -141,15 +142,17 @@ def test_gpu_uuid_is_normalized():
 
 
 def test_config_validation_names_the_key():
-    base = {"t": "config", "collector": "h:1", "hello": {"job": "j", "gpu": {"uuid": "u"}}}
-    cfg = SidecarConfig.from_json(dict(base, flush_interval_s=0.01))
-    assert cfg.flush_interval_s == 0.01 and cfg.hello.gpu.uuid == "GPU-u"
-    for bad, key in ((dict(base, host_interval_s=0), "host_interval_s"),
-                     (dict(base, spool_max_bytes="lots"), "spool_max_bytes"),
-                     ({"t": "config", "hello": {"job": "j"}}, "collector"),
-                     (dict(base, hello={"job": ""}), "hello.job")):
+    hello = {"job": "j", "gpu": {"uuid": "u"}}
+    cfg = SidecarConfig.from_record(contract.config({"flush_interval_s": 0.01}, hello, 1))
+    assert cfg.settings.flush_interval_s == 0.01 and cfg.hello.gpu.uuid == "GPU-u"
+    for bad, key in ((contract.config({"host_interval_s": 0}, hello, 1),
+                      "option 'host_interval_s' from config line: invalid value 0: must be > 0"),
+                     (contract.config({"spool_max_bytes": "lots"}, hello, 1), "spool_max_bytes"),
+                     (contract.config({"colector": "h:1"}, hello, 1), "unknown option.* colector"),
+                     (contract.config({}, hello, "x"), "trainer_pid"),
+                     (contract.config({}, {"job": ""}, 1), "hello.job")):
         with pytest.raises(ConfigError, match=key):
-            SidecarConfig.from_json(bad)
+            SidecarConfig.from_record(bad)
 
 
 def test_read_lines_splits_chunks(tmp_path):
@@ -157,7 +160,7 @@ def test_read_lines_splits_chunks(tmp_path):
     os.write(w, b'{"a":1}\n{"b"')
     os.write(w, b':2}\n\ntail')
     os.close(w)
-    assert list(read_lines(r, chunk=5)) == [b'{"a":1}', b'{"b":2}', b"", b"tail"]
+    assert list(contract.read_lines(r, chunk=5)) == [b'{"a":1}', b'{"b":2}', b"", b"tail"]
     os.close(r)
 
 

@@ -15,6 +15,7 @@ import uuid
 
 import pytest
 
+from stepwatch.agent import contract
 from stepwatch.proto.stepwatch.v1 import agent_pb2
 from test_sidecar_e2e import FakeCollector, wait_for
 
@@ -46,11 +47,12 @@ class PipedSidecar:
     def __init__(self, tmp_path, port):
         self.trace_dir = tmp_path / "traces"
         self.stderr_path = tmp_path / "sidecar.err"
-        config = {"t": "config", "collector": f"127.0.0.1:{port}", "flush_interval_s": 0.1,
-                  "nvml_interval_s": 5, "host_interval_s": 5, "spool_dir": str(tmp_path / "spool"),
-                  "reconnect_max_s": 0.3, "trainer_pid": os.getpid(), "log_level": "INFO",
-                  "trace_dir": str(self.trace_dir), "trace_max_files": 5, "window_top_k": 4,
-                  "hello": {"job": "job/w", "rank": 1, "session_id": uuid.uuid4().hex[:8]}}
+        config = contract.config(
+            {"collector": f"127.0.0.1:{port}", "flush_interval_s": 0.1, "nvml_interval_s": 5,
+             "host_interval_s": 5, "spool_dir": str(tmp_path / "spool"), "reconnect_max_s": 0.3,
+             "log_level": "INFO", "trace_dir": str(self.trace_dir), "trace_max_files": 5,
+             "window_top_k": 4},
+            {"job": "job/w", "rank": 1, "session_id": uuid.uuid4().hex[:8]}, os.getpid())
         with open(self.stderr_path, "wb") as err:
             self.proc = subprocess.Popen([sys.executable, "-m", "stepwatch.agent._sidecar"],
                                          stdin=subprocess.PIPE, stdout=subprocess.PIPE,

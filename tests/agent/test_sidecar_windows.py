@@ -14,9 +14,11 @@ import pytest
 
 from stepwatch.agent._sidecar._backchannel import BackChannel
 from stepwatch.agent._sidecar._batcher import Batcher
+from stepwatch.agent import contract
 from stepwatch.agent._sidecar._config import ConfigError, SidecarConfig
 from stepwatch.agent._sidecar._records import RecordError, TraceJob, parse_line
-from stepwatch.agent._sidecar._traces import TraceArchive, safe_name
+from stepwatch.agent._sidecar._traces import TraceArchive
+from stepwatch.agent.contract import safe_name
 from stepwatch.agent._sidecar._window_jobs import TraceJobs, WindowJobs
 from stepwatch.agent._sidecar._worker import Worker
 from stepwatch.proto.stepwatch.v1 import agent_pb2
@@ -73,13 +75,14 @@ def test_malformed_window_records(line, kind):
 
 
 def test_config_trace_keys_default_and_validate():
-    base = {"t": "config", "collector": "h:1", "hello": {"job": "j"}}
-    cfg = SidecarConfig.from_json(base)
+    hello = {"job": "j"}
+    cfg = SidecarConfig.from_record(contract.config({}, hello, 1)).settings
     assert (cfg.trace_max_bytes, cfg.trace_max_files, cfg.window_top_k) == (2 << 30, 50, 10)
-    cfg = SidecarConfig.from_json(dict(base, trace_dir="/x", trace_max_files=3, window_top_k=5))
+    cfg = SidecarConfig.from_record(contract.config(
+        {"trace_dir": "/x", "trace_max_files": 3, "window_top_k": 5}, hello, 1)).settings
     assert (cfg.trace_dir, cfg.trace_max_files, cfg.window_top_k) == ("/x", 3, 5)
     with pytest.raises(ConfigError, match="trace_max_files"):
-        SidecarConfig.from_json(dict(base, trace_max_files=0))
+        SidecarConfig.from_record(contract.config({"trace_max_files": 0}, hello, 1))
 
 
 def test_batcher_merges_window_stats_and_carries_windows():

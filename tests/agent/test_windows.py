@@ -8,8 +8,8 @@ import os
 import pytest
 import torch
 
-from stepwatch.agent._options import AGENT_OPTIONS
-from stepwatch.agent._settings import resolve
+from stepwatch.agent._options import AgentSettings
+from stepwatch.agent.settings import load
 from stepwatch.agent._windows import WindowScheduler
 
 
@@ -22,7 +22,7 @@ class Clock:
 
 
 def make(tmp_path, **options):
-    settings = resolve(AGENT_OPTIONS, options, environ={})
+    settings = load(AgentSettings, options, environ={})
     out, clock = [], Clock()
     sched = WindowScheduler(out.append, torch, settings, str(tmp_path), clock=clock, wall=clock)
     return sched, out, clock

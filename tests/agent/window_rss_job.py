@@ -14,13 +14,13 @@ import tempfile
 import psutil
 import torch
 
-from stepwatch.agent._options import AGENT_OPTIONS
-from stepwatch.agent._settings import resolve
+from stepwatch.agent._options import AgentSettings
+from stepwatch.agent.settings import load
 from stepwatch.agent._windows import WindowScheduler
 
 target = int(sys.argv[1])
-settings = resolve(AGENT_OPTIONS, {"window_every_steps": 4, "window_warmup_steps": 0,
-                                   "window_active_steps": 1, "overhead_budget": 0.5}, environ={})
+settings = load(AgentSettings, {"window_every_steps": 4, "window_warmup_steps": 0,
+                "window_active_steps": 1, "overhead_budget": 0.5}, environ={})
 now = [0.0]
 
 

@@ -69,5 +69,5 @@ def test_empty_file_is_empty_mapping(tmp_path):
 
 def test_bad_file_value_names_source(tmp_path):
     cfg = write(tmp_path, "agent_grace_s: soon\n")
-    with pytest.raises(SettingsError, match=r"option 'agent_grace_s' from config file: invalid value 'soon'"):
+    with pytest.raises(SettingsError, match=r"option 'agent_grace_s' from config file .*collector.yaml: invalid value 'soon'"):
         load_settings(environ={}, config_file=cfg)

@@ -1,0 +1,202 @@
+"""The trainer <-> sidecar contract: record kinds, their keys, the line framing, and the two
+name helpers every path or label goes through.
+
+Both directions are newline-delimited JSON objects with a ``"t"`` key naming the kind.
+Trainer -> sidecar (the sidecar's stdin)::
+
+    config  {"settings": {AgentSettings by name}, "trainer_pid": N, "hello": {Hello by name}}
+    gpu     {"index", "uuid", "name", "total_memory_bytes"}
+    step    {"step", "end_time_s", "duration_s", "clock": "host"|"cuda_event",
+             "dataloader_wait_s", "samples"?, "tokens"?}
+    alloc   {"time_s", "device", "device_total_bytes", AllocatorSample fields...}
+    event   {"time_s", "kind", "message"}
+    stats   {"records_dropped", "hook_errors", "windows", "window_skips": {reason: N},
+             "overhead_ratio"}                                   (cumulative, trainer side)
+    window  {"window_id", "path", "first_step", "last_step", "start_time_s", "activities",
+             "overhead_s", "export_s", "discard", "graph_breaks"?, "recompiles"?}
+    trace   {"request_id", "path", "first_step", "last_step", "error"}
+    bye     {}
+
+Sidecar -> trainer (the sidecar's stdout, the back channel)::
+
+    window_result  {"window_id", "gpu_event_count"}
+    capture        {"request_id", "steps"}
+
+Keys are the protobuf field names of the message each record becomes, so the sidecar fills
+messages by name. Pure module: no I/O, no threads; both processes import it.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any, Iterator, List, Optional
+
+__all__ = ["CONFIG", "GPU", "STEP", "ALLOC", "EVENT", "STATS", "WINDOW", "TRACE", "BYE",
+           "WINDOW_RESULT", "CAPTURE", "TRAINER_KINDS", "SIDECAR_KINDS", "MAX_LINE_BYTES",
+           "encode", "LineSplitter", "safe_name", "normalize_uuid", "config", "gpu", "step",
+           "alloc", "event", "stats", "window", "trace", "bye", "window_result", "capture"]
+
+CONFIG, GPU, STEP, ALLOC, EVENT, STATS = "config", "gpu", "step", "alloc", "event", "stats"
+WINDOW, TRACE, BYE = "window", "trace", "bye"
+WINDOW_RESULT, CAPTURE = "window_result", "capture"
+TRAINER_KINDS = (CONFIG, GPU, STEP, ALLOC, EVENT, STATS, WINDOW, TRACE, BYE)
+SIDECAR_KINDS = (WINDOW_RESULT, CAPTURE)
+
+MAX_LINE_BYTES = 16 * 1024 * 1024  # a longer line is cut and then fails to decode
+
+# torch.cuda.memory_stats() key -> AllocatorSample field / alloc record key.
+ALLOC_STATS = {
+    "allocated_bytes": "allocated_bytes.all.current",
+    "reserved_bytes": "reserved_bytes.all.current",
+    "active_bytes": "active_bytes.all.current",
+    "inactive_split_bytes": "inactive_split_bytes.all.current",
+    "alloc_retries": "num_alloc_retries",
+    "ooms": "num_ooms",
+    "allocated_peak_bytes": "allocated_bytes.all.peak",
+    "reserved_peak_bytes": "reserved_bytes.all.peak",
+}
+
+
+# -- framing ----------------------------------------------------------------------------------
+def encode(record: dict) -> bytes:
+    """One record as one line, newline included."""
+    return json.dumps(record, separators=(",", ":")).encode() + b"\n"
+
+
+class LineSplitter:
+    """Turns a byte stream into complete lines (without the newline). A line longer than
+    ``max_line`` is yielded cut at that length (it then fails to decode: counted, not fatal).
+    Not thread-safe: one reader."""
+
+    def __init__(self, max_line: int = MAX_LINE_BYTES) -> None:
+        self._pending = bytearray()
+        self._max = max_line
+
+    def feed(self, data: bytes) -> List[bytes]:
+        self._pending += data
+        *lines, rest = self._pending.split(b"\n")
+        self._pending = bytearray(rest)
+        out = [bytes(line) for line in lines]
+        if len(self._pending) > self._max:
+            out.append(bytes(self._pending[:self._max]))
+            self._pending.clear()
+        return out
+
+    def rest(self) -> Optional[bytes]:
+        """The trailing partial line at end of input, or None."""
+        rest, self._pending = bytes(self._pending), bytearray()
+        return rest or None
+
+
+def decode(line: bytes) -> dict:
+    """One line to a record; ValueError (with the reason) when it is not a JSON object with a
+    string ``t``."""
+    obj = json.loads(line)
+    if not isinstance(obj, dict):
+        raise ValueError(f"expected a JSON object, got {type(obj).__name__}")
+    if not isinstance(obj.get("t"), str):
+        raise ValueError(f"missing record kind 't', got {obj.get('t')!r:.50}")
+    return obj
+
+
+def read_lines(fd: int, chunk: int = 65536) -> Iterator[bytes]:
+    """Lines of file descriptor ``fd`` until EOF, read with ``os.read`` (holds no lock while
+    blocked, so a daemon thread parked here cannot crash interpreter shutdown)."""
+    import os
+
+    splitter = LineSplitter()
+    while True:
+        data = os.read(fd, chunk)
+        if not data:
+            break
+        yield from splitter.feed(data)
+    rest = splitter.rest()
+    if rest is not None:
+        yield rest
+
+
+# -- names ------------------------------------------------------------------------------------
+_UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
+
+
+def safe_name(name: Any, max_len: int = 128) -> Optional[str]:
+    """``name`` usable as one path component: every character outside ``[A-Za-z0-9._-]``
+    ("/", NUL, spaces, ...) becomes "_", cut to ``max_len``; None when the result is empty or
+    only dots ("", ".", ".."), which callers must refuse or replace."""
+    safe = _UNSAFE.sub("_", str(name))[:max_len]
+    return None if not safe.strip(".") else safe
+
+
+def normalize_uuid(uuid: Any) -> str:
+    """NVML style GPU id: torch reports "abcd-..." without NVML's "GPU-" prefix; "GPU-..." and
+    MIG ids ("MIG-...") are kept as they are."""
+    uuid = str(uuid or "").strip()
+    if not uuid or uuid.startswith(("GPU-", "MIG-")):
+        return uuid
+    return "GPU-" + uuid
+
+
+# -- records, trainer -> sidecar ----------------------------------------------------------------
+def _record(t: str, **fields: Any) -> dict:
+    return {"t": t, **{k: v for k, v in fields.items() if v is not None}}
+
+
+def config(settings: dict, hello: dict, trainer_pid: int) -> dict:
+    return _record(CONFIG, settings=settings, hello=hello, trainer_pid=trainer_pid)
+
+
+def gpu(index: int, uuid: str, name: str, total_memory_bytes: int) -> dict:
+    return _record(GPU, index=index, uuid=normalize_uuid(uuid), name=name,
+                   total_memory_bytes=total_memory_bytes)
+
+
+def step(step: int, end_time_s: float, duration_s: float, clock: str, dataloader_wait_s: float,
+         samples: Optional[int] = None, tokens: Optional[int] = None) -> dict:
+    return _record(STEP, step=step, end_time_s=end_time_s, duration_s=duration_s, clock=clock,
+                   dataloader_wait_s=dataloader_wait_s, samples=samples, tokens=tokens)
+
+
+def alloc(time_s: float, device: int, device_total_bytes: int, stats: dict) -> dict:
+    """``stats`` is ``torch.cuda.memory_stats(device)``; the keys of :data:`ALLOC_STATS` are
+    taken from it (0 when absent)."""
+    return _record(ALLOC, time_s=time_s, device=device, device_total_bytes=device_total_bytes,
+                   **{field: int(stats.get(key, 0)) for field, key in ALLOC_STATS.items()})
+
+
+def event(time_s: float, kind: str, message: str) -> dict:
+    return _record(EVENT, time_s=time_s, kind=kind, message=message)
+
+
+def stats(records_dropped: int, hook_errors: int, windows: int, window_skips: dict,
+          overhead_ratio: float) -> dict:
+    return _record(STATS, records_dropped=records_dropped, hook_errors=hook_errors,
+                   windows=windows, window_skips=dict(window_skips),
+                   overhead_ratio=overhead_ratio)
+
+
+def window(window_id: int, path: str, first_step: int, last_step: int, start_time_s: float,
+           activities: str, overhead_s: float, export_s: float, discard: bool,
+           graph_breaks: Optional[int] = None, recompiles: Optional[int] = None) -> dict:
+    return _record(WINDOW, window_id=window_id, path=path, first_step=first_step,
+                   last_step=last_step, start_time_s=start_time_s, activities=activities,
+                   overhead_s=overhead_s, export_s=export_s, discard=discard,
+                   graph_breaks=graph_breaks, recompiles=recompiles)
+
+
+def trace(request_id: str, path: str, first_step: int, last_step: int, error: str = "") -> dict:
+    return _record(TRACE, request_id=request_id, path=path, first_step=first_step,
+                   last_step=last_step, error=error)
+
+
+def bye() -> dict:
+    return _record(BYE)
+
+
+# -- records, sidecar -> trainer ----------------------------------------------------------------
+def window_result(window_id: int, gpu_event_count: int) -> dict:
+    return _record(WINDOW_RESULT, window_id=window_id, gpu_event_count=gpu_event_count)
+
+
+def capture(request_id: str, steps: int) -> dict:
+    return _record(CAPTURE, request_id=request_id, steps=steps)
