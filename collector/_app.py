@@ -1,8 +1,16 @@
-"""The collector service: gRPC ingest + HTTP export + expiry loop in one asyncio process.
+"""The collector service: gRPC ingest + HTTP export + one housekeeping tick in one asyncio process.
+
+The data path, top to bottom (see :mod:`._pipeline`)::
+
+    IngestServer --connect/batch/disconnect--> Pipeline
+        -> CollectorState (per-rank state, read by /metrics, /api and the page)
+        -> Detection (detectors -> AlertBook -> AlertmanagerClient)
+        -> Recorder (the ``record`` file; optional)
+    housekeeping task, every tick: expire -> forget -> detect
 
 ``Collector`` methods are coroutines run on one event loop; ``run`` owns that loop for the CLI.
 Teardown is the reverse of start-up: stop ingest (with a grace period), stop HTTP, cancel the
-expiry task, then flush and close the recorder.
+housekeeping task, stop the Alertmanager client, then close the recorder.
 """
 
 from __future__ import annotations
@@ -20,10 +28,10 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from ._api import jobs_json, steps_json
 from ._config import CollectorSettings
 from ._http import HttpServer
-from ._alerting import Alerting, Tee
-from ._alerts import AlertMetrics
+from .alerting import AlertmanagerClient, AlertMetrics, Detection
 from ._metrics import StepwatchMetrics
 from ._page import page
+from ._pipeline import Pipeline
 from ._record import Recorder
 from ._server import IngestServer
 from ._state import CollectorState
@@ -45,32 +53,37 @@ class Collector:
     new private CollectorRegistry (never the global one).
 
     After ``await start()``: ``grpc_address`` and ``http_address`` are ``"HOST:PORT"`` with the
-    bound ports; ``state`` and ``registry`` are the live objects. ``stop`` is idempotent.
+    bound ports; ``state``, ``pipeline`` and ``registry`` are the live objects. ``stop`` is
+    idempotent.
     """
 
     def __init__(self, settings: CollectorSettings, *, clock: Callable[[], float] = time.time,
                  registry: Optional[CollectorRegistry] = None):
-        self.settings = settings
-        self.clock = clock
+        self.settings, self.clock = settings, clock
         self.state = CollectorState(settings.agent_grace_s, windows_kept=settings.windows_kept)
+        client = AlertmanagerClient.from_settings(settings, clock) if settings.alertmanager_url else None
+        self.detection = Detection(settings.detection, client)
+        self.pipeline = Pipeline(self.state, [self.detection])
         self.registry = registry if registry is not None else CollectorRegistry(auto_describe=False)
         StepwatchMetrics(self.state, self.registry)
         WindowMetrics(self.state, self.registry, top_k=settings.window_top_k)
-        s = settings
-        self.alerting = Alerting(s.detection, clock, connections=self.state.connections,
-                                 alertmanager_url=s.alertmanager_url, alertmanager_timeout_s=s.alertmanager_timeout_s,
-                                 alertmanager_retries=s.alertmanager_retries)
-        AlertMetrics(self.alerting.book, self.registry)
+        AlertMetrics(self.detection.book, self.registry, client)
         self.grpc_address: Optional[str] = None
         self.http_address: Optional[str] = None
         self._recorder: Optional[Recorder] = None
         self._ingest: Optional[IngestServer] = None
         self._http: Optional[HttpServer] = None
-        self._expiry: Optional[asyncio.Task] = None
+        self._housekeeping: Optional[asyncio.Task] = None
         self._stopped = False
 
+    @property
+    def tick_s(self) -> float:
+        """Seconds between housekeeping ticks: the detection interval, and often enough that a
+        gone rank expires within a quarter of its grace period (at least every 0.5 s)."""
+        return max(0.5, min(self.settings.detection.eval_interval_s, self.settings.agent_grace_s / 4))
+
     async def start(self) -> None:
-        """Open the record file, bind gRPC then HTTP, start the expiry loop.
+        """Open the record file, bind gRPC then HTTP, start housekeeping and the Alertmanager client.
 
         Raises RuntimeError (bind failure) or OSError (record file); on failure everything
         already started is stopped again.
@@ -78,9 +91,9 @@ class Collector:
         try:
             if self.settings.record:
                 self._recorder = Recorder(self.settings.record)
-            self._ingest = IngestServer(self.state, auth_token=self.settings.auth_token,
-                                        max_message_bytes=self.settings.max_message_bytes,
-                                        clock=self.clock, recorder=Tee(self.alerting, self._recorder))
+                self.pipeline.listeners.append(self._recorder)
+            self._ingest = IngestServer(self.pipeline, auth_token=self.settings.auth_token,
+                                        max_message_bytes=self.settings.max_message_bytes, clock=self.clock)
             grpc_host, _ = _split(self.settings.grpc_listen)
             self.grpc_address = f"{grpc_host}:{await self._ingest.start(self.settings.grpc_listen)}"
             http_host, http_port = _split(self.settings.http_listen)
@@ -92,12 +105,15 @@ class Collector:
         except BaseException:
             await self.stop(grace_s=0)
             raise
-        self._expiry = asyncio.get_running_loop().create_task(self._expire_loop(), name="stepwatch-expiry")
-        self.alerting.start()
+        if self.detection.client is not None:
+            self.detection.client.start()
+        self._housekeeping = asyncio.get_running_loop().create_task(self._housekeeping_loop(),
+                                                                    name="stepwatch-housekeeping")
         log.info("stepwatch collector: gRPC on %s, HTTP on http://%s/metrics", self.grpc_address, self.http_address)
 
     async def stop(self, grace_s: float = 2.0) -> None:
-        """Stop ingest (live streams are cancelled after ``grace_s`` s), HTTP, expiry; close the recorder."""
+        """Stop ingest (live streams are cancelled after ``grace_s`` s), HTTP, housekeeping, the
+        Alertmanager client; close the recorder."""
         if self._stopped:
             return
         self._stopped = True
@@ -105,34 +121,31 @@ class Collector:
             await self._ingest.stop(grace_s)
         if self._http is not None:
             await self._http.stop()
-        await self.alerting.stop()
-        if self._expiry is not None:
-            self._expiry.cancel()
-            await asyncio.gather(self._expiry, return_exceptions=True)
+        if self._housekeeping is not None:
+            self._housekeeping.cancel()
+            await asyncio.gather(self._housekeeping, return_exceptions=True)
+        if self.detection.client is not None:
+            await self.detection.client.stop()
         if self._recorder is not None:
             self._recorder.close()
 
-    def expire(self) -> list:
-        """Drop ranks whose grace period has run out at ``clock()``; return their (job, rank) keys."""
-        gone = self.state.expire(self.clock())
-        for job, rank in gone:
-            log.info("stepwatch collector: expired series of job=%s rank=%d", job, rank)
-        return gone
+    def housekeeping(self) -> list:
+        """One tick at ``clock()``: expire -> forget -> detect; returns the expired (job, rank) keys."""
+        return self.pipeline.housekeeping(self.clock())
 
-    async def _expire_loop(self) -> None:
-        interval = max(0.5, min(self.settings.agent_grace_s / 4, 15.0))
+    async def _housekeeping_loop(self) -> None:
         while True:
-            await asyncio.sleep(interval)
+            await asyncio.sleep(self.tick_s)
             try:
-                self.expire()
+                self.housekeeping()
             except Exception:  # noqa: BLE001 - the loop must outlive one bad tick
-                log.exception("stepwatch collector: expiry failed")
+                log.exception("stepwatch collector: housekeeping failed")
 
     def _metrics(self):
         return 200, CONTENT_TYPE_LATEST, generate_latest(self.registry)
 
     def _alerts(self):
-        return 200, "application/json", self.alerting.book.json()
+        return 200, "application/json", self.detection.book.json()
 
     def _jobs(self):
         return 200, "application/json", jobs_json(self.state)

@@ -1,12 +1,9 @@
-"""``stepwatch replay FILE.jsonl``: feed recorded telemetry through the live detectors and print
-the alerts they would have raised.
+"""``stepwatch replay FILE``: drive a record file through the collector's own pipeline
+(state -> detection -> alert book) on the recording's clock and print the alerts it raised.
 
-Input: one JSON object per line, ``kind`` "step" (job, rank, step, time, step_time_s; optional
-samples, tokens, dataloader_wait_s) or "allocator" (job, rank, time, allocated_bytes,
-reserved_bytes, inactive_split_bytes, alloc_retries, ooms, device_total_bytes); blank lines are
-skipped; a line that is not a JSON object, has another kind, lacks a field or has a field of the
-wrong type is an error naming the line number. Records are processed in file order; the data's own ``time`` is the clock, and
-time-based rules are evaluated whenever data time passes an ``eval_interval_s`` tick.
+Input: the collector's ``--record`` file (:mod:`._record`; the earlier per-record JSONL is read
+too). Events are applied in file order; housekeeping (expiry, time-based rules) runs whenever
+the data clock passes an ``eval_interval_s`` tick, as the live collector's timer does.
 """
 
 from __future__ import annotations
@@ -16,81 +13,54 @@ import json
 import sys
 from typing import IO, Iterable, Optional
 
-from ._alerts import Alert, AlertBook, iso
-from .detect import AllocatorPoint, DetectionConfig, DetectionEngine, parse_detection
+from .alerting import Alert, Detection, iso
+from .detect import DetectionConfig
+from ._config import load_settings
+from ._pipeline import Pipeline
+from ._record import RecordError, RecordEvent, read_record
+from ._state import CollectorState
 
-__all__ = ["replay", "add_parser"]
+__all__ = ["replay", "add_parser", "ReplayError"]
 
-
-class ReplayError(ValueError):
-    """A bad input line; the message names the line number."""
-
-
-_FIELDS = {"step": ("job", "rank", "step", "time", "step_time_s"),
-           "allocator": ("job", "rank", "time", "allocated_bytes", "reserved_bytes", "inactive_split_bytes",
-                         "alloc_retries", "ooms", "device_total_bytes")}
+ReplayError = RecordError
 
 
-def _feed(engine: DetectionEngine, rec: object) -> float:
-    """Feed one parsed line; ValueError with a message meant for the user on a bad record."""
-    if not isinstance(rec, dict):
-        raise ValueError(f"expected a JSON object, got {type(rec).__name__}")
-    kind = rec.get("kind")
-    if kind not in _FIELDS:
-        raise ValueError(f"unknown kind {kind!r}; expected one of {', '.join(map(repr, _FIELDS))}")
-    missing = [f for f in _FIELDS[kind] if f not in rec]
-    if missing:
-        raise ValueError(f"{kind} record lacks field(s) {', '.join(missing)}")
-    job, rank, t = str(rec["job"]), _num(rec, "rank", int), _num(rec, "time", float)
-    if kind == "step":
-        tokens = _num(rec, "tokens", int) if rec.get("tokens") is not None else None
-        wait = _num(rec, "dataloader_wait_s", float) if rec.get("dataloader_wait_s") is not None else 0.0
-        engine.step(job, rank, _num(rec, "step", int), t, _num(rec, "step_time_s", float), tokens, wait)
-    else:
-        engine.allocator(job, rank, AllocatorPoint(t, *(_num(rec, f, int) for f in _FIELDS[kind][3:])))
-    return t
-
-
-def _num(rec: dict, field: str, kind: type):
-    value = rec[field]
-    try:
-        if isinstance(value, bool) or not isinstance(value, (int, float, str)):
-            raise TypeError
-        return kind(value)
-    except (TypeError, ValueError):
-        raise ValueError(f"field {field}: expected {'an integer' if kind is int else 'a number'}, "
-                         f"got {value!r}") from None
-
-
-def replay(lines: Iterable[str], cfg: DetectionConfig) -> list[Alert]:
+def replay(events: Iterable[RecordEvent], cfg: DetectionConfig,
+           agent_grace_s: float = 300.0) -> list[Alert]:
     """Every alert that fired, in firing order, with ``ends_at`` set when it resolved."""
-    engine, book = DetectionEngine(cfg), AlertBook(float("inf"))
+    detection = Detection(cfg)
+    detection.keep_changes = True
+    pipeline = Pipeline(CollectorState(agent_grace_s), [detection])
+    keys: dict[tuple, tuple] = {}
+    now = next_tick = None
+    for ev in events:
+        now = ev.time if now is None else max(now, ev.time)
+        next_tick = now if next_tick is None else next_tick
+        while now >= next_tick:
+            pipeline.housekeeping(next_tick)
+            next_tick += cfg.eval_interval_s
+        rank = (ev.hello.job, ev.hello.rank)
+        if ev.kind == "connect":
+            keys[rank] = pipeline.connect(ev.hello, now)
+        elif rank not in keys:
+            raise RecordError(f"{ev.kind} of job={ev.hello.job} rank={ev.hello.rank} before its connect")
+        elif ev.kind == "batch":
+            pipeline.batch(keys[rank], ev.hello, ev.batch, now)
+        else:
+            pipeline.disconnect(keys[rank], ev.hello, now)
+    if now is not None:
+        pipeline.housekeeping(now)
+    return _fired(detection.changes)
+
+
+def _fired(changes: list[Alert]) -> list[Alert]:
     fired: dict[tuple, Alert] = {}
-    now, next_tick = None, None
-    for n, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            rec = json.loads(line)
-        except ValueError as exc:
-            raise ReplayError(f"line {n}: not valid JSON: {exc}") from None
-        try:
-            t = _feed(engine, rec)
-        except (ValueError, TypeError) as exc:
-            raise ReplayError(f"line {n}: {exc}") from None
-        now = t if now is None else max(now, t)
-        next_tick = next_tick or now
-        if now >= next_tick:
-            engine.tick(now)
-            next_tick = now + cfg.eval_interval_s
-        if engine.changed or now >= next_tick:
-            engine.changed = False
-            for a in book.update(now, engine.conditions()):
-                key = (*a.key, a.starts_at, a.severity)
-                if a.state == "firing":
-                    fired[key] = a
-                elif key in fired:
-                    fired[key].ends_at = a.ends_at
+    for a in changes:
+        key = (*a.key, a.starts_at, a.severity)
+        if a.state == "firing":
+            fired[key] = a
+        elif key in fired:
+            fired[key].ends_at = a.ends_at
     return sorted(fired.values(), key=lambda a: a.fired_at)
 
 
@@ -109,15 +79,9 @@ def _json(a: Alert) -> str:
 def _run(args: argparse.Namespace, out: Optional[IO[str]] = None) -> int:
     out = out or sys.stdout  # looked up per call: the default is not bound at import
     try:
-        cfg = DetectionConfig()
-        if args.config:
-            from ._config import read_config_file
-
-            cfg = parse_detection(read_config_file(args.config).get("detection"))
-        if args.detection:
-            cfg = parse_detection(args.detection)
+        settings = load_settings({"detection": args.detection}, environ={}, config_file=args.config)
         with open(args.file, encoding="utf-8") as fh:
-            alerts = replay(fh, cfg)
+            alerts = replay(read_record(fh), settings.detection, settings.agent_grace_s)
     except (OSError, ValueError) as exc:
         print(f"stepwatch replay: error: {exc}", file=sys.stderr)
         return 2

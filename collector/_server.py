@@ -19,8 +19,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from stepwatch.proto.stepwatch.v1 import agent_pb2, agent_pb2_grpc
 
 from ._control import CONTROL_SERVICE_NAME, CaptureService, StreamTable
-from ._record import Recorder
-from ._state import CollectorState
+from ._pipeline import Pipeline
 
 __all__ = ["IngestServer", "SERVICE_NAME"]
 
@@ -40,12 +39,13 @@ class _Malformed:
 class IngestServer:
     """Owns the ``grpc.aio`` server. ``start`` binds and returns the port; ``stop`` is idempotent.
 
-    ``clock`` returns Unix seconds; ``recorder`` (optional) receives every applied batch.
+    ``clock`` returns Unix seconds; every stream event goes to ``pipeline``.
     """
 
-    def __init__(self, state: CollectorState, *, auth_token: str = "", max_message_bytes: int = 4 << 20,
-                 clock: Callable[[], float], recorder: Optional[Recorder] = None):
-        self._state, self._token, self._clock, self._recorder = state, auth_token, clock, recorder
+    def __init__(self, pipeline: Pipeline, *, auth_token: str = "", max_message_bytes: int = 4 << 20,
+                 clock: Callable[[], float]):
+        self._pipeline, self._token, self._clock = pipeline, auth_token, clock
+        self._state = pipeline.state
         self._max = max_message_bytes
         self._server: Optional[grpc.aio.Server] = None
         self._health = health.aio.HealthServicer()
@@ -133,7 +133,7 @@ class IngestServer:
         hello = await self._first_hello(requests, context)
         if hello is None:
             return
-        key = self._state.connect(hello, self._clock())
+        key = self._pipeline.connect(hello, self._clock())
         log.info("stepwatch collector: agent connected: job=%s rank=%d host=%s session=%s",
                  hello.job, hello.rank, hello.host, hello.session_id)
         stream = self.streams.open(hello, requests)  # commands can go out while the agent is silent
@@ -147,7 +147,7 @@ class IngestServer:
                     yield ack
         finally:
             self.streams.close(stream)
-            self._state.disconnect(key, self._clock())
+            self._pipeline.disconnect(key, hello, self._clock())
             log.info("stepwatch collector: agent disconnected: job=%s rank=%d", hello.job, hello.rank)
 
     async def _handle(self, msg, key, hello: agent_pb2.Hello, context) -> Optional[agent_pb2.Command]:
@@ -160,8 +160,7 @@ class IngestServer:
                               "Hello is only allowed as the first AgentMessage")
         if kind != "batch":
             return None  # a payload from a newer protocol version: ignore it
-        if self._state.apply_batch(key, hello.session_id, msg.batch, self._clock()) and self._recorder is not None:
-            self._recorder.write_batch(hello.job, hello.rank, hello.session_id, msg.batch)
+        self._pipeline.batch(key, hello, msg.batch, self._clock())
         if msg.batch.traces:
             self.streams.traces_arrived(msg.batch.traces)
         return agent_pb2.Command(ack=agent_pb2.Ack(seq=msg.batch.seq))

@@ -16,6 +16,7 @@ import grpc
 
 from stepwatch.proto.stepwatch.v1 import agent_pb2, agent_pb2_grpc
 
+from ..support import backoff_delay
 from ._log import LOG, OnceLog
 from ._spool import Spool
 
@@ -25,14 +26,6 @@ __all__ = ["Sender", "backoff_delay"]
 _FATAL = (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.INVALID_ARGUMENT,
           grpc.StatusCode.PERMISSION_DENIED, grpc.StatusCode.UNIMPLEMENTED)
 _POLL_S = 0.5
-
-
-def backoff_delay(attempt: int, base: float = 0.5, cap: float = 30.0,
-                  rng: Optional[random.Random] = None) -> float:
-    """Full-jitter exponential backoff: uniform in [0, min(cap, base * 2**attempt)] seconds.
-    ``attempt`` counts consecutive failures from 0. Pure apart from ``rng``."""
-    ceiling = min(cap, base * (2 ** min(attempt, 62)))
-    return (rng or random).uniform(0.0, ceiling)
 
 
 class Sender:

@@ -12,8 +12,7 @@ import pytest
 
 from _alertmanager import AM, Alertmanager
 from _procs import free_port
-from stepwatch.collector._alertmanager import AlertmanagerClient
-from stepwatch.collector._alerts import AlertBook
+from stepwatch.collector.alerting import AlertBook, AlertmanagerClient
 from stepwatch.collector.detect import Condition
 
 pytestmark = pytest.mark.skipif(AM is None, reason="needs prometheus-alertmanager")

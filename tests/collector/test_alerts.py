@@ -6,7 +6,7 @@ from __future__ import annotations
 from hypothesis import given, settings, strategies as st
 from prometheus_client import CollectorRegistry
 
-from stepwatch.collector._alerts import AlertBook, AlertMetrics
+from stepwatch.collector.alerting import AlertBook, AlertMetrics
 from stepwatch.collector.detect import Condition
 
 T0 = 1_700_000_000.0

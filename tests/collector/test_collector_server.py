@@ -14,6 +14,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from prometheus_client.parser import text_string_to_metric_families
 
 from collector_testlib import batch, hello, step
+from stepwatch.collector._record import read_record
 from stepwatch.proto.stepwatch.v1 import agent_pb2, agent_pb2_grpc
 
 CONNECT = "/stepwatch.v1.AgentService/Connect"
@@ -173,9 +174,9 @@ def test_expiry_removes_series(collector):
     with collector.channel() as chan:
         converse(chan, [hello(), batch(1, steps=[step(1)])])
     clock = collector.clock
-    assert collector.collector.expire() == []
+    assert collector.collector.housekeeping() == []
     clock.now += 301
-    assert collector.collector.expire() == [("j", 0)]
+    assert collector.collector.housekeeping() == [("j", 0)]
     text = collector.get("/metrics")[2].decode()
     assert "stepwatch_steps_total{" not in text and "stepwatch_agent_connected{" not in text
 
@@ -189,13 +190,11 @@ def test_record_file(start_collector, tmp_path):
     with running.channel() as chan:
         converse(chan, [hello(session="sess"), b1, b1])
     lines = [json.loads(ln) for ln in path.read_text().splitlines()]
-    assert lines == [
-        {"kind": "step", "job": "j", "rank": 0, "step": 1, "time": 1700000001.0, "step_time_s": 0.035, "samples": 8,
-         "tokens": 8192, "dataloader_wait_s": 0.001, "clock": "cuda_event", "session": "sess", "seq": 12},
-        {"kind": "step", "job": "j", "rank": 0, "step": 2, "time": 1700000002.0, "step_time_s": 0.035,
-         "dataloader_wait_s": 0.001, "clock": "cuda_event", "session": "sess", "seq": 12},
-        {"kind": "allocator", "job": "j", "rank": 0, "time": 5.0, "allocated_bytes": 1, "reserved_bytes": 2,
-         "active_bytes": 3, "inactive_split_bytes": 4, "alloc_retries": 5, "ooms": 6, "device_total_bytes": 7},
-    ]
-    assert list(lines[0]) == ["kind", "job", "rank", "step", "time", "step_time_s", "samples", "tokens",
-                              "dataloader_wait_s", "clock", "session", "seq"]
+    # The duplicate (resent) batch is not recorded: connect, one batch, disconnect.
+    assert [(ln["v"], ln["kind"]) for ln in lines] == [(1, "connect"), (1, "batch"), (1, "disconnect")]
+    assert lines[0]["hello"]["session_id"] == "sess"
+    assert (lines[1]["job"], lines[1].get("rank", 0), lines[1]["session"]) == ("j", 0, "sess")
+    events = list(read_record(path.read_text().splitlines()))
+    assert [e.kind for e in events] == ["connect", "batch", "disconnect"]
+    assert events[1].batch == b1.batch  # the wire message, unchanged by the round trip
+    assert events[0].hello.host == "node-a" and events[0].time == 1700000000.0

@@ -65,8 +65,8 @@ def test_collector_restart_loses_nothing_and_counts_nothing_twice(collector_fact
                 rec = json.loads(line)
             except ValueError:  # a line cut by SIGKILL
                 continue
-            if rec["kind"] == "step":
-                out.append(rec["step"])
+            if rec["kind"] == "batch":  # the wire schema: a Batch as proto JSON
+                out.extend(int(st["step"]) for st in rec["batch"].get("steps", []))
         return out
 
     a, b = step_indices(first), step_indices(second)

@@ -16,10 +16,10 @@ import json
 import threading
 from typing import Iterable, Optional
 
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from .detect import Condition
+from ..detect import Condition
 
 __all__ = ["Alert", "AlertBook", "AlertMetrics", "iso"]
 
@@ -114,10 +114,13 @@ class AlertBook:
 
 
 class AlertMetrics(Collector):
-    """``stepwatch_alert_active``: 1 per firing alert. Registers itself on ``registry``."""
+    """``stepwatch_alert_active``: 1 per firing alert; with an Alertmanager ``client``,
+    ``stepwatch_collector_alertmanager_alerts_total{outcome}`` (sent, failed, dropped).
+    Registers itself on ``registry``."""
 
-    def __init__(self, book: AlertBook, registry):
+    def __init__(self, book: AlertBook, registry, client=None):
         self._book = book
+        self._client = client
         registry.register(self)
 
     def collect(self):
@@ -127,6 +130,14 @@ class AlertMetrics(Collector):
         for a in self._book.firing():
             fam.add_metric((a.alertname, a.severity, a.job, str(a.rank)), 1.0)
         yield fam
+        if self._client is not None:
+            sent = CounterMetricFamily(
+                "stepwatch_collector_alertmanager_alerts",
+                "Alert updates posted to Alertmanager (sent), given up after retries (failed), "
+                "or dropped from the full send queue (dropped).", labels=("outcome",))
+            for outcome in ("sent", "failed", "dropped"):
+                sent.add_metric((outcome,), getattr(self._client, outcome))
+            yield sent
 
     def describe(self):
         return []

@@ -14,11 +14,12 @@ import asyncio
 import collections
 import json
 import logging
-import random
 import urllib.request
 from typing import Callable, Optional
 
-from ._alerts import Alert, iso
+from stepwatch.agent.support import backoff_delay
+
+from ._book import Alert, iso
 
 __all__ = ["AlertmanagerClient", "payload"]
 
@@ -61,6 +62,12 @@ class AlertmanagerClient:
         self._stop = asyncio.Event()
         self._task: Optional[asyncio.Task] = None
         self.sent = self.failed = self.dropped = 0
+
+    @classmethod
+    def from_settings(cls, settings, clock: Callable[[], float]) -> "AlertmanagerClient":
+        """A client configured by the collector settings' ``alertmanager_*`` options."""
+        return cls(settings.alertmanager_url, timeout_s=settings.alertmanager_timeout_s,
+                   retries=settings.alertmanager_retries, clock=clock)
 
     def submit(self, alerts: list[Alert]) -> None:
         """Queue alerts for sending (event loop thread; never blocks)."""
@@ -106,7 +113,7 @@ class AlertmanagerClient:
                     log.warning("stepwatch collector: Alertmanager %s unreachable, %d alert(s) not sent: %s",
                                 self.url, len(batch), exc)
                     return
-                delay = min(self._backoff_max, self._backoff * 2 ** attempt) * random.uniform(0.5, 1.0)
+                delay = backoff_delay(attempt, self._backoff, self._backoff_max)
                 try:
                     await asyncio.wait_for(self._stop.wait(), delay)
                 except asyncio.TimeoutError:

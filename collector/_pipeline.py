@@ -1,0 +1,69 @@
+"""The collector's data flow, in one place.
+
+    ingest (gRPC stream) --connect/batch/disconnect--> Pipeline
+        -> CollectorState.apply_batch (duplicates stop here)
+        -> listeners, in order: Detection (alerting), Recorder (optional)
+    housekeeping(now): expire gone ranks -> listeners forget them -> Detection.tick
+
+The live collector and ``stepwatch replay`` build the same Pipeline; live, ``now`` is the
+collector's clock, in replay the recording's. One caller at a time (the event loop thread, or
+the replay loop). A listener is any object with some of ``on_connect(hello, now)``,
+``on_batch(hello, batch, now)``, ``on_disconnect(hello, now)``, ``forget(keys)`` and
+``tick(now, connections)``; the methods it lacks are skipped.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Sequence
+
+from stepwatch.proto.stepwatch.v1 import agent_pb2
+
+from ._state import CollectorState, RankKey
+
+__all__ = ["Pipeline"]
+
+log = logging.getLogger("stepwatch.collector")
+
+
+class Pipeline:
+    def __init__(self, state: CollectorState, listeners: Sequence[object]):
+        self.state = state
+        self.listeners = list(listeners)
+
+    def _each(self, method: str):
+        return [getattr(listener, method) for listener in self.listeners if hasattr(listener, method)]
+
+    def connect(self, hello: agent_pb2.Hello, now: float) -> RankKey:
+        """A validated Hello opened a stream; returns the rank's key."""
+        key = self.state.connect(hello, now)
+        for call in self._each("on_connect"):
+            call(hello, now)
+        return key
+
+    def batch(self, key: RankKey, hello: agent_pb2.Hello, batch: agent_pb2.Batch, now: float) -> bool:
+        """Apply one batch; listeners see it only when it was new (not a resent duplicate)."""
+        if not self.state.apply_batch(key, hello.session_id, batch, now):
+            return False
+        for call in self._each("on_batch"):
+            call(hello, batch, now)
+        return True
+
+    def disconnect(self, key: RankKey, hello: agent_pb2.Hello, now: float) -> None:
+        self.state.disconnect(key, now)
+        for call in self._each("on_disconnect"):
+            call(hello, now)
+
+    def housekeeping(self, now: float) -> list[RankKey]:
+        """One tick: expire ranks gone longer than the grace period, let listeners forget
+        them, then run the time-based rules. Returns the expired keys."""
+        gone = self.state.expire(now)
+        for job, rank in gone:
+            log.info("stepwatch collector: expired series of job=%s rank=%d", job, rank)
+        if gone:
+            for call in self._each("forget"):
+                call(gone)
+        connections = self.state.connections()
+        for call in self._each("tick"):
+            call(now, connections)
+        return gone

@@ -1,0 +1,104 @@
+"""Detection as a pipeline listener: feeds applied batches to the DetectionEngine, judges
+time-based rules on the housekeeping tick, keeps the AlertBook and hands changes to the
+Alertmanager client.
+
+One caller at a time: the collector's event loop thread (live) or the replay loop. ``now`` is
+always passed in (the collector's clock live, the recording's clock in replay), so both give
+the same alerts for the same data. A failure inside detection is logged once per kind of
+error and never reaches ingest.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Iterable, Optional
+
+from stepwatch.agent.support import OnceLog
+from stepwatch.proto.stepwatch.v1 import agent_pb2
+
+from ..detect import AllocatorPoint, DetectionConfig, DetectionEngine, GpuPoint, HostPoint
+from ._alertmanager import AlertmanagerClient
+from ._book import Alert, AlertBook
+
+__all__ = ["Detection", "feed_batch"]
+
+log = logging.getLogger("stepwatch.collector")
+
+
+def _opt(msg, name):
+    return getattr(msg, name) if msg.HasField(name) else None
+
+
+def feed_batch(engine: DetectionEngine, job: str, rank: int, batch: agent_pb2.Batch) -> None:
+    """Hand one batch's step, allocator, NVML and host samples to ``engine``."""
+    for r in batch.steps:
+        engine.step(job, rank, r.step, r.end_time_s, r.duration_s, _opt(r, "tokens"), r.dataloader_wait_s)
+    for a in batch.allocator:
+        engine.allocator(job, rank, AllocatorPoint(a.time_s, a.allocated_bytes, a.reserved_bytes,
+                                                   a.inactive_split_bytes, a.alloc_retries, a.ooms,
+                                                   a.device_total_bytes))
+    for g in batch.gpu_samples:
+        engine.gpu(job, rank, GpuPoint(g.time_s, _opt(g, "memory_used_bytes"), _opt(g, "memory_total_bytes"),
+                                       _opt(g, "clock_event_reasons"), _opt(g, "sm_clock_hertz"),
+                                       _opt(g, "temperature_celsius")))
+    for h in batch.host:
+        engine.host(job, rank, HostPoint(h.time_s, h.resident_memory_bytes), _opt(h, "host_memory_available_bytes"))
+
+
+class Detection:
+    """Pipeline listener. ``client`` (optional) receives every alert change and, every
+    ``client.resend_s``, the firing alerts again."""
+
+    def __init__(self, cfg: DetectionConfig, client: Optional[AlertmanagerClient] = None):
+        self.cfg = cfg
+        self.engine = DetectionEngine(cfg)
+        self.book = AlertBook(cfg.resolved_retention_s)
+        self.client = client
+        self.changes: list[Alert] = []  # every change, in order, when ``keep_changes``
+        self.keep_changes = False
+        self._last_resend = 0.0
+        self._once = OnceLog(log)
+
+    # -- listener ---------------------------------------------------------------------------
+    def on_batch(self, hello: agent_pb2.Hello, batch: agent_pb2.Batch, now: float) -> None:
+        try:
+            feed_batch(self.engine, hello.job, hello.rank, batch)
+            if self.engine.changed:
+                self._update(now)
+        except Exception as exc:  # noqa: BLE001 - detection must never break ingest
+            self._log(exc)
+
+    def forget(self, keys: Iterable[tuple]) -> None:
+        for job, rank in keys:
+            self.engine.forget(job, rank)
+
+    def tick(self, now: float, connections: Iterable[tuple]) -> None:
+        """Time-based rules, `for` durations, periodic resend of firing alerts.
+        ``connections``: ``(job, rank, connected, disconnected_at)`` of every rank held."""
+        try:
+            for job, rank, connected, since in connections:
+                self.engine.connection(job, rank, connected, since)
+            self.engine.tick(now)
+            self._update(now)
+            if self.client is not None and now - self._last_resend >= self.client.resend_s:
+                self._last_resend = now
+                self.client.submit(self.book.firing())
+        except Exception as exc:  # noqa: BLE001 - the tick must outlive one bad rank
+            self._log(exc)
+
+    # -- internals --------------------------------------------------------------------------
+    def _update(self, now: float) -> None:
+        self.engine.changed = False
+        changes = self.book.update(now, self.engine.conditions())
+        for a in changes:
+            log.warning("stepwatch alert %s %s: %s job=%s rank=%d: %s", a.state, a.severity, a.alertname,
+                        a.job, a.rank, a.summary)
+        if self.keep_changes:
+            self.changes.extend(changes)
+        if self.client is not None and changes:
+            self.client.submit(changes)
+
+    def _log(self, exc: Exception) -> None:
+        self._once.log(logging.ERROR, (type(exc).__name__, str(exc)[:80]),
+                       "stepwatch collector: detection failed (further identical errors not "
+                       "logged)", exc_info=True)
