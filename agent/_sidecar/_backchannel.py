@@ -21,23 +21,23 @@ from typing import Optional
 
 from ..contract import encode
 from ._log import LOG
+from ._thread import Service
 
 __all__ = ["BackChannel"]
 
 
-class BackChannel:
-    """Writes messages to file descriptor ``fd`` (owned: closed by :meth:`close`).
+class BackChannel(Service):
+    """Writes messages to file descriptor ``fd`` (owned: closed by :meth:`stop`).
     ``fd`` None makes a channel that discards everything. Thread-safe."""
 
     def __init__(self, fd: Optional[int], capacity: int = 256) -> None:
+        super().__init__("stepwatch-backchannel")
         self._fd = fd
         self._queue: collections.deque = collections.deque(maxlen=capacity)
         self._cond = threading.Condition()
         self._closed = fd is None
         self.dropped = 0
         self.sent = 0
-        self._thread = threading.Thread(target=self._run, name="stepwatch-backchannel",
-                                        daemon=True)
 
     def start(self) -> None:
         if self._fd is not None:
@@ -54,13 +54,11 @@ class BackChannel:
             self._queue.append(line)
             self._cond.notify()
 
-    def close(self, timeout_s: float = 1.0) -> None:
-        """Write what is queued (for up to ``timeout_s``), then close the fd. Idempotent."""
+    def _wake(self) -> None:
+        """:meth:`stop`: write what is queued (until the deadline), then close the fd."""
         with self._cond:
             self._closed = True
             self._cond.notify()
-        if self._thread.is_alive():
-            self._thread.join(timeout_s)
 
     def _run(self) -> None:
         while True:

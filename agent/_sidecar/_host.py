@@ -13,7 +13,7 @@ from stepwatch.proto.stepwatch.v1 import agent_pb2
 
 from ._batcher import Batcher
 from ._log import LOG, OnceLog
-from ._periodic import PeriodicThread
+from ._thread import PeriodicService
 
 __all__ = ["HostSampler", "trainer_alive"]
 
@@ -30,7 +30,7 @@ def trainer_alive(pid: int) -> bool:
         return True  # exists, but we may not look at it: assume alive
 
 
-class HostSampler(PeriodicThread):
+class HostSampler(PeriodicService):
     """Samples the trainer process every ``interval_s`` seconds into ``batcher`` ("host").
 
     The sidecar itself (``own_pid``) is not counted among the trainer's children. Counters the

@@ -17,7 +17,7 @@ from stepwatch.proto.stepwatch.v1 import agent_pb2
 
 from ._batcher import Batcher
 from ..contract import normalize_uuid
-from ._periodic import PeriodicThread
+from ._thread import PeriodicService
 from ._log import LOG, OnceLog
 
 __all__ = ["NvmlSampler", "QUERIES"]
@@ -69,7 +69,7 @@ def _load_pynvml() -> Any:
     return pynvml
 
 
-class NvmlSampler(PeriodicThread):
+class NvmlSampler(PeriodicService):
     """Samples the trainer's GPU every ``interval_s`` seconds into ``batcher`` ("gpu_sample").
 
     ``load`` returns the pynvml module (a seam for tests); ``clock`` returns Unix seconds.

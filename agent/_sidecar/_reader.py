@@ -3,34 +3,31 @@
 from __future__ import annotations
 
 import logging
-import threading
 from typing import Callable, Iterable
 
 from .. import contract
 from ._log import LOG, OnceLog
+from ._thread import Service
 from ._records import Record, RecordError, parse_line
 
 __all__ = ["Reader"]
 
-class Reader:
+class Reader(Service):
     """Decodes each line of ``lines`` and hands it to ``on_record`` (on the reader thread).
 
     A malformed line calls ``on_malformed()`` and is logged once per kind of error. End of
     input or a "bye" record calls ``on_eof()`` once and ends the thread. Exceptions raised by
-    the callbacks are logged, never fatal.
+    the callbacks are logged, never fatal. :meth:`stop` cannot interrupt a blocked read: the
+    thread is a daemon and ends with the process or at end of input.
     """
 
     def __init__(self, lines: Iterable[bytes], on_record: Callable[[Record], None],
                  on_malformed: Callable[[], None], on_eof: Callable[[str], None]) -> None:
+        super().__init__("stepwatch-reader")
         self._lines = lines
         self._on_record = on_record
         self._on_malformed = on_malformed
         self._on_eof = on_eof
-        self._once = OnceLog()
-        self._thread = threading.Thread(target=self._run, name="stepwatch-reader", daemon=True)
-
-    def start(self) -> None:
-        self._thread.start()
 
     def _run(self) -> None:
         reason = "eof"

@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import random
 import threading
-import time
+
 from typing import Callable, Iterator, Optional
 
 import grpc
@@ -17,7 +17,8 @@ import grpc
 from stepwatch.proto.stepwatch.v1 import agent_pb2, agent_pb2_grpc
 
 from ..support import backoff_delay
-from ._log import LOG, OnceLog
+from ._log import LOG
+from ._thread import Service, remaining
 from ._spool import Spool
 
 __all__ = ["Sender", "backoff_delay"]
@@ -28,20 +29,21 @@ _FATAL = (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.INVALID_ARGUMENT,
 _POLL_S = 0.5
 
 
-class Sender:
+class Sender(Service):
     """Streams spooled batches to ``target`` and acks them in the spool.
 
     ``hello`` is called on the sender thread before each stream and returns the Hello to open
     the stream with. ``on_command`` is called on the sender thread with every Command other
     than an Ack (e.g. capture_trace); it must not block. :meth:`notify` (any thread) wakes
-    the stream when a batch was spooled. :meth:`close` asks it to deliver what is pending
-    within a deadline and stop.
+    the stream when a batch was spooled. :meth:`stop` asks it to deliver what is pending
+    by a deadline and end.
     """
 
     def __init__(self, target: str, spool: Spool, hello: Callable[[], agent_pb2.Hello],
                  token: str = "", reconnect_max_s: float = 30.0,
                  rng: Optional[random.Random] = None,
                  on_command: Optional[Callable[[agent_pb2.Command], None]] = None) -> None:
+        super().__init__("stepwatch-sender")
         self._target = target
         self._spool = spool
         self._hello = hello
@@ -50,32 +52,25 @@ class Sender:
         self._cap = reconnect_max_s
         self._rng = rng or random.Random()
         self._cond = threading.Condition()
-        self._stop = threading.Event()      # hard stop: end the stream now
-        self._closing = threading.Event()   # soft stop: end once the spool is empty
+        self._hard = threading.Event()  # end the stream now; _stopping: once the spool is empty
         self._call = None
-        self._once = OnceLog()
-        self._thread = threading.Thread(target=self._run, name="stepwatch-sender", daemon=True)
         self.connected = False
         self.delivered = 0
-
-    def start(self) -> None:
-        self._thread.start()
 
     def notify(self) -> None:
         """A new batch is in the spool (called from the flushing thread)."""
         with self._cond:
             self._cond.notify_all()
 
-    def close(self, timeout_s: float) -> bool:
-        """Deliver what is pending within ``timeout_s`` seconds, then end the stream (the
+    def stop(self, deadline: float) -> bool:
+        """Deliver what is pending until ``deadline`` (monotonic), then end the stream (the
         request iterator returns) and join the thread. Idempotent; returns True when
         everything spooled was acknowledged."""
-        deadline = time.monotonic() + timeout_s
-        self._closing.set()
+        self._stopping.set()
         self.notify()
         if self._thread.is_alive():
-            self._thread.join(max(0.0, deadline - time.monotonic()))
-        self._stop.set()
+            self._thread.join(remaining(deadline))
+        self._hard.set()
         self.notify()
         if self._thread.is_alive():
             self._thread.join(1.0)
@@ -86,7 +81,7 @@ class Sender:
         return len(self._spool) == 0
 
     def _done(self) -> bool:
-        return self._stop.is_set() or (self._closing.is_set() and len(self._spool) == 0)
+        return self._hard.is_set() or (self._stopping.is_set() and len(self._spool) == 0)
 
     def _run(self) -> None:
         attempt = 0
@@ -108,7 +103,7 @@ class Sender:
                 break
             if delay is None:
                 delay = backoff_delay(attempt, cap=self._cap, rng=self._rng)
-            self._stop.wait(delay)
+            self._hard.wait(delay)
 
     def _on_error(self, exc: grpc.RpcError, attempt: int) -> float:
         code = exc.code() if hasattr(exc, "code") else None
@@ -118,7 +113,7 @@ class Sender:
                            "collector %s refused the stream: %s: %s (retrying every %.0f s)",
                            self._target, code, details, self._cap)
             return self._cap
-        if not (self._stop.is_set() and code == grpc.StatusCode.CANCELLED):
+        if not (self._hard.is_set() and code == grpc.StatusCode.CANCELLED):
             self._once.log(logging.WARNING, (code, details), "collector %s: %s: %s (reconnecting)",
                            self._target, code, details)
         return backoff_delay(attempt, cap=self._cap, rng=self._rng)

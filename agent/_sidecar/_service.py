@@ -1,8 +1,11 @@
 """The sidecar service: wires reader, samplers, batcher, spool and sender together.
 
-Threads: the caller's thread runs :meth:`Sidecar.run` (the flush loop); the reader, the NVML
-sampler, the host sampler, the sender, the window analysis, the trace archiver and the back
-channel writer each have their own daemon thread.
+Every part is a :class:`~._thread.Service` with its own daemon thread, started in the order
+sender, back channel, trace archiver, window analysis, flusher, host sampler, NVML sampler,
+reader (consumers before producers) and stopped in the reverse order, so each part's last
+output still has a consumer: samplers stop, queued windows and traces are finished, the
+flusher seals the last batch, the sender delivers it. The caller's thread waits in
+:meth:`Sidecar.run`.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from ._reader import Reader
 from ._records import Record
 from ._sender import Sender
 from ._spool import Spool, spool_path
+from ._thread import PeriodicService
 from ._traces import TraceArchive
 from ._window_jobs import TraceJobs, WindowJobs
 
@@ -62,23 +66,22 @@ class Sidecar:
                              on_command=self._on_command)
         self.reader = Reader(stdin, self._on_record, self.batcher.count_dropped, self._on_eof)
         self._gpu: Optional[agent_pb2.GpuIdentity] = hello.gpu if hello.HasField("gpu") else None
+        self.flusher = _Flusher(self, s.flush_interval_s)
         self._stop = threading.Event()
         self._stop_reason = ""
         self._shutdown_lock = threading.Lock()
         self._shut_down = False
         self._once = OnceLog()
+        # Start order; stopped in reverse. Consumers first, so nothing produced is unheard.
+        self.parts = [self.sender, self.channel, self.traces, self.windows, self.flusher,
+                      self.host, self.nvml, self.reader]
 
     def start(self) -> None:
-        """Start every thread; the sender waits briefly for NVML so the Hello has the driver."""
+        """Start every part; the sender waits briefly for NVML so the Hello has the driver."""
         if self._gpu is not None:
             self.nvml.set_gpu(self._gpu.uuid)
-        self.nvml.start()
-        self.host.start()
-        self.channel.start()
-        self.windows.start()
-        self.traces.start()
-        self.reader.start()
-        self.sender.start()
+        for part in self.parts:
+            part.start()
 
     def _hello(self) -> agent_pb2.Hello:
         """Hello for a new stream (sender thread): the config's, plus driver and latest GPU."""
@@ -140,39 +143,57 @@ class Sidecar:
         return batch.seq
 
     def run(self) -> None:
-        """Flush loop on the calling thread until stopped, then :meth:`shutdown`."""
+        """Start, wait on the calling thread until stopped, then :meth:`shutdown`."""
         self.start()
-        last_check = time.monotonic()
-        while not self._stop.wait(self.config.settings.flush_interval_s):
-            self.flush()
-            if time.monotonic() - last_check >= _LIVENESS_EVERY_S:
-                last_check = time.monotonic()
-                if not trainer_alive(self.config.trainer_pid):
-                    self.request_stop("trainer exited")
+        self._stop.wait()
         self.shutdown()
 
     def shutdown(self) -> None:
-        """Stop samplers, let queued windows and traces finish (within ``shutdown_timeout_s``),
-        seal the last batch, give the sender ``shutdown_timeout_s`` to get it acknowledged,
-        close the stream, the spool and the back channel. Idempotent."""
+        """Stop the parts in reverse start order: samplers and reader first, then queued
+        windows and traces are finished and the last batch sealed (all within
+        ``shutdown_timeout_s``), then the sender gets ``shutdown_timeout_s`` of its own to have
+        it acknowledged. Closes the spool last. Idempotent."""
         with self._shutdown_lock:
             if self._shut_down:
                 return
             self._shut_down = True
         LOG.info("shutting down (%s)", self._stop_reason or "requested")
         self.request_stop("shutdown")
-        self.host.stop()
-        self.nvml.stop()
         timeout_s = self.config.settings.shutdown_timeout_s
         deadline = time.monotonic() + timeout_s
-        self.traces.close(timeout_s)
-        self.windows.close(max(0.0, deadline - time.monotonic()))
-        self.flush(force=True)
-        delivered = self.sender.close(timeout_s)
-        if not delivered:
-            LOG.info("collector did not acknowledge everything within %.1f s", timeout_s)
+        for part in reversed(self.parts):
+            if part is self.sender:  # the last acks get the whole timeout after the last seal
+                if not part.stop(time.monotonic() + timeout_s):
+                    LOG.info("collector did not acknowledge everything within %.1f s", timeout_s)
+            else:
+                part.stop(deadline)
         self.spool.close()
-        self.channel.close()
+
+
+class _Flusher(PeriodicService):
+    """Seals a batch every ``flush_interval_s``, checks about once a second that the trainer
+    is alive (stopping the sidecar when it is not), and seals the last batch when stopped."""
+
+    def __init__(self, sidecar: Sidecar, interval_s: float) -> None:
+        super().__init__("stepwatch-flusher", interval_s)
+        self._sidecar = sidecar
+        self._last_check = time.monotonic()
+
+    def _tick(self) -> None:
+        self._sidecar.flush()
+        if time.monotonic() - self._last_check >= _LIVENESS_EVERY_S:
+            self._last_check = time.monotonic()
+            if not trainer_alive(self._sidecar.config.trainer_pid):
+                self._sidecar.request_stop("trainer exited")
+
+    def stop(self, deadline: float) -> bool:
+        ended = super().stop(deadline)
+        if self._thread.ident is None:  # never started: the last batch is still sealed
+            self._teardown()
+        return ended
+
+    def _teardown(self) -> None:
+        self._sidecar.flush(force=True)
 
 
 def _record_count(batch: agent_pb2.Batch) -> int:

@@ -56,8 +56,8 @@ class WindowJobs:
         else:
             self.worker.submit(job)
 
-    def close(self, timeout_s: float) -> bool:
-        return self.worker.close(timeout_s)
+    def stop(self, deadline: float) -> bool:
+        return self.worker.stop(deadline)
 
     def _drop(self, job: WindowJob) -> None:
         _remove(job.path)
@@ -102,8 +102,8 @@ class TraceJobs:
     def submit(self, job: TraceJob) -> None:
         self.worker.submit(job)
 
-    def close(self, timeout_s: float) -> bool:
-        return self.worker.close(timeout_s)
+    def stop(self, deadline: float) -> bool:
+        return self.worker.stop(deadline)
 
     def _handle(self, job: TraceJob) -> None:
         began = time.monotonic()

@@ -3,48 +3,42 @@
 from __future__ import annotations
 
 import collections
-import logging
 import threading
 import time
 from typing import Callable, Generic, TypeVar
 
-from ._log import LOG, OnceLog
+from ._thread import Service
 
 __all__ = ["Worker"]
 
 T = TypeVar("T")
 
 
-class Worker(Generic[T]):
+class Worker(Service, Generic[T]):
     """Calls ``handle(item)`` on its own thread for each submitted item, in order.
 
     At most ``max_waiting`` items wait (the one being handled not counted); submitting one
     more drops the oldest waiting item and passes it to ``on_drop`` (on the submitting
-    thread). ``handle`` must catch its own errors; anything it lets escape is logged once
-    per exception type and the worker carries on. :meth:`close` lets the queue drain until
-    a deadline, then passes what is left to ``on_drop``.
+    thread). Anything ``handle`` lets escape is logged once per exception type and the worker
+    carries on. :meth:`stop` lets the queue drain until the deadline, then passes what is left
+    to ``on_drop``.
     """
 
     def __init__(self, name: str, handle: Callable[[T], None], max_waiting: int,
                  on_drop: Callable[[T], None]) -> None:
+        super().__init__(name)
         self._handle = handle
         self._on_drop = on_drop
         self._queue: collections.deque = collections.deque()
         self._max_waiting = max_waiting
         self._cond = threading.Condition()
-        self._closing = False
         self._busy = False
-        self._once = OnceLog()
-        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
-
-    def start(self) -> None:
-        self._thread.start()
 
     def submit(self, item: T) -> None:
-        """Queue ``item`` (any thread, never blocks). After :meth:`close`, drops it."""
+        """Queue ``item`` (any thread, never blocks). After :meth:`stop`, drops it."""
         dropped = []
         with self._cond:
-            if self._closing:
+            if self.stopping:
                 dropped.append(item)
             else:
                 self._queue.append(item)
@@ -59,12 +53,11 @@ class Worker(Generic[T]):
         with self._cond:
             return not self._queue and not self._busy
 
-    def close(self, timeout_s: float) -> bool:
-        """Stop taking items; handle what is queued until ``timeout_s`` has passed, drop the
+    def stop(self, deadline: float) -> bool:
+        """Stop taking items; handle what is queued until ``deadline`` (monotonic), drop the
         rest. Returns True when everything was handled. Idempotent."""
-        deadline = time.monotonic() + timeout_s
         with self._cond:
-            self._closing = True
+            self._stopping.set()
             self._cond.notify()
             while (self._queue or self._busy) and self._thread.is_alive():
                 left = deadline - time.monotonic()
@@ -79,18 +72,14 @@ class Worker(Generic[T]):
     def _run(self) -> None:
         while True:
             with self._cond:
-                while not self._queue and not self._closing:
+                while not self._queue and not self.stopping:
                     self._cond.wait()
                 if not self._queue:
                     return
                 item = self._queue.popleft()
                 self._busy = True
             try:
-                self._handle(item)
-            except Exception as exc:  # the worker outlives any single item
-                if self._once.log(logging.ERROR, type(exc), "%s failed: %r",
-                                  self._thread.name, exc):
-                    LOG.debug("details", exc_info=True)
+                self.guarded(self._handle, item)
             finally:
                 with self._cond:
                     self._busy = False

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 import random
 import types
 
@@ -187,7 +188,7 @@ def test_nvml_missing_emits_exactly_one_event():
     sampler.set_gpu("GPU-1")
     sampler.start()
     assert sampler.ready.wait(5)
-    sampler.stop()
+    sampler.stop(time.monotonic() + 1.0)
     events = batcher.seal().events
     assert [e.kind for e in events] == ["nvml_unavailable"] and "pynvml" in events[0].message
     assert sampler.driver_version == "" and not sampler.available

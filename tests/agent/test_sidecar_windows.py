@@ -118,7 +118,7 @@ def test_back_channel_writes_lines_and_survives_a_closed_reader():
     os.close(r)
     for _ in range(3):
         channel.send({"t": "window_result", "window_id": 1, "gpu_event_count": 0})
-    channel.close(2.0)
+    channel.stop(time.monotonic() + 2.0)
     assert channel.sent == 1
     channel.send({"t": "late"})  # ignored, no error
 
@@ -132,7 +132,7 @@ def test_back_channel_never_blocks_the_caller():
         channel.send({"t": "window_result", "window_id": i, "gpu_event_count": 1})
     assert time.monotonic() - began < 2.0 and channel.dropped > 0
     os.close(r)
-    channel.close(1.0)
+    channel.stop(time.monotonic() + 1.0)
 
 
 # -- analysis queue ------------------------------------------------------------------------------
@@ -154,7 +154,7 @@ def test_window_is_analysed_reported_and_deleted(tmp_path):
     jobs = WindowJobs(batcher, pipe.channel, top_k=3)
     jobs.start()
     jobs.submit(parse_line(window_line(path, wid=9)).job)
-    assert jobs.close(30.0)
+    assert jobs.stop(time.monotonic() + 30.0)
     assert not path.exists()
     (summary,) = batcher.seal().windows
     assert (summary.window_id, summary.first_step, summary.last_step) == (9, 64, 66)
@@ -173,7 +173,7 @@ def test_discarded_window_only_deletes_its_file(tmp_path):
     jobs = WindowJobs(batcher, BackChannel(None))
     jobs.start()
     jobs.submit(parse_line(window_line(path, discard=True)).job)
-    assert jobs.close(5.0) and not path.exists()
+    assert jobs.stop(time.monotonic() + 5.0) and not path.exists()
     batch = batcher.seal()
     assert not batch.windows and not batch.events
 
@@ -187,7 +187,7 @@ def test_corrupt_trace_is_one_event_and_deleted(tmp_path):
     jobs.start()
     jobs.submit(parse_line(window_line(path, wid=1)).job)
     jobs.submit(parse_line(window_line(missing, wid=2)).job)
-    assert jobs.close(5.0) and not path.exists()
+    assert jobs.stop(time.monotonic() + 5.0) and not path.exists()
     batch = batcher.seal()
     assert not batch.windows
     assert [e.kind for e in batch.events] == ["window_analysis_failed"] * 2
@@ -218,7 +218,7 @@ def test_backlog_drops_the_oldest_waiting_window(tmp_path):
     # window 1 is being analysed; 2 and 3 were dropped as 4 and 5 arrived
     assert not paths[1].exists() and not paths[2].exists()
     release.set()
-    assert jobs.close(5.0)
+    assert jobs.stop(time.monotonic() + 5.0)
     assert analysed == ["w1.json", "w4.json", "w5.json"]
     batch = batcher.seal()
     assert [w.window_id for w in batch.windows] == [1, 4, 5]
@@ -233,7 +233,7 @@ def test_worker_close_drops_what_it_cannot_finish():
     worker.start()
     for i in range(3):
         worker.submit(i)
-    assert not worker.close(0.2)
+    assert not worker.stop(time.monotonic() + 0.2)
     assert dropped == [1, 2]
     release.set()
     worker.submit(99)
@@ -316,7 +316,7 @@ def test_trace_jobs_put_refs_into_the_batch(tmp_path):
     src.write_text('{"traceEvents": []}')
     jobs.submit(TraceJob("r1", str(src), 3, 4, ""))
     jobs.submit(TraceJob("r2", "", 3, 4, "timeout"))
-    assert jobs.close(5.0)
+    assert jobs.stop(time.monotonic() + 5.0)
     refs = batcher.seal().traces
     assert [(r.request_id, bool(r.path), r.error) for r in refs] == [
         ("r1", True, ""), ("r2", False, "timeout")]
