@@ -64,7 +64,7 @@ class Agent:
         self._writer = PipeWriter(fd, settings.buffer_records, settings.ipc_flush_interval_s)
         self._writer.put(self._config_record())
         self._writer.flush()
-        self.dataloader = DataLoaderTimer()
+        self.dataloader = DataLoaderTimer(on_silent=self._on_silent)
         self.dataloader.install()
         self.windows = WindowScheduler(self._writer.put, torch, settings, self._workdir)
         self.tracker = StepTracker(self._writer.put, self.dataloader,
@@ -145,10 +145,18 @@ class Agent:
         self.tracker.on_explicit_step(samples, tokens)
         self._after_step()
 
+    def _on_silent(self, batches: int) -> None:
+        """DataLoader watchdog (training thread): batches keep coming with no step boundary."""
+        if not self._active:
+            return
+        message = (f"{batches} DataLoader batches without a step boundary: the optimizer step "
+                   "hook does not fire (fused or compiled step, or no optimizer); call "
+                   "stepwatch.agent.step() once per step")
+        _log.warning("stepwatch: %s", message)
+        self._event("hook_silent", message)
+        self._writer.flush()  # no step boundary will flush it
+
     def _after_step(self) -> None:
-        if self.tracker.batches_without_step(self.dataloader.batches):
-            self._event("hook_silent", "DataLoader batches keep coming but no optimizer step "
-                        "was seen; call stepwatch.agent.step() once per step")
         stats = (self._writer.dropped, self.hook_errors, self.windows.windows,
                  sum(self.windows.skips.values()))
         if stats != self._last_stats:

@@ -4,6 +4,10 @@
 multi-process) is covered without user code changes. Only calls made on the attaching thread
 are counted. The wrapper adds two clock reads per batch and never alters what the iterator
 returns or raises.
+
+It is also the step-hook watchdog: it runs whether or not the optimizer hook fires, so when
+``silent_after`` batches are drawn with no step boundary in between (a fused or compiled step
+that bypasses ``optimizer.step``, an inference loop), ``on_silent(batches)`` is called, once.
 """
 
 from __future__ import annotations
@@ -17,8 +21,11 @@ __all__ = ["DataLoaderTimer"]
 class DataLoaderTimer:
     """Accumulates wait seconds between step boundaries; read with :meth:`take`."""
 
-    def __init__(self, clock=time.perf_counter):
+    def __init__(self, clock=time.perf_counter, on_silent=None, silent_after: int = 64):
         self._clock = clock
+        self._on_silent = on_silent
+        self.silent_after = silent_after  # raised by the step tracker for accumulation
+        self.silent_reported = False
         self._thread = threading.get_ident()
         self._wait = 0.0
         self.batches = 0
@@ -50,12 +57,22 @@ class DataLoaderTimer:
             finally:
                 timer._wait += timer._clock() - start
                 timer.batches += 1
+                if timer.batches >= timer.silent_after and not timer.silent_reported:
+                    timer._silent()
 
         __next__.__wrapped__ = original
         __next__._stepwatch = True
         cls.__next__ = __next__
         self._cls, self._original = cls, original
         return True
+
+    def _silent(self) -> None:
+        self.silent_reported = True
+        if self._on_silent is not None:
+            try:
+                self._on_silent(self.batches)
+            except Exception:  # never into the training loop
+                pass
 
     def uninstall(self) -> None:
         self.enabled = False

@@ -58,7 +58,6 @@ class StepTracker:
         self._last_mem = float("-inf")
         self._device_total = 0
         self._max_batches_per_step = 1
-        self.silent_reported = False
 
     # -- boundaries -------------------------------------------------------------------------
     def on_optimizer_step(self, optimizer) -> None:
@@ -90,7 +89,9 @@ class StepTracker:
         host_duration, self._last_host = now - self._last_host, now
         self.steps += 1
         wait, batches = self._dataloader.take()
-        self._max_batches_per_step = max(self._max_batches_per_step, batches)
+        if batches > self._max_batches_per_step:  # gradient accumulation: several per step
+            self._max_batches_per_step = batches
+            self._dataloader.silent_after = max(self._dataloader.silent_after, 8 * batches)
         extra = {"dataloader_wait_s": wait}
         samples = samples if samples is not None else self._samples
         tokens = tokens if tokens is not None else self._tokens
@@ -110,15 +111,6 @@ class StepTracker:
                 self._sample_memory(wall)
         if self._after_boundary is not None:
             self._after_boundary(self.steps, host_duration, self._device is not None)
-
-    def batches_without_step(self, batches: int) -> bool:
-        """True once, when DataLoader batches keep coming with no step boundary (hook silent)."""
-        if self.silent_reported or self.steps == 0:
-            return False
-        if batches > max(64, 8 * self._max_batches_per_step):
-            self.silent_reported = True
-            return True
-        return False
 
     # -- CUDA -------------------------------------------------------------------------------
     def _find_device(self) -> None:

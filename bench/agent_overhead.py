@@ -28,33 +28,19 @@ import tempfile
 import time
 
 import torch
-from torch import nn
+
+from stepwatch.collector.tools.train import transformer_step
 
 
 def start_collector(tmp: str):
     ready = os.path.join(tmp, "ready.json")
-    proc = subprocess.Popen([sys.executable, "-m", "stepwatch.collector.cli", "collector",
+    proc = subprocess.Popen([sys.executable, "-m", "stepwatch.collector.tools", "collector",
                              "--grpc-listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0",
                              "--ready-file", ready], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     while not os.path.exists(ready):
         time.sleep(0.05)
     with open(ready) as fh:
         return proc, json.load(fh)["grpc"]
-
-
-def build(device, d_model: int, layers: int, batch: int, seq: int):
-    layer = nn.TransformerEncoderLayer(d_model, 16, 4 * d_model, batch_first=True, dropout=0.0)
-    model = nn.TransformerEncoder(layer, layers).to(device)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    x = torch.randn(batch, seq, d_model, device=device)
-
-    def step():
-        with torch.autocast(device.type, dtype=torch.bfloat16):
-            loss = model(x).float().pow(2).mean()
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-    return step
 
 
 def sync(device):
@@ -108,7 +94,7 @@ def main() -> None:
     device = torch.device("cuda", 0) if torch.cuda.is_available() else torch.device("cpu")
     tmp = tempfile.mkdtemp(prefix="stepwatch-bench-")
     collector, grpc_addr = start_collector(tmp)
-    step = build(device, args.d_model, args.layers, args.batch, args.seq)
+    step, _, _ = transformer_step(device, args.d_model, args.layers, args.batch, args.seq)
     block(step, device, 20, 10)  # global warm-up: kernels, allocator
     ARMS["windows"].update(window_every_steps=args.every, window_activities=args.activities)
     arms = {arm: ARMS[arm] for arm in args.arms.split(",")}

@@ -48,7 +48,7 @@ class Collector:
         log_path = self.tmp / f"collector-{self.name}-{self.starts}.log"
         self.log = open(log_path, "w")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "stepwatch.collector.cli", "collector", "--grpc-listen", self.grpc,
+            [sys.executable, "-m", "stepwatch.collector.tools", "collector", "--grpc-listen", self.grpc,
              "--http-listen", "127.0.0.1:0", "--ready-file", str(ready), *self.extra],
             stdout=self.log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 30
@@ -124,8 +124,8 @@ def trainer_env(tmp_path, collector: str, job: str, **extra) -> dict:
 def _trainer_cmd(args, nproc: int) -> list:
     if nproc > 1:
         return [sys.executable, "-m", "torch.distributed.run", "--standalone",
-                f"--nproc-per-node={nproc}", "-m", "stepwatch.collector._demo_train", *args]
-    return [sys.executable, "-m", "stepwatch.collector._demo_train", *args]
+                f"--nproc-per-node={nproc}", "-m", "stepwatch.collector.tools.train", *args]
+    return [sys.executable, "-m", "stepwatch.collector.tools.train", *args]
 
 
 def run_trainer(env: dict, *args: str, nproc: int = 1, timeout: float = 240,

@@ -1,5 +1,6 @@
 """StepTracker with fake clocks and fake CUDA events: boundaries, de-duplication, timing."""
 
+from stepwatch.agent._dataloader import DataLoaderTimer
 from stepwatch.agent._steps import StepTracker
 
 
@@ -11,14 +12,16 @@ class FakeClock:
         return self.now
 
 
-class FakeLoader:
-    def __init__(self):
-        self.wait, self.batches = 0.0, 0
+class FakeLoader(DataLoaderTimer):
+    """The real timer, not installed: the test sets what ``take()`` returns."""
 
-    def take(self):
-        out = (self.wait, self.batches)
-        self.wait, self.batches = 0.0, 0
-        return out
+    @property
+    def wait(self):
+        return self._wait
+
+    @wait.setter
+    def wait(self, value):
+        self._wait = value
 
 
 class FakeEvent:
@@ -154,10 +157,30 @@ def test_memory_stats_at_most_once_per_interval():
     assert alloc["device_total_bytes"] == 80 << 30
 
 
-def test_silent_hook_detected_from_dataloader_batches():
-    tracker, _, clock, loader = make()
-    loader.batches = 2
-    tracker.boundary()
-    assert not tracker.batches_without_step(10)
-    assert tracker.batches_without_step(65)
-    assert not tracker.batches_without_step(500)  # reported once
+def test_silent_hook_watchdog_counts_batches_without_a_boundary():
+    """The real DataLoader wrapper calls on_silent once when batches keep coming with no
+    step boundary; the limit (64) grows to 8x the batches of an accumulating step."""
+    import torch
+    from torch.utils.data import DataLoader
+
+    calls = []
+    timer = DataLoaderTimer(on_silent=calls.append)
+    assert timer.install()
+    try:
+        tracker = StepTracker(lambda r: None, timer, None)
+        data = DataLoader(torch.arange(1000), batch_size=1)
+        it = iter(data)
+        for _ in range(12):
+            next(it)
+        tracker.boundary()  # 12 batches per step: the limit becomes 96
+        assert timer.silent_after == 96
+        for _ in range(95):
+            next(it)
+        assert calls == []
+        next(it)
+        assert calls == [96]
+        for _ in range(200):
+            next(it)
+        assert calls == [96]  # once
+    finally:
+        timer.uninstall()

@@ -191,7 +191,7 @@ def test_capture_needs_the_token(start_collector, agents):
 # --- the CLI as a subprocess ------------------------------------------------------------------
 
 def trace_cli(*args, env=None):
-    return subprocess.run([sys.executable, "-m", "stepwatch.collector.cli", "trace", *args],
+    return subprocess.run([sys.executable, "-m", "stepwatch.collector.tools", "trace", *args],
                           capture_output=True, text=True, timeout=30, env={**ENV, **(env or {})})
 
 

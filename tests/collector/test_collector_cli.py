@@ -17,7 +17,7 @@ import pytest
 from collector_testlib import batch, hello
 from stepwatch.proto.stepwatch.v1 import agent_pb2_grpc
 
-from stepwatch.collector.cli import main
+from stepwatch.collector.tools import main
 
 ENV = {k: v for k, v in os.environ.items() if not k.startswith("STEPWATCH_")}
 
@@ -54,7 +54,7 @@ def wait_for(path, proc, timeout=20.0):
 
 def test_collector_subprocess_ready_healthz_sigterm(tmp_path):
     ready = tmp_path / "ready.json"
-    cmd = [sys.executable, "-m", "stepwatch.collector.cli", "collector", "--grpc-listen", "127.0.0.1:0",
+    cmd = [sys.executable, "-m", "stepwatch.collector.tools", "collector", "--grpc-listen", "127.0.0.1:0",
            "--http-listen", "127.0.0.1:0", "--ready-file", str(ready), "--record", str(tmp_path / "r.jsonl")]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=ENV)
     try:
@@ -89,7 +89,7 @@ def test_port_in_use_exits_1(tmp_path):
         sock.bind(("127.0.0.1", 0))
         sock.listen()
         port = sock.getsockname()[1]
-        proc = subprocess.run([sys.executable, "-m", "stepwatch.collector.cli", "collector", "--grpc-listen",
+        proc = subprocess.run([sys.executable, "-m", "stepwatch.collector.tools", "collector", "--grpc-listen",
                                "127.0.0.1:0", "--http-listen", f"127.0.0.1:{port}"],
                               capture_output=True, timeout=30, env=ENV)
     assert proc.returncode == 1 and b"cannot bind HTTP address" in proc.stderr

@@ -9,7 +9,7 @@ import random
 
 import pytest
 
-from stepwatch.collector.cli import main
+from stepwatch.collector.tools import main
 
 T0 = 1_700_000_000.0
 SMALL = "{warmup_steps: 5, drift: {baseline_steps: 300, baseline_lag_steps: 50, min_baseline_steps: 200}}"

@@ -16,7 +16,7 @@ from collector_testlib import hello
 
 from stepwatch.collector._replay import replay
 from stepwatch.collector._record import read_record
-from stepwatch.collector.cli import main
+from stepwatch.collector.tools import main
 from stepwatch.collector.detect import parse_detection
 from stepwatch.proto.stepwatch.v1 import agent_pb2, agent_pb2_grpc
 

@@ -27,7 +27,7 @@ def _get(url: str):
 
 @pytest.fixture
 def stack(tmp_path):
-    from stepwatch.collector._stack import LocalStack
+    from stepwatch.collector.tools.stack import LocalStack
 
     s = LocalStack(str(tmp_path / "stack"), scrape_interval="1s").start()
     yield s

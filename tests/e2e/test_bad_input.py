@@ -69,3 +69,27 @@ def test_fork_child_of_attached_process_stays_silent(collector_factory, tmp_path
     time.sleep(1.0)
     assert col.value("stepwatch_steps_total", training_job="forker") == 5
     assert col.value("stepwatch_collector_streams_total") == 1
+
+
+def test_hook_that_never_fires_is_reported_with_a_hint(collector_factory, tmp_path):
+    """A loop that updates weights without optimizer.step(): the step hook never fires while
+    batches are drawn. The agent says so once on stderr (naming agent.step()) and sends the
+    hook_silent event, which the collector counts."""
+    col = collector_factory()
+    env = trainer_env(tmp_path, col.grpc, "nohook", STEPWATCH_WINDOWS="0")
+    run = run_trainer(env, "--steps", "80", "--manual-update", timeout=120)
+    assert "80 steps" in run.stdout
+    hints = [line for line in run.stderr.splitlines() if "call stepwatch.agent.step()" in line]
+    assert len(hints) == 1, run.stderr[-2000:]
+    assert "64 DataLoader batches without a step boundary" in hints[0]
+    col.wait_value("stepwatch_agent_events_total", 1, training_job="nohook", kind="hook_silent")
+    assert col.value("stepwatch_steps_total", training_job="nohook") in (None, 0)
+
+
+def test_hooked_loop_raises_no_silent_hook_event(collector_factory, tmp_path):
+    col = collector_factory()
+    env = trainer_env(tmp_path, col.grpc, "hooked", STEPWATCH_WINDOWS="0")
+    run = run_trainer(env, "--steps", "80", timeout=120)
+    assert "call stepwatch.agent.step()" not in run.stderr
+    col.wait_value("stepwatch_steps_total", 80, training_job="hooked")
+    assert col.value("stepwatch_agent_events_total", training_job="hooked", kind="hook_silent") is None

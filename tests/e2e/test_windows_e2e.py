@@ -67,7 +67,7 @@ def test_trace_capture_on_command(collector_factory, tmp_path):
     trainer = start_trainer(env, "--steps", "400", "--step-sleep-s", "0.01")
     try:
         col.wait_value("stepwatch_agent_connected", 1, training_job="cap")
-        run = subprocess.run([sys.executable, "-m", "stepwatch.collector.cli", "trace",
+        run = subprocess.run([sys.executable, "-m", "stepwatch.collector.tools", "trace",
                               "--collector", col.grpc, "--job", "cap", "--steps", "3",
                               "--timeout", "60"], capture_output=True, text=True, timeout=90)
         assert run.returncode == 0, run.stdout + run.stderr

@@ -9,28 +9,21 @@ import sys
 import time
 
 import torch
-from torch import nn
 
 from stepwatch import agent
+from stepwatch.collector.tools.train import transformer_step
 
 out_path, steps = sys.argv[1], int(sys.argv[2])
 window = (steps // 2, steps - 10)  # synchronized measurement from end of step a to end of b
 agent.attach(samples_per_step=16, tokens_per_step=16 * 512)
 torch.cuda.set_device(0)
 dev = torch.device("cuda", 0)
-layer = nn.TransformerEncoderLayer(1024, 16, 4096, batch_first=True, dropout=0.0)
-model = nn.TransformerEncoder(layer, 6).to(dev)
-opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
-x = torch.randn(16, 512, 1024, device=dev)
+train_step, _, _ = transformer_step(dev)
 truth = {"window": window, "memory_log": []}
 keys = ("allocated_bytes.all.current", "reserved_bytes.all.current", "active_bytes.all.current",
         "inactive_split_bytes.all.current")
 for step in range(1, steps + 1):
-    with torch.autocast("cuda", dtype=torch.bfloat16):
-        loss = model(x).float().pow(2).mean()
-    opt.zero_grad(set_to_none=True)
-    loss.backward()
-    opt.step()
+    train_step()
     # The agent samples memory_stats inside opt.step()'s post-hook; nothing allocates between
     # that and this line, so this is the allocator state the agent saw at this step.
     stats = torch.cuda.memory_stats(0)

@@ -23,7 +23,7 @@ from dashboard_check import check_panels  # noqa: E402
 
 
 def test_every_gpu_panel_has_data(tmp_path):
-    from stepwatch.collector._stack import LocalStack
+    from stepwatch.collector.tools.stack import LocalStack
 
     stack = LocalStack(str(tmp_path / "stack"), scrape_interval="1s").start()
     try:

@@ -1,8 +1,9 @@
-"""A small real training job with the agent attached: the demo's and the end-to-end tests' trainer.
+"""The one training script of the demo, the tests and the benchmarks, with the agent attached.
 
-A tiny transformer language model on random tokens, on CPU (or CUDA with --device cuda),
-optionally DDP over gloo/nccl when started by torchrun. Run with
-``python -m stepwatch.collector._demo_train --steps 300``.
+Run as ``python -m stepwatch.collector.tools.train --steps 300``: a tiny transformer language
+model on random tokens, on CPU (or CUDA with --device cuda), DDP over gloo/nccl when started
+by torchrun, with injectable slowdowns and a hook-bypassing update for the tests.
+:func:`transformer_step` is the bf16 transformer step the GPU tests and bench/ time.
 """
 
 from __future__ import annotations
@@ -30,6 +31,28 @@ class RandomTokens(Dataset):
             time.sleep(self.delay_s)
         g = torch.Generator().manual_seed(i)
         return torch.randint(0, self.vocab, (self.seq + 1,), generator=g)
+
+
+def transformer_step(device, d_model: int = 1024, layers: int = 6, batch: int = 16, seq: int = 512,
+                     ddp: bool = False):
+    """``(step, model, opt)``: ``step()`` runs one bf16-autocast forward, backward and AdamW
+    step of a ``layers``-deep TransformerEncoder on a fixed random batch (no synchronize)."""
+    layer = nn.TransformerEncoderLayer(d_model, 16, 4 * d_model, batch_first=True, dropout=0.0)
+    model = nn.TransformerEncoder(layer, layers).to(device)
+    if ddp:
+        model = nn.parallel.DistributedDataParallel(model)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    x = torch.randn(batch, seq, d_model, device=device)
+
+    def step():
+        with torch.autocast(device.type, dtype=torch.bfloat16):
+            loss = model(x).float().pow(2).mean()
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        return loss
+
+    return step, model, opt
 
 
 class TinyLM(nn.Module):
@@ -67,6 +90,9 @@ def parse(argv=None):
     p.add_argument("--slow-rank", type=int, default=-1,
                    help="only this rank slows down (-1: all); the sleep happens inside the DataLoader "
                         "fetch, like a slow input pipeline on one node")
+    p.add_argument("--manual-update", action="store_true",
+                   help="update the weights by hand (SGD) instead of optimizer.step(): the agent's "
+                        "step hook never fires, like a fused or compiled step that bypasses it")
     p.add_argument("--no-agent", action="store_true")
     return p.parse_args(argv)
 
@@ -139,8 +165,14 @@ def main(argv=None) -> None:
         loss.backward()
         if args.step_sleep_s:
             time.sleep(args.step_sleep_s)
-        for opt in optimizers:
-            opt.step()
+        if args.manual_update:
+            with torch.no_grad():
+                for p in params:
+                    if p.grad is not None:
+                        p.sub_(1e-3 * p.grad)
+        else:
+            for opt in optimizers:
+                opt.step()
         done += 1
         slow.step_done(done)
     if distributed:

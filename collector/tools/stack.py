@@ -44,7 +44,7 @@ def binaries() -> Optional[dict]:
 def find_deploy_dir(explicit: Optional[str] = None) -> pathlib.Path:
     """``explicit``, else $STEPWATCH_DEPLOY_DIR, else deploy/ of the source checkout."""
     candidates = [explicit, os.environ.get("STEPWATCH_DEPLOY_DIR"),
-                  pathlib.Path(__file__).resolve().parent.parent / "deploy"]
+                  pathlib.Path(__file__).resolve().parents[2] / "deploy"]
     for cand in candidates:
         if cand and (pathlib.Path(cand) / "prometheus" / "prometheus.yml").is_file():
             return pathlib.Path(cand).resolve()
@@ -151,7 +151,7 @@ class LocalStack:
         ready = self.workdir / "collector-ready.json"
         ready.unlink(missing_ok=True)
         proc, log = self._spawn("collector", [
-            sys.executable, "-m", "stepwatch.collector.cli", "collector",
+            sys.executable, "-m", "stepwatch.collector.tools", "collector",
             "--grpc-listen", f"{self.host}:{self.ports['grpc']}",
             "--http-listen", f"{self.host}:{self.ports['http']}",
             "--ready-file", str(ready), *self.collector_args])

@@ -70,6 +70,13 @@ def _wait_steps(http: str, job: str, steps: int, timeout_s: float = 30.0) -> Non
         time.sleep(0.2)
 
 
+def add_parser(sub) -> None:
+    p = sub.add_parser("demo", help="run a demo training job against a local collector")
+    p.add_argument("--steps", type=int, default=300, help="training steps to run (default 300)")
+    p.add_argument("--no-stack", action="store_true", help="do not start Prometheus/Grafana alongside")
+    p.set_defaults(func=main)
+
+
 def main(args) -> int:
     steps = getattr(args, "steps", 300)
     job = "stepwatch-demo"
@@ -79,7 +86,7 @@ def main(args) -> int:
     if stack is not None:  # the stack runs the collector (collector/_stack.py)
         ready, collector = os.path.join(workdir, "collector-ready.json"), stack.collector_proc
     else:
-        collector = subprocess.Popen([sys.executable, "-m", "stepwatch.collector.cli", "collector",
+        collector = subprocess.Popen([sys.executable, "-m", "stepwatch.collector.tools", "collector",
                                       "--grpc-listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0",
                                       "--ready-file", ready])
     try:
@@ -90,7 +97,7 @@ def main(args) -> int:
         env = dict(os.environ, STEPWATCH_COLLECTOR=addrs["grpc"], STEPWATCH_JOB=job,
                    STEPWATCH_SPOOL_DIR=os.path.join(workdir, "spool"))
         print(f"stepwatch demo: training a tiny transformer on CPU for {steps} steps ...", flush=True)
-        subprocess.run([sys.executable, "-m", "stepwatch.collector._demo_train", "--steps",
+        subprocess.run([sys.executable, "-m", "stepwatch.collector.tools.train", "--steps",
                         str(steps), "--workers", "2"], env=env, check=True)
         _wait_steps(http, job, steps)
         print("\nWhat the collector received (job %s):\n" % job)
@@ -121,7 +128,7 @@ def main(args) -> int:
 def _start_stack(args, workdir: str):
     """Prometheus and Alertmanager beside the collector when their Debian binaries exist and
     --no-stack is not given (``stepwatch stack``); None otherwise."""
-    from ._stack import LocalStack, StackError, binaries
+    from .stack import LocalStack, StackError, binaries
 
     if getattr(args, "no_stack", False) or binaries() is None:
         return None

@@ -1,0 +1,31 @@
+"""The ``stepwatch`` command line: tools beside the collector and agent, never imported by them.
+
+Each subcommand is a module of this package with ``add_parser(subparsers)``, listed once in
+:data:`COMMANDS`; ``python -m stepwatch.collector.tools`` is the console script.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from typing import Optional, Sequence
+
+__all__ = ["main", "build_parser", "COMMANDS"]
+
+# Subcommand modules, in the order --help lists them.
+COMMANDS = ("collector", "demo", "replay", "trace", "stack")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="stepwatch", description="stepwatch: continuous profiler for PyTorch training")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for name in COMMANDS:
+        importlib.import_module(f"{__name__}.{name}").add_parser(sub)
+    return parser
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Entry point of the ``stepwatch`` console script; returns the process exit code."""
+    args = build_parser().parse_args(argv)
+    return args.func(args)

@@ -1,0 +1,7 @@
+"""``python -m stepwatch.collector.tools``: the ``stepwatch`` command."""
+
+import sys
+
+from . import main
+
+sys.exit(main())
