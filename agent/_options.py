@@ -12,6 +12,7 @@ import os
 import tempfile
 from typing import Optional
 
+from .contract import label_problem
 from .settings import (at_least, between, non_negative, option, parse_duration, parse_hostport,
                        parse_log_level, parse_size, positive)
 
@@ -27,8 +28,9 @@ def _activities(value) -> str:
 
 def _job(value) -> str:
     text = str(value)
-    if not text.strip():
-        raise ValueError("must be a non-empty name")
+    problem = label_problem(text)
+    if problem:
+        raise ValueError(problem)
     return text
 
 

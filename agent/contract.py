@@ -34,7 +34,8 @@ from typing import Any, Iterator, List, Optional
 
 __all__ = ["CONFIG", "GPU", "STEP", "ALLOC", "EVENT", "STATS", "WINDOW", "TRACE", "BYE",
            "WINDOW_RESULT", "CAPTURE", "TRAINER_KINDS", "SIDECAR_KINDS", "MAX_LINE_BYTES",
-           "encode", "LineSplitter", "safe_name", "normalize_uuid", "config", "gpu", "step",
+           "encode", "decode", "read_lines", "LineSplitter", "safe_name", "label_problem",
+           "normalize_uuid", "ALLOC_STATS", "config", "gpu", "step",
            "alloc", "event", "stats", "window", "trace", "bye", "window_result", "capture"]
 
 CONFIG, GPU, STEP, ALLOC, EVENT, STATS = "config", "gpu", "step", "alloc", "event", "stats"
@@ -66,27 +67,33 @@ def encode(record: dict) -> bytes:
 
 class LineSplitter:
     """Turns a byte stream into complete lines (without the newline). A line longer than
-    ``max_line`` is yielded cut at that length (it then fails to decode: counted, not fatal).
-    Not thread-safe: one reader."""
+    ``max_line`` is yielded once, cut at that length (it then fails to decode: counted, not
+    fatal), and the rest of it up to its newline is dropped. Not thread-safe: one reader."""
 
     def __init__(self, max_line: int = MAX_LINE_BYTES) -> None:
         self._pending = bytearray()
         self._max = max_line
+        self._skipping = False  # inside the remainder of an over-long line
 
     def feed(self, data: bytes) -> List[bytes]:
         self._pending += data
         *lines, rest = self._pending.split(b"\n")
         self._pending = bytearray(rest)
-        out = [bytes(line) for line in lines]
-        if len(self._pending) > self._max:
+        if lines and self._skipping:
+            lines, self._skipping = lines[1:], False
+        out = [bytes(line[:self._max]) for line in lines]
+        if self._skipping:
+            self._pending.clear()
+        elif len(self._pending) > self._max:
             out.append(bytes(self._pending[:self._max]))
             self._pending.clear()
+            self._skipping = True
         return out
 
     def rest(self) -> Optional[bytes]:
         """The trailing partial line at end of input, or None."""
         rest, self._pending = bytes(self._pending), bytearray()
-        return rest or None
+        return None if self._skipping else (rest or None)
 
 
 def decode(line: bytes) -> dict:
@@ -126,6 +133,23 @@ def safe_name(name: Any, max_len: int = 128) -> Optional[str]:
     only dots ("", ".", ".."), which callers must refuse or replace."""
     safe = _UNSAFE.sub("_", str(name))[:max_len]
     return None if not safe.strip(".") else safe
+
+
+MAX_LABEL_CHARS = 256
+
+
+def label_problem(value: Any) -> Optional[str]:
+    """Why ``value`` cannot be a job name (a Prometheus label value and, through
+    :func:`safe_name`, a path component), or None when it can: it must be 1 to
+    MAX_LABEL_CHARS characters without control characters (NUL, newline, ...)."""
+    text = str(value)
+    if not text.strip():
+        return "must not be empty"
+    if len(text) > MAX_LABEL_CHARS:
+        return f"must be at most {MAX_LABEL_CHARS} characters, got {len(text)}"
+    if any(ord(c) < 32 or ord(c) == 127 for c in text):
+        return "must not contain control characters"
+    return None
 
 
 def normalize_uuid(uuid: Any) -> str:

@@ -16,6 +16,7 @@ import grpc
 from google.protobuf.message import DecodeError
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
+from stepwatch.agent.contract import label_problem
 from stepwatch.proto.stepwatch.v1 import agent_pb2, agent_pb2_grpc
 
 from ._control import CONTROL_SERVICE_NAME, CaptureService, StreamTable
@@ -117,8 +118,10 @@ class IngestServer:
                               "the first AgentMessage must carry a Hello, got "
                               f"{first.WhichOneof('payload') or 'an empty message'}")
         hello = first.hello
-        if not hello.job:
-            await self._abort(context, "invalid_hello", grpc.StatusCode.INVALID_ARGUMENT, "Hello.job must not be empty")
+        problem = label_problem(hello.job)
+        if problem:
+            await self._abort(context, "invalid_hello", grpc.StatusCode.INVALID_ARGUMENT,
+                              f"Hello.job {problem}")
         if hello.rank < 0:
             await self._abort(context, "invalid_hello", grpc.StatusCode.INVALID_ARGUMENT,
                               f"Hello.rank must be >= 0, got {hello.rank}")

@@ -23,7 +23,7 @@ from stepwatch.agent._sidecar._window_jobs import TraceJobs, WindowJobs
 from stepwatch.agent._sidecar._worker import Worker
 from stepwatch.proto.stepwatch.v1 import agent_pb2
 
-TRACES = os.path.join(os.path.dirname(__file__), "..", "data", "traces")
+TRACES = os.path.join(os.path.dirname(__file__), "..", "..", "data", "traces")
 
 
 def window_line(path, wid=4, **extra):

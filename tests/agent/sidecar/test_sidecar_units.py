@@ -16,7 +16,7 @@ from stepwatch.agent.contract import normalize_uuid
 from stepwatch.agent._sidecar._host import HostSampler, trainer_alive
 from stepwatch.agent._sidecar._nvml import NvmlSampler
 from stepwatch.agent._sidecar._records import RecordError, parse_line
-from stepwatch.agent._sidecar._sender import backoff_delay
+from stepwatch.agent.support import backoff_delay
 from stepwatch.agent._sidecar._spool import Spool, spool_path
 from stepwatch.proto.stepwatch.v1 import agent_pb2
 

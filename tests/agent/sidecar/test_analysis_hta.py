@@ -28,7 +28,7 @@ hta_utils = pytest.importorskip("hta.utils.utils")
 
 from stepwatch.agent._sidecar._analysis import summarize  # noqa: E402
 
-TRACES = os.path.join(os.path.dirname(__file__), "..", "data", "traces")
+TRACES = os.path.join(os.path.dirname(__file__), "..", "..", "data", "traces")
 FIXTURES = ["cuda_only_rank0", "cpu_cuda_rank0", "cuda_only_2gpu_rank0", "cuda_only_2gpu_rank1",
             "cpu_cuda_2gpu_rank0", "cpu_cuda_2gpu_rank1"]
 TYPES = ("COMPUTATION", "COMMUNICATION", "MEMORY")

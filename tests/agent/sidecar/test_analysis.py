@@ -15,7 +15,7 @@ from stepwatch.agent._sidecar import _intervals as iv
 from stepwatch.agent._sidecar._analysis import summarize
 from stepwatch.agent._sidecar._trace_model import TraceError
 
-TRACES = os.path.join(os.path.dirname(__file__), "..", "data", "traces")
+TRACES = os.path.join(os.path.dirname(__file__), "..", "..", "data", "traces")
 FIXTURES = ["cuda_only_rank0", "cpu_cuda_rank0", "cuda_only_2gpu_rank0", "cuda_only_2gpu_rank1",
             "cpu_cuda_2gpu_rank0", "cpu_cuda_2gpu_rank1"]
 US = 1e-6

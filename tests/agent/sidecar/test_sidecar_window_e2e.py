@@ -21,7 +21,7 @@ from test_sidecar_e2e import FakeCollector, wait_for
 
 pytestmark = pytest.mark.timeout(90)
 
-TRACES = os.path.join(os.path.dirname(__file__), "..", "data", "traces")
+TRACES = os.path.join(os.path.dirname(__file__), "..", "..", "data", "traces")
 
 
 class CaptureCollector(FakeCollector):
