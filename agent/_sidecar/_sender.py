@@ -14,7 +14,7 @@ from typing import Callable, Iterator, Optional
 
 import grpc
 
-from stepwatch.proto.stepwatch.v1 import agent_pb2, agent_pb2_grpc
+from stepwatch.proto.stepwatch.v1 import agent_pb2
 
 from ..support import backoff_delay
 from ._log import LOG
@@ -27,6 +27,23 @@ __all__ = ["Sender", "backoff_delay"]
 _FATAL = (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.INVALID_ARGUMENT,
           grpc.StatusCode.PERMISSION_DENIED, grpc.StatusCode.UNIMPLEMENTED)
 _POLL_S = 0.5
+
+
+_CONNECT = "/stepwatch.v1.AgentService/Connect"
+# AgentMessage.batch: field 2, length-delimited (wire type 2).
+_BATCH_TAG = bytes([agent_pb2.AgentMessage.DESCRIPTOR.fields_by_name["batch"].number << 3 | 2])
+
+
+def batch_message(batch_bytes: bytes) -> bytes:
+    """A serialized ``AgentMessage(batch=...)`` from a serialized Batch, without parsing it:
+    the field's tag, the length as a varint, the bytes (protobuf wire format)."""
+    n, varint = len(batch_bytes), bytearray()
+    while True:
+        low, n = n & 0x7F, n >> 7
+        varint.append(low | (0x80 if n else 0))
+        if not n:
+            break
+    return _BATCH_TAG + bytes(varint) + batch_bytes
 
 
 class Sender(Service):
@@ -124,10 +141,12 @@ class Sender(Service):
                    ("grpc.max_reconnect_backoff_ms", int(self._cap * 1000))]
         answered = False
         with grpc.insecure_channel(self._target, options=options) as channel:
-            stub = agent_pb2_grpc.AgentServiceStub(channel)
+            # Requests go out as bytes: a spooled batch is framed, never parsed again.
+            connect = channel.stream_stream(_CONNECT, request_serializer=None,
+                                            response_deserializer=agent_pb2.Command.FromString)
             ended = threading.Event()
             requests = self._requests(self._hello(), ended)
-            self._call = stub.Connect(requests, metadata=self._metadata)
+            self._call = connect(requests, metadata=self._metadata)
             try:
                 for command in self._call:
                     if not answered:
@@ -148,19 +167,18 @@ class Sender(Service):
                            self._target)
         return answered
 
-    def _requests(self, hello: agent_pb2.Hello,
-                  ended: threading.Event) -> Iterator[agent_pb2.AgentMessage]:
+    def _requests(self, hello: agent_pb2.Hello, ended: threading.Event) -> Iterator[bytes]:
         """Request iterator, consumed by a gRPC thread: the Hello, then every pending batch in
         sequence order from the lowest unacknowledged one, then new ones as they are spooled.
         Returns (half-closing the stream) once the sender is done or the call has ended."""
-        yield agent_pb2.AgentMessage(hello=hello)
+        yield agent_pb2.AgentMessage(hello=hello).SerializeToString()
         sent = 0
         while not ended.is_set() and not self._done():
             for seq in self._spool.pending(after=sent):
                 data = self._spool.read(seq)
                 sent = seq
                 if data is not None:
-                    yield agent_pb2.AgentMessage(batch=agent_pb2.Batch.FromString(data))
+                    yield batch_message(data)
             with self._cond:
                 if not self._spool.pending(after=sent) and not self._done():
                     self._cond.wait(_POLL_S)

@@ -249,3 +249,17 @@ def test_host_sample_of_a_real_process():
     assert sample.cpu_seconds > 0 and sample.resident_memory_bytes > 1 << 20
     assert sample.threads >= 1 and sample.host_memory_available_bytes > 0
     assert trainer_alive(os.getpid()) and not trainer_alive(2 ** 22 + 12345)
+
+
+@pytest.mark.parametrize("steps", [0, 1, 3, 200, 5000])
+def test_spooled_batch_is_framed_without_parsing(steps):
+    """The sender frames the spooled Batch bytes into an AgentMessage; the collector parses
+    exactly the batch that was sealed (lengths across the 1-, 2- and 3-byte varint forms)."""
+    from stepwatch.agent._sidecar._sender import batch_message
+
+    batch = agent_pb2.Batch(seq=9, steps=[agent_pb2.StepRecord(step=i, duration_s=0.01)
+                                          for i in range(steps)])
+    data = batch.SerializeToString()
+    framed = batch_message(data)
+    assert framed == agent_pb2.AgentMessage(batch=batch).SerializeToString()
+    assert agent_pb2.AgentMessage.FromString(framed).batch == batch
