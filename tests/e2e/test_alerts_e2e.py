@@ -4,6 +4,9 @@ Detector windows are shrunk to test scale through the collector's YAML config.""
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import time
 
 import pytest
@@ -84,3 +87,21 @@ def test_two_rank_job_with_one_slow_rank_names_the_straggler(stack):
     assert alert["annotations"]["summary"].startswith("rank 1 is a straggler"), alert
     assert not [a for a in am.amtool_alerts() if a["labels"]["alertname"] == "StepwatchStragglerRank"
                 and a["labels"]["rank"] == "0"]
+
+
+def test_the_live_recording_replays_to_the_same_alerts(stack):
+    """The collector recorded the three real jobs (record: in its config); `stepwatch replay`
+    on that file and the same config gives the alerts the collector raised live."""
+    am, col, tmp = stack
+    am.wait_for(alertname="StepwatchStragglerRank", training_job="strag")
+    live = {(a["alertname"], a["job"], a["rank"], a["severity"], a["step"])
+            for a in col.api("/api/alerts")["alerts"] if a["fired_at"]}
+    run = subprocess.run([sys.executable, "-m", "stepwatch.collector.tools", "replay",
+                          str(tmp / "record.jsonl"), "--config", str(tmp / "collector.yml"),
+                          "--format", "json"], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    replayed = {(a["alertname"], a["job"], a["rank"], a["severity"], a["step"])
+                for a in map(json.loads, run.stdout.splitlines())}
+    assert {("StepwatchThroughputDrift", "slowed"), ("StepwatchStragglerRank", "strag")} <= \
+        {(a[0], a[1]) for a in live}
+    assert replayed == live
