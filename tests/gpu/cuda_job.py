@@ -23,7 +23,10 @@ truth = {"window": window, "memory_log": []}
 keys = ("allocated_bytes.all.current", "reserved_bytes.all.current", "active_bytes.all.current",
         "inactive_split_bytes.all.current")
 for step in range(1, steps + 1):
-    train_step()
+    # As in a plain loop, exactly the current loss tensor is alive both while the agent's hook
+    # samples memory_stats inside train_step() and when this loop samples it just after.
+    loss = None
+    loss = train_step()
     # The agent samples memory_stats inside opt.step()'s post-hook; nothing allocates between
     # that and this line, so this is the allocator state the agent saw at this step.
     stats = torch.cuda.memory_stats(0)

@@ -22,6 +22,9 @@ pytestmark = [pytest.mark.gpu,
 
 from _procs import trainer_env  # noqa: E402
 
+from stepwatch.collector._record import read_record  # noqa: E402
+from stepwatch.proto.stepwatch.v1 import agent_pb2  # noqa: E402
+
 STEPS = 400
 
 
@@ -43,17 +46,14 @@ def test_window_summaries_on_gpu(collector_factory, tmp_path):
             break
         time.sleep(0.5)
     assert len(wins) >= 3, wins
-    durations = {}
-    for line in record.read_text().splitlines():
-        rec = json.loads(line)
-        if rec["kind"] == "step":
-            durations[rec["step"]] = rec
+    durations = {s.step: s for ev in read_record(record.read_text().splitlines()) if ev.kind == "batch"
+                 for s in ev.batch.steps}
     rows = [("window", "steps", "busy", "overlap", "event ms", "profiler ms", "parts ms", "fwd/bwd/opt/comm/other ms")]
     for w in wins:
         b = w["breakdown"]
         steps = range(w["first_step"], w["last_step"] + 1)
-        assert all(durations[k]["clock"] == "cuda_event" for k in steps)
-        event_ms = 1000 * sum(durations[k]["step_time_s"] for k in steps) / len(steps)
+        assert all(durations[k].clock == agent_pb2.STEP_CLOCK_CUDA_EVENT for k in steps)
+        event_ms = 1000 * sum(durations[k].duration_s for k in steps) / len(steps)
         parts = [b[k] for k in ("forward_s", "backward_s", "optimizer_s", "communication_s", "other_s")]
         rows.append((w["window_id"], f"{w['first_step']}..{w['last_step']}", f"{w['gpu_busy_ratio']:.3f}",
                      f"{w['overlap_ratio']:.3f}", f"{event_ms:.2f}", f"{1000 * b['step_time_s']:.2f}",
