@@ -70,7 +70,8 @@ class Agent:
         self.tracker = StepTracker(self._writer.put, self.dataloader,
                                    torch.cuda if torch.cuda.is_available() else None,
                                    settings.samples_per_step, settings.tokens_per_step,
-                                   settings.memory_stats_interval_s, self.windows.on_boundary)
+                                   settings.memory_stats_interval_s, self.windows.on_boundary,
+                                   profiling=self.windows.profiling)
         self._last_stats: tuple = ()
         from torch.optim.optimizer import register_optimizer_step_post_hook
         self._hook = register_optimizer_step_post_hook(self._on_optimizer_step)

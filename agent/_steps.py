@@ -40,12 +40,15 @@ class StepTracker:
                  memory_stats_interval_s: float = 1.0,
                  after_boundary: Optional[Callable[[int, float, bool], None]] = None,
                  clock: Callable[[], float] = time.perf_counter,
-                 wall: Callable[[], float] = time.time):
+                 wall: Callable[[], float] = time.time,
+                 profiling: Callable[[], bool] = lambda: False):
         self._emit, self._dataloader, self._cuda = emit, dataloader, cuda
         self._samples, self._tokens = samples_per_step, tokens_per_step
         self._mem_interval = memory_stats_interval_s
         self._after_boundary = after_boundary
         self._clock, self._wall = clock, wall
+        self._profiling = profiling  # True while the agent's profiler window or capture is open
+        self._profiled = False       # the step now running is (partly) profiled
         self.steps = 0
         self.explicit = False
         self._leader: Optional[int] = None
@@ -92,7 +95,7 @@ class StepTracker:
         if batches > self._max_batches_per_step:  # gradient accumulation: several per step
             self._max_batches_per_step = batches
             self._dataloader.silent_after = max(self._dataloader.silent_after, 8 * batches)
-        extra = {"dataloader_wait_s": wait}
+        extra = {"dataloader_wait_s": wait, "profiled": self._profiled}
         samples = samples if samples is not None else self._samples
         tokens = tokens if tokens is not None else self._tokens
         if samples is not None:
@@ -109,8 +112,12 @@ class StepTracker:
             if now - self._last_mem >= self._mem_interval:
                 self._last_mem = now
                 self._sample_memory(wall)
+        before = self._profiling()
         if self._after_boundary is not None:
             self._after_boundary(self.steps, host_duration, self._device is not None)
+        # The next step is profiled when a window is open during it, and also right after one
+        # closed at this boundary: the trace export delays that step.
+        self._profiled = before or self._profiling()
 
     # -- CUDA -------------------------------------------------------------------------------
     def _find_device(self) -> None:

@@ -108,6 +108,10 @@ class WindowScheduler:
                 self._backoff_until = self._clock() + self._backoff_s
             self._cuda_windows.discard(wid)
 
+    def profiling(self) -> bool:
+        """True while a window or capture is open (its steps carry the profiler's cost)."""
+        return self._window is not None
+
     @property
     def overhead_ratio(self) -> float:
         elapsed = self._clock() - self._attach_clock

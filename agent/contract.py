@@ -7,7 +7,7 @@ Trainer -> sidecar (the sidecar's stdin)::
     config  {"settings": {AgentSettings by name}, "trainer_pid": N, "hello": {Hello by name}}
     gpu     {"index", "uuid", "name", "total_memory_bytes"}
     step    {"step", "end_time_s", "duration_s", "clock": "host"|"cuda_event",
-             "dataloader_wait_s", "samples"?, "tokens"?}
+             "dataloader_wait_s", "samples"?, "tokens"?, "profiled"?}
     alloc   {"time_s", "device", "device_total_bytes", AllocatorSample fields...}
     event   {"time_s", "kind", "message"}
     stats   {"records_dropped", "hook_errors", "windows", "window_skips": {reason: N},
@@ -176,9 +176,13 @@ def gpu(index: int, uuid: str, name: str, total_memory_bytes: int) -> dict:
 
 
 def step(step: int, end_time_s: float, duration_s: float, clock: str, dataloader_wait_s: float,
-         samples: Optional[int] = None, tokens: Optional[int] = None) -> dict:
+         samples: Optional[int] = None, tokens: Optional[int] = None,
+         profiled: bool = False) -> dict:
+    """``profiled``: the step ran inside the agent's own profiler window or capture (or paid
+    for its export), so its time is not the job's own."""
     return _record(STEP, step=step, end_time_s=end_time_s, duration_s=duration_s, clock=clock,
-                   dataloader_wait_s=dataloader_wait_s, samples=samples, tokens=tokens)
+                   dataloader_wait_s=dataloader_wait_s, samples=samples, tokens=tokens,
+                   profiled=profiled or None)
 
 
 def alloc(time_s: float, device: int, device_total_bytes: int, stats: dict) -> dict:

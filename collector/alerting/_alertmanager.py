@@ -34,7 +34,9 @@ def payload(alerts: list[Alert], now: float, resend_s: float, generator_url: str
     for a in alerts:
         end = a.ends_at if a.state == "resolved" else now + 4 * resend_s
         item = {"labels": a.labels(), "startsAt": iso(a.starts_at), "endsAt": iso(end),
-                "annotations": {"summary": a.summary, "step": "" if a.step is None else str(a.step)}}
+                "annotations": {"summary": a.summary, "severity": a.severity,
+                                "step": "" if a.step is None else str(a.step),
+                                "raised_step": "" if a.raised_step is None else str(a.raised_step)}}
         if generator_url:
             item["generatorURL"] = generator_url
         out.append(item)

@@ -4,8 +4,8 @@
 ``AlertBook.update(now, conditions)`` is called by one thread at a time (the collector's event
 loop, or replay); ``snapshot`` may be called from any thread (a scrape). Times are Unix seconds
 passed in by the caller. A condition becomes a pending alert, fires once it has held for its
-``for_s``, and resolves when it no longer holds (a pending one is dropped). A severity change
-of a firing alert resolves the old labels and fires the new ones with the same start time.
+``for_s``, and resolves once it has been absent for the hold time (a pending one is dropped at
+once). One change is one episode: a severity change updates the firing alert in place.
 """
 
 from __future__ import annotations
@@ -30,6 +30,11 @@ def iso(t: float) -> str:
 
 @dataclasses.dataclass
 class Alert:
+    """One alert episode: raised once, updated in place (severity, summary, ratio), resolved
+    once. ``history`` is ``[(time, severity), ...]`` from the first firing on; ``raised_step``
+    the step the rank had reached when it fired; ``step`` the step the condition refers to (the
+    estimated onset for drift)."""
+
     alertname: str
     job: str
     rank: int
@@ -41,35 +46,51 @@ class Alert:
     step: Optional[int] = None
     fired_at: Optional[float] = None
     ends_at: Optional[float] = None
+    ratio: Optional[float] = None
+    raised_step: Optional[int] = None
+    resolved_step: Optional[int] = None
+    fired_summary: str = ""
+    history: list = dataclasses.field(default_factory=list)
+    absent_since: Optional[float] = None  # condition gone, resolving once the hold has passed
 
     @property
     def key(self) -> tuple:
         return (self.alertname, self.job, self.rank)
 
     def labels(self) -> dict[str, str]:
-        """Alertmanager labels; ``source`` tells these from the Prometheus rules' alerts of the
-        same name (deploy/prometheus/rules carry source="prometheus")."""
-        return {"alertname": self.alertname, "severity": self.severity, "training_job": self.job,
-                "rank": str(self.rank), "source": "collector"}
+        """Alertmanager labels, stable for the whole episode. Severity is an annotation, not a
+        label: Alertmanager identifies an alert by its labels, so a severity label would turn
+        every escalation into a second alert and a resolve of the first (two pages for one
+        change). ``source`` tells these from the Prometheus rules' alerts of the same name."""
+        return {"alertname": self.alertname, "training_job": self.job, "rank": str(self.rank),
+                "source": "collector"}
 
     def to_json(self) -> dict:
         return {"alertname": self.alertname, "severity": self.severity, "job": self.job, "rank": self.rank,
                 "state": self.state, "summary": self.summary, "step": self.step, "starts_at": iso(self.starts_at),
                 "fired_at": iso(self.fired_at) if self.fired_at else None,
-                "ends_at": iso(self.ends_at) if self.ends_at else None}
+                "ends_at": iso(self.ends_at) if self.ends_at else None, "ratio": self.ratio,
+                "raised_step": self.raised_step, "resolved_step": self.resolved_step,
+                "severity_history": [[iso(t), sev] for t, sev in self.history]}
 
 
 class AlertBook:
-    """Live alerts keyed by (alertname, job, rank) plus resolved ones kept ``retention_s``."""
+    """Live alert episodes keyed by (alertname, job, rank) plus resolved ones kept
+    ``retention_s``. A condition that disappears resolves its firing alert only after
+    ``hold_s`` without it; if it comes back within the hold, the episode goes on (no flap).
+    ``steps(job, rank)`` gives the rank's latest step (for raise and resolve steps)."""
 
-    def __init__(self, retention_s: float = 3600.0):
+    def __init__(self, retention_s: float = 3600.0, hold_s: float = 0.0, steps=lambda job, rank: None):
         self.retention_s = retention_s
+        self.hold_s = hold_s
+        self._steps = steps
         self._lock = threading.Lock()
         self._live: dict[tuple, Alert] = {}
         self._resolved: list[Alert] = []
 
     def update(self, now: float, conditions: Iterable[Condition]) -> list[Alert]:
-        """Apply what holds at ``now``; return copies of the alerts that fired or resolved."""
+        """Apply what holds at ``now``; return copies of the alerts that fired, changed
+        severity, or resolved (state "firing" for the first two)."""
         out: list[Alert] = []
         with self._lock:
             seen = set()
@@ -77,11 +98,17 @@ class AlertBook:
                 seen.add(c.key)
                 self._apply(now, c, out)
             for key in [k for k in self._live if k not in seen]:
-                a = self._live.pop(key)
-                if a.state == "firing":
+                a = self._live[key]
+                if a.state != "firing":
+                    del self._live[key]  # a pending one that ended early
+                    continue
+                a.absent_since = a.absent_since if a.absent_since is not None else now
+                if now - a.absent_since >= self.hold_s:
+                    del self._live[key]
                     a.state, a.ends_at = "resolved", now
+                    a.resolved_step = self._steps(a.job, a.rank)
                     self._resolved.append(a)
-                    out.append(dataclasses.replace(a))
+                    out.append(_copy(a))
             self._resolved = [a for a in self._resolved if now - a.ends_at <= self.retention_s]
         return out
 
@@ -90,21 +117,24 @@ class AlertBook:
         if a is None:
             a = self._live[c.key] = Alert(c.alertname, c.job, c.rank, c.severity, c.summary, "pending",
                                           c.since, now, c.step)
-        if a.state == "firing" and a.severity != c.severity:
-            old = dataclasses.replace(a, state="resolved", ends_at=now)
-            self._resolved.append(old)
-            out.append(dataclasses.replace(old))
-            a.fired_at = now
-            out.append(dataclasses.replace(a, severity=c.severity, summary=c.summary))
-        a.severity, a.summary = c.severity, c.summary
-        if a.state == "pending" and now - a.active_at >= c.for_s:
-            a.state, a.fired_at, a.step = "firing", now, c.step if c.step is not None else a.step
-            out.append(dataclasses.replace(a))
+        a.absent_since = None
+        changed = a.state == "firing" and a.severity != c.severity
+        a.severity, a.summary, a.ratio = c.severity, c.summary, c.ratio
+        if a.state == "pending":
+            a.step = c.step if c.step is not None else a.step
+            if now - a.active_at >= c.for_s:
+                a.state, a.fired_at, a.fired_summary = "firing", now, c.summary
+                a.raised_step = self._steps(a.job, a.rank)
+                a.history.append((now, a.severity))
+                out.append(_copy(a))
+        elif changed:
+            a.history.append((now, a.severity))
+            out.append(_copy(a))
 
     def snapshot(self) -> list[Alert]:
         """Copies of live then resolved alerts (any thread)."""
         with self._lock:
-            return [dataclasses.replace(a) for a in (*self._live.values(), *self._resolved)]
+            return [_copy(a) for a in (*self._live.values(), *self._resolved)]
 
     def firing(self) -> list[Alert]:
         return [a for a in self.snapshot() if a.state == "firing"]
@@ -113,14 +143,19 @@ class AlertBook:
         return json.dumps({"alerts": [a.to_json() for a in self.snapshot()]}).encode()
 
 
+def _copy(a: Alert) -> Alert:
+    return dataclasses.replace(a, history=list(a.history))
+
+
 class AlertMetrics(Collector):
     """``stepwatch_alert_active``: 1 per firing alert; with an Alertmanager ``client``,
     ``stepwatch_collector_alertmanager_alerts_total{outcome}`` (sent, failed, dropped).
     Registers itself on ``registry``."""
 
-    def __init__(self, book: AlertBook, registry, client=None):
+    def __init__(self, book: AlertBook, registry, client=None, pauses=None):
         self._book = book
         self._client = client
+        self._pauses = pauses  # () -> {(job, rank): {kind: count}}
         registry.register(self)
 
     def collect(self):
@@ -130,6 +165,16 @@ class AlertMetrics(Collector):
         for a in self._book.firing():
             fam.add_metric((a.alertname, a.severity, a.job, str(a.rank)), 1.0)
         yield fam
+        if self._pauses is not None:
+            pauses = CounterMetricFamily(
+                "stepwatch_pauses", "Step-time outliers the drift detector recognised and left out, by "
+                "kind: stall (one slow step), pause (a run of slow steps: evaluation, checkpoint), "
+                "profiler (steps inside the agent's own profiler windows).",
+                labels=("training_job", "rank", "kind"))
+            for (job, rank), kinds in sorted(self._pauses().items()):
+                for kind, n in sorted(kinds.items()):
+                    pauses.add_metric((job, str(rank), kind), n)
+            yield pauses
         if self._client is not None:
             sent = CounterMetricFamily(
                 "stepwatch_collector_alertmanager_alerts",

@@ -32,7 +32,8 @@ def _opt(msg, name):
 def feed_batch(engine: DetectionEngine, job: str, rank: int, batch: agent_pb2.Batch) -> None:
     """Hand one batch's step, allocator, NVML and host samples to ``engine``."""
     for r in batch.steps:
-        engine.step(job, rank, r.step, r.end_time_s, r.duration_s, _opt(r, "tokens"), r.dataloader_wait_s)
+        engine.step(job, rank, r.step, r.end_time_s, r.duration_s, _opt(r, "tokens"), r.dataloader_wait_s,
+                    profiled=r.profiled)
     for a in batch.allocator:
         engine.allocator(job, rank, AllocatorPoint(a.time_s, a.allocated_bytes, a.reserved_bytes,
                                                    a.inactive_split_bytes, a.alloc_retries, a.ooms,
@@ -52,7 +53,7 @@ class Detection:
     def __init__(self, cfg: DetectionConfig, client: Optional[AlertmanagerClient] = None):
         self.cfg = cfg
         self.engine = DetectionEngine(cfg)
-        self.book = AlertBook(cfg.resolved_retention_s)
+        self.book = AlertBook(cfg.resolved_retention_s, cfg.resolve_hold_s, steps=self.engine.last_step)
         self.client = client
         self.changes: list[Alert] = []  # every change, in order, when ``keep_changes``
         self.keep_changes = False

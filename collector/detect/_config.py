@@ -42,14 +42,20 @@ class DriftConfig:
     baseline_lag_steps: int = _n(100, "... ending this many steps before the newest")
     min_baseline_steps: int = _n(200, "no verdict before the baseline holds this many steps")
     min_duration_steps: int = _n(50, "a shift must last this long before it alarms")
+    info_ratio: float = _n(0.03, "+3% sustained step time: info (the lowest level raised)")
+    info_duration_steps: int = _n(300, "a shift below warning_ratio must last this long")
     warning_ratio: float = _n(0.05, "+5% step time: warning")
     critical_ratio: float = _n(0.10, "+10%: critical")
     z_min: float = _n(3.0, "and the shift must stand z_min baseline sigmas out")
+    pause_ratio: float = option(1.5, "a step this many times the baseline is a pause (evaluation, "
+                                "checkpoint, stall): counted, never drift", check=at_least(1.05))
+    max_pause_steps: int = _count(30, "a run of this many pause steps is a level change, not a pause")
+    clear_steps: int = _n(100, "an episode ends once the level has been back this long")
     for_s: float = _n(0.0, "pending time before firing (the step rule already waits)")
 
     def __post_init__(self) -> None:
-        if self.critical_ratio < self.warning_ratio:
-            raise ValueError("drift.critical_ratio: must be >= warning_ratio")
+        if not self.info_ratio <= self.warning_ratio <= self.critical_ratio:
+            raise ValueError("drift: must have info_ratio <= warning_ratio <= critical_ratio")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -106,6 +112,8 @@ class DetectionConfig:
     warmup_steps: int = _n(100, "steps of each rank ignored (compilation, warm-up)")
     eval_interval_s: float = _n(5.0, "collector tick for time-based rules and `for` durations")
     resolved_retention_s: float = _n(3600.0, "resolved alerts listed on /api/alerts this long")
+    resolve_hold_s: float = _n(120.0, "an alert resolves only once its condition has been absent "
+                               "this long; back within it, the same episode goes on")
     drift: DriftConfig = section(DriftConfig, "throughput drift")
     straggler: StragglerConfig = section(StragglerConfig, "straggler rank")
     memory: MemoryConfig = section(MemoryConfig, "allocator and memory leaks")

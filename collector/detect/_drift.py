@@ -1,14 +1,30 @@
 """Throughput drift of one rank against its own lagged, robust baseline.
 
 Per step the engine feeds a step time (seconds, normalised to the first token count seen when
-tokens are reported). Every ``block_steps`` steps the block median's log joins a lag queue;
-blocks leave the queue into the baseline (median and 1.4826*MAD of the last
-``baseline_steps``) only while no drift is flagged, so a lasting regression does not become
-the new normal. A one-sided CUSUM on the log ratio (allowance half the warning shift) dates the
-change point; the alarm needs the CUSUM run to have lasted ``min_duration_steps``, the median
-of the blocks in that span to be >= ``warning_ratio`` above baseline, and that shift to stand
-``z_min`` standard errors out. It clears below 60% of the warning shift. O(1) per step
-amortised (one sort of the baseline per block). Not thread-safe: one caller at a time.
+tokens are reported). Steps the agent profiled never reach this detector (the engine drops them).
+
+Pauses: once a baseline exists, a step at least ``pause_ratio`` x the baseline is a pause step
+(evaluation, checkpoint, a stall, a data-loader burst): it is counted (a run of one is a
+"stall", longer runs a "pause") and left out of every block, so pauses never accumulate
+change-point evidence. A run starts at ``pause_ratio`` and goes on while steps stay above its
+square root. A run of ``max_pause_steps`` steps is no pause: the level itself has moved, so
+the run's steps (held back until then) and the ones after it count as drift until a step
+near the old level comes again.
+
+Every ``block_steps`` kept steps the block median's log joins a lag queue; blocks leave it
+into the baseline (median and 1.4826*MAD of the last ``baseline_steps``) only while no drift
+is flagged, so a lasting regression does not become the new normal. A one-sided CUSUM on the
+log ratio (allowance half the ``info_ratio`` shift, each block's contribution clipped at
+``log(pause_ratio)``) starts a candidate change. It is raised when the CUSUM run has lasted
+``min_duration_steps`` (``info_duration_steps`` below the warning level), the sustained level — the median of the blocks since the estimated
+onset — is at least ``info_ratio`` above baseline, and stands ``z_min`` standard errors out.
+The onset is the maximum-likelihood change point of a mean shift of that level among the
+blocks of the run, so a pause or a noisy block before the change does not pull it early.
+
+Severity (info / warning / critical) follows the sustained level with hysteresis: it goes
+down a level only below 0.8x that level's threshold. The condition clears once the level of
+the last ``min_duration_steps`` has stayed under 0.6x ``info_ratio`` for ``clear_steps``. O(1)
+per step amortised (one sort of the baseline per block). Not thread-safe: one caller at a time.
 """
 
 from __future__ import annotations
@@ -18,37 +34,74 @@ import math
 from typing import Optional
 
 from ._config import DriftConfig
-from ._types import CRITICAL, WARNING, Condition, finite_positive, median
+from ._types import CRITICAL, INFO, WARNING, Condition, finite_positive, median
 
 __all__ = ["DriftDetector"]
 
 _SIGMA_FLOOR = 0.002  # log units (0.2%): keeps z finite on perfectly steady series
+_MAX_RUN_BLOCKS = 2000  # blocks of a CUSUM run kept for the onset estimate
 
 
 class DriftDetector:
-    """``feed`` returns True when ``condition`` (None or an active Condition) changed."""
+    """``feed`` returns True when ``condition`` (None or an active Condition) changed.
+    ``pauses`` counts pause episodes by kind ("stall", "pause")."""
 
     def __init__(self, cfg: DriftConfig, job: str, rank: int):
         self.cfg, self.job, self.rank = cfg, job, rank
         b = cfg.block_steps
         self._n = max(1, math.ceil(cfg.min_duration_steps / b))
-        self._lag = collections.deque()
+        self._n_info = max(self._n, math.ceil(cfg.info_duration_steps / b))
+        self._clear_blocks = max(1, math.ceil(cfg.clear_steps / b))
+        self._lag: collections.deque = collections.deque()
         self._lag_blocks = math.ceil(cfg.baseline_lag_steps / b)
-        self._base = collections.deque(maxlen=max(1, cfg.baseline_steps // b))
+        self._base: collections.deque = collections.deque(maxlen=max(1, cfg.baseline_steps // b))
         self._min_base = max(2, math.ceil(cfg.min_baseline_steps / b))
-        self._recent = collections.deque(maxlen=self._n)
+        self._recent: collections.deque = collections.deque(maxlen=self._n)
         self._block: list[float] = []
         self._block_start: Optional[tuple[int, float]] = None
-        self._k = math.log1p(cfg.warning_ratio) / 2
+        self._k = math.log1p(cfg.info_ratio) / 2
+        self._clip = math.log(cfg.pause_ratio)
         self._cusum = 0.0
-        self._run = 0
-        self._change: Optional[tuple[int, float]] = None
+        # (step, time, clipped d, d) of the blocks of the current CUSUM run / episode
+        self._run: collections.deque = collections.deque(maxlen=_MAX_RUN_BLOCKS)
+        self._mu: Optional[float] = None
+        self._sigma = _SIGMA_FLOOR
+        self._held: list[tuple[int, float, float]] = []  # the current pause run's steps
+        self._level_moved = False
+        self._quiet = 0
+        self._onset: Optional[tuple[int, float]] = None
+        self.pauses: dict[str, int] = {}
         self.condition: Optional[Condition] = None
         self.baseline_s: Optional[float] = None
 
+    # -- steps ----------------------------------------------------------------------------------
     def feed(self, step: int, time: float, value: float) -> bool:
         if not finite_positive(value):
             return False
+        # A run starts at pause_ratio x baseline and goes on down to its square root, so a
+        # level near pause_ratio does not split into many short "pauses".
+        in_run = bool(self._held) or self._level_moved
+        limit = self._clip / 2 if in_run else self._clip
+        outlier = self._mu is not None and math.log(value) - self._mu >= limit
+        if not outlier:
+            self._level_moved = False
+            self._end_pause()
+        elif not self._level_moved:
+            self._held.append((step, time, value))
+            if len(self._held) < self.cfg.max_pause_steps:
+                return False
+            self._level_moved = True  # no pause lasts this long: the level moved
+            held, self._held = self._held, []
+            return any([self._add(*h) for h in held])
+        return self._add(step, time, value)
+
+    def _end_pause(self) -> None:
+        if self._held:
+            kind = "stall" if len(self._held) == 1 else "pause"
+            self.pauses[kind] = self.pauses.get(kind, 0) + 1
+            self._held = []
+
+    def _add(self, step: int, time: float, value: float) -> bool:
         if self._block_start is None:
             self._block_start = (step, time)
         self._block.append(value)
@@ -58,45 +111,104 @@ class DriftDetector:
         self._block, self._block_start = [], None
         return self._on_block(y, start)
 
+    # -- blocks ---------------------------------------------------------------------------------
     def _on_block(self, y: float, start: tuple[int, float]) -> bool:
         self._lag.append(y)
         if len(self._lag) > self._lag_blocks:
             old = self._lag.popleft()
             if self.condition is None:
                 self._base.append(old)
+                self._mu = None  # recomputed below
         if len(self._base) < self._min_base:
             return False
-        mu = median(self._base)
-        sigma = max(1.4826 * median(abs(v - mu) for v in self._base), _SIGMA_FLOOR)
-        self.baseline_s = math.exp(mu)
-        d = y - mu
+        if self._mu is None:
+            self._mu = median(self._base)
+            self._sigma = max(1.4826 * median(abs(v - self._mu) for v in self._base), _SIGMA_FLOOR)
+        self.baseline_s = math.exp(self._mu)
+        raw = y - self._mu
+        d = min(raw, self._clip)
         self._cusum = max(0.0, self._cusum + d - self._k)
-        if self._cusum == 0.0:
-            self._run, self._change = 0, None
+        if self._cusum == 0.0 and self.condition is None:
+            self._run.clear()
         else:
-            self._run += 1
-            self._change = self._change or start
-        self._recent.append(d)
-        return self._judge(sigma)
+            self._run.append((start[0], start[1], d, raw))
+        self._recent.append(raw)
+        return self._judge()
 
-    def _judge(self, sigma: float) -> bool:
+    def _estimate_onset(self, level: float) -> int:
+        """Index in the run of the maximum-likelihood start of a shift of ``level``."""
+        best, best_i, total = -math.inf, 0, 0.0
+        items = list(self._run)
+        level = min(level, self._clip)
+        for i in range(len(items) - 1, -1, -1):
+            total += items[i][2] - level / 2
+            if total > best:
+                best, best_i = total, i
+        return best_i
+
+    def _sustained(self, start: int) -> float:
+        """Median log level of the run's blocks from index ``start`` on (at most the last 50)."""
+        items = list(self._run)[start:][-50:]
+        return median(raw for _, _, _, raw in items) if items else 0.0
+
+    def _judge(self) -> bool:
         cfg, old = self.cfg, self.condition
-        level = median(self._recent) if len(self._recent) == self._n else 0.0
-        shift = math.expm1(level)
-        significant = level >= cfg.z_min * 1.25 * sigma / math.sqrt(self._n)
+        if len(self._recent) < self._n:
+            return False
+        recent = median(self._recent)
         if old is None:
-            active = self._run >= self._n and shift >= cfg.warning_ratio and significant
+            if len(self._run) < self._n or recent < math.log1p(cfg.info_ratio):
+                return False
+            onset = self._estimate_onset(recent)
+            level = self._sustained(onset)
+            blocks = len(self._run) - onset
+            # Below the warning level a shift must last longer: a slow wobble of the job's
+            # speed reaches a few percent for a while, a real change stays.
+            need = self._n if level >= math.log1p(cfg.warning_ratio) else self._n_info
+            if level < math.log1p(cfg.info_ratio) or blocks < need or \
+                    level < cfg.z_min * 1.25 * self._sigma / math.sqrt(blocks):
+                return False
+            self._onset, self._quiet = self._run[onset][:2], 0
         else:
-            active = shift >= 0.6 * cfg.warning_ratio
-        if not active:
-            self.condition = None
-            return old is not None
-        step, since = (old.step, old.since) if old is not None else (self._change or (0, 0.0))
-        sticky = 0.8 if old is not None and old.severity == CRITICAL else 1.0  # no flapping at the edge
-        severity = CRITICAL if shift >= sticky * cfg.critical_ratio else WARNING
+            self._quiet = self._quiet + 1 if recent < 0.6 * math.log1p(cfg.info_ratio) else 0
+            if self._quiet >= self._clear_blocks:
+                self.condition, self._onset = None, None
+                self._run.clear()
+                self._cusum = 0.0
+                return True
+            level = self._sustained(self._onset_index())
+        return self._set(level, old)
+
+    def _onset_index(self) -> int:
+        for i, (step, _, _, _) in enumerate(self._run):
+            if step >= self._onset[0]:
+                return i
+        return 0
+
+    def _set(self, level: float, old: Optional[Condition]) -> bool:
+        cfg = self.cfg
+        shift = math.expm1(max(level, 0.0))
+        severity = _severity(shift, cfg, old.severity if old is not None else None)
+        step, since = self._onset
         base_ms = self.baseline_s * 1e3
         summary = (f"step time {shift:+.1%} vs baseline ({base_ms:.1f} ms -> {base_ms * (1 + shift):.1f} ms) "
                    f"since step {step:,}")
         self.condition = Condition("StepwatchThroughputDrift", self.job, self.rank, severity, summary,
-                                   since, step, cfg.for_s)
+                                   since, step, cfg.for_s, ratio=1 + shift)
         return self.condition != old
+
+
+_LEVELS = (INFO, WARNING, CRITICAL)
+
+
+def _severity(shift: float, cfg: DriftConfig, old: Optional[str]) -> str:
+    """The level whose threshold ``shift`` reaches; staying at ``old`` down to 0.8x its threshold."""
+    thresholds = {INFO: cfg.info_ratio, WARNING: cfg.warning_ratio, CRITICAL: cfg.critical_ratio}
+    level = INFO
+    for name in _LEVELS:
+        if shift >= thresholds[name]:
+            level = name
+    if old in thresholds and _LEVELS.index(old) > _LEVELS.index(level) \
+            and shift >= 0.8 * thresholds[old]:
+        return old
+    return level

@@ -23,6 +23,7 @@ __all__ = ["DetectionEngine"]
 class _Rank:
     def __init__(self, cfg: DetectionConfig, job: str, rank: int):
         self.seen = 0
+        self.profiled = 0
         self.ref_tokens: Optional[int] = None
         self.drift = DriftDetector(cfg.drift, job, rank)
         self.memory = MemoryDetector(cfg.memory, job, rank)
@@ -59,12 +60,17 @@ class DetectionEngine:
         self._owned[owner] = set(new)
 
     def step(self, job: str, rank: int, step: int, time: float, step_time_s: float,
-             tokens: Optional[int] = None, wait_s: float = 0.0) -> None:
-        """One optimizer step of ``rank``: seconds, Unix end time; ``tokens`` normalises drift."""
+             tokens: Optional[int] = None, wait_s: float = 0.0, profiled: bool = False) -> None:
+        """One optimizer step of ``rank``: seconds, Unix end time; ``tokens`` normalises drift.
+        A ``profiled`` step (the agent's own profiler was on) counts for liveness and as a
+        pause of kind "profiler", never for drift or stragglers."""
         r = self._rank(job, rank)
         r.live.step(step, time, step_time_s)
         r.memory.step = step
         r.seen += 1
+        if profiled:
+            r.profiled += 1
+            return
         if not self.cfg.enabled or r.seen <= self.cfg.warmup_steps:
             return
         value = step_time_s
@@ -128,6 +134,18 @@ class DetectionEngine:
             others = connected[job] - (1 if r.live.connected else 0)
             conds = [c for c in (r.live.stalled(now), r.live.gone(now, others)) if c is not None]
             self._sync(("live", job, rank), conds)
+
+    def pauses(self) -> dict[tuple, dict[str, int]]:
+        """``{(job, rank): {kind: count}}``: pause episodes the drift detector left out
+        ("stall": one step, "pause": several) and steps the agent profiled ("profiler")."""
+        out = {}
+        for key, r in list(self._ranks.items()):
+            kinds = dict(r.drift.pauses)
+            if r.profiled:
+                kinds["profiler"] = r.profiled
+            if kinds:
+                out[key] = kinds
+        return out
 
     def conditions(self) -> list[Condition]:
         return list(self._active.values())

@@ -10,9 +10,10 @@ import dataclasses
 import math
 from typing import Optional
 
-__all__ = ["Condition", "AllocatorPoint", "GpuPoint", "HostPoint", "WARNING", "CRITICAL", "fmt_bytes", "median"]
+__all__ = ["Condition", "AllocatorPoint", "GpuPoint", "HostPoint", "INFO", "WARNING", "CRITICAL",
+           "fmt_bytes", "median"]
 
-WARNING, CRITICAL = "warning", "critical"
+INFO, WARNING, CRITICAL = "info", "warning", "critical"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -20,7 +21,8 @@ class Condition:
     """One rule that currently holds for (alertname, job, rank); rank is -1 for job-wide rules.
 
     ``since`` is the data time the condition started, ``step`` the step it refers to (the
-    estimated change point for drift), ``for_s`` how long it must hold before it fires.
+    estimated change point for drift), ``for_s`` how long it must hold before it fires,
+    ``ratio`` the sustained ratio to normal where the rule measures one (drift).
     """
 
     alertname: str
@@ -31,6 +33,7 @@ class Condition:
     since: float
     step: Optional[int] = None
     for_s: float = 0.0
+    ratio: Optional[float] = None
 
     @property
     def key(self) -> tuple:

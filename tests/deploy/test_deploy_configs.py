@@ -67,7 +67,9 @@ def test_amtool_check_config():
 def test_alertmanager_groups_by_job_and_routes_by_severity():
     route = yaml.safe_load((DEPLOY / "alertmanager" / "alertmanager.yml").read_text())["route"]
     assert "training_job" in route["group_by"]
-    assert sorted(r["matchers"][0] for r in route["routes"]) == ['severity="critical"', 'severity="warning"']
+    assert sorted(r["matchers"][0] for r in route["routes"]) == \
+        ['severity="critical"', 'severity="warning"', 'source="collector"']
+    assert route["routes"][0]["matchers"] == ['source="collector"']  # first: no severity label
 
 
 def test_dashboards_are_generated_and_use_the_provisioned_datasource():

@@ -50,9 +50,10 @@ def test_alert_arrives_with_labels_and_annotations(tmp_path):
         (alert,), client = asyncio.run(main())
     finally:
         am.stop()
-    assert alert["labels"] == {"alertname": "StepwatchThroughputDrift", "severity": "critical",
+    assert alert["labels"] == {"alertname": "StepwatchThroughputDrift",
                                "training_job": "job-a", "rank": "0", "source": "collector"}
-    assert alert["annotations"] == {"summary": "step time +12.0% vs baseline", "step": "1234"}
+    assert alert["annotations"] == {"summary": "step time +12.0% vs baseline", "severity": "critical",
+                                    "step": "1234", "raised_step": ""}
     assert alert["status"]["state"] == "active"
     assert (client.sent, client.failed, client.dropped) == (1, 0, 0)
 

@@ -24,7 +24,7 @@ def test_pending_then_firing_after_for_then_resolved():
     assert book.update(T0 + 59, [cond()]) == []
     (fired,) = book.update(T0 + 60, [cond()])
     assert (fired.state, fired.fired_at, fired.step) == ("firing", T0 + 60, 5)
-    assert fired.labels() == {"alertname": "StepwatchThroughputDrift", "severity": "warning",
+    assert fired.labels() == {"alertname": "StepwatchThroughputDrift",
                               "training_job": "j", "rank": "0", "source": "collector"}
     (resolved,) = book.update(T0 + 100, [])
     assert (resolved.state, resolved.ends_at) == ("resolved", T0 + 100)
@@ -45,13 +45,27 @@ def test_pending_alert_that_ends_early_is_dropped_silently():
     assert book.snapshot() == []
 
 
-def test_severity_change_resolves_old_labels_and_fires_new_with_same_start():
+def test_severity_change_updates_the_episode_in_place():
     book = AlertBook()
+    (first,) = book.update(T0, [cond(for_s=0)])
+    (up,) = book.update(T0 + 10, [cond("critical", for_s=0)])
+    assert (up.severity, up.state, up.starts_at, up.fired_at) == ("critical", "firing", T0 - 30, T0)
+    assert up.labels() == first.labels()  # one alert in Alertmanager across the change
+    assert [sev for _, sev in up.history] == ["warning", "critical"]
+    (down,) = book.update(T0 + 20, [cond("warning", for_s=0)])
+    assert [sev for _, sev in down.history] == ["warning", "critical", "warning"]
+    assert len(book.snapshot()) == 1 and book.firing()[0].severity == "warning"
+
+
+def test_resolve_waits_for_the_hold_and_a_return_continues_the_episode():
+    book = AlertBook(hold_s=60, steps=lambda job, rank: 4242)
     book.update(T0, [cond(for_s=0)])
-    old, new = book.update(T0 + 10, [cond("critical", for_s=0)])
-    assert (old.severity, old.state, old.ends_at) == ("warning", "resolved", T0 + 10)
-    assert (new.severity, new.state, new.starts_at) == ("critical", "firing", T0 - 30)
-    assert [a.severity for a in book.firing()] == ["critical"]
+    assert book.update(T0 + 10, []) == []  # absent, within the hold
+    assert book.update(T0 + 50, [cond(for_s=0)]) == []  # back: same episode, nothing new
+    assert book.update(T0 + 60, []) == []
+    (resolved,) = book.update(T0 + 120, [])
+    assert (resolved.state, resolved.ends_at, resolved.fired_at) == ("resolved", T0 + 120, T0)
+    assert (resolved.raised_step, resolved.resolved_step) == (4242, 4242)
 
 
 def test_resolved_alerts_are_kept_for_the_retention_only():
