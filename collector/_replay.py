@@ -8,6 +8,7 @@ the data clock passes an ``eval_interval_s`` tick, as the live collector's timer
 
 from __future__ import annotations
 
+import math
 from typing import Iterable
 
 from .alerting import Alert, Detection
@@ -21,9 +22,10 @@ __all__ = ["replay"]
 
 def replay(events: Iterable[RecordEvent], cfg: DetectionConfig,
            agent_grace_s: float = 300.0) -> list[Alert]:
-    """Every alert that fired, in firing order, with ``ends_at`` set when it resolved."""
-    detection = Detection(cfg)
-    detection.keep_changes = True
+    """Every alert episode that fired, in firing order: its onset (``step``), raise and resolve
+    steps, severity history and the summary at raise (``fired_summary``) and at the end."""
+    detection = Detection(cfg, log_changes=False)
+    detection.book.retention_s = math.inf  # keep every resolved episode of the recording
     pipeline = Pipeline(CollectorState(agent_grace_s), [detection])
     keys: dict[tuple, tuple] = {}
     now = next_tick = None
@@ -44,15 +46,5 @@ def replay(events: Iterable[RecordEvent], cfg: DetectionConfig,
             pipeline.disconnect(keys[rank], ev.hello, now)
     if now is not None:
         pipeline.housekeeping(now)
-    return _fired(detection.changes)
-
-
-def _fired(changes: list[Alert]) -> list[Alert]:
-    fired: dict[tuple, Alert] = {}
-    for a in changes:
-        key = (*a.key, a.starts_at, a.severity)
-        if a.state == "firing":
-            fired[key] = a
-        elif key in fired:
-            fired[key].ends_at = a.ends_at
-    return sorted(fired.values(), key=lambda a: a.fired_at)
+    return sorted((a for a in detection.book.snapshot() if a.fired_at is not None),
+                  key=lambda a: a.fired_at)

@@ -48,15 +48,16 @@ def feed_batch(engine: DetectionEngine, job: str, rank: int, batch: agent_pb2.Ba
 
 class Detection:
     """Pipeline listener. ``client`` (optional) receives every alert change and, every
-    ``client.resend_s``, the firing alerts again."""
+    ``client.resend_s``, the firing alerts again. ``log_changes`` logs each change (live; replay
+    prints its own report)."""
 
-    def __init__(self, cfg: DetectionConfig, client: Optional[AlertmanagerClient] = None):
+    def __init__(self, cfg: DetectionConfig, client: Optional[AlertmanagerClient] = None,
+                 log_changes: bool = True):
         self.cfg = cfg
+        self._log_changes = log_changes
         self.engine = DetectionEngine(cfg)
         self.book = AlertBook(cfg.resolved_retention_s, cfg.resolve_hold_s, steps=self.engine.last_step)
         self.client = client
-        self.changes: list[Alert] = []  # every change, in order, when ``keep_changes``
-        self.keep_changes = False
         self._last_resend = 0.0
         self._once = OnceLog(log)
 
@@ -91,11 +92,9 @@ class Detection:
     def _update(self, now: float) -> None:
         self.engine.changed = False
         changes = self.book.update(now, self.engine.conditions())
-        for a in changes:
+        for a in changes if self._log_changes else ():
             log.warning("stepwatch alert %s %s: %s job=%s rank=%d: %s", a.state, a.severity, a.alertname,
                         a.job, a.rank, a.summary)
-        if self.keep_changes:
-            self.changes.extend(changes)
         if self.client is not None and changes:
             self.client.submit(changes)
 

@@ -43,7 +43,7 @@ class DriftConfig:
     min_baseline_steps: int = _n(200, "no verdict before the baseline holds this many steps")
     min_duration_steps: int = _n(50, "a shift must last this long before it alarms")
     info_ratio: float = _n(0.03, "+3% sustained step time: info (the lowest level raised)")
-    info_duration_steps: int = _n(300, "a shift below warning_ratio must last this long")
+    info_duration_steps: int = _n(200, "a shift below warning_ratio must last this long")
     warning_ratio: float = _n(0.05, "+5% step time: warning")
     critical_ratio: float = _n(0.10, "+10%: critical")
     z_min: float = _n(3.0, "and the shift must stand z_min baseline sigmas out")

@@ -16,7 +16,8 @@ into the baseline (median and 1.4826*MAD of the last ``baseline_steps``) only wh
 is flagged, so a lasting regression does not become the new normal. A one-sided CUSUM on the
 log ratio (allowance half the ``info_ratio`` shift, each block's contribution clipped at
 ``log(pause_ratio)``) starts a candidate change. It is raised when the CUSUM run has lasted
-``min_duration_steps`` (``info_duration_steps`` below the warning level), the sustained level — the median of the blocks since the estimated
+``min_duration_steps`` (below the warning level: ``info_duration_steps``, and the level must
+have stepped up at the onset, so a slow wobble is not raised), the sustained level — the median of the blocks since the estimated
 onset — is at least ``info_ratio`` above baseline, and stands ``z_min`` standard errors out.
 The onset is the maximum-likelihood change point of a mean shift of that level among the
 blocks of the run, so a pause or a noisy block before the change does not pull it early.
@@ -40,6 +41,9 @@ __all__ = ["DriftDetector"]
 
 _SIGMA_FLOOR = 0.002  # log units (0.2%): keeps z finite on perfectly steady series
 _MAX_RUN_BLOCKS = 2000  # blocks of a CUSUM run kept for the onset estimate
+_RAISE = 0.9  # an estimate this close to info_ratio raises: a change of exactly info_ratio
+# sits at the threshold half the time
+_JUMP_BLOCKS = 20  # blocks before the onset that must sit below the new level (info only)
 
 
 class DriftDetector:
@@ -57,6 +61,7 @@ class DriftDetector:
         self._base: collections.deque = collections.deque(maxlen=max(1, cfg.baseline_steps // b))
         self._min_base = max(2, math.ceil(cfg.min_baseline_steps / b))
         self._recent: collections.deque = collections.deque(maxlen=self._n)
+        self._history: collections.deque = collections.deque(maxlen=_JUMP_BLOCKS + _MAX_RUN_BLOCKS)
         self._block: list[float] = []
         self._block_start: Optional[tuple[int, float]] = None
         self._k = math.log1p(cfg.info_ratio) / 2
@@ -133,6 +138,7 @@ class DriftDetector:
         else:
             self._run.append((start[0], start[1], d, raw))
         self._recent.append(raw)
+        self._history.append((start[0], raw))
         return self._judge()
 
     def _estimate_onset(self, level: float) -> int:
@@ -157,17 +163,20 @@ class DriftDetector:
             return False
         recent = median(self._recent)
         if old is None:
-            if len(self._run) < self._n or recent < math.log1p(cfg.info_ratio):
+            if len(self._run) < self._n or recent < _RAISE * math.log1p(cfg.info_ratio):
                 return False
             onset = self._estimate_onset(recent)
             level = self._sustained(onset)
             blocks = len(self._run) - onset
             # Below the warning level a shift must last longer: a slow wobble of the job's
             # speed reaches a few percent for a while, a real change stays.
-            need = self._n if level >= math.log1p(cfg.warning_ratio) else self._n_info
-            if level < math.log1p(cfg.info_ratio) or blocks < need or \
+            small = level < math.log1p(cfg.warning_ratio)
+            need = self._n_info if small else self._n
+            if level < _RAISE * math.log1p(cfg.info_ratio) or blocks < need or \
                     level < cfg.z_min * 1.25 * self._sigma / math.sqrt(blocks):
                 return False
+            if small and level - self._before(self._run[onset][0]) < 0.75 * level:
+                return False  # no step in the level: the slow wobble of a healthy job
             self._onset, self._quiet = self._run[onset][:2], 0
         else:
             self._quiet = self._quiet + 1 if recent < 0.6 * math.log1p(cfg.info_ratio) else 0
@@ -178,6 +187,11 @@ class DriftDetector:
                 return True
             level = self._sustained(self._onset_index())
         return self._set(level, old)
+
+    def _before(self, step: int) -> float:
+        """Median level of the blocks just before ``step`` (0 when none are known)."""
+        before = [raw for s, raw in self._history if s < step][-_JUMP_BLOCKS:]
+        return median(before) if before else 0.0
 
     def _onset_index(self) -> int:
         for i, (step, _, _, _) in enumerate(self._run):

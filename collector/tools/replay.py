@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from typing import IO, Optional
 
@@ -17,15 +18,23 @@ __all__ = ["add_parser"]
 
 
 def _text(a: Alert) -> str:
-    end = f", resolved {iso(a.ends_at)}" if a.ends_at else ""
-    return (f"{iso(a.fired_at)}  step {a.step if a.step is not None else '-':>8}  {a.severity:<8} {a.alertname} "
-            f"job={a.job} rank={a.rank}: {a.summary}{end}")
+    history = " -> ".join(sev for _, sev in a.history) or a.severity
+    end = f", resolved at step {_step(a.resolved_step)} ({iso(a.ends_at)})" if a.ends_at else ", firing at the end"
+    return (f"{iso(a.fired_at)}  {a.alertname} job={a.job} rank={a.rank}  {history}  "
+            f"onset step {_step(a.step)}, raised at step {_step(a.raised_step)}{end}: {a.fired_summary}")
+
+
+def _step(step: Optional[int]) -> str:
+    return "-" if step is None else f"{step:,}"
 
 
 def _json(a: Alert) -> str:
-    return json.dumps({"alertname": a.alertname, "severity": a.severity, "job": a.job, "rank": a.rank,
-                       "step": a.step, "time": a.fired_at, "starts_at": a.starts_at, "resolved_at": a.ends_at,
-                       "summary": a.summary})
+    return json.dumps({"kind": "episode", "alertname": a.alertname, "severity": a.severity, "job": a.job,
+                       "rank": a.rank, "step": a.step, "raised_step": a.raised_step,
+                       "resolved_step": a.resolved_step, "time": a.fired_at, "starts_at": a.starts_at,
+                       "resolved_at": a.ends_at, "ratio": a.ratio,
+                       "severity_history": [[t, sev] for t, sev in a.history],
+                       "summary_at_raise": a.fired_summary, "summary": a.summary})
 
 
 def _run(args: argparse.Namespace, out: Optional[IO[str]] = None) -> int:
@@ -37,8 +46,16 @@ def _run(args: argparse.Namespace, out: Optional[IO[str]] = None) -> int:
     except (OSError, ValueError) as exc:
         print(f"stepwatch replay: error: {exc}", file=sys.stderr)
         return 2
-    for a in alerts:
-        print(_json(a) if args.format == "json" else _text(a), file=out)
+    try:
+        for a in alerts:
+            print(_json(a) if args.format == "json" else _text(a), file=out)
+        count = len(alerts)
+        print(json.dumps({"kind": "count", "episodes": count}) if args.format == "json"
+              else f"{count} alert episode{'' if count == 1 else 's'}", file=out)
+        out.flush()
+    except BrokenPipeError:  # `stepwatch replay ... | head`: the reader has all it wants
+        os.dup2(os.open(os.devnull, os.O_WRONLY), out.fileno())
+        return 1
     return 0
 
 
@@ -51,5 +68,6 @@ def add_parser(sub) -> None:
     p.add_argument("--config", metavar="FILE", help="collector YAML config; its 'detection:' mapping is used")
     p.add_argument("--detection", metavar="YAML", help="detector settings as YAML/JSON text (overrides --config)")
     p.add_argument("--format", choices=("text", "json"), default="text",
-                   help="text (default) or json: one JSON object per alert")
+                   help="text (default) or json: one JSON object per alert episode, then "
+                        "{\"kind\": \"count\", \"episodes\": N}")
     p.set_defaults(func=_run)

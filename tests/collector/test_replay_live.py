@@ -128,6 +128,7 @@ def test_replay_cli_reads_the_live_record(start_collector, tmp_path, capsys):
     cfg = tmp_path / "c.yml"
     cfg.write_text(json.dumps({"detection": DETECTION, "agent_grace_s": 3600}))
     assert main(["replay", str(record), "--config", str(cfg), "--format", "json"]) == 0
-    printed = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    *printed, count = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert count == {"kind": "count", "episodes": len(live)}
     assert sorted((p["alertname"], p["rank"], p["severity"], p["step"]) for p in printed) == \
         sorted((a.alertname, a.rank, a.severity, a.step) for a in live)

@@ -100,8 +100,9 @@ def test_the_live_recording_replays_to_the_same_alerts(stack):
                           str(tmp / "record.jsonl"), "--config", str(tmp / "collector.yml"),
                           "--format", "json"], capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr
-    replayed = {(a["alertname"], a["job"], a["rank"], a["severity"], a["step"])
-                for a in map(json.loads, run.stdout.splitlines())}
+    *episodes, count = map(json.loads, run.stdout.splitlines())
+    assert count == {"kind": "count", "episodes": len(episodes)}
+    replayed = {(a["alertname"], a["job"], a["rank"], a["severity"], a["step"]) for a in episodes}
     assert {("StepwatchThroughputDrift", "slowed"), ("StepwatchStragglerRank", "strag")} <= \
         {(a[0], a[1]) for a in live}
     assert replayed == live

@@ -38,12 +38,16 @@ def slowed_job(path, steps=700, slow_from=400):
 def test_json_output_has_the_documented_fields(tmp_path, capsys):
     f = slowed_job(tmp_path / "rec.jsonl")
     assert main(["replay", str(f), "--detection", SMALL, "--format", "json"]) == 0
-    alerts = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    *alerts, count = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert count == {"kind": "count", "episodes": len(alerts)}
     drift = [a for a in alerts if a["alertname"] == "StepwatchThroughputDrift"]
     assert drift and drift[0]["severity"] == "critical", alerts
     a = drift[0]
-    assert {"alertname", "severity", "job", "rank", "step", "time", "summary"} <= set(a), a
+    assert {"alertname", "severity", "job", "rank", "step", "raised_step", "resolved_step", "time",
+            "severity_history", "summary_at_raise", "summary"} <= set(a), a
     assert (a["job"], a["rank"]) == ("j", 0) and 390 <= a["step"] <= 420 and a["time"] > T0
+    assert a["step"] < a["raised_step"] <= a["step"] + 100 and a["resolved_step"] is None
+    assert [sev for _, sev in a["severity_history"]] == ["critical"]
     assert "+20" in a["summary"] or "+19" in a["summary"] or "+21" in a["summary"], a["summary"]
     assert [a["alertname"] for a in alerts if a["alertname"] == "StepwatchOOM"] == ["StepwatchOOM"]
 
@@ -52,7 +56,43 @@ def test_text_output_names_step_severity_and_alert(tmp_path, capsys):
     f = slowed_job(tmp_path / "rec.jsonl")
     assert main(["replay", str(f), "--detection", SMALL]) == 0
     out = capsys.readouterr().out
-    assert "critical StepwatchThroughputDrift job=j rank=0: step time +" in out, out
+    assert "StepwatchThroughputDrift job=j rank=0  critical  onset step " in out, out
+    assert ", raised at step " in out and out.endswith("2 alert episodes\n"), out
+
+
+def test_every_episode_with_its_resolve_and_a_zero_count(tmp_path, capsys):
+    """A slowdown that goes away and comes back: two episodes, each with raise and resolve
+    steps; a healthy recording prints the count line alone."""
+    rng, t, lines = random.Random(2), T0, []
+    for s in range(1, 2601):
+        slow = 700 <= s < 1000 or s >= 2300
+        dt = 0.035 * (1.2 if slow else 1.0) * math.exp(rng.gauss(0, 0.01))
+        t += dt
+        lines.append(step(s, t, dt))
+    f = tmp_path / "twice.jsonl"
+    f.write_text("\n".join(lines) + "\n")
+    assert main(["replay", str(f), "--detection", "{warmup_steps: 5, resolve_hold_s: 5, drift: "
+                 "{baseline_steps: 300, baseline_lag_steps: 50, min_baseline_steps: 200}}",
+                 "--format", "json"]) == 0
+    *episodes, count = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert count["episodes"] == 2 == len(episodes)
+    first, second = episodes
+    assert 690 <= first["step"] <= 720 and 1000 < first["resolved_step"] < 1400
+    assert 2290 <= second["step"] <= 2320 and second["resolved_step"] is None
+    healthy = tmp_path / "healthy.jsonl"
+    healthy.write_text("\n".join(step(s, T0 + s * 0.035, 0.035) for s in range(1, 500)) + "\n")
+    assert main(["replay", str(healthy)]) == 0
+    assert capsys.readouterr().out == "0 alert episodes\n"
+
+
+def test_a_closed_pipe_is_no_traceback(tmp_path):
+    f = slowed_job(tmp_path / "rec.jsonl")
+    import subprocess
+    import sys
+
+    cmd = f"{sys.executable} -m stepwatch.collector.tools replay {f} --detection '{SMALL}' | head -c 10"
+    run = subprocess.run(["bash", "-c", cmd], capture_output=True, text=True, timeout=120)
+    assert len(run.stdout) == 10 and run.stderr == "", run.stderr
 
 
 @pytest.mark.parametrize("line, message", [

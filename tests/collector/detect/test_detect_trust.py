@@ -1,0 +1,112 @@
+"""Detection that can be trusted, on series built like real training (evaluation pauses,
+checkpoints, GC spikes, data-loader bursts, a slow wobble; collector/tools/synthetic.py), fed
+through the real DetectionEngine and AlertBook exactly as the collector does."""
+
+from __future__ import annotations
+
+import pytest
+
+from stepwatch.collector.alerting import AlertBook
+from stepwatch.collector.detect import DetectionConfig, DetectionEngine, parse_detection
+from stepwatch.collector.tools.synthetic import Phenomena, series
+
+T0 = 1_700_000_000.0
+AT = 10_000
+
+
+def run(steps, cfg: DetectionConfig = DetectionConfig(), profiled=lambda s: False):
+    """Every alert episode (AlertBook snapshot) after feeding ``steps`` one by one."""
+    engine, now = DetectionEngine(cfg), T0
+    book = AlertBook(1e9, cfg.resolve_hold_s, steps=engine.last_step)
+    for i, dt in enumerate(steps, 1):
+        now += dt
+        engine.step("j", 0, i, now, dt, profiled=profiled(i))
+        if engine.changed or i % 100 == 0:
+            engine.changed = False
+            book.update(now, engine.conditions())
+    return engine, book.snapshot()
+
+
+def drift(episodes):
+    return [a for a in episodes if a.alertname == "StepwatchThroughputDrift" and a.fired_at]
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("cv", [0.02, 0.04])
+def test_healthy_runs_with_pauses_bursts_and_wobble_raise_nothing(seed, cv):
+    engine, episodes = run(series(seed, 20_000, Phenomena(cv=cv)))
+    assert drift(episodes) == [], [(a.step, a.raised_step, a.summary) for a in drift(episodes)]
+    pauses = engine.pauses()[("j", 0)]
+    assert pauses["pause"] >= 19  # 20 evaluation pauses (the first may precede the baseline)
+    assert pauses.get("stall", 0) >= 5  # checkpoint stalls and GC spikes
+
+
+@pytest.mark.parametrize("seed", range(3))
+@pytest.mark.parametrize("size", [0.05, 0.10])
+def test_onset_within_150_steps_despite_periodic_pauses(seed, size):
+    (episode,) = drift(run(series(50 + seed, AT + 1500, Phenomena(), ("step", size), AT))[1])
+    assert abs(episode.step - AT) <= 150, episode.summary
+    # Raised within 200 steps when the local shift is >= warning; a wobble trough can make a +5%
+    # change look like +3% for a while, which then needs info_duration_steps (200) to raise.
+    assert episode.raised_step - AT <= 300, episode.raised_step
+    assert f"since step {episode.step:,}" in episode.summary
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_three_percent_is_raised_at_info_within_600_steps(seed):
+    steps = series(70 + seed, AT + 700, Phenomena(wobble=0.0), ("step", 0.03), AT)
+    (episode,) = drift(run(steps)[1])
+    assert episode.raised_step - AT <= 600
+    assert episode.history[0][1] == "info" and episode.severity == "info"
+    assert 1.02 <= episode.ratio <= 1.045  # the sustained level, not one noisy block
+
+
+def test_warning_to_critical_is_one_episode_with_its_history():
+    # +7% for 1500 steps, then +15%: one change that grows, one alert.
+    base = series(5, AT + 3000, Phenomena(), ("step", 0.07), AT)
+    steps = [t * (1.15 / 1.07 if i >= AT + 1500 else 1.0) for i, t in enumerate(base, 1)]
+    (episode,) = drift(run(steps)[1])
+    assert [sev for _, sev in episode.history] == ["warning", "critical"]
+    assert episode.state == "firing" and episode.ratio > 1.12
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_a_level_at_the_warning_threshold_does_not_flap(seed):
+    (episode,) = drift(run(series(90 + seed, AT + 6000, Phenomena(), ("step", 0.05), AT))[1])
+    assert episode.state == "firing"  # one episode, never resolved and raised again
+
+
+def test_recovery_resolves_the_episode_once():
+    base = series(11, AT + 6000, Phenomena(), ("step", 0.10), AT)
+    steps = [t / 1.10 if i >= AT + 1000 else t for i, t in enumerate(base, 1)]
+    (episode,) = drift(run(steps)[1])
+    # Clear after clear_steps (100) back at the old level, then the resolve hold (120 s of
+    # 40 ms steps: 3000 steps) without the condition.
+    hold = DetectionConfig().resolve_hold_s / 0.040
+    assert episode.state == "resolved"
+    # (the series' evaluation pauses make its mean step longer than 40 ms: fewer steps)
+    assert AT + 1000 + hold / 2 < episode.resolved_step < AT + 1000 + hold + 800, episode.resolved_step
+
+
+def test_profiled_steps_are_not_drift_and_are_counted():
+    # Every 256 steps the agent profiles 5 steps that take 3x as long (windows + export).
+    steps = series(3, 12_000, Phenomena())
+    profiled = lambda s: s % 256 < 5  # noqa: E731
+    steps = [t * 3 if profiled(i) else t for i, t in enumerate(steps, 1)]
+    engine, episodes = run(steps, profiled=profiled)
+    assert drift(episodes) == []
+    assert engine.pauses()[("j", 0)]["profiler"] == sum(1 for i in range(1, 12_001) if profiled(i))
+
+
+def test_a_doubling_is_no_pause():
+    """A level that moves beyond pause_ratio is drift after max_pause_steps, not pauses."""
+    (episode,) = drift(run(series(8, AT + 600, Phenomena(), ("step", 1.0), AT))[1])
+    assert episode.severity == "critical" and abs(episode.step - AT) <= 150
+    assert 1.9 <= episode.ratio <= 2.1
+
+
+def test_every_drift_option_is_validated():
+    with pytest.raises(ValueError, match="info_ratio <= warning_ratio"):
+        parse_detection({"drift": {"info_ratio": 0.08}})
+    with pytest.raises(ValueError, match="pause_ratio"):
+        parse_detection({"drift": {"pause_ratio": 1.0}})
