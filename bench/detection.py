@@ -1,24 +1,23 @@
-"""Throughput-drift detection on simulated step-time series: delay against false alarms.
+"""The detection backtest: stepwatch's drift detection against rules used in practice, on
+step-time series built like real training (collector/tools/synthetic.py: log-normal noise,
+warm-up, evaluation pauses every 1,000 steps, checkpoint stalls every 2,000, GC spikes,
+data-loader bursts, a slow +-1.5% wobble).
 
-Each series is one rank's step times (base 1.0 s): lognormal per-step noise (``--noise``,
-sigma of log time), a first step 300x longer (compilation), pauses of 50-200x with probability
-``--pause-rate`` per step (checkpoints, evaluation) and a +-2% diurnal sine (period one day of
-steps, random phase). A change starts at step ``--shift-at``: a step shift of 3, 5, 10 or 20%,
-or a ramp to +10% over 2000 steps. Healthy series have no change.
+For each noise level and seed, every change (a step of +3, +5, +10, +20%, or a ramp to +10%
+over 2,000 steps, starting at ``--at``) is simulated together with its healthy twin (same seed,
+no change). Detectors, all fed the same series:
+  stepwatch  the collector's DetectionEngine and AlertBook (default settings), one step at a
+             time as live ingest feeds them; a raise is an episode firing.
+  z3         10-step block median > mean + 3 sd of the trailing 100 block medians.
+  mad3       block median > median + 3 x 1.4826 x MAD of the trailing 100 block medians.
+  hud        two consecutive block medians >= 5% above the trailing median (PyTorch HUD).
+  fixed7     block median > 1.07 x the trailing median (TorchBench's 7% threshold).
 
-Detectors, all fed the same series:
-  stepwatch   the collector's DetectionEngine (default DetectionConfig), fed one step at a time
-              exactly as live ingest feeds it; an alarm is any StepwatchThroughputDrift condition.
-  fixed7      10-step block median > 1.07 x median of the trailing 100 block medians.
-  z3          block median > mean + 3 sd of the trailing 100 block medians.
-  mad3        block median > median + 3 x 1.4826 x MAD of the trailing 100 block medians
-              (the median+3*MAD rule of Google's goodput monitoring).
-The baselines' trailing window ends at the block before the judged one (no lag).
-
-Reported per detector and change: detection delay in steps after the change starts (median,
-p90) of the series that alarmed within ``--post`` steps, the share detected, and false alarms
-per 10^5 healthy steps (alarm episodes, i.e. rising edges, counted on the healthy series and on
-the pre-change part of every changed series).
+Reported per detector and change: the share of changes raised within ``--post`` steps, the
+delay from the change to the first raise (median, p90), the onset error (stepwatch's reported
+onset step minus the change; the baselines report no onset, so their raise is their onset),
+episodes raised after the change (one is the aim), and false alarms per 10,000 healthy steps
+(raises on the healthy twins and before every change).
 
     python bench/detection.py --out bench/results/detection.json --md bench/results/detection.md
 """
@@ -27,119 +26,107 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import multiprocessing
 import os
 import platform
+import statistics
 import subprocess
 import sys
 import time
 
-import numpy as np
+from stepwatch.collector.alerting import AlertBook
+from stepwatch.collector.detect import DetectionEngine, parse_detection
+from stepwatch.collector.tools.synthetic import Phenomena, series
 
-from stepwatch.collector.detect import DetectionConfig, DetectionEngine, parse_detection
-
-CHANGES = {"shift 3%": ("step", 0.03), "shift 5%": ("step", 0.05), "shift 10%": ("step", 0.10),
-           "shift 20%": ("step", 0.20), "ramp +10% over 2000 steps": ("ramp", 0.10)}
-DETECTORS = ("stepwatch", "fixed7", "z3", "mad3")
+CHANGES = {"+3%": ("step", 0.03), "+5%": ("step", 0.05), "+10%": ("step", 0.10),
+           "+20%": ("step", 0.20), "ramp +10%/2000": ("ramp", 0.10)}
+DETECTORS = ("stepwatch", "z3", "mad3", "hud", "fixed7")
 BLOCK, TRAIL = 10, 100
-DAY_STEPS = 86400
 
 
-def series(rng: np.random.Generator, n: int, noise: float, pause_rate: float, change, at: int) -> np.ndarray:
-    """Step times in seconds for steps 1..n (index 0 is step 1)."""
-    s = np.arange(1, n + 1)
-    level = 1.0 + 0.02 * np.sin(2 * np.pi * s / DAY_STEPS + rng.uniform(0, 2 * np.pi))
-    if change is not None:
-        kind, size = change
-        since = s - at
-        if kind == "step":
-            level = level * np.where(since >= 0, 1 + size, 1.0)
+def run_stepwatch(t: list, cfg) -> list[tuple[int, int]]:
+    """(raise step, onset step) of every drift episode, in order."""
+    engine, now = DetectionEngine(cfg), 1.7e9
+    book, raised = AlertBook(1e12, cfg.resolve_hold_s, steps=engine.last_step), []
+    for i, dt in enumerate(t, 1):
+        now += dt
+        engine.step("bench", 0, i, now, dt)
+        if engine.changed:
+            engine.changed = False
+            for a in book.update(now, engine.conditions()):
+                if a.state == "firing" and len(a.history) == 1:
+                    raised.append((i, a.step))
+        elif i % 50 == 0:
+            book.update(now, engine.conditions())  # holds run on data time
+    return raised
+
+
+def run_rule(t: list, rule: str) -> list[tuple[int, int]]:
+    """(raise step, raise step) of every rising edge of a block rule."""
+    blocks = [statistics.median(t[i:i + BLOCK]) for i in range(0, len(t) - BLOCK + 1, BLOCK)]
+    raised, prev_flag, prev_over = [], False, False
+    for k in range(TRAIL, len(blocks)):
+        win, cur = blocks[k - TRAIL:k], blocks[k]
+        med = statistics.median(win)
+        if rule == "z3":
+            flag = cur > statistics.fmean(win) + 3 * statistics.pstdev(win)
+        elif rule == "mad3":
+            flag = cur > med + 3 * 1.4826 * statistics.median(abs(v - med) for v in win)
+        elif rule == "hud":
+            over = cur >= 1.05 * med
+            flag, prev_over = over and prev_over, over
         else:
-            level = level * (1 + size * np.clip(since / 2000, 0, 1) * (since >= 0))
-    t = level * np.exp(rng.normal(0, noise, n))
-    pauses = rng.random(n) < pause_rate
-    t[pauses] *= rng.uniform(50, 200, pauses.sum())
-    t[0] *= 300
-    return t
+            flag = cur > 1.07 * med
+        if flag and not prev_flag:
+            step = (k + 1) * BLOCK
+            raised.append((step, step))
+        prev_flag = flag
+    return raised
 
 
-def edges(active: np.ndarray) -> np.ndarray:
-    """Indices where an alarm starts (False -> True)."""
-    a = active.astype(np.int8)
-    return np.flatnonzero(np.diff(np.concatenate(([0], a))) == 1)
-
-
-def run_stepwatch(t: np.ndarray, cfg: DetectionConfig) -> np.ndarray:
-    """Per step: is a StepwatchThroughputDrift condition active after feeding that step."""
-    engine, out = DetectionEngine(cfg), np.zeros(len(t), bool)
-    clock = 1.7e9 + np.cumsum(t)
-    for i, (dt, end) in enumerate(zip(t.tolist(), clock.tolist())):
-        engine.step("bench", 0, i + 1, end, dt)
-        out[i] = bool(engine.conditions())
+def task(job: tuple) -> list[dict]:
+    """One seed at one noise level: every change and its healthy twin, every detector."""
+    seed, cv, a = job
+    cfg, ph, n = parse_detection(a["detection"]), Phenomena(cv=cv, wobble=a["wobble"]), a["at"] + a["post"]
+    out = []
+    for name, change in CHANGES.items():
+        twin = series(seed, n, ph)
+        changed = series(seed, n, ph, change, a["at"])
+        for d in DETECTORS:
+            run = (lambda t: run_stepwatch(t, cfg)) if d == "stepwatch" else (lambda t: run_rule(t, d))
+            healthy, after = run(twin), run(changed)
+            pre = [r for r in after if r[0] < a["at"]]
+            post = [r for r in after if r[0] >= a["at"]]
+            out.append({"detector": d, "change": name, "cv": cv, "false": len(healthy) + len(pre),
+                        "healthy_steps": n + a["at"] - 1,
+                        "delay": post[0][0] - a["at"] if post else None,
+                        "onset_error": post[0][1] - a["at"] if post else None,
+                        "episodes_after": len(post)})
     return out
 
 
-def run_baseline(t: np.ndarray, rule: str) -> np.ndarray:
-    """Per step (held over each block): does the rule flag the block that ended at or before it."""
-    nb = len(t) // BLOCK
-    blocks = np.median(t[: nb * BLOCK].reshape(nb, BLOCK), axis=1)
-    if nb <= TRAIL:
-        return np.zeros(len(t), bool)
-    win = np.lib.stride_tricks.sliding_window_view(blocks[:-1], TRAIL)  # win[k] precedes blocks[k + TRAIL]
-    cur = blocks[TRAIL:]
-    if rule == "fixed7":
-        flag = cur > 1.07 * np.median(win, axis=1)
-    elif rule == "z3":
-        flag = cur > win.mean(axis=1) + 3 * win.std(axis=1)
-    else:
-        med = np.median(win, axis=1)
-        flag = cur > med + 3 * 1.4826 * np.median(np.abs(win - med[:, None]), axis=1)
-    per_block = np.concatenate((np.zeros(TRAIL, bool), flag))
-    known = (np.arange(len(t)) + 1) // BLOCK - 1  # the newest block complete at each step
-    return (known >= 0) & per_block[np.clip(known, 0, nb - 1)]
-
-
-def judge(t: np.ndarray, cfg: DetectionConfig) -> dict:
-    return {d: run_stepwatch(t, cfg) if d == "stepwatch" else run_baseline(t, d) for d in DETECTORS}
-
-
-def task(job: tuple) -> dict:
-    """One series: ('healthy', seed, n, noise, args) or (change name, ...). Runs in a worker process."""
-    name, seed, n, noise, a = job
-    rng = np.random.default_rng(seed)
-    cfg = parse_detection(a["detection"])
-    change = CHANGES.get(name)
-    at = a["shift_at"]
-    t = series(rng, n, noise, a["pause_rate"], change, at)
-    out = {"name": name, "noise": noise}
-    for d, active in judge(t, cfg).items():
-        e = edges(active)
-        if change is None:
-            out[d] = {"false": len(e), "healthy_steps": n}
-        else:
-            pre = e[e < at - 1]  # index at-1 is the first changed step
-            hit = np.flatnonzero(active[at - 1:])
-            out[d] = {"false": len(pre), "healthy_steps": at - 1,
-                      "delay": int(hit[0]) if len(hit) else None}
-    return out
-
-
-def summarize(results: list[dict]) -> dict:
+def summarize(rows: list[dict]) -> dict:
     table = {}
     for d in DETECTORS:
-        false = sum(r[d]["false"] for r in results)
-        healthy = sum(r[d]["healthy_steps"] for r in results)
-        row = {"false_alarms_per_1e5_steps": round(1e5 * false / healthy, 2), "false_alarms": false,
-               "healthy_steps": healthy}
+        mine = [r for r in rows if r["detector"] == d]
+        false, steps = sum(r["false"] for r in mine), sum(r["healthy_steps"] for r in mine)
+        entry = {"false_alarms_per_1e4_steps": round(1e4 * false / steps, 3), "false_alarms": false,
+                 "healthy_steps": steps}
         for name in CHANGES:
-            delays = [r[d]["delay"] for r in results if r["name"] == name]
-            got = sorted(x for x in delays if x is not None)
-            row[name] = {"detected": f"{len(got)}/{len(delays)}",
-                         "delay_median": float(np.median(got)) if got else None,
-                         "delay_p90": float(np.percentile(got, 90)) if got else None}
-        table[d] = row
+            cell = [r for r in mine if r["change"] == name]
+            delays = sorted(r["delay"] for r in cell if r["delay"] is not None)
+            errors = sorted(abs(r["onset_error"]) for r in cell if r["onset_error"] is not None)
+            entry[name] = {"detected": f"{len(delays)}/{len(cell)}",
+                           "delay_median": statistics.median(delays) if delays else None,
+                           "delay_p90": _p90(delays), "onset_error_median": statistics.median(errors) if errors else None,
+                           "onset_error_p90": _p90(errors),
+                           "episodes_after_max": max((r["episodes_after"] for r in cell), default=0)}
+        table[d] = entry
     return table
+
+
+def _p90(values: list) -> float | None:
+    return values[min(len(values) - 1, int(0.9 * len(values)))] if values else None
 
 
 def environment() -> dict:
@@ -149,26 +136,27 @@ def environment() -> dict:
             cpu = next((line.split(":", 1)[1].strip() for line in fh if line.startswith("model name")), cpu)
     except OSError:
         pass
-    try:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                                cwd=os.path.dirname(os.path.abspath(__file__))).stdout.strip()
-    except OSError:
-        commit = ""
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                            cwd=os.path.dirname(os.path.abspath(__file__))).stdout.strip()
     from importlib.metadata import version
-    return {"cpu": cpu, "cpus": os.cpu_count(), "python": platform.python_version(), "numpy": np.__version__,
+    return {"cpu": cpu, "cpus": os.cpu_count(), "python": platform.python_version(),
             "stepwatch": version("stepwatch"), "git_commit": commit, "platform": platform.platform()}
 
 
 def table_md(table: dict) -> str:
-    lines = ["| detector | false alarms / 10^5 healthy steps | " + " | ".join(CHANGES) + " |",
-             "|---|---:|" + "---:|" * len(CHANGES)]
+    lines = ["| detector | false alarms / 10^4 healthy steps | " + " | ".join(CHANGES) + " |",
+             "|---|---:|" + "---|" * len(CHANGES)]
     for d in DETECTORS:
         row, cells = table[d], []
         for name in CHANGES:
             c = row[name]
-            cells.append("— ({})".format(c["detected"]) if c["delay_median"] is None else
-                         f"{c['delay_median']:.0f} / {c['delay_p90']:.0f} ({c['detected']})")
-        lines.append(f"| {d} | {row['false_alarms_per_1e5_steps']:.2f} ({row['false_alarms']}) | "
+            if c["delay_median"] is None:
+                cells.append(f"— ({c['detected']})")
+                continue
+            onset = f"; onset ±{c['onset_error_median']:.0f}/{c['onset_error_p90']:.0f}" if d == "stepwatch" else ""
+            cells.append(f"{c['delay_median']:.0f} / {c['delay_p90']:.0f} ({c['detected']}{onset}; "
+                         f"≤{c['episodes_after_max']} ep.)")
+        lines.append(f"| {d} | {row['false_alarms_per_1e4_steps']:.3f} ({row['false_alarms']}) | "
                      + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -179,19 +167,21 @@ ANALYSIS = "## Analysis"
 def markdown(doc: dict, previous: str = "") -> str:
     """The measurement part, then the hand-written ``## Analysis`` section of ``previous`` if any."""
     a, env = doc["parameters"], doc["environment"]
-    out = ["# Throughput-drift detection: delay vs false alarms", "",
+    out = ["# Detection backtest: stepwatch vs rules used in practice", "",
            f"Generated by `{doc['command']}` on {doc['date']} in {doc['wall_s']} s.", "",
            f"- Device: {env['cpu']}, {env['cpus']} CPU(s); {env['platform']}",
-           f"- Versions: Python {env['python']}, numpy {env['numpy']}, stepwatch {env['stepwatch']} "
-           f"(git {env['git_commit'] or '?'})",
-           f"- Series: base step 1.0 s, first step x300, pauses x50-200 with probability {a['pause_rate']} per "
-           f"step, +-2% diurnal sine; change at step {a['shift_at']}, {a['post']} steps simulated after it; "
-           f"{a['trials']} series per change, {a['healthy']} healthy series of {a['healthy_steps']:,} steps.",
-           f"- stepwatch drift settings: `{json.dumps(doc['stepwatch_config'])}`", "",
-           "Cells: delay median / p90 in steps after the change starts (series detected within the window). "
-           "False alarms: alarm episodes per 10^5 healthy steps (count in brackets).", ""]
-    for noise, table in doc["results"].items():
-        out += [f"### Noise sigma {noise}", "", table_md(table), ""]
+           f"- Versions: Python {env['python']}, stepwatch {env['stepwatch']} (git {env['git_commit'] or '?'})",
+           f"- Series: collector/tools/synthetic.py defaults (40 ms steps, evaluation pause every 1,000 "
+           f"steps, checkpoint every 2,000, GC spikes, data-loader bursts, +-{a['wobble']:.1%} wobble); change at step "
+           f"{a['at']:,}, {a['post']:,} steps after it; {a['seeds']} seeds per noise level, each change with "
+           f"its healthy twin.",
+           f"- stepwatch settings: defaults{' + ' + a['detection'] if a['detection'] else ''}", "",
+           "Cells: delay from the change to the first raise, median / p90 in steps (changes raised within "
+           "the window); for stepwatch the onset error |reported onset - change| median/p90 and the most "
+           "episodes one change raised. False alarms: raises per 10^4 healthy steps (count in brackets).", ""]
+    for cv, table in doc["results"].items():
+        healthy = table["stepwatch"]["healthy_steps"]
+        out += [f"### Noise CV {cv} ({healthy:,} healthy steps)", "", table_md(table), ""]
     text = "\n".join(out)
     if ANALYSIS in previous:
         text += "\n" + previous[previous.index(ANALYSIS):]
@@ -200,37 +190,27 @@ def markdown(doc: dict, previous: str = "") -> str:
 
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--trials", type=int, default=80, help="series per change and noise level")
-    p.add_argument("--healthy", type=int, default=4, help="healthy series of --healthy-steps steps per noise level")
-    p.add_argument("--healthy-steps", type=int, default=100_000)
-    p.add_argument("--shift-at", type=int, default=4000)
-    p.add_argument("--post", type=int, default=4000, help="steps simulated after the change starts")
-    p.add_argument("--noise", type=float, nargs="+", default=[0.03, 0.06],
-                   help="sigma of the lognormal per-step noise; one table per value")
-    p.add_argument("--pause-rate", type=float, default=0.002, help="probability of a 50-200x pause per step")
+    p.add_argument("--seeds", type=int, default=10, help="seeds per noise level")
+    p.add_argument("--cv", type=float, nargs="+", default=[0.02, 0.03, 0.04], help="step-time noise CVs")
+    p.add_argument("--at", type=int, default=5500, help="step the change starts at (between two evaluation pauses)")
+    p.add_argument("--post", type=int, default=2000, help="steps simulated after the change starts")
+    p.add_argument("--wobble", type=float, default=0.015, help="amplitude of the slow wobble (0.015: +-1.5%%)")
     p.add_argument("--detection", default="", help="stepwatch detection settings (YAML), default: defaults")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     p.add_argument("--out", help="write the JSON document here")
     p.add_argument("--md", help="write the markdown report here (keeps its '## Analysis' section)")
     args = p.parse_args(argv)
-    a = {k: getattr(args, k) for k in ("trials", "healthy", "healthy_steps", "shift_at", "post", "noise",
-                                       "pause_rate", "detection", "seed")}
-    n, jobs = args.shift_at + args.post, []
-    for j, noise in enumerate(args.noise):
-        seed = args.seed * 1_000_003 + j * 100_000
-        jobs += [("healthy", seed + i, args.healthy_steps, noise, a) for i in range(args.healthy)]
-        jobs += [(name, seed + 1000 * (k + 1) + i, n, noise, a) for k, name in enumerate(CHANGES)
-                 for i in range(args.trials)]
+    a = {k: getattr(args, k) for k in ("seeds", "cv", "at", "post", "wobble", "detection", "seed")}
+    jobs = [(args.seed * 1_000_003 + 1000 * j + i, cv, a) for j, cv in enumerate(args.cv) for i in range(args.seeds)]
     t0 = time.perf_counter()
     with multiprocessing.get_context("fork").Pool(args.workers) as pool:
-        results = pool.map(task, jobs, chunksize=4)
+        rows = [r for chunk in pool.map(task, jobs) for r in chunk]
     argv_used = sys.argv[1:] if argv is None else list(argv)
     doc = {"command": " ".join(["python", "bench/detection.py", *argv_used]),
            "environment": environment(), "date": time.strftime("%Y-%m-%d"),
            "wall_s": round(time.perf_counter() - t0, 1), "parameters": a,
-           "stepwatch_config": dict(parse_detection(args.detection).drift.__dict__),
-           "results": {str(noise): summarize([r for r in results if r["noise"] == noise]) for noise in args.noise}}
+           "results": {str(cv): summarize([r for r in rows if r["cv"] == cv]) for cv in args.cv}}
     previous = ""
     if args.md and os.path.exists(args.md):
         with open(args.md, encoding="utf-8") as fh:

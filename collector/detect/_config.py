@@ -49,7 +49,7 @@ class DriftConfig:
     z_min: float = _n(3.0, "and the shift must stand z_min baseline sigmas out")
     pause_ratio: float = option(1.5, "a step this many times the baseline is a pause (evaluation, "
                                 "checkpoint, stall): counted, never drift", check=at_least(1.05))
-    max_pause_steps: int = _count(30, "a run of this many pause steps is a level change, not a pause")
+    max_pause_steps: int = _count(100, "a run of this many pause steps is a level change, not a pause")
     clear_steps: int = _n(100, "an episode ends once the level has been back this long")
     for_s: float = _n(0.0, "pending time before firing (the step rule already waits)")
 

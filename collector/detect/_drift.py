@@ -6,8 +6,8 @@ tokens are reported). Steps the agent profiled never reach this detector (the en
 Pauses: once a baseline exists, a step at least ``pause_ratio`` x the baseline is a pause step
 (evaluation, checkpoint, a stall, a data-loader burst): it is counted (a run of one is a
 "stall", longer runs a "pause") and left out of every block, so pauses never accumulate
-change-point evidence. A run starts at ``pause_ratio`` and goes on while steps stay above its
-square root. A run of ``max_pause_steps`` steps is no pause: the level itself has moved, so
+change-point evidence. A run starts at ``pause_ratio`` and goes on while steps stay above it
+(above its square root when the run began below ``pause_ratio`` squared). A run of ``max_pause_steps`` steps is no pause: the level itself has moved, so
 the run's steps (held back until then) and the ones after it count as drift until a step
 near the old level comes again.
 
@@ -85,8 +85,11 @@ class DriftDetector:
             return False
         # A run starts at pause_ratio x baseline and goes on down to its square root, so a
         # level near pause_ratio does not split into many short "pauses".
-        in_run = bool(self._held) or self._level_moved
-        limit = self._clip / 2 if in_run else self._clip
+        # (Only for a run that began moderately: after a big outlier — an evaluation pause, a
+        # checkpoint — the first step below pause_ratio ends the pause.)
+        moderate = self._level_moved or (bool(self._held) and
+                                         math.log(self._held[0][2]) - self._mu < 2 * self._clip)
+        limit = self._clip / 2 if moderate else self._clip
         outlier = self._mu is not None and math.log(value) - self._mu >= limit
         if not outlier:
             self._level_moved = False
@@ -163,7 +166,7 @@ class DriftDetector:
             return False
         recent = median(self._recent)
         if old is None:
-            if len(self._run) < self._n or recent < _RAISE * math.log1p(cfg.info_ratio):
+            if len(self._run) < self._n or recent < _RAISE * math.log1p(cfg.info_ratio) / 2:
                 return False
             onset = self._estimate_onset(recent)
             level = self._sustained(onset)
@@ -172,11 +175,18 @@ class DriftDetector:
             # speed reaches a few percent for a while, a real change stays.
             small = level < math.log1p(cfg.warning_ratio)
             need = self._n_info if small else self._n
-            if level < _RAISE * math.log1p(cfg.info_ratio) or blocks < need or \
-                    level < cfg.z_min * 1.25 * self._sigma / math.sqrt(blocks):
+            info = _RAISE * math.log1p(cfg.info_ratio)
+            if blocks < need or level < cfg.z_min * 1.25 * self._sigma / math.sqrt(blocks):
                 return False
-            if small and level - self._before(self._run[onset][0]) < 0.75 * level:
-                return False  # no step in the level: the slow wobble of a healthy job
+            if small:
+                # Below warning the evidence is the step at the onset: the level must jump by
+                # info_ratio against the blocks just before (a slow wobble does not jump, and a
+                # change in a wobble's trough still does) and sit above baseline.
+                jump = level - self._before(self._run[onset][0])
+                if jump < info or level < info / 2:
+                    return False
+            elif level < info:
+                return False
             self._onset, self._quiet = self._run[onset][:2], 0
         else:
             self._quiet = self._quiet + 1 if recent < 0.6 * math.log1p(cfg.info_ratio) else 0
