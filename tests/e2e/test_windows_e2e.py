@@ -11,6 +11,8 @@ import urllib.request
 
 from _procs import run_script, run_trainer, start_trainer, trainer_env
 
+from stepwatch.collector._record import read_record
+
 
 def windows_of(col, job):
     with urllib.request.urlopen(f"http://{col.http}/api/jobs/{job}/windows", timeout=10) as resp:
@@ -18,7 +20,8 @@ def windows_of(col, job):
 
 
 def test_windows_produce_summaries_and_metrics(collector_factory, tmp_path):
-    col = collector_factory()
+    record = tmp_path / "record.jsonl"
+    col = collector_factory("--record", str(record))
     env = trainer_env(tmp_path, col.grpc, "win", STEPWATCH_WINDOW_EVERY_STEPS=32,
                       STEPWATCH_OVERHEAD_BUDGET=0.5)
     run_trainer(env, "--steps", "200")
@@ -39,6 +42,14 @@ def test_windows_produce_summaries_and_metrics(collector_factory, tmp_path):
     assert col.value("stepwatch_windows_total", training_job="win") >= 3  # incl. warm-up window
     ratio = col.value("stepwatch_agent_overhead_ratio", training_job="win")
     assert 0 < ratio < 0.5
+    # The steps inside every window (warm-up, active, and the one paying for the export) are
+    # marked on the wire, and the collector counts them apart from drift.
+    profiled = {s.step for ev in read_record(record.read_text().splitlines()) if ev.kind == "batch"
+                for s in ev.batch.steps if s.profiled}
+    for win in got:
+        assert set(range(win["first_step"], win["last_step"] + 2)) <= profiled, (win, sorted(profiled))
+    assert len(profiled) < 200 // 2  # most steps are not profiled
+    assert col.value("stepwatch_pauses_total", training_job="win", kind="profiler") == len(profiled)
 
 
 def test_user_profiler_window_is_skipped_and_counted(collector_factory, tmp_path):
