@@ -81,9 +81,11 @@ class MemoryConfig:
     near_capacity_ratio: float = _n(0.90, "... while device memory used / total is at least this")
     retry_hold_s: float = _n(600.0, "alloc-retries alert stays this long after an increase")
     oom_hold_s: float = _n(3600.0, "OOM alert stays this long after an increase")
-    leak_window_s: float = _n(1800.0, "leak trend judged over this window ...")
+    leak_window_s: float = _n(1500.0, "leak trend judged over this window ...")
     leak_segments: int = _count(6, "... split in this many segments whose medians must rise")
     leak_min_growth_ratio: float = _n(0.10, "... by at least this share of the starting level")
+    leak_min_capacity_ratio: float = _n(0.02, "... or of the device's (host's) capacity: a slow leak "
+                                        "on a large device")
     forecast_horizon_s: float = _n(3600.0, "critical when exhaustion is forecast sooner than this")
     fragmentation_for_s: float = _n(60.0, "pending time of the fragmentation alert")
     leak_for_s: float = _n(0.0, "pending time of the leak alerts")

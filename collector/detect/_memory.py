@@ -22,8 +22,9 @@ _NVML_FRESH_S = 30.0
 class Trend:
     """Growth of one series over ``window_s``: kept points are at least window/120 s apart."""
 
-    def __init__(self, window_s: float, segments: int, min_growth: float):
+    def __init__(self, window_s: float, segments: int, min_growth: float, min_capacity_share: float = 0.0):
         self.window_s, self.segments, self.min_growth = window_s, segments, min_growth
+        self.min_capacity_share = min_capacity_share
         self._pts: collections.deque = collections.deque()
 
     def add(self, t: float, v: float) -> bool:
@@ -35,9 +36,10 @@ class Trend:
             self._pts.popleft()
         return True
 
-    def growth(self) -> Optional[tuple[float, float, float]]:
+    def growth(self, capacity: Optional[float] = None) -> Optional[tuple[float, float, float]]:
         """(growth in value units over the window, start level, slope per second) when every
-        segment median is >= the one before and the total growth >= ``min_growth`` x start."""
+        segment median is >= the one before and the total growth is >= ``min_growth`` x start
+        or >= ``min_capacity_share`` x ``capacity`` (a slow leak on a large device)."""
         pts = self._pts
         if len(pts) < 2 * self.segments or pts[-1][0] - pts[0][0] < 0.9 * self.window_s:
             return None
@@ -47,9 +49,14 @@ class Trend:
             segs[min(self.segments - 1, int((t - t0) / span * self.segments))].append(v)
         meds = [median(s) for s in segs if s]
         grow = meds[-1] - meds[0]
-        if len(meds) < self.segments or any(b < a for a, b in zip(meds, meds[1:])):
+        # Rising medians, each allowed to dip by the mean rise per segment (sampling
+        # noise on a slow leak); with no growth the allowance is nil.
+        slack = max(0.0, grow) / self.segments
+        if len(meds) < self.segments or any(b < a - slack for a, b in zip(meds, meds[1:])):
             return None
-        if meds[0] <= 0 or grow < self.min_growth * meds[0]:
+        by_capacity = capacity is not None and self.min_capacity_share > 0 and \
+            grow >= self.min_capacity_share * capacity
+        if meds[0] <= 0 or (grow < self.min_growth * meds[0] and not by_capacity):
             return None
         n = len(pts)
         mt, mv = sum(p[0] for p in pts) / n, sum(p[1] for p in pts) / n
@@ -67,7 +74,7 @@ class MemoryDetector:
         self._gpu: Optional[GpuPoint] = None
         self._host_avail: Optional[int] = None
         self._until = {"StepwatchAllocRetries": 0.0, "StepwatchOOM": 0.0}
-        trend = (cfg.leak_window_s, cfg.leak_segments, cfg.leak_min_growth_ratio)
+        trend = (cfg.leak_window_s, cfg.leak_segments, cfg.leak_min_growth_ratio, cfg.leak_min_capacity_ratio)
         self._gpu_trend, self._host_trend = Trend(*trend), Trend(*trend)
         self.step: Optional[int] = None
 
@@ -128,7 +135,7 @@ class MemoryDetector:
                           p.resident_memory_bytes, cap, p.time)
 
     def _leak(self, name: str, what: str, trend: Trend, current: float, capacity: Optional[float], t: float) -> bool:
-        g = trend.growth()
+        g = trend.growth(capacity)
         if g is None:
             return self._set(name, None, "", t, 0) | self._forecast(what, None, "", t)
         grow, start, slope = g

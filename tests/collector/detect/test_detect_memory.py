@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import random
 
+import pytest
 from hypothesis import given, settings, strategies as st
 
 from stepwatch.collector.detect import AllocatorPoint, DetectionEngine, GpuPoint, parse_detection
@@ -111,3 +112,28 @@ def test_memory_rules_can_be_switched_off():
     e.allocator("j", 0, point(T0))
     e.allocator("j", 0, point(T0 + 1, reserved=76 * GIB, split=40 * GIB, retries=1, ooms=1))
     assert not names(e)
+
+
+def _allocator_run(seed: int, leak_gib_per_h: float, minutes: int, start_gib: float = 40.0):
+    """1 Hz allocator samples on an 80 GiB device: a level of ``start_gib`` that breathes by
+    +-1.5 GiB within each step (sampled at random phases) plus a linear leak. Returns the
+    seconds to the first StepwatchGpuMemoryLeak, or None."""
+    rng, e = random.Random(seed), DetectionEngine()
+    for s in range(minutes * 60):
+        level = start_gib + leak_gib_per_h * s / 3600 + rng.uniform(-1.5, 1.5)
+        alloc = int(level * 2**30)
+        e.allocator("j", 0, AllocatorPoint(T0 + s, alloc, alloc + (4 << 30), 0, 0, 0, 80 << 30))
+        if any(c.alertname == "StepwatchGpuMemoryLeak" for c in e.conditions()):
+            return s
+    return None
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_a_5_gib_per_hour_leak_on_an_80_gib_device_is_warned_within_30_minutes(seed):
+    found = _allocator_run(seed, 5.0, 35)
+    assert found is not None and found <= 30 * 60, found
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_a_steady_breathing_allocator_raises_no_leak_in_three_hours(seed):
+    assert _allocator_run(seed, 0.0, 180) is None
