@@ -52,6 +52,8 @@ class Alert:
     fired_summary: str = ""
     history: list = dataclasses.field(default_factory=list)
     absent_since: Optional[float] = None  # condition gone, resolving once the hold has passed
+    diagnosis: str = ""     # why (slowdown alerts): what changed between before and after onset
+    diagnosis_complete: bool = False  # a profiler window after the onset was compared
 
     @property
     def key(self) -> tuple:
@@ -66,11 +68,13 @@ class Alert:
                 "source": "collector"}
 
     def to_json(self) -> dict:
+        # The page shows the first 12 keys as columns: the diagnosis is among them.
         return {"alertname": self.alertname, "severity": self.severity, "job": self.job, "rank": self.rank,
-                "state": self.state, "summary": self.summary, "step": self.step, "starts_at": iso(self.starts_at),
+                "state": self.state, "summary": self.summary, "diagnosis": self.diagnosis, "step": self.step,
+                "raised_step": self.raised_step, "starts_at": iso(self.starts_at),
                 "fired_at": iso(self.fired_at) if self.fired_at else None,
                 "ends_at": iso(self.ends_at) if self.ends_at else None, "ratio": self.ratio,
-                "raised_step": self.raised_step, "resolved_step": self.resolved_step,
+                "resolved_step": self.resolved_step,
                 "severity_history": [[iso(t), sev] for t, sev in self.history]}
 
 
@@ -130,6 +134,15 @@ class AlertBook:
         elif changed:
             a.history.append((now, a.severity))
             out.append(_copy(a))
+
+    def annotate(self, key: tuple, diagnosis: str, complete: bool) -> Optional[Alert]:
+        """Set the diagnosis of the live alert ``key``; a copy when it changed, else None."""
+        with self._lock:
+            a = self._live.get(key)
+            if a is None or (a.diagnosis == diagnosis and a.diagnosis_complete == complete):
+                return None
+            a.diagnosis, a.diagnosis_complete = diagnosis, complete
+            return _copy(a)
 
     def snapshot(self) -> list[Alert]:
         """Copies of live then resolved alerts (any thread)."""

@@ -19,10 +19,14 @@ from stepwatch.proto.stepwatch.v1 import agent_pb2
 from ..detect import AllocatorPoint, DetectionConfig, DetectionEngine, GpuPoint, HostPoint
 from ._alertmanager import AlertmanagerClient
 from ._book import Alert, AlertBook
+from ._diagnosis import Evidence, diagnose
 
 __all__ = ["Detection", "feed_batch"]
 
 log = logging.getLogger("stepwatch.collector")
+
+# Alerts about a rank getting slower get a diagnosis (what changed before/after the onset).
+SLOWDOWNS = ("StepwatchThroughputDrift", "StepwatchStragglerRank", "StepwatchGpuThrottled")
 
 
 def _opt(msg, name):
@@ -57,6 +61,7 @@ class Detection:
         self._log_changes = log_changes
         self.engine = DetectionEngine(cfg)
         self.book = AlertBook(cfg.resolved_retention_s, cfg.resolve_hold_s, steps=self.engine.last_step)
+        self.evidence = Evidence()
         self.client = client
         self._last_resend = 0.0
         self._once = OnceLog(log)
@@ -64,15 +69,20 @@ class Detection:
     # -- listener ---------------------------------------------------------------------------
     def on_batch(self, hello: agent_pb2.Hello, batch: agent_pb2.Batch, now: float) -> None:
         try:
+            self.evidence.on_batch(hello, batch, now)
             feed_batch(self.engine, hello.job, hello.rank, batch)
             if self.engine.changed:
                 self._update(now)
+            if batch.windows:  # a window after an onset completes that rank's diagnoses
+                self._diagnose([a for a in self.book.firing() if (a.job, a.rank) == (hello.job, hello.rank)])
         except Exception as exc:  # noqa: BLE001 - detection must never break ingest
             self._log(exc)
 
     def forget(self, keys: Iterable[tuple]) -> None:
+        keys = list(keys)
         for job, rank in keys:
             self.engine.forget(job, rank)
+        self.evidence.forget(keys)
 
     def tick(self, now: float, connections: Iterable[tuple]) -> None:
         """Time-based rules, `for` durations, periodic resend of firing alerts.
@@ -92,11 +102,32 @@ class Detection:
     def _update(self, now: float) -> None:
         self.engine.changed = False
         changes = self.book.update(now, self.engine.conditions())
+        changes = self._diagnose([a for a in changes if a.state == "firing"], changes)
         for a in changes if self._log_changes else ():
-            log.warning("stepwatch alert %s %s: %s job=%s rank=%d: %s", a.state, a.severity, a.alertname,
-                        a.job, a.rank, a.summary)
+            log.warning("stepwatch alert %s %s: %s job=%s rank=%d: %s%s", a.state, a.severity, a.alertname,
+                        a.job, a.rank, a.summary, f" [why: {a.diagnosis}]" if a.diagnosis else "")
         if self.client is not None and changes:
             self.client.submit(changes)
+
+    def _diagnose(self, alerts: list[Alert], changes: Optional[list[Alert]] = None) -> list[Alert]:
+        """Attach (or complete) the diagnosis of firing slowdown alerts; returns ``changes``
+        with the annotated copies in place of the old ones, and sends the updated alerts."""
+        changes = list(changes or [])
+        updated = []
+        for a in alerts:
+            if a.alertname not in SLOWDOWNS or a.diagnosis_complete:
+                continue
+            d = diagnose(self.evidence.rank(a.job, a.rank), a.starts_at)
+            if d is None:
+                continue
+            new = self.book.annotate(a.key, d.text, d.complete)
+            if new is not None:
+                updated.append(new)
+        by_key = {u.key: u for u in updated}
+        out = [by_key.pop(c.key, c) if c.state == "firing" else c for c in changes]
+        if by_key and self.client is not None:
+            self.client.submit(list(by_key.values()))  # a diagnosis completed later
+        return out
 
     def _log(self, exc: Exception) -> None:
         self._once.log(logging.ERROR, (type(exc).__name__, str(exc)[:80]),

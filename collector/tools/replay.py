@@ -21,7 +21,8 @@ def _text(a: Alert) -> str:
     history = " -> ".join(sev for _, sev in a.history) or a.severity
     end = f", resolved at step {_step(a.resolved_step)} ({iso(a.ends_at)})" if a.ends_at else ", firing at the end"
     return (f"{iso(a.fired_at)}  {a.alertname} job={a.job} rank={a.rank}  {history}  "
-            f"onset step {_step(a.step)}, raised at step {_step(a.raised_step)}{end}: {a.fired_summary}")
+            f"onset step {_step(a.step)}, raised at step {_step(a.raised_step)}{end}: {a.fired_summary}"
+            + (f"\n    why: {a.diagnosis}" if a.diagnosis else ""))
 
 
 def _step(step: Optional[int]) -> str:
@@ -34,7 +35,8 @@ def _json(a: Alert) -> str:
                        "resolved_step": a.resolved_step, "time": a.fired_at, "starts_at": a.starts_at,
                        "resolved_at": a.ends_at, "ratio": a.ratio,
                        "severity_history": [[t, sev] for t, sev in a.history],
-                       "summary_at_raise": a.fired_summary, "summary": a.summary})
+                       "summary_at_raise": a.fired_summary, "summary": a.summary,
+                       "diagnosis": a.diagnosis})
 
 
 def _run(args: argparse.Namespace, out: Optional[IO[str]] = None) -> int:

@@ -90,6 +90,12 @@ def parse(argv=None):
     p.add_argument("--slow-rank", type=int, default=-1,
                    help="only this rank slows down (-1: all); the sleep happens inside the DataLoader "
                         "fetch, like a slow input pipeline on one node")
+    p.add_argument("--cause", choices=("backward", "dataloader", "optimizer"),
+                   help="from --cause-from-step on, add --cause-ms of work: extra matrix products "
+                        "in the backward pass, a sleep in the data loader, or a sleep before the "
+                        "optimizer step (inside Optimizer.step)")
+    p.add_argument("--cause-from-step", type=int, default=0)
+    p.add_argument("--cause-ms", type=float, default=5.0)
     p.add_argument("--manual-update", action="store_true",
                    help="update the weights by hand (SGD) instead of optimizer.step(): the agent's "
                         "step hook never fires, like a fused or compiled step that bypasses it")
@@ -129,6 +135,41 @@ class _Slowdown:
         return loader
 
 
+class _Cause:
+    """Injected slowdown causes for the diagnosis tests (``--cause``), active once ``done()``
+    reaches ``--cause-from-step``."""
+
+    def __init__(self, args, done, params, optimizers, loader):
+        self.on = lambda: args.cause is not None and done() + 1 >= args.cause_from_step
+        self.seconds = args.cause_ms / 1000.0
+        if args.cause == "backward":
+            self.a = torch.randn(256, 256)
+            params[-2].register_hook(self._burn)
+        elif args.cause == "optimizer":
+            optimizers[0].register_step_pre_hook(self._sleep)
+        elif args.cause == "dataloader":
+            fetch = loader.collate_fn
+
+            def collate(batch):
+                if self.on():
+                    time.sleep(self.seconds)
+                return fetch(batch)
+
+            loader.collate_fn = collate
+
+    def _sleep(self, *_):
+        if self.on():
+            time.sleep(self.seconds)
+
+    def _burn(self, grad):
+        """Matrix products for about ``--cause-ms`` inside the backward pass."""
+        if self.on():
+            end = time.perf_counter() + self.seconds
+            while time.perf_counter() < end:
+                torch.mm(self.a, self.a)
+        return grad
+
+
 def main(argv=None) -> None:
     args = parse(argv)
     distributed = "RANK" in os.environ and int(os.environ.get("WORLD_SIZE", "1")) > 1
@@ -154,6 +195,7 @@ def main(argv=None) -> None:
                         multiprocessing_context="fork" if args.workers else None)
     loss_fn = nn.CrossEntropyLoss()
     done = 0
+    cause = _Cause(args, lambda: done, params, optimizers, loader)
     slow = _Slowdown(args, int(os.environ.get("RANK", "0")))
     loader = slow.wrap(loader)
     for tokens in loader:

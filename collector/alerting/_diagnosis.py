@@ -1,0 +1,194 @@
+"""Why a rank got slower: what changed between before and after an alert's onset.
+
+:class:`Evidence` is a pipeline listener that keeps, per rank, compact rings of what the
+diagnosis compares: 10-step blocks of step time and data-loader wait, host CPU seconds, NVML
+SM clock / power / clock-event reasons, allocator retries, and the last window summaries.
+:func:`diagnose` compares the data before an onset time with the data after it and ranks the
+contributors by their change in milliseconds per step against the step-time change:
+
+    backward +5.1 ms/step (aten::mm +4.8 ms); data-loader wait +0.0 ms; clocks unchanged
+
+Phases (forward, backward, optimizer, communication, other) need a profiler window on each
+side of the onset; until one exists after it the diagnosis says so and is refreshed when it
+arrives. Memory per rank is bounded (about 40 KB plus the windows). One caller at a time.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import statistics
+from typing import Optional
+
+from stepwatch.proto.stepwatch.v1 import agent_pb2
+
+__all__ = ["Evidence", "Diagnosis", "diagnose"]
+
+_BLOCK = 10
+_BLOCKS_KEPT = 600        # 6,000 steps of step-time blocks
+_SAMPLES_KEPT = 900       # 15 min of 1 Hz host / NVML / allocator samples
+_WINDOWS_KEPT = 16
+_PHASES = ("forward", "backward", "optimizer", "communication", "other")
+_EXPLAINED = 0.3          # a top contributor below this share of the change explains nothing
+
+
+@dataclasses.dataclass
+class _Rank:
+    blocks: collections.deque = dataclasses.field(default_factory=lambda: collections.deque(maxlen=_BLOCKS_KEPT))
+    pending: list = dataclasses.field(default_factory=list)
+    host: collections.deque = dataclasses.field(default_factory=lambda: collections.deque(maxlen=_SAMPLES_KEPT))
+    gpu: collections.deque = dataclasses.field(default_factory=lambda: collections.deque(maxlen=_SAMPLES_KEPT))
+    alloc: collections.deque = dataclasses.field(default_factory=lambda: collections.deque(maxlen=_SAMPLES_KEPT))
+    windows: collections.deque = dataclasses.field(default_factory=lambda: collections.deque(maxlen=_WINDOWS_KEPT))
+
+
+class Evidence:
+    """Pipeline listener keeping the per-rank history :func:`diagnose` reads."""
+
+    def __init__(self) -> None:
+        self._ranks: dict[tuple, _Rank] = {}
+
+    def rank(self, job: str, rank: int) -> Optional[_Rank]:
+        return self._ranks.get((job, rank))
+
+    def on_batch(self, hello: agent_pb2.Hello, batch: agent_pb2.Batch, now: float) -> None:
+        r = self._ranks.setdefault((hello.job, hello.rank), _Rank())
+        for s in batch.steps:
+            if s.profiled or not s.duration_s > 0:
+                continue
+            r.pending.append((s.step, s.end_time_s, s.duration_s, max(0.0, s.dataloader_wait_s)))
+            if len(r.pending) == _BLOCK:
+                steps, times, durs, waits = zip(*r.pending)
+                r.blocks.append((steps[0], steps[-1], times[-1], statistics.median(durs),
+                                 statistics.median(waits)))
+                r.pending = []
+        r.host.extend((h.time_s, h.cpu_seconds) for h in batch.host)
+        r.gpu.extend((g.time_s, g.sm_clock_hertz if g.HasField("sm_clock_hertz") else None,
+                      g.power_watts if g.HasField("power_watts") else None,
+                      g.clock_event_reasons if g.HasField("clock_event_reasons") else None)
+                     for g in batch.gpu_samples)
+        r.alloc.extend((a.time_s, a.alloc_retries) for a in batch.allocator)
+        r.windows.extend(w for w in batch.windows if w.last_step >= w.first_step)
+
+    def forget(self, keys) -> None:
+        for key in keys:
+            self._ranks.pop(key, None)
+
+
+@dataclasses.dataclass(frozen=True)
+class Diagnosis:
+    text: str                      # one line for the alert
+    contributors: tuple            # ((name, delta ms per step, detail), ...) ranked
+    step_delta_ms: float
+    complete: bool                 # a window after the onset was compared
+
+
+def _median(values) -> Optional[float]:
+    values = [v for v in values if v is not None]
+    return statistics.median(values) if values else None
+
+
+def _per_step(w: agent_pb2.WindowSummary) -> float:
+    return 1.0 / max(1, w.last_step - w.first_step + 1)
+
+
+def _phases(w: agent_pb2.WindowSummary) -> dict[str, float]:
+    b = w.breakdown
+    return {"forward": b.forward_s, "backward": b.backward_s, "optimizer": b.optimizer_s,
+            "communication": b.communication_s, "other": b.other_s}
+
+
+def _named(w: agent_pb2.WindowSummary) -> dict[str, float]:
+    """Seconds per step by kernel name (GPU windows) or operator name (CPU windows)."""
+    items = w.top_kernels if w.top_kernels else w.top_ops
+    return {n.name: n.seconds * _per_step(w) for n in items}
+
+
+def _cpu_per_step(host, blocks, lo: float, hi: float) -> Optional[float]:
+    """Trainer CPU seconds per step between data times lo and hi."""
+    pts = [(t, c) for t, c in host if lo <= t <= hi]
+    bl = [b for b in blocks if lo <= b[2] <= hi]
+    if len(pts) < 2 or len(bl) < 2:
+        return None
+    steps = bl[-1][1] - bl[0][1]
+    seconds = (pts[-1][1] - pts[0][1]) * ((bl[-1][2] - bl[0][2]) / max(1e-9, pts[-1][0] - pts[0][0]))
+    return seconds / steps if steps > 0 else None
+
+
+def diagnose(r: Optional[_Rank], since: float) -> Optional[Diagnosis]:
+    """Compare before and after data time ``since``; None without step data on both sides."""
+    if r is None:
+        return None
+    before = [b for b in r.blocks if b[2] < since]
+    after = [b for b in r.blocks if b[2] >= since]
+    if len(before) < 3 or len(after) < 3:
+        return None
+    step_delta = (_median(b[3] for b in after) - _median(b[3] for b in before)) * 1e3
+    found: list[tuple[str, float, str]] = []
+    wait = (_median(b[4] for b in after) - _median(b[4] for b in before)) * 1e3
+    found.append(("data-loader wait", wait, ""))
+    lo = before[max(0, len(before) - 60)][2]
+    cpu_b = _cpu_per_step(r.host, r.blocks, lo, since)
+    cpu_a = _cpu_per_step(r.host, r.blocks, since, after[-1][2])
+    if cpu_b is not None and cpu_a is not None:
+        found.append(("host CPU", (cpu_a - cpu_b) * 1e3, ""))
+    w_before = [w for w in r.windows if w.start_time_s < since]
+    w_after = [w for w in r.windows if w.start_time_s >= since]
+    complete = bool(w_before and w_after)
+    if complete:
+        wb, wa = w_before[-1], w_after[-1]
+        pb, pa = _phases(wb), _phases(wa)
+        nb, na = _named(wb), _named(wa)
+        top = max(na, key=lambda n: na[n] - nb.get(n, 0.0), default=None)
+        detail = ""
+        if top is not None and na[top] - nb.get(top, 0.0) > 0:
+            new = "" if top in nb else ", new"
+            detail = f"{_short(top)} +{(na[top] - nb.get(top, 0.0)) * 1e3:.1f} ms{new}"
+        phases = sorted(((p, (pa[p] - pb[p]) * 1e3) for p in _PHASES), key=lambda x: -x[1])
+        for i, (p, d) in enumerate(phases):
+            found.append((p, d, detail if i == 0 else ""))
+    ranked = sorted(found, key=lambda c: -_rank_key(c, step_delta))
+    text = "; ".join(_fmt(c) for c in ranked[:3])
+    if step_delta <= 0 or ranked[0][1] < _EXPLAINED * step_delta:
+        text = f"no measured contributor explains the {step_delta:+.1f} ms/step; " + text
+    tail = [_clocks(r.gpu, since), _retries(r.alloc, since)]
+    if not complete:
+        tail.append("phases: no profiler window after the onset yet")
+    text = "; ".join([text] + [t for t in tail if t])
+    return Diagnosis(text, tuple(ranked), step_delta, complete)
+
+
+def _rank_key(c: tuple, step_delta: float) -> float:
+    """Named contributors before "other" (the unattributed rest) and host CPU (which overlaps
+    the phases) unless those explain much more."""
+    name, delta, _ = c
+    return delta * (0.5 if name in ("other", "host CPU") else 1.0)
+
+
+def _fmt(c: tuple) -> str:
+    name, delta, detail = c
+    return f"{name} {delta:+.1f} ms/step" + (f" ({detail})" if detail else "")
+
+
+def _short(name: str, limit: int = 60) -> str:
+    return name if len(name) <= limit else name[:limit - 3] + "..."
+
+
+def _clocks(gpu, since: float) -> str:
+    before = [g for g in gpu if g[0] < since]
+    after = [g for g in gpu if g[0] >= since]
+    if not before or not after:
+        return ""
+    sm_b, sm_a = _median(g[1] for g in before), _median(g[1] for g in after)
+    reasons = {g[3] for g in after if g[3]} - {g[3] for g in before if g[3]}
+    if sm_b and sm_a and abs(sm_a - sm_b) / sm_b >= 0.03:
+        return f"SM clock {sm_b / 1e9:.2f} -> {sm_a / 1e9:.2f} GHz"
+    return "clocks unchanged" if not reasons else f"new clock-event reasons {sorted(reasons)}"
+
+
+def _retries(alloc, since: float) -> str:
+    before = [a[1] for a in alloc if a[0] < since]
+    after = [a[1] for a in alloc if a[0] >= since]
+    if before and after and after[-1] > before[-1]:
+        return f"allocator retries +{after[-1] - before[-1]}"
+    return ""

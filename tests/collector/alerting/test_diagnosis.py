@@ -1,0 +1,68 @@
+"""Diagnosis: what changed between before and after an onset, ranked by ms per step."""
+
+from __future__ import annotations
+
+from stepwatch.collector.alerting._diagnosis import Evidence, diagnose
+from stepwatch.proto.stepwatch.v1 import agent_pb2
+
+T0 = 1_700_000_000.0
+HELLO = agent_pb2.Hello(job="j", rank=3)
+
+
+def window(wid, t, backward_ms, kernel_ms, other_ms=5.0, kernel="ampere_bf16_gemm"):
+    w = agent_pb2.WindowSummary(window_id=wid, first_step=wid * 100, last_step=wid * 100 + 2, start_time_s=t)
+    w.breakdown.CopyFrom(agent_pb2.StepBreakdown(
+        step_time_s=(10 + backward_ms + 3 + other_ms) / 1e3, forward_s=0.010, backward_s=backward_ms / 1e3,
+        optimizer_s=0.003, other_s=other_ms / 1e3))
+    w.top_kernels.add(name=kernel, seconds=3 * kernel_ms / 1e3, count=30)  # 3 steps
+    w.top_kernels.add(name="elementwise", seconds=3 * 0.002, count=300)
+    return w
+
+
+def feed(ev, onset_step=500, extra_ms=0.0, wait_extra_ms=0.0, sm_after=1.98e9, windows=()):
+    """600 steps of 40 ms; from onset_step on, extra_ms more and wait_extra_ms more wait."""
+    for first in range(1, 601, 20):
+        b = agent_pb2.Batch(seq=first)
+        for s in range(first, first + 20):
+            slow = s >= onset_step
+            b.steps.add(step=s, end_time_s=T0 + s * 0.04, duration_s=0.040 + (extra_ms + wait_extra_ms) / 1e3 * slow,
+                        dataloader_wait_s=0.001 + wait_extra_ms / 1e3 * slow)
+        t = T0 + first * 0.04
+        b.gpu_samples.add(time_s=t, sm_clock_hertz=sm_after if first >= onset_step else 1.98e9)
+        b.host.add(time_s=t, cpu_seconds=first * 0.04)
+        b.windows.extend(w for w in windows if first <= w.first_step < first + 20)
+        ev.on_batch(HELLO, b, t)
+
+
+def test_backward_change_is_named_with_its_kernel():
+    ev = Evidence()
+    feed(ev, extra_ms=4.0, windows=[window(2, T0 + 200 * 0.04, 8.0, 3.0), window(5, T0 + 500 * 0.04, 12.0, 6.9)])
+    d = diagnose(ev.rank("j", 3), T0 + 500 * 0.04)
+    assert d.complete and abs(d.step_delta_ms - 4.0) < 0.01
+    assert d.text.startswith("backward +4.0 ms/step (ampere_bf16_gemm +3.9 ms)"), d.text
+    assert "data-loader wait +0.0 ms/step" in d.text and "clocks unchanged" in d.text
+
+
+def test_data_loader_wait_leads_when_it_is_the_cause():
+    ev = Evidence()
+    feed(ev, wait_extra_ms=6.0, windows=[window(2, T0 + 8, 8.0, 3.0), window(5, T0 + 20, 8.0, 3.0, other_ms=11.0)])
+    d = diagnose(ev.rank("j", 3), T0 + 500 * 0.04)
+    assert d.text.startswith("data-loader wait +6.0 ms/step"), d.text
+
+
+def test_without_a_window_after_the_onset_it_says_so_and_clocks_are_reported():
+    ev = Evidence()
+    feed(ev, extra_ms=5.0, sm_after=1.41e9, windows=[window(2, T0 + 8, 8.0, 3.0)])
+    d = diagnose(ev.rank("j", 3), T0 + 500 * 0.04)
+    assert not d.complete
+    assert "no measured contributor explains the +5.0 ms/step" in d.text, d.text
+    assert "SM clock 1.98 -> 1.41 GHz" in d.text and "no profiler window after the onset yet" in d.text
+
+
+def test_no_step_data_on_both_sides_gives_no_diagnosis():
+    ev = Evidence()
+    feed(ev, extra_ms=5.0)
+    assert diagnose(ev.rank("j", 3), T0 + 10_000) is None
+    assert diagnose(ev.rank("j", 9), T0) is None
+    ev.forget([("j", 3)])
+    assert ev.rank("j", 3) is None
