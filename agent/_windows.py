@@ -78,6 +78,7 @@ class WindowScheduler:
         self._cuda_windows: set[int] = set()
         self._post: Optional[tuple] = None  # (window id, median step before, durations after)
         self._compile_seen = (0, 0)
+        self._early: Optional[str] = None  # a window asked for ahead of the schedule (reason)
         self.post_window_slowdowns = 0
 
     # -- public, training thread ------------------------------------------------------------
@@ -91,7 +92,7 @@ class WindowScheduler:
             self._check_post_window(host_duration_s)
         if self._captures:
             self._start_capture(step, cuda)
-        elif self.enabled and self._due(step):
+        elif self.enabled and (self._early_due(step) or self._due(step)):
             self._start_window(step, cuda)
 
     def request_capture(self, request_id: str, steps: int) -> None:
@@ -101,6 +102,8 @@ class WindowScheduler:
         """A reply from the sidecar: ``window_result`` (GPU event count) or ``capture``."""
         if msg.get("t") == contract.CAPTURE:
             self.request_capture(msg.get("request_id", ""), msg.get("steps", 1))
+        elif msg.get("t") == contract.WINDOW_NOW:
+            self._early = str(msg.get("reason", ""))[:100] or "requested"
         elif msg.get("t") == contract.WINDOW_RESULT:
             wid = msg.get("window_id")
             if wid in self._cuda_windows and msg.get("gpu_event_count", 1) == 0:
@@ -141,6 +144,20 @@ class WindowScheduler:
             self.skips[reason] = self.skips.get(reason, 0) + 1
             self._emit(contract.event(self._wall(), "window_skipped",
                                       f"profiler window at step {step} skipped: {reason}"))
+            return False
+        return True
+
+    def _early_due(self, step: int) -> bool:
+        """A window asked for by the collector: at this boundary, if the agent is under its
+        overhead budget and nothing else forbids a window; either way the request is used up."""
+        if self._early is None or len(self._baseline) < min(_MIN_BASELINE_STEPS, self._baseline.maxlen):
+            return False
+        reason, self._early = self._early, None
+        skip = self._skip_reason() or ("over_budget" if self.overhead_ratio >= self._budget else "")
+        if skip:
+            self.skips["early_" + skip] = self.skips.get("early_" + skip, 0) + 1
+            self._emit(contract.event(self._wall(), "window_skipped",
+                                      f"early window asked for ({reason}) at step {step} skipped: {skip}"))
             return False
         return True
 

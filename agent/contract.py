@@ -21,6 +21,7 @@ Sidecar -> trainer (the sidecar's stdout, the back channel)::
 
     window_result  {"window_id", "gpu_event_count"}
     capture        {"request_id", "steps"}
+    window_now     {"reason"}                                    a window at the next boundary
 
 Keys are the protobuf field names of the message each record becomes, so the sidecar fills
 messages by name. Pure module: no I/O, no threads; both processes import it.
@@ -36,13 +37,14 @@ __all__ = ["CONFIG", "GPU", "STEP", "ALLOC", "EVENT", "STATS", "WINDOW", "TRACE"
            "WINDOW_RESULT", "CAPTURE", "TRAINER_KINDS", "SIDECAR_KINDS", "MAX_LINE_BYTES",
            "encode", "decode", "read_lines", "LineSplitter", "safe_name", "label_problem",
            "normalize_uuid", "ALLOC_STATS", "config", "gpu", "step",
-           "alloc", "event", "stats", "window", "trace", "bye", "window_result", "capture"]
+           "alloc", "event", "stats", "window", "trace", "bye", "window_result", "capture",
+           "window_now"]
 
 CONFIG, GPU, STEP, ALLOC, EVENT, STATS = "config", "gpu", "step", "alloc", "event", "stats"
 WINDOW, TRACE, BYE = "window", "trace", "bye"
-WINDOW_RESULT, CAPTURE = "window_result", "capture"
+WINDOW_RESULT, CAPTURE, WINDOW_NOW = "window_result", "capture", "window_now"
 TRAINER_KINDS = (CONFIG, GPU, STEP, ALLOC, EVENT, STATS, WINDOW, TRACE, BYE)
-SIDECAR_KINDS = (WINDOW_RESULT, CAPTURE)
+SIDECAR_KINDS = (WINDOW_RESULT, CAPTURE, WINDOW_NOW)
 
 MAX_LINE_BYTES = 16 * 1024 * 1024  # a longer line is cut and then fails to decode
 
@@ -228,3 +230,7 @@ def window_result(window_id: int, gpu_event_count: int) -> dict:
 
 def capture(request_id: str, steps: int) -> dict:
     return _record(CAPTURE, request_id=request_id, steps=steps)
+
+
+def window_now(reason: str) -> dict:
+    return _record(WINDOW_NOW, reason=reason)

@@ -37,6 +37,7 @@ from ._server import IngestServer
 from ._state import CollectorState
 from ._windows_api import traces_json, windows_json
 from ._windows_metrics import WindowMetrics
+from stepwatch.proto.stepwatch.v1 import agent_pb2
 
 __all__ = ["Collector", "run"]
 
@@ -62,7 +63,7 @@ class Collector:
         self.settings, self.clock = settings, clock
         self.state = CollectorState(settings.agent_grace_s, windows_kept=settings.windows_kept)
         client = AlertmanagerClient.from_settings(settings, clock) if settings.alertmanager_url else None
-        self.detection = Detection(settings.detection, client)
+        self.detection = Detection(settings.detection, client, request_window=self._request_window)
         self.pipeline = Pipeline(self.state, [self.detection])
         self.registry = registry if registry is not None else CollectorRegistry(auto_describe=False)
         StepwatchMetrics(self.state, self.registry)
@@ -128,6 +129,15 @@ class Collector:
             await self.detection.client.stop()
         if self._recorder is not None:
             self._recorder.close()
+
+    def _request_window(self, job: str, rank: int, reason: str) -> bool:
+        """Ask a connected rank for a profiler window at its next step (a slowdown fired)."""
+        stream = self._ingest.streams.live(job).get(rank) if self._ingest is not None else None
+        sent = stream is not None and stream.send(
+            agent_pb2.Command(window_now=agent_pb2.WindowNow(reason=reason)))
+        log.info("stepwatch collector: %s window of job=%s rank=%d for %s",
+                 "asked for a" if sent else "could not ask for a", job, rank, reason)
+        return sent
 
     def housekeeping(self) -> list:
         """One tick at ``clock()``: expire -> forget -> detect; returns the expired (job, rank) keys."""

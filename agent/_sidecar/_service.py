@@ -109,12 +109,14 @@ class Sidecar:
             self.nvml.set_gpu(record.msg.uuid)
 
     def _on_command(self, command: agent_pb2.Command) -> None:
-        """Sender thread: forward a capture request to the trainer."""
+        """Sender thread: forward a capture or window request to the trainer."""
         if command.HasField("capture_trace"):
             capture = command.capture_trace
             LOG.info("collector asks for a trace of %d steps (%s)", capture.steps,
                      capture.request_id)
             self.channel.send(contract.capture(capture.request_id, capture.steps))
+        elif command.HasField("window_now"):
+            self.channel.send(contract.window_now(command.window_now.reason))
 
     def _on_eof(self, reason: str) -> None:
         self.request_stop(reason)

@@ -140,13 +140,15 @@ def diagnose(r: Optional[_Rank], since: float) -> Optional[Diagnosis]:
         pb, pa = _phases(wb), _phases(wa)
         nb, na = _named(wb), _named(wa)
         top = max(na, key=lambda n: na[n] - nb.get(n, 0.0), default=None)
-        detail = ""
-        if top is not None and na[top] - nb.get(top, 0.0) > 0:
-            new = "" if top in nb else ", new"
-            detail = f"{_short(top)} +{(na[top] - nb.get(top, 0.0)) * 1e3:.1f} ms{new}"
+        grew = (na[top] - nb.get(top, 0.0)) * 1e3 if top is not None else 0.0
         phases = sorted(((p, (pa[p] - pb[p]) * 1e3) for p in _PHASES), key=lambda x: -x[1])
         for i, (p, d) in enumerate(phases):
-            found.append((p, d, detail if i == 0 else ""))
+            # The kernel/op that grew most, named on the phase that grew most when it accounts
+            # for a good part of it (windows do not say which phase a kernel ran in).
+            detail = ""
+            if i == 0 and grew > 0 and grew >= 0.25 * d:
+                detail = f"{_short(top)} +{grew:.1f} ms" + ("" if top in nb else ", new")
+            found.append((p, d, detail))
     ranked = sorted(found, key=lambda c: -_rank_key(c, step_delta))
     text = "; ".join(_fmt(c) for c in ranked[:3])
     if step_delta <= 0 or ranked[0][1] < _EXPLAINED * step_delta:

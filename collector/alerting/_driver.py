@@ -11,7 +11,7 @@ error and never reaches ingest.
 from __future__ import annotations
 
 import logging
-from typing import Iterable, Optional
+from typing import Callable, Iterable, Optional
 
 from stepwatch.agent.support import OnceLog
 from stepwatch.proto.stepwatch.v1 import agent_pb2
@@ -56,9 +56,13 @@ class Detection:
     prints its own report)."""
 
     def __init__(self, cfg: DetectionConfig, client: Optional[AlertmanagerClient] = None,
-                 log_changes: bool = True):
+                 log_changes: bool = True,
+                 request_window: Optional[Callable[[str, int, str], bool]] = None):
         self.cfg = cfg
         self._log_changes = log_changes
+        # (job, rank, reason) -> sent: ask a rank for a window now (live only), so a slowdown
+        # episode gets a profiler window after its onset soon
+        self._request_window = request_window
         self.engine = DetectionEngine(cfg)
         self.book = AlertBook(cfg.resolved_retention_s, cfg.resolve_hold_s, steps=self.engine.last_step)
         self.evidence = Evidence()
@@ -102,6 +106,10 @@ class Detection:
     def _update(self, now: float) -> None:
         self.engine.changed = False
         changes = self.book.update(now, self.engine.conditions())
+        for a in changes:
+            if a.state == "firing" and len(a.history) == 1 and a.alertname in SLOWDOWNS \
+                    and self._request_window is not None:
+                self._request_window(a.job, a.rank, a.alertname)
         changes = self._diagnose([a for a in changes if a.state == "firing"], changes)
         for a in changes if self._log_changes else ():
             log.warning("stepwatch alert %s %s: %s job=%s rank=%d: %s%s", a.state, a.severity, a.alertname,

@@ -31,6 +31,11 @@ def jobs(tmp_path_factory):
     procs = {cause: start_trainer(trainer_env(tmp, col.grpc, f"cause-{cause}", **env), "--steps", str(STEPS),
                                   *SMALL, "--cause", cause, "--cause-from-step", str(FROM), "--cause-ms", "12")
              for cause in CAUSES}
+    # Windows only every 256 steps (the first, at 256, is the discarded warm-up one; 512 is the
+    # last before the onset at 560): the collector's request after the alert brings one before 768.
+    procs["early"] = start_trainer(
+        trainer_env(tmp, col.grpc, "early", STEPWATCH_WINDOW_EVERY_STEPS=256, STEPWATCH_OVERHEAD_BUDGET=0.5),
+        "--steps", "760", *SMALL, "--cause", "backward", "--cause-from-step", "560", "--cause-ms", "12")
     try:
         for name, proc in procs.items():
             out, _ = proc.communicate(timeout=240)
@@ -61,6 +66,7 @@ def drift_alert(col, job):
 def test_the_diagnosis_names_the_injected_cause_first(jobs, cause):
     (alert,) = drift_alert(jobs, f"cause-{cause}")
     diagnosis = alert["diagnosis"]
+    print(f"\n{cause}: {alert['summary']}\n  why: {diagnosis}")
     assert diagnosis.startswith(CAUSES[cause] + " +"), diagnosis
     assert "no profiler window after the onset" not in diagnosis, diagnosis
     assert abs(alert["step"] - FROM) <= 60, alert
@@ -70,3 +76,13 @@ def test_the_diagnosis_names_the_injected_cause_first(jobs, cause):
 
 def test_a_healthy_job_raises_nothing(jobs):
     assert drift_alert(jobs, "healthy") == []
+
+
+def test_a_slowdown_alert_brings_an_early_window_that_completes_the_diagnosis(jobs):
+    (alert,) = drift_alert(jobs, "early")
+    windows = jobs.api("/api/jobs/early/windows")["ranks"][0]["windows"]
+    off_schedule = [w for w in windows if (w["first_step"] - 2) % 256]  # scheduled: 256k + 2
+    assert off_schedule, [w["first_step"] for w in windows]
+    assert alert["raised_step"] <= off_schedule[0]["first_step"] <= alert["raised_step"] + 10, (alert, off_schedule)
+    assert alert["diagnosis"].startswith("backward +"), alert["diagnosis"]
+    assert "no profiler window after the onset" not in alert["diagnosis"]

@@ -326,12 +326,20 @@ class TraceRef(_message.Message):
     def __init__(self, request_id: _Optional[str] = ..., path: _Optional[str] = ..., bytes: _Optional[int] = ..., first_step: _Optional[int] = ..., last_step: _Optional[int] = ..., error: _Optional[str] = ...) -> None: ...
 
 class Command(_message.Message):
-    __slots__ = ("ack", "capture_trace")
+    __slots__ = ("ack", "capture_trace", "window_now")
     ACK_FIELD_NUMBER: _ClassVar[int]
     CAPTURE_TRACE_FIELD_NUMBER: _ClassVar[int]
+    WINDOW_NOW_FIELD_NUMBER: _ClassVar[int]
     ack: Ack
     capture_trace: CaptureTrace
-    def __init__(self, ack: _Optional[_Union[Ack, _Mapping]] = ..., capture_trace: _Optional[_Union[CaptureTrace, _Mapping]] = ...) -> None: ...
+    window_now: WindowNow
+    def __init__(self, ack: _Optional[_Union[Ack, _Mapping]] = ..., capture_trace: _Optional[_Union[CaptureTrace, _Mapping]] = ..., window_now: _Optional[_Union[WindowNow, _Mapping]] = ...) -> None: ...
+
+class WindowNow(_message.Message):
+    __slots__ = ("reason",)
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    reason: str
+    def __init__(self, reason: _Optional[str] = ...) -> None: ...
 
 class Ack(_message.Message):
     __slots__ = ("seq",)
