@@ -58,12 +58,16 @@ class Stream:
 
     def __init__(self, chan, first: agent_pb2.AgentMessage):
         self._out: queue.Queue = queue.Queue()
+        self.commands: list = []
         self._out.put(first)
         self._replies = agent_pb2_grpc.AgentServiceStub(chan).Connect(iter(self._out.get, None), timeout=60)
 
     def send(self, batch: agent_pb2.Batch) -> None:
         self._out.put(agent_pb2.AgentMessage(batch=batch))
         reply = next(self._replies)
+        while reply.HasField("window_now"):  # asked for a window after a slowdown alert
+            self.commands.append(reply)
+            reply = next(self._replies)
         assert reply.ack.seq == batch.seq, reply
 
     def close(self) -> None:
@@ -94,6 +98,8 @@ def run_live(running) -> list:
             streams[rank].close()
     clock.now = end
     running.loop.call(_tick(col))
+    # The rank whose slowdown fired was asked for a profiler window, once.
+    assert [c.window_now.reason for c in streams[1].commands] == ["StepwatchThroughputDrift"]
     return col.detection.book.snapshot()
 
 
