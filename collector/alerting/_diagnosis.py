@@ -22,7 +22,7 @@ from typing import Optional
 
 from stepwatch.proto.stepwatch.v1 import agent_pb2
 
-__all__ = ["Evidence", "Diagnosis", "diagnose"]
+__all__ = ["Evidence", "Diagnosis", "diagnose", "compare_windows", "fmt"]
 
 _BLOCK = 10
 _BLOCKS_KEPT = 600        # 6,000 steps of step-time blocks
@@ -89,6 +89,9 @@ def _median(values) -> Optional[float]:
 
 
 def _per_step(w: agent_pb2.WindowSummary) -> float:
+    """1 / the number of profiled steps (from the breakdown: span / step time)."""
+    if w.span_s > 0 and w.breakdown.step_time_s > 0:
+        return w.breakdown.step_time_s / w.span_s
     return 1.0 / max(1, w.last_step - w.first_step + 1)
 
 
@@ -136,21 +139,9 @@ def diagnose(r: Optional[_Rank], since: float) -> Optional[Diagnosis]:
     w_after = [w for w in r.windows if w.start_time_s >= since]
     complete = bool(w_before and w_after)
     if complete:
-        wb, wa = w_before[-1], w_after[-1]
-        pb, pa = _phases(wb), _phases(wa)
-        nb, na = _named(wb), _named(wa)
-        top = max(na, key=lambda n: na[n] - nb.get(n, 0.0), default=None)
-        grew = (na[top] - nb.get(top, 0.0)) * 1e3 if top is not None else 0.0
-        phases = sorted(((p, (pa[p] - pb[p]) * 1e3) for p in _PHASES), key=lambda x: -x[1])
-        for i, (p, d) in enumerate(phases):
-            # The kernel/op that grew most, named on the phase that grew most when it accounts
-            # for a good part of it (windows do not say which phase a kernel ran in).
-            detail = ""
-            if i == 0 and grew > 0 and grew >= 0.25 * d:
-                detail = f"{_short(top)} +{grew:.1f} ms" + ("" if top in nb else ", new")
-            found.append((p, d, detail))
+        found.extend(compare_windows(w_before[-1], w_after[-1]))
     ranked = sorted(found, key=lambda c: -_rank_key(c, step_delta))
-    text = "; ".join(_fmt(c) for c in ranked[:3])
+    text = "; ".join(fmt(c) for c in ranked[:3])
     if step_delta <= 0 or ranked[0][1] < _EXPLAINED * step_delta:
         text = f"no measured contributor explains the {step_delta:+.1f} ms/step; " + text
     tail = [_clocks(r.gpu, since), _retries(r.alloc, since)]
@@ -160,6 +151,23 @@ def diagnose(r: Optional[_Rank], since: float) -> Optional[Diagnosis]:
     return Diagnosis(text, tuple(ranked), step_delta, complete)
 
 
+def compare_windows(wb: agent_pb2.WindowSummary, wa: agent_pb2.WindowSummary) -> list[tuple[str, float, str]]:
+    """Phase changes per step (ms) from window ``wb`` to ``wa``, largest first; the phase that
+    grew most names the kernel/op that grew most when it accounts for >= 25% of it (windows
+    do not say which phase a kernel ran in)."""
+    pb, pa = _phases(wb), _phases(wa)
+    nb, na = _named(wb), _named(wa)
+    top = max(na, key=lambda n: na[n] - nb.get(n, 0.0), default=None)
+    grew = (na[top] - nb.get(top, 0.0)) * 1e3 if top is not None else 0.0
+    out = []
+    for i, (p, d) in enumerate(sorted(((p, (pa[p] - pb[p]) * 1e3) for p in _PHASES), key=lambda x: -x[1])):
+        detail = ""
+        if i == 0 and grew > 0 and grew >= 0.25 * d:
+            detail = f"{_short(top)} +{grew:.1f} ms" + ("" if top in nb else ", new")
+        out.append((p, d, detail))
+    return out
+
+
 def _rank_key(c: tuple, step_delta: float) -> float:
     """Named contributors before "other" (the unattributed rest) and host CPU (which overlaps
     the phases) unless those explain much more."""
@@ -167,7 +175,7 @@ def _rank_key(c: tuple, step_delta: float) -> float:
     return delta * (0.5 if name in ("other", "host CPU") else 1.0)
 
 
-def _fmt(c: tuple) -> str:
+def fmt(c: tuple) -> str:
     name, delta, detail = c
     return f"{name} {delta:+.1f} ms/step" + (f" ({detail})" if detail else "")
 
