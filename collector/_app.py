@@ -21,6 +21,7 @@ import logging
 import os
 import signal
 import time
+import uuid
 from typing import Callable, Optional
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
@@ -63,7 +64,8 @@ class Collector:
         self.settings, self.clock = settings, clock
         self.state = CollectorState(settings.agent_grace_s, windows_kept=settings.windows_kept)
         client = AlertmanagerClient.from_settings(settings, clock) if settings.alertmanager_url else None
-        self.detection = Detection(settings.detection, client, request_window=self._request_window)
+        self.detection = Detection(settings.detection, client, request_window=self._request_window,
+                                   request_trace=self._request_trace)
         self.pipeline = Pipeline(self.state, [self.detection])
         self.registry = registry if registry is not None else CollectorRegistry(auto_describe=False)
         StepwatchMetrics(self.state, self.registry)
@@ -138,6 +140,18 @@ class Collector:
         log.info("stepwatch collector: %s window of job=%s rank=%d for %s",
                  "asked for a" if sent else "could not ask for a", job, rank, reason)
         return sent
+
+    def _request_trace(self, job: str, rank: int, steps: int) -> Optional[str]:
+        """Ask a connected rank for a full trace of its next ``steps`` steps; the request id."""
+        stream = self._ingest.streams.live(job).get(rank) if self._ingest is not None else None
+        request_id = f"alert-{uuid.uuid4().hex[:16]}"
+        command = agent_pb2.Command(capture_trace=agent_pb2.CaptureTrace(request_id=request_id, steps=steps))
+        if stream is None or not stream.send(command):
+            return None
+        self.state.traces.open(request_id, job, steps, [rank], self.clock())
+        log.info("stepwatch collector: trace %s of job=%s rank=%d (%d steps) after a slowdown alert",
+                 request_id, job, rank, steps)
+        return request_id
 
     def housekeeping(self) -> list:
         """One tick at ``clock()``: expire -> forget -> detect; returns the expired (job, rank) keys."""

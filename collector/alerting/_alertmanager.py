@@ -37,8 +37,9 @@ def payload(alerts: list[Alert], now: float, resend_s: float, generator_url: str
                 "annotations": {"summary": a.summary, "severity": a.severity,
                                 "step": "" if a.step is None else str(a.step),
                                 "raised_step": "" if a.raised_step is None else str(a.raised_step)}}
-        if a.diagnosis:
-            item["annotations"]["diagnosis"] = a.diagnosis
+        for name in ("diagnosis", "trace"):
+            if getattr(a, name):
+                item["annotations"][name] = getattr(a, name)
         if generator_url:
             item["generatorURL"] = generator_url
         out.append(item)

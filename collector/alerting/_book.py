@@ -54,6 +54,7 @@ class Alert:
     absent_since: Optional[float] = None  # condition gone, resolving once the hold has passed
     diagnosis: str = ""     # why (slowdown alerts): what changed between before and after onset
     diagnosis_complete: bool = False  # a profiler window after the onset was compared
+    trace: str = ""         # the trace captured when it fired: request id, then host:path
 
     @property
     def key(self) -> tuple:
@@ -70,7 +71,8 @@ class Alert:
     def to_json(self) -> dict:
         # The page shows the first 12 keys as columns: the diagnosis is among them.
         return {"alertname": self.alertname, "severity": self.severity, "job": self.job, "rank": self.rank,
-                "state": self.state, "summary": self.summary, "diagnosis": self.diagnosis, "step": self.step,
+                "state": self.state, "summary": self.summary, "diagnosis": self.diagnosis, "trace": self.trace,
+                "step": self.step,
                 "raised_step": self.raised_step, "starts_at": iso(self.starts_at),
                 "fired_at": iso(self.fired_at) if self.fired_at else None,
                 "ends_at": iso(self.ends_at) if self.ends_at else None, "ratio": self.ratio,
@@ -135,13 +137,15 @@ class AlertBook:
             a.history.append((now, a.severity))
             out.append(_copy(a))
 
-    def annotate(self, key: tuple, diagnosis: str, complete: bool) -> Optional[Alert]:
-        """Set the diagnosis of the live alert ``key``; a copy when it changed, else None."""
+    def annotate(self, key: tuple, **fields) -> Optional[Alert]:
+        """Set ``diagnosis``, ``diagnosis_complete`` or ``trace`` of the live alert ``key``; a
+        copy when something changed, else None."""
         with self._lock:
             a = self._live.get(key)
-            if a is None or (a.diagnosis == diagnosis and a.diagnosis_complete == complete):
+            if a is None or all(getattr(a, k) == v for k, v in fields.items()):
                 return None
-            a.diagnosis, a.diagnosis_complete = diagnosis, complete
+            for k, v in fields.items():
+                setattr(a, k, v)
             return _copy(a)
 
     def snapshot(self) -> list[Alert]:

@@ -57,12 +57,17 @@ class Detection:
 
     def __init__(self, cfg: DetectionConfig, client: Optional[AlertmanagerClient] = None,
                  log_changes: bool = True,
-                 request_window: Optional[Callable[[str, int, str], bool]] = None):
+                 request_window: Optional[Callable[[str, int, str], bool]] = None,
+                 request_trace: Optional[Callable[[str, int, int], Optional[str]]] = None):
         self.cfg = cfg
         self._log_changes = log_changes
         # (job, rank, reason) -> sent: ask a rank for a window now (live only), so a slowdown
         # episode gets a profiler window after its onset soon
         self._request_window = request_window
+        # (job, rank, steps) -> request id or None: a full trace of the next steps (live only)
+        self._request_trace = request_trace
+        self._traced_at: dict[str, float] = {}      # job -> data time of its last alert trace
+        self._trace_alerts: dict[str, tuple] = {}   # request id -> alert key
         self.engine = DetectionEngine(cfg)
         self.book = AlertBook(cfg.resolved_retention_s, cfg.resolve_hold_s, steps=self.engine.last_step)
         self.evidence = Evidence()
@@ -74,6 +79,10 @@ class Detection:
     def on_batch(self, hello: agent_pb2.Hello, batch: agent_pb2.Batch, now: float) -> None:
         try:
             self.evidence.on_batch(hello, batch, now)
+            for ref in batch.traces:
+                key = self._trace_alerts.pop(ref.request_id, None)
+                if key is not None:
+                    self.book.annotate(key, trace=f"{hello.host}:{ref.path}" if ref.path else f"error: {ref.error}")
             feed_batch(self.engine, hello.job, hello.rank, batch)
             if self.engine.changed:
                 self._update(now)
@@ -107,15 +116,31 @@ class Detection:
         self.engine.changed = False
         changes = self.book.update(now, self.engine.conditions())
         for a in changes:
-            if a.state == "firing" and len(a.history) == 1 and a.alertname in SLOWDOWNS \
-                    and self._request_window is not None:
-                self._request_window(a.job, a.rank, a.alertname)
+            if a.state == "firing" and len(a.history) == 1 and a.alertname in SLOWDOWNS:
+                self._on_slowdown(a, now)
         changes = self._diagnose([a for a in changes if a.state == "firing"], changes)
         for a in changes if self._log_changes else ():
             log.warning("stepwatch alert %s %s: %s job=%s rank=%d: %s%s", a.state, a.severity, a.alertname,
                         a.job, a.rank, a.summary, f" [why: {a.diagnosis}]" if a.diagnosis else "")
         if self.client is not None and changes:
             self.client.submit(changes)
+
+    def _on_slowdown(self, a: Alert, now: float) -> None:
+        """A slowdown episode fired: ask the rank for a window now and, at most once per job per
+        ``trace_every_s``, for a full trace whose reference is attached to the alert."""
+        if self._request_window is not None:
+            self._request_window(a.job, a.rank, a.alertname)
+        last = self._traced_at.get(a.job)
+        if self._request_trace is None or not self.cfg.trace_steps or \
+                (last is not None and now - last < self.cfg.trace_every_s):
+            return
+        request_id = self._request_trace(a.job, a.rank, int(self.cfg.trace_steps))
+        if request_id:
+            self._traced_at[a.job] = now
+            self._trace_alerts[request_id] = a.key
+            self.book.annotate(a.key, trace=f"requested {request_id}")
+            if len(self._trace_alerts) > 1000:  # never answered: forget the oldest
+                self._trace_alerts.pop(next(iter(self._trace_alerts)))
 
     def _diagnose(self, alerts: list[Alert], changes: Optional[list[Alert]] = None) -> list[Alert]:
         """Attach (or complete) the diagnosis of firing slowdown alerts; returns ``changes``
@@ -128,7 +153,7 @@ class Detection:
             d = diagnose(self.evidence.rank(a.job, a.rank), a.starts_at)
             if d is None:
                 continue
-            new = self.book.annotate(a.key, d.text, d.complete)
+            new = self.book.annotate(a.key, diagnosis=d.text, diagnosis_complete=d.complete)
             if new is not None:
                 updated.append(new)
         by_key = {u.key: u for u in updated}

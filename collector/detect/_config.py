@@ -116,6 +116,8 @@ class DetectionConfig:
     resolved_retention_s: float = _n(3600.0, "resolved alerts listed on /api/alerts this long")
     resolve_hold_s: float = _n(120.0, "an alert resolves only once its condition has been absent "
                                "this long; back within it, the same episode goes on")
+    trace_steps: int = _n(5, "steps of a full trace captured when a slowdown alert fires (0: none)")
+    trace_every_s: float = _n(3600.0, "at most one such trace per job this often")
     drift: DriftConfig = section(DriftConfig, "throughput drift")
     straggler: StragglerConfig = section(StragglerConfig, "straggler rank")
     memory: MemoryConfig = section(MemoryConfig, "allocator and memory leaks")

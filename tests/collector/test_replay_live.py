@@ -59,13 +59,21 @@ class Stream:
     def __init__(self, chan, first: agent_pb2.AgentMessage):
         self._out: queue.Queue = queue.Queue()
         self.commands: list = []
+        self.answered = False
         self._out.put(first)
         self._replies = agent_pb2_grpc.AgentServiceStub(chan).Connect(iter(self._out.get, None), timeout=60)
 
     def send(self, batch: agent_pb2.Batch) -> None:
+        """Send a batch (with the trace of an earlier capture request, as an agent would) and
+        wait for its ack; window and capture requests arriving meanwhile are kept."""
+        for request in self.commands:
+            if request.HasField("capture_trace") and not self.answered:
+                batch.traces.add(request_id=request.capture_trace.request_id, path="/traces/rank1.json.gz",
+                                 first_step=1, last_step=5)
+                self.answered = True
         self._out.put(agent_pb2.AgentMessage(batch=batch))
         reply = next(self._replies)
-        while reply.HasField("window_now"):  # asked for a window after a slowdown alert
+        while reply.HasField("window_now") or reply.HasField("capture_trace"):
             self.commands.append(reply)
             reply = next(self._replies)
         assert reply.ack.seq == batch.seq, reply
@@ -98,8 +106,12 @@ def run_live(running) -> list:
             streams[rank].close()
     clock.now = end
     running.loop.call(_tick(col))
-    # The rank whose slowdown fired was asked for a profiler window, once.
-    assert [c.window_now.reason for c in streams[1].commands] == ["StepwatchThroughputDrift"]
+    # The rank whose slowdown fired was asked for a profiler window and a trace, once each;
+    # the trace it sent is attached to the alert.
+    kinds = [c.WhichOneof("payload") for c in streams[1].commands]
+    assert sorted(kinds) == ["capture_trace", "window_now"], kinds
+    drift = [a for a in col.detection.book.snapshot() if a.alertname == "StepwatchThroughputDrift"]
+    assert drift[0].trace == "node-a:/traces/rank1.json.gz", drift[0].trace
     return col.detection.book.snapshot()
 
 
