@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import threading
 import time
 import warnings
 
@@ -90,10 +91,12 @@ def parse(argv=None):
     p.add_argument("--slow-rank", type=int, default=-1,
                    help="only this rank slows down (-1: all); the sleep happens inside the DataLoader "
                         "fetch, like a slow input pipeline on one node")
-    p.add_argument("--cause", choices=("backward", "dataloader", "optimizer"),
-                   help="from --cause-from-step on, add --cause-ms of work: extra matrix products "
-                        "in the backward pass, a sleep in the data loader, or a sleep before the "
-                        "optimizer step (inside Optimizer.step)")
+    p.add_argument("--cause", choices=CAUSES,
+                   help="from --cause-from-step on, about --cause-ms more per step: extra matrix "
+                        "products in the backward or forward pass, a sleep in the data loader, inside "
+                        "Optimizer.step, or in the loop before it, many tiny operators (launch-bound), "
+                        "a busy Python thread beside training, or the for-loop optimizer "
+                        "(slow_optimizer; --cause-ms unused)")
     p.add_argument("--cause-from-step", type=int, default=0)
     p.add_argument("--cause-ms", type=float, default=5.0)
     p.add_argument("--manual-update", action="store_true",
@@ -135,16 +138,29 @@ class _Slowdown:
         return loader
 
 
+CAUSES = ("backward", "forward", "dataloader", "optimizer", "loop_sleep", "small_ops", "cpu_thread",
+          "slow_optimizer")
+
+
 class _Cause:
     """Injected slowdown causes for the diagnosis tests (``--cause``), active once ``done()``
     reaches ``--cause-from-step``."""
 
-    def __init__(self, args, done, params, optimizers, loader):
+    def __init__(self, args, done, params, optimizers, loader, model):
         self.on = lambda: args.cause is not None and done() + 1 >= args.cause_from_step
         self.seconds = args.cause_ms / 1000.0
+        self.a = torch.randn(256, 256)
         if args.cause == "backward":
-            self.a = torch.randn(256, 256)
             params[-2].register_hook(self._burn)
+        elif args.cause == "forward":
+            model.register_forward_hook(lambda *_: self._burn(None))
+        elif args.cause == "small_ops":
+            model.register_forward_hook(lambda *_: self._small_ops())
+        elif args.cause == "cpu_thread":
+            threading.Thread(target=self._spin, daemon=True).start()
+        elif args.cause == "slow_optimizer":
+            self._optimizers = optimizers
+            optimizers[0].register_step_pre_hook(self._unfuse)
         elif args.cause == "optimizer":
             optimizers[0].register_step_pre_hook(self._sleep)
         elif args.cause == "dataloader":
@@ -161,8 +177,33 @@ class _Cause:
         if self.on():
             time.sleep(self.seconds)
 
+    def _small_ops(self):
+        """Tiny operators, each dominated by dispatch overhead, for about ``--cause-ms``."""
+        if self.on():
+            x, end = torch.ones(4), time.perf_counter() + self.seconds
+            while time.perf_counter() < end:
+                for _ in range(50):
+                    x = x + 1
+
+    def _spin(self):
+        """A Python thread beside training that holds the GIL in short bursts."""
+        while True:
+            if self.on():
+                end = time.perf_counter() + 0.002
+                while time.perf_counter() < end:
+                    pass
+            time.sleep(0.002)
+
+    def _unfuse(self, *_):
+        """From the cause step on, the single-tensor (for-loop) optimizer implementation."""
+        if self.on():
+            for opt in self._optimizers:
+                for group in opt.param_groups:
+                    group["foreach"] = False
+                    group["fused"] = False
+
     def _burn(self, grad):
-        """Matrix products for about ``--cause-ms`` inside the backward pass."""
+        """Matrix products for about ``--cause-ms`` (in the backward or forward pass)."""
         if self.on():
             end = time.perf_counter() + self.seconds
             while time.perf_counter() < end:
@@ -195,7 +236,7 @@ def main(argv=None) -> None:
                         multiprocessing_context="fork" if args.workers else None)
     loss_fn = nn.CrossEntropyLoss()
     done = 0
-    cause = _Cause(args, lambda: done, params, optimizers, loader)
+    cause = _Cause(args, lambda: done, params, optimizers, loader, model)
     slow = _Slowdown(args, int(os.environ.get("RANK", "0")))
     loader = slow.wrap(loader)
     for tokens in loader:
@@ -207,6 +248,8 @@ def main(argv=None) -> None:
         loss.backward()
         if args.step_sleep_s:
             time.sleep(args.step_sleep_s)
+        if args.cause == "loop_sleep" and cause.on():
+            time.sleep(cause.seconds)  # host work between backward and the optimizer step
         if args.manual_update:
             with torch.no_grad():
                 for p in params:
