@@ -83,6 +83,10 @@ def test_a_slowdown_alert_brings_an_early_window_that_completes_the_diagnosis(jo
     windows = jobs.api("/api/jobs/early/windows")["ranks"][0]["windows"]
     off_schedule = [w for w in windows if (w["first_step"] - 2) % 256]  # scheduled: 256k + 2
     assert off_schedule, [w["first_step"] for w in windows]
-    assert alert["raised_step"] <= off_schedule[0]["first_step"] <= alert["raised_step"] + 10, (alert, off_schedule)
+    # The request travels collector -> sidecar -> trainer (read at its 0.2 s pipe flushes) and the
+    # raise step itself lags the trainer by a flush or two: a few seconds at most, well before
+    # the next scheduled window at 768.
+    assert alert["raised_step"] <= off_schedule[0]["first_step"] <= alert["raised_step"] + 60 < 768, \
+        (alert, off_schedule)
     assert alert["diagnosis"].startswith("backward +"), alert["diagnosis"]
     assert "no profiler window after the onset" not in alert["diagnosis"]
