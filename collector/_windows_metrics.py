@@ -66,21 +66,26 @@ class WindowMetrics(Collector):
 
 def _collect_stats(ranks: list[RankState]) -> tuple:
     overhead = GaugeMetricFamily("stepwatch_agent_overhead_ratio",
-                                 "Share of wall time since attach spent on profiler windows and export, 0-1.",
+                                 "Share of wall time since attach spent on profiler windows (after the "
+                                 "warm-up one), captures and their export, 0-1.",
                                  labels=RANK_LABELS)
     windows = CounterMetricFamily("stepwatch_windows", "Profiler windows taken by the agent (warm-up window included).",
                                   labels=RANK_LABELS)
     skips = CounterMetricFamily("stepwatch_window_skips", "Profiler windows the agent did not take, by reason.",
                                 labels=list(RANK_LABELS) + ["reason"])
+    warmup = GaugeMetricFamily("stepwatch_agent_window_warmup_seconds",
+                               "One-time cost of the agent's warm-up profiler window (not in the overhead ratio).",
+                               labels=RANK_LABELS)
     for st in ranks:
         if st.stats is None:
             continue
         labels = rank_labels(st)
         overhead.add_metric(labels, st.stats.overhead_ratio)
+        warmup.add_metric(labels, st.stats.window_warmup_s)
         windows.add_metric(labels, st.stats.windows)
         for reason, n in skip_reasons(dict(st.stats.window_skips)):
             skips.add_metric(labels + [reason], n)
-    return overhead, windows, skips
+    return overhead, warmup, windows, skips
 
 
 def skip_reasons(skips: dict) -> list[tuple[str, int]]:

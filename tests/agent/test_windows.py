@@ -72,13 +72,33 @@ def test_budget_stretches_the_period(tmp_path):
     run_steps(sched, clock, 1, 32)
     # 8 steps cannot hold a window (1 warm-up + 3 recorded) twice over: 16 is the floor.
     assert sched.period() == 16
-    # The window itself is slow: each of its boundaries takes 0.2 s instead of 0.01 s.
-    run_steps(sched, clock, 33, 36, step_s=0.2)
-    assert len(windows(out)) == 1
-    cost = windows(out)[0]["overhead_s"]
+    # The warm-up window (at 32) is slow, 1 s a step: kept apart, it stretches nothing.
+    run_steps(sched, clock, 33, 36, step_s=1.0)
+    assert sched.period() == 16 and sched.total_cost_s == 0
+    assert sched.warmup_cost_s == pytest.approx(4 * 1.0 - 4 * 0.01, rel=0.01)
+    run_steps(sched, clock, 37, 48)
+    # The next window (at 48) is slow too: each of its boundaries takes 0.2 s, not 0.01 s.
+    run_steps(sched, clock, 49, 52, step_s=0.2)
+    assert len(windows(out)) == 2
+    cost = windows(out)[1]["overhead_s"]
     assert cost == pytest.approx(4 * 0.2 - 4 * 0.01, rel=0.01)
     # cost / (budget * step) = 0.76 / (0.01 * 0.01) = 7600 -> next power of two
     assert sched.period() == 8192
+
+
+def test_a_one_minute_job_gets_an_analysed_window_despite_a_costly_warm_up(tmp_path):
+    """63 s at 40 ms steps with windows every 10 s: the warm-up window (1.5 s of profiler
+    start-up) is discarded and does not stretch the period, so a reported window follows."""
+    sched, out, clock = make(tmp_path, window_interval_s=10)
+    step, slow = 0, set()
+    while clock.now - 1000.0 < 63:
+        step += 1
+        run_steps(sched, clock, step, step, step_s=0.5 if step in slow else 0.04)
+        if sched.profiling() and sched.windows == 0 and not slow:
+            slow.update(range(step + 1, step + 4))  # the warm-up window's steps are slow
+    got = windows(out)
+    assert [w["discard"] for w in got][:2] == [True, False], got
+    assert sched.overhead_ratio < 0.005 < sched.warmup_cost_s / 63  # the figure the budget governs
 
 
 def test_interval_sets_the_period_from_step_time(tmp_path):
