@@ -6,7 +6,7 @@ import logging
 from typing import Callable, Iterable
 
 from .. import contract
-from ._log import LOG, OnceLog
+from ._log import LOG
 from ._thread import Service
 from ._records import Record, RecordError, parse_line
 

@@ -11,7 +11,6 @@ flusher seals the last batch, the sender delivers it. The caller's thread waits 
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
 from typing import Iterable, Optional

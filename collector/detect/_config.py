@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from stepwatch.agent.settings import (SettingsError, at_least, describe, load_section,
+from stepwatch.agent.settings import (at_least, describe, load_section,
                                       non_negative, option, section)
 
 __all__ = ["DetectionConfig", "DriftConfig", "StragglerConfig", "MemoryConfig", "GpuConfig",

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import sys
 from typing import Optional, Sequence
 
 __all__ = ["main", "build_parser", "COMMANDS"]
