@@ -118,6 +118,9 @@ class StepwatchMetrics(Collector):
                                   value=c["batches_duplicate"])
         yield CounterMetricFamily("stepwatch_collector_decode_errors", "Agent messages that failed protobuf decoding.",
                                   value=c["decode_errors"])
+        yield CounterMetricFamily("stepwatch_collector_nonfinite_records",
+                                  "Agent records dropped at ingest for a NaN or infinite number.",
+                                  value=c["nonfinite_records"])
         rejected = CounterMetricFamily("stepwatch_collector_streams_rejected", "Agent streams rejected, by reason.",
                                        labels=["reason"])
         for reason, n in sorted(c["streams_rejected"].items()):

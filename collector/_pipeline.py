@@ -1,6 +1,7 @@
 """The collector's data flow, in one place.
 
     ingest (gRPC stream) --connect/batch/disconnect--> Pipeline
+        -> drop records with non-finite numbers (counted)
         -> CollectorState.apply_batch (duplicates stop here)
         -> listeners, in order: Detection (alerting), Recorder (optional)
     housekeeping(now): expire gone ranks -> listeners forget them -> Detection.tick
@@ -19,6 +20,7 @@ from typing import Sequence
 
 from stepwatch.proto.stepwatch.v1 import agent_pb2
 
+from ._sanitize import drop_nonfinite
 from ._state import CollectorState, RankKey
 
 __all__ = ["Pipeline"]
@@ -42,7 +44,11 @@ class Pipeline:
         return key
 
     def batch(self, key: RankKey, hello: agent_pb2.Hello, batch: agent_pb2.Batch, now: float) -> bool:
-        """Apply one batch; listeners see it only when it was new (not a resent duplicate)."""
+        """Apply one batch; listeners see it only when it was new (not a resent duplicate).
+        Records with non-finite numbers are dropped and counted first."""
+        dropped = drop_nonfinite(batch)
+        if dropped:
+            self.state.count_nonfinite(dropped)
         if not self.state.apply_batch(key, hello.session_id, batch, now):
             return False
         for call in self._each("on_batch"):

@@ -147,12 +147,17 @@ class CollectorState:
         self.batches_received = 0
         self.batches_duplicate = 0
         self.decode_errors = 0
+        self.nonfinite_records = 0
         self.records_dropped = 0
         self.streams_rejected = {r: 0 for r in ("unauthenticated", "no_hello", "invalid_hello", "malformed")}
 
     def reject(self, reason: str) -> None:
         with self._lock:
             self.streams_rejected[reason] = self.streams_rejected.get(reason, 0) + 1
+
+    def count_nonfinite(self, n: int) -> None:
+        with self._lock:
+            self.nonfinite_records += n
 
     def count_decode_error(self) -> None:
         with self._lock:
@@ -270,6 +275,7 @@ class CollectorState:
         with self._lock:
             return {"streams_accepted": self.streams_accepted, "batches_received": self.batches_received, "batches_duplicate": self.batches_duplicate,
                     "decode_errors": self.decode_errors, "records_dropped": self.records_dropped,
+                    "nonfinite_records": self.nonfinite_records,
                     "streams_rejected": dict(self.streams_rejected)}
 
 

@@ -1,0 +1,53 @@
+"""Non-finite numbers stop at ingest: a record carrying NaN or infinity in any floating-point
+field (nested messages included) is dropped before state, detection or export see it, and
+counted (``stepwatch_collector_nonfinite_records_total``). The batch's own stats keep their
+counts; a non-finite overhead ratio there is cleared.
+"""
+
+from __future__ import annotations
+
+import math
+
+from google.protobuf.descriptor import FieldDescriptor
+from google.protobuf.message import Message
+
+from stepwatch.proto.stepwatch.v1 import agent_pb2
+
+__all__ = ["drop_nonfinite"]
+
+_FLOATS = (FieldDescriptor.TYPE_DOUBLE, FieldDescriptor.TYPE_FLOAT)
+_RECORDS = ("steps", "allocator", "gpu_samples", "host", "events", "windows", "traces")
+
+
+def _repeated(field: FieldDescriptor) -> bool:
+    flag = getattr(field, "is_repeated", None)  # protobuf >= 6; `label` before (gone in 7)
+    return flag if flag is not None else field.label == FieldDescriptor.LABEL_REPEATED
+
+
+def _finite(msg: Message) -> bool:
+    for field, value in msg.ListFields():
+        values = value if _repeated(field) else (value,)
+        if field.type in _FLOATS:
+            if not all(math.isfinite(v) for v in values):
+                return False
+        elif field.type == FieldDescriptor.TYPE_MESSAGE and not field.message_type.GetOptions().map_entry:
+            if not all(_finite(v) for v in values):
+                return False
+    return True
+
+
+def drop_nonfinite(batch: agent_pb2.Batch) -> int:
+    """Remove, in place, every record of ``batch`` with a non-finite number; return how many."""
+    dropped = 0
+    for name in _RECORDS:
+        records = getattr(batch, name)
+        kept = [r for r in records if _finite(r)]
+        if len(kept) != len(records):
+            dropped += len(records) - len(kept)
+            del records[:]
+            records.extend(kept)
+    if batch.HasField("stats") and not math.isfinite(batch.stats.overhead_ratio):
+        batch.stats.ClearField("overhead_ratio")
+    if batch.HasField("stats") and not math.isfinite(batch.stats.window_warmup_s):
+        batch.stats.ClearField("window_warmup_s")
+    return dropped

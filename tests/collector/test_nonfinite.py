@@ -1,0 +1,33 @@
+"""Non-finite numbers never reach state, detection or /metrics: such records are dropped and
+counted at ingest (real collector, real gRPC)."""
+
+from __future__ import annotations
+
+import math
+
+from collector_testlib import batch, hello, step
+
+from stepwatch.proto.stepwatch.v1 import agent_pb2, agent_pb2_grpc
+
+NAN, INF = float("nan"), float("inf")
+
+
+def test_nan_and_inf_records_are_dropped_and_counted(collector):
+    bad = batch(1, steps=[step(1), step(2, duration=NAN), step(3, duration=INF)],
+                allocator=[agent_pb2.AllocatorSample(time_s=NAN, allocated_bytes=1, reserved_bytes=2,
+                                                     device_total_bytes=10)],
+                host=[agent_pb2.HostSample(time_s=1.7e9, cpu_seconds=INF, resident_memory_bytes=1 << 30),
+                      agent_pb2.HostSample(time_s=1.7e9 + 1, cpu_seconds=1.0, resident_memory_bytes=1 << 30)],
+                windows=[agent_pb2.WindowSummary(window_id=1, first_step=1, last_step=3, gpu_busy_ratio=NAN)],
+                stats=agent_pb2.AgentStats(overhead_ratio=NAN, windows=1))
+    with collector.channel() as chan:
+        acks = list(agent_pb2_grpc.AgentServiceStub(chan).Connect(iter([hello(), bad]), timeout=10))
+    assert [a.ack.seq for a in acks] == [1]  # acked: nothing is resent forever
+    text = collector.get("/metrics")[2].decode()
+    samples = [line for line in text.splitlines() if not line.startswith("#")]
+    assert not [line for line in samples if line.endswith((" NaN", " +Inf", " -Inf"))]
+    (st,) = collector.collector.state.snapshot()
+    assert st.steps_total == 1 and st.allocator is None and st.host.cpu_seconds == 1.0 and not st.windows
+    assert st.stats.windows == 1 and math.isfinite(st.stats.overhead_ratio)
+    assert collector.collector.state.counters()["nonfinite_records"] == 5
+    assert "stepwatch_collector_nonfinite_records_total 5.0" in text
