@@ -68,6 +68,8 @@ class Detection:
         self._request_trace = request_trace
         self._traced_at: dict[str, float] = {}      # job -> data time of its last alert trace
         self._trace_alerts: dict[str, tuple] = {}   # request id -> alert key
+        # (job, rank) -> {session_id: ["host pid N", open streams]} (a reconnect overlaps streams)
+        self._live: dict[tuple, dict] = {}
         self.engine = DetectionEngine(cfg)
         self.book = AlertBook(cfg.resolved_retention_s, cfg.resolve_hold_s, steps=self.engine.last_step)
         self.evidence = Evidence()
@@ -76,6 +78,30 @@ class Detection:
         self._once = OnceLog(log)
 
     # -- listener ---------------------------------------------------------------------------
+    def on_connect(self, hello: agent_pb2.Hello, now: float) -> None:
+        live = self._live.setdefault((hello.job, hello.rank), {})
+        live.setdefault(hello.session_id, [f"{hello.host} pid {hello.pid}", 0])[1] += 1
+        self._sessions(hello, live, now)
+
+    def on_disconnect(self, hello: agent_pb2.Hello, now: float) -> None:
+        live = self._live.get((hello.job, hello.rank), {})
+        entry = live.get(hello.session_id)
+        if entry is not None:
+            entry[1] -= 1
+            if entry[1] <= 0:
+                del live[hello.session_id]
+        self._sessions(hello, live, now)
+        if not live:
+            self._live.pop((hello.job, hello.rank), None)
+
+    def _sessions(self, hello: agent_pb2.Hello, live: dict, now: float) -> None:
+        try:
+            self.engine.sessions(hello.job, hello.rank, {s: who for s, (who, _) in live.items()}, now)
+            if self.engine.changed:
+                self._update(now)
+        except Exception as exc:  # noqa: BLE001 - detection must never break ingest
+            self._log(exc)
+
     def on_batch(self, hello: agent_pb2.Hello, batch: agent_pb2.Batch, now: float) -> None:
         try:
             self.evidence.on_batch(hello, batch, now)

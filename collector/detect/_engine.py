@@ -15,7 +15,7 @@ from ._drift import DriftDetector
 from ._liveness import RankLiveness, throttle_condition
 from ._memory import MemoryDetector
 from ._straggler import StragglerDetector
-from ._types import AllocatorPoint, Condition, GpuPoint, HostPoint
+from ._types import WARNING, AllocatorPoint, Condition, GpuPoint, HostPoint
 
 __all__ = ["DetectionEngine"]
 
@@ -109,8 +109,22 @@ class DetectionEngine:
         live.connected = connected
         live.disconnected_at = None if connected else disconnected_at
 
+    def sessions(self, job: str, rank: int, live: dict, now: float) -> None:
+        """The agent sessions connected as ``rank`` of ``job`` (``{session_id: "host pid N"}``).
+        More than one is a misconfigured job (launcher without RANK, re-imported scripts): their
+        steps would add up under one rank, so it is an alert."""
+        conds = []
+        if len(live) > 1:
+            who = ", ".join(sorted(live.values()))[:300]
+            conds.append(Condition(
+                "StepwatchDuplicateRank", job, rank, WARNING,
+                f"{len(live)} agent sessions report as rank {rank} of job {job} ({who}); their steps add "
+                f"up under one rank: give each process its own RANK (or attach(job=...))", now))
+        self._sync(("dup", job, rank), conds)
+
     def forget(self, job: str, rank: int) -> None:
         """Drop a rank (expired in the collector); its conditions end."""
+        self._sync(("dup", job, rank), [])
         r = self._ranks.pop((job, rank), None)
         if r is None:
             return

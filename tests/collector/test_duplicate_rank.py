@@ -1,0 +1,56 @@
+"""Two live agent sessions claiming one (job, rank) raise StepwatchDuplicateRank (real gRPC);
+a reconnect of the same session does not; the alert resolves once one session is gone."""
+
+from __future__ import annotations
+
+import queue
+import time
+
+from collector_testlib import batch, hello, step
+
+from stepwatch.collector.detect import parse_detection
+from stepwatch.proto.stepwatch.v1 import agent_pb2_grpc
+
+
+class Stream:
+    def __init__(self, chan, first):
+        self.out: queue.Queue = queue.Queue()
+        self.out.put(first)
+        self.replies = agent_pb2_grpc.AgentServiceStub(chan).Connect(iter(self.out.get, None), timeout=30)
+
+    def send(self, msg):
+        self.out.put(msg)
+        return next(self.replies)
+
+    def close(self):
+        self.out.put(None)
+        list(self.replies)
+
+
+def dup_alerts(col):
+    return [a for a in col.collector.detection.book.snapshot() if a.alertname == "StepwatchDuplicateRank"]
+
+
+def test_two_sessions_as_one_rank_raise_the_duplicate_alert(start_collector):
+    col = start_collector(detection=parse_detection({"resolve_hold_s": 0}))
+    with col.channel() as chan:
+        a = Stream(chan, hello(rank=1, session="sa", pid=100))
+        a.send(batch(1, steps=[step(1)]))
+        again = Stream(chan, hello(rank=1, session="sa", pid=100))  # a reconnect overlapping the old stream
+        again.send(batch(2, steps=[step(2)]))
+        assert dup_alerts(col) == []
+        b = Stream(chan, hello(rank=1, session="sb", pid=200))  # a second process as rank 1
+        b.send(batch(1, steps=[step(1)]))
+        (alert,) = dup_alerts(col)
+        assert alert.state == "firing" and alert.rank == 1
+        assert "2 agent sessions report as rank 1 of job j" in alert.summary
+        assert "pid 100" in alert.summary and "pid 200" in alert.summary
+        a.close()  # the old stream of session sa ends; its reconnect still runs: still two sessions
+        time.sleep(0.3)
+        assert dup_alerts(col)[0].state == "firing"
+        b.close()
+        deadline = time.monotonic() + 5
+        while dup_alerts(col)[0].state != "resolved":
+            assert time.monotonic() < deadline, dup_alerts(col)
+            time.sleep(0.05)
+        again.close()
