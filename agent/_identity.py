@@ -42,13 +42,30 @@ def _job_name(env: Mapping[str, str], argv0: str) -> str:
     return "default"
 
 
+def _rank_from_local(env: Mapping[str, str], local_rank: int) -> int:
+    """No global rank set (Lightning's and accelerate's launchers, mp.spawn scripts set only
+    LOCAL_RANK, NODE_RANK, WORLD_SIZE): NODE_RANK x processes per node + LOCAL_RANK, the
+    processes per node from LOCAL_WORLD_SIZE, else WORLD_SIZE / NUM_NODES; on node 0 (or
+    without NODE_RANK) LOCAL_RANK itself."""
+    node = _first_int(env, ("NODE_RANK", "GROUP_RANK"), 0)
+    if node == 0:
+        return local_rank
+    per_node = _first_int(env, ("LOCAL_WORLD_SIZE",), 0)
+    if per_node <= 0:
+        world, nodes = _first_int(env, ("WORLD_SIZE",), 0), _first_int(env, ("NUM_NODES",), 0)
+        per_node = world // nodes if world > 0 and nodes > 0 else 0
+    return node * per_node + local_rank if per_node > 0 else local_rank
+
+
 def identity_from_env(job: Optional[str] = None, env: Optional[Mapping[str, str]] = None,
                       argv0: Optional[str] = None) -> Identity:
     """Resolve identity; ``job`` (already validated) overrides the launcher's name."""
     env = os.environ if env is None else env
     argv0 = sys.argv[0] if argv0 is None else argv0
-    rank = _first_int(env, ("RANK", "SLURM_PROCID", "JOB_COMPLETION_INDEX", "OMPI_COMM_WORLD_RANK"), 0)
     local_rank = _first_int(env, ("LOCAL_RANK", "SLURM_LOCALID", "OMPI_COMM_WORLD_LOCAL_RANK"), 0)
+    rank = _first_int(env, ("RANK", "SLURM_PROCID", "JOB_COMPLETION_INDEX", "OMPI_COMM_WORLD_RANK"), -1)
+    if rank < 0:
+        rank = _rank_from_local(env, local_rank)
     world = _first_int(env, ("WORLD_SIZE", "SLURM_NTASKS", "OMPI_COMM_WORLD_SIZE"), 1)
     host = env.get("NODE_NAME") or socket.gethostname()
     return Identity(job or _job_name(env, argv0), rank, local_rank, world, host)

@@ -52,3 +52,16 @@ def test_identity_from_torchrun_slurm_and_default():
                             argv0="/app/train.py")
     assert (k8s.job, k8s.rank) == ("train", 4)
     assert identity_from_env("explicit", env={}, argv0="a.py").job == "explicit"
+
+
+def test_rank_without_a_global_rank_comes_from_the_local_one():
+    """Lightning's DDP launcher and mp.spawn scripts set LOCAL_RANK (and NODE_RANK) but not RANK:
+    two processes must not both report rank 0."""
+    ranks = [identity_from_env(env={"LOCAL_RANK": str(r), "NODE_RANK": "0", "WORLD_SIZE": "2"}, argv0="t.py").rank
+             for r in (0, 1)]
+    assert ranks == [0, 1]
+    second_node = {"LOCAL_RANK": "1", "NODE_RANK": "1", "WORLD_SIZE": "8"}
+    assert identity_from_env(env=dict(second_node, LOCAL_WORLD_SIZE="4"), argv0="t.py").rank == 5
+    assert identity_from_env(env=dict(second_node, NUM_NODES="2"), argv0="t.py").rank == 5
+    assert identity_from_env(env={"RANK": "3", "LOCAL_RANK": "1"}, argv0="t.py").rank == 3  # RANK wins
+    assert identity_from_env(env={}, argv0="t.py").rank == 0
