@@ -52,6 +52,11 @@ class Agent:
         import torch
 
         _cupti_teardown(torch)
+        # Kineto logs two "USDT ... profiler_start/stop" lines on the trainer's stderr for every
+        # window (~2,900 a day per rank at defaults); 6 is above its highest level. A user's own
+        # KINETO_LOG_LEVEL wins. (Kineto also stops printing its errors; the agent notices a
+        # window without GPU events itself.)
+        os.environ.setdefault("KINETO_LOG_LEVEL", "6")
         self.settings, self.identity = settings, identity
         self.session_id = uuid.uuid4().hex
         self.hook_errors = 0

@@ -90,3 +90,19 @@ def test_trace_capture_on_command(collector_factory, tmp_path):
     finally:
         trainer.kill()
         trainer.wait()
+
+
+def test_windows_print_nothing_on_the_trainers_stderr(collector_factory, tmp_path):
+    """Kineto's per-window "USDT ... profiler_start/stop" lines are silenced by the agent (it
+    sets KINETO_LOG_LEVEL unless the user did); the windows are still taken."""
+    col = collector_factory()
+    env = trainer_env(tmp_path, col.grpc, "quiet", STEPWATCH_WINDOW_EVERY_STEPS=16,
+                      STEPWATCH_OVERHEAD_BUDGET=0.5)
+    env.pop("KINETO_LOG_LEVEL", None)
+    run = run_trainer(env, "--steps", "120", "--d-model", "16", "--layers", "1")
+    col.wait_value("stepwatch_steps_total", 120, training_job="quiet")
+    deadline = time.monotonic() + 20
+    while (col.value("stepwatch_windows_total", training_job="quiet") or 0) < 4:
+        assert time.monotonic() < deadline, "no windows taken"
+        time.sleep(0.2)
+    assert "USDT" not in run.stderr and "profiler_start" not in run.stderr, run.stderr[-2000:]
