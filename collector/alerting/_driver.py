@@ -70,6 +70,9 @@ class Detection:
         self._trace_alerts: dict[str, tuple] = {}   # request id -> alert key
         # (job, rank) -> {session_id: ["host pid N", open streams]} (a reconnect overlaps streams)
         self._live: dict[tuple, dict] = {}
+        # ranks with a firing slowdown whose diagnosis still lacks a window after its onset: only
+        # their window batches are checked (one set lookup per batch for everyone else)
+        self._incomplete: set[tuple] = set()
         self.engine = DetectionEngine(cfg)
         self.book = AlertBook(cfg.resolved_retention_s, cfg.resolve_hold_s, steps=self.engine.last_step)
         self.evidence = Evidence()
@@ -112,8 +115,13 @@ class Detection:
             feed_batch(self.engine, hello.job, hello.rank, batch)
             if self.engine.changed:
                 self._update(now)
-            if batch.windows:  # a window after an onset completes that rank's diagnoses
-                self._diagnose([a for a in self.book.firing() if (a.job, a.rank) == (hello.job, hello.rank)])
+            rank = (hello.job, hello.rank)
+            if batch.windows and rank in self._incomplete:  # a window after an onset completes it
+                mine = [a for a in self.book.firing() if (a.job, a.rank) == rank and a.alertname in SLOWDOWNS]
+                self._diagnose(mine)
+                if all(a.diagnosis_complete for a in self.book.firing()
+                       if (a.job, a.rank) == rank and a.alertname in SLOWDOWNS):
+                    self._incomplete.discard(rank)
         except Exception as exc:  # noqa: BLE001 - detection must never break ingest
             self._log(exc)
 
@@ -121,6 +129,7 @@ class Detection:
         keys = list(keys)
         for job, rank in keys:
             self.engine.forget(job, rank)
+            self._incomplete.discard((job, rank))
         self.evidence.forget(keys)
 
     def tick(self, now: float, connections: Iterable[tuple]) -> None:
@@ -154,6 +163,7 @@ class Detection:
     def _on_slowdown(self, a: Alert, now: float) -> None:
         """A slowdown episode fired: ask the rank for a window now and, at most once per job per
         ``trace_every_s``, for a full trace whose reference is attached to the alert."""
+        self._incomplete.add((a.job, a.rank))
         if self._request_window is not None:
             self._request_window(a.job, a.rank, a.alertname)
         last = self._traced_at.get(a.job)
