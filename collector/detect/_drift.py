@@ -13,14 +13,25 @@ near the old level comes again.
 
 Every ``block_steps`` kept steps the block median's log joins a lag queue; blocks leave it
 into the baseline (median and 1.4826*MAD of the last ``baseline_steps``) only while no drift
-is flagged, so a lasting regression does not become the new normal. A one-sided CUSUM on the
-log ratio (allowance half the ``info_ratio`` shift, each block's contribution clipped at
-``log(pause_ratio)``) starts a candidate change. It is raised when the CUSUM run has lasted
-``min_duration_steps`` (below the warning level: ``info_duration_steps``, and the level must
-have stepped up at the onset, so a slow wobble is not raised), the sustained level — the median of the blocks since the estimated
-onset — is at least ``info_ratio`` above baseline, and stands ``z_min`` standard errors out.
-The onset is the maximum-likelihood change point of a mean shift of that level among the
-blocks of the run, so a pause or a noisy block before the change does not pull it early.
+is flagged, so a lasting regression does not become the new normal. Two tests raise:
+
+- Against the baseline: a one-sided CUSUM on the log ratio (allowance half the ``info_ratio``
+  shift, each block's contribution clipped at ``log(pause_ratio)``) starts a candidate change.
+  The onset is the maximum-likelihood change point of a mean shift among the blocks of the run,
+  so a pause or a noisy block before the change does not pull it early. It is raised once the
+  run has lasted ``min_duration_steps`` and the sustained level (the median of the blocks since
+  the onset) is at least 0.9x ``warning_ratio`` above baseline with its lower confidence bound
+  (``z_min`` standard errors) above ``info_ratio``: the onset is picked where the shift looks
+  largest, so a few noisy blocks alone must not pass. Below warning this test never raises: a
+  slow wobble of a job's speed reaches a few percent against a lagged baseline.
+- A local step: the median of the last ``info_duration_steps`` of kept blocks (for a jump of
+  ``warning_ratio``: the last 2 x ``min_duration_steps``) against the median of the 20 blocks
+  before them, at a fixed split, so the jump is measured rather than selected. A jump of 0.8x
+  the ratio that also stands ``z_min`` standard errors out, on two blocks running, with the new
+  level at least a third of ``info_ratio`` above baseline, raises. A wobble moves the level
+  little between two windows this close, and a change in a wobble's trough (small against the
+  baseline) still jumps. The reference is then the level before the jump (the summary says "vs
+  the level before"), which the alert's ratio and its clearing use.
 
 Severity (info / warning / critical) follows the sustained level with hysteresis: it goes
 down a level only below 0.8x that level's threshold. The condition clears once the level of
@@ -44,6 +55,9 @@ _MAX_RUN_BLOCKS = 2000  # blocks of a CUSUM run kept for the onset estimate
 _RAISE = 0.9  # an estimate this close to info_ratio raises: a change of exactly info_ratio
 # sits at the threshold half the time
 _JUMP_BLOCKS = 20  # blocks before the onset that must sit below the new level (info only)
+_JUMP_RAISE = 0.8  # a local jump this close to the ratio raises (it is measured, not selected)
+_BEFORE_BLOCKS = 20  # the local jump test's reference: this many blocks before the last ones
+_SUSTAINED_BLOCKS = 50  # the sustained level: median of at most this many blocks since onset
 
 
 class DriftDetector:
@@ -60,8 +74,9 @@ class DriftDetector:
         self._lag_blocks = math.ceil(cfg.baseline_lag_steps / b)
         self._base: collections.deque = collections.deque(maxlen=max(1, cfg.baseline_steps // b))
         self._min_base = max(2, math.ceil(cfg.min_baseline_steps / b))
-        self._recent: collections.deque = collections.deque(maxlen=self._n)
-        self._history: collections.deque = collections.deque(maxlen=_JUMP_BLOCKS + _MAX_RUN_BLOCKS)
+        self._recent: collections.deque = collections.deque(maxlen=self._n)  # log block medians
+        self._n_jump_warn = 2 * self._n
+        self._history: collections.deque = collections.deque(maxlen=_MAX_RUN_BLOCKS)
         self._block: list[float] = []
         self._block_start: Optional[tuple[int, float]] = None
         self._k = math.log1p(cfg.info_ratio) / 2
@@ -75,6 +90,9 @@ class DriftDetector:
         self._level_moved = False
         self._quiet = 0
         self._onset: Optional[tuple[int, float]] = None
+        self._ref: Optional[float] = None  # log level the active condition is measured against
+        self._since: collections.deque = collections.deque(maxlen=_SUSTAINED_BLOCKS)
+        self._jump_hits = 0
         self.pauses: dict[str, int] = {}
         self.condition: Optional[Condition] = None
         self.baseline_s: Optional[float] = None
@@ -127,6 +145,9 @@ class DriftDetector:
             if self.condition is None:
                 self._base.append(old)
                 self._mu = None  # recomputed below
+        self._history.append((start[0], start[1], y))
+        if self.condition is not None:
+            self._since.append(y)
         if len(self._base) < self._min_base:
             return False
         if self._mu is None:
@@ -140,82 +161,94 @@ class DriftDetector:
             self._run.clear()
         else:
             self._run.append((start[0], start[1], d, raw))
-        self._recent.append(raw)
-        self._history.append((start[0], raw))
+        self._recent.append(y)
         return self._judge()
 
-    def _estimate_onset(self, level: float) -> int:
-        """Index in the run of the maximum-likelihood start of a shift of ``level``."""
+    def _estimate_onset(self, items: list, ref: float, level: float) -> int:
+        """Index in ``items`` ((step, time, y) or run entries) of the maximum-likelihood start
+        of a shift of ``level`` above ``ref`` (log units)."""
         best, best_i, total = -math.inf, 0, 0.0
-        items = list(self._run)
         level = min(level, self._clip)
         for i in range(len(items) - 1, -1, -1):
-            total += items[i][2] - level / 2
+            total += min(items[i][2] - ref, self._clip) - level / 2
             if total > best:
                 best, best_i = total, i
         return best_i
-
-    def _sustained(self, start: int) -> float:
-        """Median log level of the run's blocks from index ``start`` on (at most the last 50)."""
-        items = list(self._run)[start:][-50:]
-        return median(raw for _, _, _, raw in items) if items else 0.0
 
     def _judge(self) -> bool:
         cfg, old = self.cfg, self.condition
         if len(self._recent) < self._n:
             return False
-        recent = median(self._recent)
         if old is None:
-            if len(self._run) < self._n or recent < _RAISE * math.log1p(cfg.info_ratio) / 2:
+            found = self._by_cusum() or self._by_jump()
+            if found is None:
                 return False
-            onset = self._estimate_onset(recent)
-            level = self._sustained(onset)
-            blocks = len(self._run) - onset
-            # Below the warning level a shift must last longer: a slow wobble of the job's
-            # speed reaches a few percent for a while, a real change stays.
-            small = level < math.log1p(cfg.warning_ratio)
-            need = self._n_info if small else self._n
-            info = _RAISE * math.log1p(cfg.info_ratio)
-            if blocks < need or level < cfg.z_min * 1.25 * self._sigma / math.sqrt(blocks):
-                return False
-            if small:
-                # Below warning the evidence is the step at the onset: the level must jump by
-                # info_ratio against the blocks just before (a slow wobble does not jump, and a
-                # change in a wobble's trough still does) and sit above baseline.
-                jump = level - self._before(self._run[onset][0])
-                if jump < info or level < info / 2:
-                    return False
-            elif level < info:
-                return False
-            self._onset, self._quiet = self._run[onset][:2], 0
+            self._ref, self._onset = found
+            self._since = collections.deque((y for s, _, y in self._history if s >= self._onset[0]),
+                                            maxlen=_SUSTAINED_BLOCKS)
+            self._quiet, self._jump_hits = 0, 0
         else:
+            recent = median(self._recent) - self._ref
             self._quiet = self._quiet + 1 if recent < 0.6 * math.log1p(cfg.info_ratio) else 0
             if self._quiet >= self._clear_blocks:
-                self.condition, self._onset = None, None
+                self.condition, self._onset, self._ref = None, None, None
                 self._run.clear()
                 self._cusum = 0.0
                 return True
-            level = self._sustained(self._onset_index())
-        return self._set(level, old)
+        return self._set(median(self._since) - self._ref, old)
+
+    def _by_cusum(self) -> Optional[tuple[float, tuple[int, float]]]:
+        """(reference, onset) of a shift against the baseline found by the CUSUM run, or None."""
+        cfg, mu = self.cfg, self._mu
+        if len(self._run) < self._n or median(self._recent) - mu < _RAISE * math.log1p(cfg.info_ratio) / 2:
+            return None
+        run = [(s, t, raw + mu) for s, t, _, raw in self._run]
+        onset = self._estimate_onset(run, mu, median(self._recent) - mu)
+        level = median(y for _, _, y in run[onset:][-_SUSTAINED_BLOCKS:]) - mu
+        blocks = len(run) - onset
+        # Below the warning level the baseline test does not raise: a slow wobble of the job's
+        # speed reaches a few percent against a lagged baseline; the local jump test decides.
+        # The onset is chosen where the shift looks largest, so a few noisy blocks can look like
+        # one: the level's lower confidence bound must clear info_ratio as well.
+        bound = level - cfg.z_min * 1.25 * self._sigma / math.sqrt(blocks)
+        if blocks < self._n or level < math.log1p(cfg.warning_ratio) * _RAISE \
+                or bound < math.log1p(cfg.info_ratio):
+            return None
+        return mu, run[onset][:2]
+
+    def _by_jump(self) -> Optional[tuple[float, tuple[int, float]]]:
+        """(level before, onset) of a local step up, or None: the last blocks' median against
+        the median of the _BEFORE_BLOCKS before them (two blocks running)."""
+        cfg, hist, hit = self.cfg, self._history, None
+        for after, ratio in ((self._n_jump_warn, cfg.warning_ratio), (self._n_info, cfg.info_ratio)):
+            if len(hist) < after + _BEFORE_BLOCKS:
+                continue
+            items = list(hist)[-(after + _BEFORE_BLOCKS):]
+            ref = median(y for _, _, y in items[:_BEFORE_BLOCKS])
+            level = median(y for _, _, y in items[_BEFORE_BLOCKS:])
+            jump = level - ref
+            se = 1.25 * self._sigma * math.sqrt(1 / after + 1 / _BEFORE_BLOCKS)
+            if jump < _JUMP_RAISE * math.log1p(ratio) or jump < cfg.z_min * se \
+                    or level - self._mu < math.log1p(cfg.info_ratio) / 3:
+                continue
+            hit = ref, items[self._estimate_onset(items, ref, jump)][:2]
+            break
+        self._jump_hits = self._jump_hits + 1 if hit else 0
+        return hit if self._jump_hits >= 2 else None
 
     def _before(self, step: int) -> float:
-        """Median level of the blocks just before ``step`` (0 when none are known)."""
-        before = [raw for s, raw in self._history if s < step][-_JUMP_BLOCKS:]
-        return median(before) if before else 0.0
-
-    def _onset_index(self) -> int:
-        for i, (step, _, _, _) in enumerate(self._run):
-            if step >= self._onset[0]:
-                return i
-        return 0
+        """Median log level of the blocks just before ``step`` (the baseline when none are known)."""
+        before = [y for s, _, y in self._history if s < step][-_JUMP_BLOCKS:]
+        return median(before) if before else self._mu
 
     def _set(self, level: float, old: Optional[Condition]) -> bool:
         cfg = self.cfg
         shift = math.expm1(max(level, 0.0))
         severity = _severity(shift, cfg, old.severity if old is not None else None)
         step, since = self._onset
-        base_ms = self.baseline_s * 1e3
-        summary = (f"step time {shift:+.1%} vs baseline ({base_ms:.1f} ms -> {base_ms * (1 + shift):.1f} ms) "
+        base_ms = math.exp(self._ref) * 1e3
+        against = "vs baseline" if self._ref == self._mu else "vs the level before"
+        summary = (f"step time {shift:+.1%} {against} ({base_ms:.1f} ms -> {base_ms * (1 + shift):.1f} ms) "
                    f"since step {step:,}")
         self.condition = Condition("StepwatchThroughputDrift", self.job, self.rank, severity, summary,
                                    since, step, cfg.for_s, ratio=1 + shift)

@@ -61,6 +61,19 @@ def test_three_percent_is_raised_at_info_within_600_steps(seed):
     assert 1.02 <= episode.ratio <= 1.045  # the sustained level, not one noisy block
 
 
+@pytest.mark.parametrize("seed", range(3))
+def test_three_percent_in_a_wobble_trough_is_raised_against_the_level_before(seed):
+    # A +-1.5% wobble (period 5000 steps) at its trough when +3% lands: against the lagged
+    # 3000-step baseline the new level is only about +1.5%; the local jump test still sees +3%.
+    import math
+    steps = series(40 + seed, AT + 700, Phenomena(wobble=0.0), ("step", 0.03), AT)
+    steps = [t * (1 - 0.015 * math.cos(2 * math.pi * (i - AT) / 5000)) for i, t in enumerate(steps, 1)]
+    (episode,) = drift(run(steps)[1])
+    assert episode.raised_step - AT <= 600 and abs(episode.step - AT) <= 150
+    assert episode.severity == "info" and 1.02 <= episode.ratio <= 1.045, episode.summary
+    assert "vs the level before" in episode.summary
+
+
 def test_warning_to_critical_is_one_episode_with_its_history():
     # +7% for 1500 steps, then +15%: one change that grows, one alert.
     base = series(5, AT + 3000, Phenomena(), ("step", 0.07), AT)
