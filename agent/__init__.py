@@ -3,7 +3,7 @@
 Importing this package is cheap (torch is imported by attach()).
 """
 
-from ._api import Agent, attach, detach, step
+from ._api import Agent, attach, detach, mark, pause, step
 from .settings import SettingsError
 
-__all__ = ["attach", "step", "detach", "Agent", "SettingsError"]
+__all__ = ["attach", "step", "mark", "pause", "detach", "Agent", "SettingsError"]

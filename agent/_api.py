@@ -11,6 +11,7 @@ failing disables itself.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import logging
 import os
 import subprocess
@@ -18,7 +19,7 @@ import sys
 import tempfile
 import time
 import uuid
-from typing import Any, Optional
+from typing import Any, Iterator, Optional
 
 from . import contract
 from ._dataloader import DataLoaderTimer
@@ -152,6 +153,15 @@ class Agent:
         self.tracker.on_explicit_step(samples, tokens)
         self._after_step()
 
+    def mark(self, kind: str) -> None:
+        self._guard(self.tracker.mark, contract.phase_name(kind))
+
+    def open_phase(self, kind: str) -> None:
+        self._guard(self.tracker.open_phase, contract.phase_name(kind))
+
+    def close_phase(self) -> None:
+        self._guard(self.tracker.close_phase)
+
     def _on_silent(self, batches: int) -> None:
         """DataLoader watchdog (training thread): batches keep coming with no step boundary."""
         if not self._active:
@@ -278,6 +288,30 @@ def step(samples: Optional[int] = None, tokens: Optional[int] = None) -> None:
     """
     if _agent is not None:
         _agent.explicit_step(samples, tokens)
+
+
+def mark(kind: str) -> None:
+    """Mark the step now running as containing a phase ``kind`` ("checkpoint", "log", ...):
+    the collector counts it as a pause of that kind (``stepwatch_pauses_total{kind}``) and
+    leaves the step out of drift and straggler detection. Cheap; never raises; a no-op when
+    the agent is not attached. ``kind`` is made lower case ``[a-z0-9_]``, at most 32 chars."""
+    if _agent is not None:
+        _agent.mark(kind)
+
+
+@contextlib.contextmanager
+def pause(kind: str = "eval") -> Iterator[None]:
+    """``with agent.pause("eval"): evaluate()``: every step that overlaps the block (usually the
+    one step the evaluation delays) is marked as :func:`mark` does. Nests and never raises;
+    exceptions of the block pass through unchanged."""
+    agent = _agent
+    if agent is not None:
+        agent.open_phase(kind)
+    try:
+        yield
+    finally:
+        if agent is not None:
+            agent.close_phase()
 
 
 def detach() -> None:

@@ -49,6 +49,8 @@ class StepTracker:
         self._clock, self._wall = clock, wall
         self._profiling = profiling  # True while the agent's profiler window or capture is open
         self._profiled = False       # the step now running is (partly) profiled
+        self._phase: Optional[str] = None     # a phase marked during the step now running
+        self._open_phases: list[str] = []     # pause() blocks now open, innermost last
         self.steps = 0
         self.explicit = False
         self._leader: Optional[int] = None
@@ -95,7 +97,8 @@ class StepTracker:
         if batches > self._max_batches_per_step:  # gradient accumulation: several per step
             self._max_batches_per_step = batches
             self._dataloader.silent_after = max(self._dataloader.silent_after, 8 * batches)
-        extra = {"dataloader_wait_s": wait, "profiled": self._profiled}
+        extra = {"dataloader_wait_s": wait, "profiled": self._profiled, "phase": self._phase}
+        self._phase = self._open_phases[0] if self._open_phases else None  # still open: marks the next too
         samples = samples if samples is not None else self._samples
         tokens = tokens if tokens is not None else self._tokens
         if samples is not None:
@@ -118,6 +121,22 @@ class StepTracker:
         # The next step is profiled when a window is open during it, and also right after one
         # closed at this boundary: the trace export delays that step.
         self._profiled = before or self._profiling()
+
+    # -- phase marks -----------------------------------------------------------------------
+    def mark(self, kind: str) -> None:
+        """The step now running contains a phase ``kind`` (the first mark of a step wins)."""
+        if self._phase is None:
+            self._phase = kind
+
+    def open_phase(self, kind: str) -> None:
+        """A pause begins: this step and every step until :meth:`close_phase` are marked."""
+        self._open_phases.append(kind)
+        self.mark(kind)
+
+    def close_phase(self) -> None:
+        """The pause ended; the step it ends in stays marked (it paid for the pause)."""
+        if self._open_phases:
+            self._open_phases.pop()
 
     # -- CUDA -------------------------------------------------------------------------------
     def _find_device(self) -> None:

@@ -7,7 +7,7 @@ Trainer -> sidecar (the sidecar's stdin)::
     config  {"settings": {AgentSettings by name}, "trainer_pid": N, "hello": {Hello by name}}
     gpu     {"index", "uuid", "name", "total_memory_bytes"}
     step    {"step", "end_time_s", "duration_s", "clock": "host"|"cuda_event",
-             "dataloader_wait_s", "samples"?, "tokens"?, "profiled"?}
+             "dataloader_wait_s", "samples"?, "tokens"?, "profiled"?, "phase"?}
     alloc   {"time_s", "device", "device_total_bytes", AllocatorSample fields...}
     event   {"time_s", "kind", "message"}
     stats   {"records_dropped", "hook_errors", "windows", "window_skips": {reason: N},
@@ -36,7 +36,7 @@ from typing import Any, Iterator, List, Optional
 __all__ = ["CONFIG", "GPU", "STEP", "ALLOC", "EVENT", "STATS", "WINDOW", "TRACE", "BYE",
            "WINDOW_RESULT", "CAPTURE", "TRAINER_KINDS", "SIDECAR_KINDS", "MAX_LINE_BYTES",
            "encode", "decode", "read_lines", "LineSplitter", "safe_name", "label_problem",
-           "normalize_uuid", "ALLOC_STATS", "config", "gpu", "step",
+           "normalize_uuid", "phase_name", "ALLOC_STATS", "config", "gpu", "step",
            "alloc", "event", "stats", "window", "trace", "bye", "window_result", "capture",
            "window_now"]
 
@@ -154,6 +154,18 @@ def label_problem(value: Any) -> Optional[str]:
     return None
 
 
+MAX_PHASE_CHARS = 32
+_PHASE_UNSAFE = re.compile(r"[^a-z0-9_]")
+
+
+def phase_name(kind: Any) -> str:
+    """A marked phase's name as it goes on the wire and into the ``kind`` label: lower case,
+    every character outside ``[a-z0-9_]`` made "_", at most MAX_PHASE_CHARS; "pause" when
+    nothing is left ("Eval loop" -> "eval_loop")."""
+    name = _PHASE_UNSAFE.sub("_", str(kind).strip().lower())[:MAX_PHASE_CHARS].strip("_")
+    return name or "pause"
+
+
 def normalize_uuid(uuid: Any) -> str:
     """NVML style GPU id: torch reports "abcd-..." without NVML's "GPU-" prefix; "GPU-..." and
     MIG ids ("MIG-...") are kept as they are."""
@@ -179,12 +191,13 @@ def gpu(index: int, uuid: str, name: str, total_memory_bytes: int) -> dict:
 
 def step(step: int, end_time_s: float, duration_s: float, clock: str, dataloader_wait_s: float,
          samples: Optional[int] = None, tokens: Optional[int] = None,
-         profiled: bool = False) -> dict:
+         profiled: bool = False, phase: Optional[str] = None) -> dict:
     """``profiled``: the step ran inside the agent's own profiler window or capture (or paid
-    for its export), so its time is not the job's own."""
+    for its export), so its time is not the job's own. ``phase``: a phase the user or an
+    integration marked during the step (:func:`phase_name` form)."""
     return _record(STEP, step=step, end_time_s=end_time_s, duration_s=duration_s, clock=clock,
                    dataloader_wait_s=dataloader_wait_s, samples=samples, tokens=tokens,
-                   profiled=profiled or None)
+                   profiled=profiled or None, phase=phase or None)
 
 
 def alloc(time_s: float, device: int, device_total_bytes: int, stats: dict) -> dict:

@@ -186,7 +186,8 @@ class AlertMetrics(Collector):
             pauses = CounterMetricFamily(
                 "stepwatch_pauses", "Step-time outliers the drift detector recognised and left out, by "
                 "kind: stall (one slow step), pause (a run of slow steps: evaluation, checkpoint), "
-                "profiler (steps inside the agent's own profiler windows).",
+                "profiler (steps inside the agent's own profiler windows), or the kind the user or an "
+                "integration marked (agent.pause(\"eval\"), agent.mark(\"checkpoint\")).",
                 labels=("training_job", "rank", "kind"))
             for (job, rank), kinds in sorted(self._pauses().items()):
                 for kind, n in sorted(kinds.items()):

@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 from typing import Callable, Iterable, Optional
 
+from stepwatch.agent.contract import phase_name
 from stepwatch.agent.support import OnceLog
 from stepwatch.proto.stepwatch.v1 import agent_pb2
 
@@ -37,7 +38,7 @@ def feed_batch(engine: DetectionEngine, job: str, rank: int, batch: agent_pb2.Ba
     """Hand one batch's step, allocator, NVML and host samples to ``engine``."""
     for r in batch.steps:
         engine.step(job, rank, r.step, r.end_time_s, r.duration_s, _opt(r, "tokens"), r.dataloader_wait_s,
-                    profiled=r.profiled)
+                    profiled=r.profiled, phase=phase_name(r.phase) if r.phase else "")
     for a in batch.allocator:
         engine.allocator(job, rank, AllocatorPoint(a.time_s, a.allocated_bytes, a.reserved_bytes,
                                                    a.inactive_split_bytes, a.alloc_retries, a.ooms,

@@ -19,11 +19,15 @@ from ._types import WARNING, AllocatorPoint, Condition, GpuPoint, HostPoint
 
 __all__ = ["DetectionEngine"]
 
+_MAX_PHASE_KINDS = 8  # marked phase kinds per rank (a label each); more count as "other"
+
 
 class _Rank:
     def __init__(self, cfg: DetectionConfig, job: str, rank: int):
         self.seen = 0
         self.profiled = 0
+        self.marked: dict[str, int] = {}  # phase kind -> marked pause episodes
+        self.last_phase = ""
         self.ref_tokens: Optional[int] = None
         self.drift = DriftDetector(cfg.drift, job, rank)
         self.memory = MemoryDetector(cfg.memory, job, rank)
@@ -60,16 +64,28 @@ class DetectionEngine:
         self._owned[owner] = set(new)
 
     def step(self, job: str, rank: int, step: int, time: float, step_time_s: float,
-             tokens: Optional[int] = None, wait_s: float = 0.0, profiled: bool = False) -> None:
+             tokens: Optional[int] = None, wait_s: float = 0.0, profiled: bool = False,
+             phase: str = "") -> None:
         """One optimizer step of ``rank``: seconds, Unix end time; ``tokens`` normalises drift.
         A ``profiled`` step (the agent's own profiler was on) counts for liveness and as a
-        pause of kind "profiler", never for drift or stragglers."""
+        pause of kind "profiler", never for drift or stragglers. A step with a marked
+        ``phase`` (evaluation, checkpoint... marked by the user or an integration) is left out
+        the same way; a run of steps marked with one kind counts as one pause of that kind
+        (at most _MAX_PHASE_KINDS kinds per rank, later ones count as "other")."""
         r = self._rank(job, rank)
         r.live.step(step, time, step_time_s)
         r.memory.step = step
         r.seen += 1
+        if phase != r.last_phase:
+            if phase:
+                if phase not in r.marked and len(r.marked) >= _MAX_PHASE_KINDS:
+                    phase = "other"
+                r.marked[phase] = r.marked.get(phase, 0) + 1
+            r.last_phase = phase
         if profiled:
             r.profiled += 1
+            return
+        if phase:
             return
         if not self.cfg.enabled or r.seen <= self.cfg.warmup_steps:
             return
@@ -151,10 +167,13 @@ class DetectionEngine:
 
     def pauses(self) -> dict[tuple, dict[str, int]]:
         """``{(job, rank): {kind: count}}``: pause episodes the drift detector left out
-        ("stall": one step, "pause": several) and steps the agent profiled ("profiler")."""
+        ("stall": one step, "pause": several), steps the agent profiled ("profiler") and
+        marked phases (their kind: "eval", "checkpoint", ...)."""
         out = {}
         for key, r in list(self._ranks.items()):
             kinds = dict(r.drift.pauses)
+            for kind, n in r.marked.items():
+                kinds[kind] = kinds.get(kind, 0) + n
             if r.profiled:
                 kinds["profiler"] = r.profiled
             if kinds:

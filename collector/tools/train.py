@@ -102,6 +102,9 @@ def parse(argv=None):
     p.add_argument("--manual-update", action="store_true",
                    help="update the weights by hand (SGD) instead of optimizer.step(): the agent's "
                         "step hook never fires, like a fused or compiled step that bypasses it")
+    p.add_argument("--eval-every", type=int, default=0,
+                   help="every this many steps an evaluation pass, marked with agent.pause('eval')")
+    p.add_argument("--eval-s", type=float, default=0.5, help="host seconds each evaluation takes")
     p.add_argument("--no-agent", action="store_true")
     return p.parse_args(argv)
 
@@ -211,6 +214,15 @@ class _Cause:
         return grad
 
 
+def _evaluate(model, tokens, seconds: float, agent) -> None:
+    """An evaluation pass (a forward without gradients, then host time), marked as a pause."""
+    import contextlib
+    with agent.pause("eval") if agent is not None else contextlib.nullcontext():
+        with torch.no_grad():
+            model(tokens[:, :-1])
+        time.sleep(seconds)
+
+
 def main(argv=None) -> None:
     args = parse(argv)
     distributed = "RANK" in os.environ and int(os.environ.get("WORLD_SIZE", "1")) > 1
@@ -220,6 +232,7 @@ def main(argv=None) -> None:
         if args.device == "cuda" else torch.device("cpu")
     if device.type == "cuda":
         torch.cuda.set_device(device)
+    agent = None
     if not args.no_agent:
         from stepwatch import agent
         agent.attach(samples_per_step=args.batch, tokens_per_step=args.batch * args.seq)
@@ -260,6 +273,8 @@ def main(argv=None) -> None:
                 opt.step()
         done += 1
         slow.step_done(done)
+        if args.eval_every and done % args.eval_every == 0:
+            _evaluate(model, tokens, args.eval_s, None if args.no_agent else agent)
     if distributed:
         torch.distributed.destroy_process_group()
     print(f"trainer rank {os.environ.get('RANK', '0')}: {done} steps, last loss {loss.item():.3f}",

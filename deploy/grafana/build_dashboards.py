@@ -53,13 +53,23 @@ def variables(rank=True):
     return out
 
 
-def dashboard(uid, title, panels, rank=True):
+# Phases the user or an integration marked (agent.pause("eval"), agent.mark("checkpoint"), the
+# HF / Lightning callbacks) as annotations on the step-time graphs; the detector's own guesses
+# (stall, pause) and profiler steps are left out.
+MARKED_PHASES = {
+    "name": "Marked phases", "datasource": DATASOURCE, "enable": True, "iconColor": "purple",
+    "expr": f'sum by (training_job, kind) (increase(stepwatch_pauses_total{{{J}, kind!~"stall|pause|profiler"}}[1m])) > 0',
+    "step": "60s", "titleFormat": "{{kind}}", "textFormat": "{{training_job}}: {{kind}} marked",
+    "useValueForTime": False}
+
+
+def dashboard(uid, title, panels, rank=True, annotations=()):
     for i, p in enumerate(panels):
         p["id"] = i + 1
         p["gridPos"] = {"x": 12 * (i % 2), "y": 8 * (i // 2), "w": 12, "h": 8}
     return {"uid": uid, "title": title, "tags": ["stepwatch"], "editable": True, "schemaVersion": 39,
             "time": {"from": "now-1h", "to": "now"}, "refresh": "30s", "timezone": "",
-            "templating": {"list": variables(rank)}, "annotations": {"list": []},
+            "templating": {"list": variables(rank)}, "annotations": {"list": list(annotations)},
             "links": [{"type": "dashboards", "tags": ["stepwatch"], "title": "stepwatch", "asDropdown": True}],
             "panels": panels}
 
@@ -94,7 +104,7 @@ def job_overview():
         panel("Step time drift", "Job step time over its lagged 2-hour median (Prometheus recording rule; "
               "needs an hour of history). Alerts at 1.05 and 1.10.", "events",
               [(f"training_job:stepwatch_step_duration_seconds:drift_ratio{{{J}}}", "{{training_job}}")]),
-    ])
+    ], annotations=[MARKED_PHASES])
 
 
 def memory():

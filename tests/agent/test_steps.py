@@ -184,3 +184,23 @@ def test_silent_hook_watchdog_counts_batches_without_a_boundary():
         assert calls == [96]  # once
     finally:
         timer.uninstall()
+
+
+def test_phase_marks_reach_the_steps_they_overlap():
+    tracker, out, clock, loader = make()
+    loader.batches = 1
+    tracker.boundary()                       # step 1: ordinary
+    tracker.mark("checkpoint")
+    tracker.mark("log")                      # the first mark of a step wins
+    tracker.boundary()                       # step 2: checkpoint
+    tracker.open_phase("eval")
+    tracker.boundary()                       # step 3: a boundary inside the open pause
+    tracker.open_phase("inner")              # nested: the outermost names the steps
+    tracker.close_phase()
+    tracker.close_phase()
+    tracker.boundary()                       # step 4: the pause ended in it
+    tracker.boundary()                       # step 5: ordinary again
+    assert [r.get("phase") for r in steps(out)] == [None, "checkpoint", "eval", "eval", None]
+    tracker.close_phase()                    # an unmatched close is harmless
+    tracker.boundary()
+    assert "phase" not in steps(out)[-1]

@@ -29,6 +29,12 @@ def panels():
     return out
 
 
+def annotations():
+    """(dashboard file, annotation name, expr) of every Prometheus annotation query."""
+    return [(path.name, a["name"], a["expr"]) for path in sorted(DASHBOARDS.glob("*.json"))
+            for a in json.loads(path.read_text())["annotations"]["list"] if a.get("expr")]
+
+
 def substitute(expr: str, training_job: str, rank: str = ".*", rate_interval: str = "10s") -> str:
     """Grafana's variable expansion for the variables the dashboards use."""
     for var, value in (("$training_job", training_job), ("$rank", rank),

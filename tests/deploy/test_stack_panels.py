@@ -13,7 +13,7 @@ import urllib.request
 import pytest
 
 from _procs import run_trainer, trainer_env
-from dashboard_check import check_panels, panels
+from dashboard_check import annotations, check_panels, panels, query_range, substitute
 
 pytestmark = pytest.mark.skipif(
     not (shutil.which("prometheus") and shutil.which("prometheus-alertmanager")),
@@ -49,7 +49,10 @@ def test_stack_scrapes_collector_and_every_cpu_panel_has_data(stack, tmp_path):
     # window is discarded (warm-up), the ones at steps 64 and 96 feed the window gauges.
     env = trainer_env(tmp_path, stack.collector_grpc, "paneljob", STEPWATCH_WINDOW_EVERY_STEPS=32,
                       STEPWATCH_OVERHEAD_BUDGET=0.5)
-    run_trainer(env, "--steps", "120", "--workers", "1", "--step-sleep-s", "0.05", timeout=120)
+    # An evaluation after every 40th step, marked with agent.pause("eval"): the "Marked phases"
+    # annotation query must find them.
+    run_trainer(env, "--steps", "120", "--workers", "1", "--step-sleep-s", "0.05", "--eval-every", "40",
+                "--eval-s", "0.3", timeout=120)
     time.sleep(3)  # a few more scrapes after the last step
     query = urllib.parse.quote('stepwatch_windows_total{training_job="paneljob"}')
     windows = _get(f"{prom}/api/v1/query?query={query}")["data"]["result"]
@@ -68,3 +71,8 @@ def test_stack_scrapes_collector_and_every_cpu_panel_has_data(stack, tmp_path):
     gpu_only = check_panels(prom, "paneljob", start, end, required={"cuda"})
     n_cuda = sum(len(exprs) for _, _, feeds, exprs in panels() if feeds == "cuda")
     assert len(gpu_only) == n_cuda and all(": no data: " in p for p in gpu_only), gpu_only
+    (found,) = annotations()
+    body = query_range(prom, substitute(found[2], "paneljob"), start, time.time())
+    assert body["status"] == "success", body
+    kinds = {r["metric"].get("kind") for r in body["data"]["result"]}
+    assert kinds == {"eval"}, body["data"]["result"]

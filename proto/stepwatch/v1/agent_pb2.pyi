@@ -101,7 +101,7 @@ class Batch(_message.Message):
     def __init__(self, seq: _Optional[int] = ..., gpu: _Optional[_Union[GpuIdentity, _Mapping]] = ..., steps: _Optional[_Iterable[_Union[StepRecord, _Mapping]]] = ..., allocator: _Optional[_Iterable[_Union[AllocatorSample, _Mapping]]] = ..., gpu_samples: _Optional[_Iterable[_Union[GpuSample, _Mapping]]] = ..., host: _Optional[_Iterable[_Union[HostSample, _Mapping]]] = ..., events: _Optional[_Iterable[_Union[Event, _Mapping]]] = ..., stats: _Optional[_Union[AgentStats, _Mapping]] = ..., sealed_time_s: _Optional[float] = ..., windows: _Optional[_Iterable[_Union[WindowSummary, _Mapping]]] = ..., traces: _Optional[_Iterable[_Union[TraceRef, _Mapping]]] = ...) -> None: ...
 
 class StepRecord(_message.Message):
-    __slots__ = ("step", "end_time_s", "duration_s", "clock", "dataloader_wait_s", "samples", "tokens", "profiled")
+    __slots__ = ("step", "end_time_s", "duration_s", "clock", "dataloader_wait_s", "samples", "tokens", "profiled", "phase")
     STEP_FIELD_NUMBER: _ClassVar[int]
     END_TIME_S_FIELD_NUMBER: _ClassVar[int]
     DURATION_S_FIELD_NUMBER: _ClassVar[int]
@@ -110,6 +110,7 @@ class StepRecord(_message.Message):
     SAMPLES_FIELD_NUMBER: _ClassVar[int]
     TOKENS_FIELD_NUMBER: _ClassVar[int]
     PROFILED_FIELD_NUMBER: _ClassVar[int]
+    PHASE_FIELD_NUMBER: _ClassVar[int]
     step: int
     end_time_s: float
     duration_s: float
@@ -118,7 +119,8 @@ class StepRecord(_message.Message):
     samples: int
     tokens: int
     profiled: bool
-    def __init__(self, step: _Optional[int] = ..., end_time_s: _Optional[float] = ..., duration_s: _Optional[float] = ..., clock: _Optional[_Union[StepClock, str]] = ..., dataloader_wait_s: _Optional[float] = ..., samples: _Optional[int] = ..., tokens: _Optional[int] = ..., profiled: bool = ...) -> None: ...
+    phase: str
+    def __init__(self, step: _Optional[int] = ..., end_time_s: _Optional[float] = ..., duration_s: _Optional[float] = ..., clock: _Optional[_Union[StepClock, str]] = ..., dataloader_wait_s: _Optional[float] = ..., samples: _Optional[int] = ..., tokens: _Optional[int] = ..., profiled: bool = ..., phase: _Optional[str] = ...) -> None: ...
 
 class AllocatorSample(_message.Message):
     __slots__ = ("time_s", "device", "allocated_bytes", "reserved_bytes", "active_bytes", "inactive_split_bytes", "alloc_retries", "ooms", "allocated_peak_bytes", "reserved_peak_bytes", "device_total_bytes")

@@ -123,3 +123,34 @@ def test_every_drift_option_is_validated():
         parse_detection({"drift": {"info_ratio": 0.08}})
     with pytest.raises(ValueError, match="pause_ratio"):
         parse_detection({"drift": {"pause_ratio": 1.0}})
+
+
+def test_marked_phases_are_left_out_and_counted_by_kind():
+    # Evaluation every 500 steps takes 25x a step and is marked (agent.pause("eval")): the
+    # marked step never reaches drift, and the marks are counted per pause, by kind.
+    steps = series(4, 12_000, Phenomena(eval_every=0, ckpt_every=0))
+    evals = {i for i in range(1, 12_001) if i % 500 == 1 and i > 1}
+
+    def feed(mark: bool):
+        engine, now = DetectionEngine(), T0
+        for i, dt in enumerate(steps, 1):
+            dt = dt * 25 if i in evals else dt
+            now += dt
+            engine.step("j", 0, i, now, dt, phase="eval" if mark and i in evals else "")
+        return engine
+
+    marked, unmarked = feed(True), feed(False)
+    pauses, guessed = marked.pauses()[("j", 0)], unmarked.pauses()[("j", 0)]
+    assert pauses["eval"] == len(evals) == 23 and "eval" not in guessed
+    # Unmarked, the detector recognised each evaluation itself as a one-step stall.
+    assert guessed["stall"] - pauses.get("stall", 0) == 23
+    assert marked.conditions() == [] and unmarked.conditions() == []
+
+
+def test_phase_kinds_per_rank_are_bounded():
+    engine = DetectionEngine()
+    for i in range(1, 41):  # 10 kinds (odd steps), each in two separate runs
+        engine.step("j", 0, i, T0 + i, 0.04, phase=f"kind{i % 20}" if i % 2 else "")
+    kinds = engine.pauses()[("j", 0)]
+    assert sorted(kinds) == sorted([f"kind{k}" for k in (1, 3, 5, 7, 9, 11, 13, 15)] + ["other"])
+    assert kinds["kind1"] == 2 and kinds["other"] == 4
