@@ -299,6 +299,24 @@ def mark(kind: str) -> None:
         _agent.mark(kind)
 
 
+def _explicit_steps() -> None:
+    """Step boundaries will come from ``step()`` calls only (framework callbacks): optimizer
+    hooks stop counting now, before the first step, so no step is counted twice."""
+    if _agent is not None:
+        _agent.tracker.explicit = True
+
+
+def _open_phase(kind: str) -> None:
+    """Begin a marked pause without a ``with`` block (framework callbacks with begin/end hooks)."""
+    if _agent is not None:
+        _agent.open_phase(kind)
+
+
+def _close_phase() -> None:
+    if _agent is not None:
+        _agent.close_phase()
+
+
 @contextlib.contextmanager
 def pause(kind: str = "eval") -> Iterator[None]:
     """``with agent.pause("eval"): evaluate()``: every step that overlaps the block (usually the

@@ -1,0 +1,61 @@
+"""The Hugging Face and Lightning callbacks against a real collector over gRPC: real CPU
+training (transformers Trainer with a tiny GPT-2 built from a config; Lightning DDP over two
+gloo processes) reports samples, tokens, ranks, and marked evaluation phases."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from _procs import Collector, trainer_env
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def _run(script: str, env: dict, *args: str) -> str:
+    proc = subprocess.run([sys.executable, os.path.join(HERE, script), *args], env=env, capture_output=True,
+                          text=True, timeout=240)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    return proc.stderr
+
+
+def test_hf_trainer_callback_reports_samples_tokens_and_marks(tmp_path):
+    pytest.importorskip("transformers")
+    pytest.importorskip("accelerate")
+    col = Collector(tmp_path).start()
+    try:
+        env = trainer_env(tmp_path, col.grpc, "hfjob")
+        _run("hf_job.py", env, str(tmp_path / "out"))
+        col.wait_value("stepwatch_steps_total", 40, training_job="hfjob", rank=0)
+        # 4 per device x 2 accumulation steps = 8 samples of 16 tokens per optimizer step
+        assert col.value("stepwatch_samples_total", training_job="hfjob", rank=0) == 40 * 8
+        assert col.value("stepwatch_tokens_total", training_job="hfjob", rank=0) == 40 * 8 * 16
+        # Evaluations after steps 10, 20, 30 (the one after 40 has no later step to mark),
+        # a checkpoint after step 25.
+        assert col.value("stepwatch_pauses_total", training_job="hfjob", rank=0, kind="eval") == 3
+        assert col.value("stepwatch_pauses_total", training_job="hfjob", rank=0, kind="checkpoint") == 1
+    finally:
+        col.kill()
+
+
+def test_lightning_ddp_callback_reports_both_ranks_and_marks_validation(tmp_path):
+    pytest.importorskip("lightning")
+    col = Collector(tmp_path).start()
+    try:
+        env = trainer_env(tmp_path, col.grpc, "pljob")
+        for name in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "NODE_RANK", "MASTER_ADDR", "MASTER_PORT"):
+            env.pop(name, None)
+        _run("lightning_job.py", env)
+        for rank in (0, 1):
+            col.wait_value("stepwatch_steps_total", 30, training_job="pljob", rank=rank)
+            # a DistributedSampler gives each rank batches of 4 sequences of 12 tokens
+            assert col.value("stepwatch_samples_total", training_job="pljob", rank=rank) == 30 * 4
+            assert col.value("stepwatch_tokens_total", training_job="pljob", rank=rank) == 30 * 4 * 12
+            # validation after steps 10 and 20 (the one at 30 ends the run)
+            assert col.value("stepwatch_pauses_total", training_job="pljob", rank=rank, kind="eval") == 2
+        assert col.value("stepwatch_steps_total", training_job="pljob", rank=2) is None
+    finally:
+        col.kill()
