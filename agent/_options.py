@@ -111,6 +111,9 @@ class AgentSettings:
     trace_max_bytes: int = option(
         2 << 30, "Disk bytes kept in trace_dir per rank; oldest traces are removed beyond.",
         env="STEPWATCH_TRACE_MAX_BYTES", parse=parse_size, check=positive())
+    trace_upload: bool = option(
+        True, "Upload captured traces to the collector (kept there, served at /api/traces/<id>), "
+        "so they outlive the node or pod.", env="STEPWATCH_TRACE_UPLOAD")
     trace_max_files: int = option(
         50, "Traces kept in trace_dir per rank; oldest are removed beyond.",
         env="STEPWATCH_TRACE_MAX_FILES", check=positive())

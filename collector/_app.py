@@ -36,6 +36,7 @@ from ._pipeline import Pipeline
 from ._record import Recorder
 from ._server import IngestServer
 from ._state import CollectorState
+from ._trace_store import TraceStore, TraceStoreMetrics
 from ._windows_api import traces_json, windows_json
 from ._windows_metrics import WindowMetrics
 from stepwatch.proto.stepwatch.v1 import agent_pb2
@@ -74,6 +75,7 @@ class Collector:
         self.grpc_address: Optional[str] = None
         self.http_address: Optional[str] = None
         self._recorder: Optional[Recorder] = None
+        self.trace_store: Optional[TraceStore] = None
         self._ingest: Optional[IngestServer] = None
         self._http: Optional[HttpServer] = None
         self._housekeeping: Optional[asyncio.Task] = None
@@ -95,15 +97,21 @@ class Collector:
             if self.settings.record:
                 self._recorder = Recorder(self.settings.record)
                 self.pipeline.listeners.append(self._recorder)
+            if self.settings.trace_store_dir:
+                self.trace_store = TraceStore(self.settings.trace_store_dir, self.settings.trace_store_max_bytes,
+                                              self.settings.trace_upload_max_bytes)
+                TraceStoreMetrics(self.trace_store, self.registry)
             self._ingest = IngestServer(self.pipeline, auth_token=self.settings.auth_token,
-                                        max_message_bytes=self.settings.max_message_bytes, clock=self.clock)
+                                        max_message_bytes=self.settings.max_message_bytes, clock=self.clock,
+                                        store=self.trace_store)
             grpc_host, _ = _split(self.settings.grpc_listen)
             self.grpc_address = f"{grpc_host}:{await self._ingest.start(self.settings.grpc_listen)}"
             http_host, http_port = _split(self.settings.http_listen)
             self._http = HttpServer({"/metrics": self._metrics, "/healthz": _healthz,
                                      "/api/jobs": self._jobs, "/api/alerts": self._alerts, "/": page, "/api": self._index},
                                     query_routes={"/api/steps": self._steps},
-                                    path_routes={"/api/jobs/{job}/windows": self._windows, "/api/traces": self._traces})
+                                    path_routes={"/api/jobs/{job}/windows": self._windows, "/api/traces": self._traces,
+                                                 "/api/traces/{trace_id}": self._trace_file})
             self.http_address = f"{http_host}:{await self._http.start(http_host, http_port)}"
         except BaseException:
             await self.stop(grace_s=0)
@@ -188,7 +196,21 @@ class Collector:
         return status, "application/json", body
 
     def _traces(self, _params):
-        return 200, "application/json", traces_json(self.state)
+        held = self.trace_store.listing() if self.trace_store is not None else []
+        return 200, "application/json", traces_json(self.state, held)
+
+    def _trace_file(self, params):
+        """An uploaded trace as stored: gzip JSON (Perfetto and chrome://tracing open it)."""
+        trace_id = params["trace_id"]
+        path = self.trace_store.path(trace_id) if self.trace_store is not None else None
+        try:
+            if path is None:
+                raise FileNotFoundError
+            with open(path, "rb") as fh:  # bounded by trace_upload_max_bytes
+                body = fh.read()
+        except OSError:
+            return 404, "application/json", json.dumps({"error": f"no uploaded trace {trace_id!r}"}).encode()
+        return 200, "application/gzip", body, (f'Content-Disposition: attachment; filename="{trace_id}.json.gz"',)
 
 
 def _healthz():

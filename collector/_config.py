@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import tempfile
 from typing import Any, Mapping, Optional
 
 from stepwatch.agent.settings import (SettingsError, between, load, option, parse_duration,
@@ -76,6 +77,16 @@ class CollectorSettings:
     window_top_k: int = option(
         5, "top kernels and ops per rank exported as stepwatch_window_top_*_seconds",
         env="STEPWATCH_WINDOW_TOP_K", check=between(0, 50))
+    trace_store_dir: str = option(
+        os.path.join(tempfile.gettempdir(), "stepwatch-collector-traces"),
+        "directory uploaded traces are kept in (served at /api/traces/<id>); empty: refuse uploads",
+        env="STEPWATCH_TRACE_STORE_DIR")
+    trace_store_max_bytes: int = option(
+        2 << 30, "bytes of uploaded traces kept in all; the oldest are removed beyond",
+        env="STEPWATCH_TRACE_STORE_MAX_BYTES", parse=parse_size, check=between(1 << 20, 1 << 50))
+    trace_upload_max_bytes: int = option(
+        256 << 20, "largest single trace accepted from an agent, in bytes (gzip)",
+        env="STEPWATCH_TRACE_UPLOAD_MAX_BYTES", parse=parse_size, check=between(1024, 1 << 40))
 
 
 def read_config_file(path: str) -> dict[str, Any]:

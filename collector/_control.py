@@ -22,6 +22,7 @@ import grpc
 from stepwatch.proto.stepwatch.v1 import agent_pb2, agent_pb2_grpc
 
 from ._state import CollectorState
+from ._trace_store import CHUNK_BYTES, TraceStore
 
 __all__ = ["AgentStream", "StreamTable", "CaptureService", "CONTROL_SERVICE_NAME", "validate_capture"]
 
@@ -145,8 +146,27 @@ class CaptureService(agent_pb2_grpc.ControlServiceServicer):
     ``clock`` gives Unix seconds for the request's record (waiting uses the loop's clock)."""
 
     def __init__(self, streams: StreamTable, state: CollectorState, *,
-                 authorized: Callable[[object], bool], clock: Callable[[], float]):
+                 authorized: Callable[[object], bool], clock: Callable[[], float],
+                 store: Optional[TraceStore] = None):
         self._streams, self._state, self._authorized, self._clock = streams, state, authorized, clock
+        self._store = store
+
+    async def DownloadTrace(self, request: agent_pb2.TraceId, context):  # noqa: N802
+        """Stream an uploaded trace back in chunks of at most 1 MiB."""
+        if not self._authorized(context):
+            await context.abort(grpc.StatusCode.UNAUTHENTICATED, "stepwatch: wrong or missing auth token")
+        path = self._store.path(request.trace_id) if self._store is not None else None
+        if path is None:
+            await context.abort(grpc.StatusCode.NOT_FOUND, f"no uploaded trace {request.trace_id!r:.200}")
+        try:
+            fh = open(path, "rb")
+        except OSError:  # removed by the size cap since the lookup
+            await context.abort(grpc.StatusCode.NOT_FOUND, f"no uploaded trace {request.trace_id!r:.200}")
+        with fh:
+            first = True
+            while data := await asyncio.to_thread(fh.read, CHUNK_BYTES):
+                yield agent_pb2.TraceChunk(request_id=request.trace_id if first else "", data=data)
+                first = False
 
     async def Capture(self, request: agent_pb2.CaptureRequest, context) -> agent_pb2.CaptureReply:  # noqa: N802
         """Send CaptureTrace to the asked live ranks, wait for their TraceRefs, reply per rank."""

@@ -8,6 +8,7 @@ event loop thread of the ``grpc.aio`` server.
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import logging
 from typing import AsyncIterator, Callable, Optional
@@ -21,6 +22,7 @@ from stepwatch.proto.stepwatch.v1 import agent_pb2, agent_pb2_grpc
 
 from ._control import CONTROL_SERVICE_NAME, CaptureService, StreamTable
 from ._pipeline import Pipeline
+from ._trace_store import TraceRejected, TraceStore
 
 __all__ = ["IngestServer", "SERVICE_NAME"]
 
@@ -28,6 +30,7 @@ log = logging.getLogger("stepwatch.collector")
 
 SERVICE_NAME = "stepwatch.v1.AgentService"
 _METHOD = "Connect"
+_UPLOAD = "UploadTrace"
 
 
 class _Malformed:
@@ -44,8 +47,9 @@ class IngestServer:
     """
 
     def __init__(self, pipeline: Pipeline, *, auth_token: str = "", max_message_bytes: int = 4 << 20,
-                 clock: Callable[[], float]):
+                 clock: Callable[[], float], store: Optional[TraceStore] = None):
         self._pipeline, self._token, self._clock = pipeline, auth_token, clock
+        self._store = store
         self._state = pipeline.state
         self._max = max_message_bytes
         self._server: Optional[grpc.aio.Server] = None
@@ -62,10 +66,15 @@ class IngestServer:
         handler = grpc.stream_stream_rpc_method_handler(
             self._connect, request_deserializer=self._deserialize,
             response_serializer=agent_pb2.Command.SerializeToString)
-        server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE_NAME, {_METHOD: handler}),))
+        upload = grpc.stream_unary_rpc_method_handler(
+            self._upload, request_deserializer=self._deserialize_chunk,
+            response_serializer=agent_pb2.TraceStored.SerializeToString)
+        server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(
+            SERVICE_NAME, {_METHOD: handler, _UPLOAD: upload}),))
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
         agent_pb2_grpc.add_ControlServiceServicer_to_server(
-            CaptureService(self.streams, self._state, authorized=self._authorized, clock=self._clock), server)
+            CaptureService(self.streams, self._state, authorized=self._authorized, clock=self._clock,
+                           store=self._store), server)
         try:
             port = server.add_insecure_port(listen)
         except RuntimeError as exc:
@@ -90,6 +99,50 @@ class IngestServer:
         except DecodeError as exc:
             self._state.count_decode_error()
             return _Malformed(str(exc) or "cannot decode")
+
+    def _deserialize_chunk(self, data: bytes):
+        try:
+            return agent_pb2.TraceChunk.FromString(data)
+        except DecodeError as exc:
+            return _Malformed(str(exc) or "cannot decode")
+
+    async def _upload(self, chunks, context) -> agent_pb2.TraceStored:
+        """One trace upload: auth, the naming first chunk, data to a part file off the loop,
+        checks, rename. Every refusal is a clear status; nothing partial is ever served."""
+        if not self._authorized(context):
+            await self._abort(context, "unauthenticated", grpc.StatusCode.UNAUTHENTICATED,
+                              "stepwatch: wrong or missing auth token")
+        if self._store is None:
+            await context.abort(grpc.StatusCode.UNIMPLEMENTED, "this collector keeps no traces")
+        upload = None
+        try:
+            async for chunk in chunks:
+                if isinstance(chunk, _Malformed):
+                    self._store.reject("invalid")
+                    await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"malformed TraceChunk: {chunk.reason}")
+                if upload is None:
+                    upload = self._store.begin(chunk.job, chunk.rank, chunk.request_id, chunk.total_bytes)
+                if chunk.data:
+                    await asyncio.to_thread(upload.write, chunk.data)
+            if upload is None:
+                self._store.reject("invalid")
+                await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "UploadTrace sent no TraceChunk")
+            size = await asyncio.to_thread(upload.finish)
+            log.info("stepwatch collector: trace %s stored (%d bytes)", upload.trace_id, size)
+            trace_id, upload = upload.trace_id, None
+            return agent_pb2.TraceStored(trace_id=trace_id, bytes=size)
+        except TraceRejected as exc:
+            if upload is not None:  # (refusals by begin() are counted there)
+                self._store.reject(exc.code)
+            code = {"too_large": grpc.StatusCode.RESOURCE_EXHAUSTED, "busy": grpc.StatusCode.UNAVAILABLE,
+                    "disk": grpc.StatusCode.RESOURCE_EXHAUSTED}.get(exc.code, grpc.StatusCode.INVALID_ARGUMENT)
+            await context.abort(code, f"trace refused: {exc}")
+        except OSError as exc:
+            self._store.reject("disk")
+            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, f"trace refused: cannot write: {exc.strerror or exc}")
+        finally:
+            if upload is not None:
+                upload.abort()
 
     async def _abort(self, context, reason: str, code: grpc.StatusCode, details: str) -> None:
         self._state.reject(reason)

@@ -68,11 +68,18 @@ def _request(req: TraceRequest) -> dict[str, Any]:
                        for _, r in sorted(req.refs.items())]}
 
 
-def traces_document(state: CollectorState) -> dict[str, Any]:
-    """``{"requests": [{"request_id", "job", "steps", "time_s", "ranks_asked", "traces": [...]}]}``,
-    newest request first; each trace is a TraceRef plus ``rank`` and ``host``."""
-    return {"requests": [_request(r) for r in state.traces.snapshot()]}
+def traces_document(state: CollectorState, held: Optional[list] = None) -> dict[str, Any]:
+    """``{"requests": [{"request_id", "job", "steps", "time_s", "ranks_asked", "traces": [...]}],
+    "held": [{"trace_id", "bytes", "time_s", "url"}]}``, newest first; each trace is a TraceRef
+    plus ``rank``, ``host`` and, once uploaded, ``url`` (``/api/traces/<trace_id>``)."""
+    urls = {h["trace_id"] for h in held or ()}
+    requests = [_request(r) for r in state.traces.snapshot()]
+    for req in requests:
+        for t in req["traces"]:
+            if t.get("trace_id") in urls:
+                t["url"] = f"/api/traces/{t['trace_id']}"
+    return {"requests": requests, "held": [dict(h, url=f"/api/traces/{h['trace_id']}") for h in held or ()]}
 
 
-def traces_json(state: CollectorState) -> bytes:
-    return json.dumps(_finite(traces_document(state)), allow_nan=False).encode()
+def traces_json(state: CollectorState, held: Optional[list] = None) -> bytes:
+    return json.dumps(_finite(traces_document(state, held)), allow_nan=False).encode()

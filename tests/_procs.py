@@ -50,7 +50,8 @@ class Collector:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "stepwatch.collector.tools", "collector", "--grpc-listen", self.grpc,
              "--http-listen", "127.0.0.1:0", "--ready-file", str(ready), *self.extra],
-            stdout=self.log, stderr=subprocess.STDOUT)
+            stdout=self.log, stderr=subprocess.STDOUT,
+            env=dict(os.environ, STEPWATCH_TRACE_STORE_DIR=str(self.tmp / f"collector-traces-{self.name}")))
         deadline = time.monotonic() + 30
         while not ready.exists():
             assert self.proc.poll() is None, log_path.read_text()

@@ -30,6 +30,7 @@ from ._sender import Sender
 from ._spool import Spool, spool_path
 from ._thread import PeriodicService
 from ._traces import TraceArchive
+from ._upload import TraceUploader
 from ._window_jobs import TraceJobs, WindowJobs
 
 __all__ = ["Sidecar"]
@@ -59,7 +60,8 @@ class Sidecar:
         self.channel = channel or BackChannel(None)
         self.windows = WindowJobs(self.batcher, self.channel, s.window_top_k)
         self.traces = TraceJobs(self.batcher, TraceArchive(
-            s.trace_dir, hello.job, hello.rank, s.trace_max_bytes, s.trace_max_files))
+            s.trace_dir, hello.job, hello.rank, s.trace_max_bytes, s.trace_max_files),
+            uploader=TraceUploader(s.collector, s.token, hello.job, hello.rank) if s.trace_upload else None)
         self.sender = Sender(s.collector, self.spool, self._hello, token=s.token,
                              reconnect_max_s=s.reconnect_max_s,
                              on_command=self._on_command)

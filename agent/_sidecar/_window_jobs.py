@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from typing import Callable
+from typing import Callable, Optional
 
 from stepwatch.proto.stepwatch.v1 import agent_pb2
 
@@ -22,6 +22,7 @@ from ._batcher import Batcher
 from ._log import LOG, OnceLog
 from ._records import TraceJob, WindowJob
 from ._traces import TraceArchive
+from ._upload import TraceUploader
 from ._worker import Worker
 
 __all__ = ["MAX_WAITING", "TraceJobs", "WindowJobs"]
@@ -90,9 +91,11 @@ class TraceJobs:
     """Takes "trace" records (reader thread) and archives them on a worker thread; each one
     becomes a TraceRef in the next batch (an error TraceRef when it failed or was dropped)."""
 
-    def __init__(self, batcher: Batcher, archive: TraceArchive, max_waiting: int = 16) -> None:
+    def __init__(self, batcher: Batcher, archive: TraceArchive, max_waiting: int = 16,
+                 uploader: Optional[TraceUploader] = None) -> None:
         self._batcher = batcher
         self.archive = archive
+        self.uploader = uploader  # None: traces stay on this node only
         self.worker: Worker[TraceJob] = Worker("stepwatch-traces", self._handle, max_waiting,
                                                self._drop)
 
@@ -103,11 +106,15 @@ class TraceJobs:
         self.worker.submit(job)
 
     def stop(self, deadline: float) -> bool:
+        if self.uploader is not None:
+            self.uploader.stop.set()  # no more retries; a running upload ends with its stream
         return self.worker.stop(deadline)
 
     def _handle(self, job: TraceJob) -> None:
         began = time.monotonic()
         ref = self.archive.store(job)
+        if self.uploader is not None and ref.path:
+            self.uploader.upload(ref)
         self._batcher.add("trace", ref)
         LOG.info("trace %s: %s (%.2f s)", job.request_id, ref.path or ref.error,
                  time.monotonic() - began)

@@ -34,6 +34,16 @@ def _opt(msg, name):
     return getattr(msg, name) if msg.HasField(name) else None
 
 
+def _trace_text(host: str, ref) -> str:
+    """The alert's trace annotation: the collector's URL path once uploaded, else where it lies."""
+    if ref.error or not ref.path:
+        return f"error: {ref.error or 'no path reported'}"
+    if ref.trace_id:
+        return f"/api/traces/{ref.trace_id} (also {host}:{ref.path})"
+    upload = f"; {ref.upload_error}" if ref.upload_error else ""
+    return f"{host}:{ref.path}{upload}"
+
+
 def feed_batch(engine: DetectionEngine, job: str, rank: int, batch: agent_pb2.Batch) -> None:
     """Hand one batch's step, allocator, NVML and host samples to ``engine``."""
     for r in batch.steps:
@@ -112,7 +122,7 @@ class Detection:
             for ref in batch.traces:
                 key = self._trace_alerts.pop(ref.request_id, None)
                 if key is not None:
-                    self.book.annotate(key, trace=f"{hello.host}:{ref.path}" if ref.path else f"error: {ref.error}")
+                    self.book.annotate(key, trace=_trace_text(hello.host, ref))
             feed_batch(self.engine, hello.job, hello.rank, batch)
             if self.engine.changed:
                 self._update(now)

@@ -9,6 +9,7 @@ allocator: other processes, NCCL buffers, the CUDA context). Not thread-safe.
 from __future__ import annotations
 
 import collections
+import math
 from typing import Optional
 
 from ._config import MemoryConfig
@@ -53,6 +54,12 @@ class Trend:
         # noise on a slow leak); with no growth the allowance is nil.
         slack = max(0.0, grow) / self.segments
         if len(meds) < self.segments or any(b < a - slack for a, b in zip(meds, meds[1:])):
+            return None
+        # ... and the rise must stand out of the sampling noise: 4 standard errors of the
+        # difference of two segment medians (noise from the spread around each segment's median).
+        spread = [abs(v - median(seg)) for seg in segs if seg for v in seg]
+        sigma = 1.4826 * median(spread)
+        if grow < 4 * 1.2533 * sigma * math.sqrt(2 / min(len(seg) for seg in segs)):
             return None
         by_capacity = capacity is not None and self.min_capacity_share > 0 and \
             grow >= self.min_capacity_share * capacity

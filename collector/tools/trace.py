@@ -1,8 +1,11 @@
 """``stepwatch trace``: ask a collector (ControlService.Capture) for a trace of the next steps.
 
-Prints one line per rank, ``rank R  host H  PATH  (N MiB)`` or ``rank R  host H  error: E``.
-Exit status: 0 when every asked rank delivered a trace, 1 otherwise (including an unreachable
-collector or a refused token), 2 on bad arguments (here or as judged by the collector).
+Prints one line per rank, ``rank R  host H  PATH  (N MiB)  [collector: /api/traces/ID]`` or
+``rank R  host H  error: E``. With ``--out DIR`` each uploaded trace is downloaded from the
+collector (ControlService.DownloadTrace) into ``DIR/ID.json.gz`` (opens in Perfetto).
+Exit status: 0 when every asked rank delivered a trace (and, with --out, it was saved), 1
+otherwise (including an unreachable collector or a refused token), 2 on bad arguments (here or
+as judged by the collector).
 """
 
 from __future__ import annotations
@@ -29,6 +32,8 @@ def add_parser(sub) -> None:
     p.add_argument("--steps", type=int, default=5, help="steps to trace, 1..1000 (default 5)")
     p.add_argument("--timeout", type=float, default=120.0,
                    help="seconds to wait for the ranks' reports, > 0 (default 120)")
+    p.add_argument("--out", metavar="DIR", default="",
+                   help="download each rank's uploaded trace from the collector into DIR")
     p.add_argument("--token", default=os.environ.get("STEPWATCH_TOKEN", ""),
                    help="collector auth token (visible in ps; prefer the env var) [env STEPWATCH_TOKEN]")
     p.set_defaults(func=run)
@@ -56,7 +61,29 @@ def line(rank_trace) -> str:
     ref = rank_trace.trace
     if ref.error or not ref.path:
         return head + f"error: {ref.error or 'no path reported'}"
-    return head + f"{ref.path}  ({ref.bytes / (1 << 20):.1f} MiB)"
+    where = f"  collector: /api/traces/{ref.trace_id}" if ref.trace_id else \
+        (f"  ({ref.upload_error})" if ref.upload_error else "")
+    return head + f"{ref.path}  ({ref.bytes / (1 << 20):.1f} MiB){where}"
+
+
+def download(stub, trace_id: str, out_dir: str, timeout: float, metadata) -> str:
+    """Save one uploaded trace as ``out_dir/trace_id.json.gz`` (atomically); returns the path."""
+    if os.path.basename(trace_id) != trace_id or trace_id in ("", ".", ".."):
+        raise ValueError(f"unusable trace id {trace_id!r}")
+    os.makedirs(out_dir, exist_ok=True)
+    path = os.path.join(out_dir, trace_id + ".json.gz")
+    tmp = path + ".part"
+    from stepwatch.proto.stepwatch.v1 import agent_pb2
+    try:
+        with open(tmp, "wb") as fh:
+            for chunk in stub.DownloadTrace(agent_pb2.TraceId(trace_id=trace_id), timeout=timeout,
+                                            metadata=metadata):
+                fh.write(chunk.data)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+    return path
 
 
 def run(args: argparse.Namespace) -> int:
@@ -71,14 +98,29 @@ def run(args: argparse.Namespace) -> int:
 
     request = agent_pb2.CaptureRequest(job=args.job, ranks=args.ranks, steps=args.steps, timeout_s=args.timeout)
     metadata = (("authorization", f"Bearer {args.token}"),) if args.token else None
+    saved_ok = True
     try:
         with grpc.insecure_channel(args.collector) as channel:
-            reply = agent_pb2_grpc.ControlServiceStub(channel).Capture(
-                request, timeout=args.timeout + _GRACE_S, metadata=metadata)
+            stub = agent_pb2_grpc.ControlServiceStub(channel)
+            reply = stub.Capture(request, timeout=args.timeout + _GRACE_S, metadata=metadata)
+            for rank_trace in reply.traces:
+                print(line(rank_trace))
+                if not args.out or not rank_trace.trace.path:
+                    continue
+                if not rank_trace.trace.trace_id:
+                    print(f"rank {rank_trace.rank}  not saved: the trace was not uploaded"
+                          f" ({rank_trace.trace.upload_error or 'uploads off'})", file=sys.stderr)
+                    saved_ok = False
+                    continue
+                try:
+                    path = download(stub, rank_trace.trace.trace_id, args.out, args.timeout + _GRACE_S, metadata)
+                    print(f"rank {rank_trace.rank}  saved {path}")
+                except (grpc.RpcError, OSError, ValueError) as exc:
+                    detail = f"{exc.code().name}: {exc.details()}" if isinstance(exc, grpc.RpcError) else str(exc)
+                    print(f"rank {rank_trace.rank}  not saved: {detail}", file=sys.stderr)
+                    saved_ok = False
     except grpc.RpcError as exc:
         print(f"stepwatch trace: error: {exc.code().name}: {exc.details()}", file=sys.stderr)
         return 2 if exc.code() == grpc.StatusCode.INVALID_ARGUMENT else 1
-    for rank_trace in reply.traces:
-        print(line(rank_trace))
     ok = bool(reply.traces) and all(t.trace.path and not t.trace.error for t in reply.traces)
-    return 0 if ok else 1
+    return 0 if ok and saved_ok else 1

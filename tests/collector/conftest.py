@@ -66,7 +66,9 @@ def start_collector(tmp_path):
 
     def start(**overrides) -> Running:
         clock = FakeClock()
-        settings = CollectorSettings(**{"grpc_listen": "127.0.0.1:0", "http_listen": "127.0.0.1:0", **overrides})
+        settings = CollectorSettings(**{"grpc_listen": "127.0.0.1:0", "http_listen": "127.0.0.1:0",
+                                        "trace_store_dir": str(tmp_path / f"collector-traces-{len(started)}"),
+                                        **overrides})
         collector = Collector(settings, clock=clock)
         loop.call(collector.start())
         started.append(collector)

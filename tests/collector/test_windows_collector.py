@@ -177,4 +177,5 @@ def test_traces_api_lists_reported_refs(collector):
     assert json.loads(body) == {"requests": [{
         "request_id": "abc", "job": "j", "steps": 0, "time_s": None, "ranks_asked": [],
         "traces": [{"rank": 0, "host": "node-a", "request_id": "abc", "path": "/traces/r0.json.gz",
-                    "bytes": 3 << 20, "first_step": 10, "last_step": 14, "error": ""}]}]}
+                    "bytes": 3 << 20, "first_step": 10, "last_step": 14, "error": "", "trace_id": "",
+                    "upload_error": ""}]}], "held": []}

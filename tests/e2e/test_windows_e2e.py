@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import pathlib
 import subprocess
 import sys
 import time
@@ -78,15 +79,28 @@ def test_trace_capture_on_command(collector_factory, tmp_path):
     trainer = start_trainer(env, "--steps", "400", "--step-sleep-s", "0.01")
     try:
         col.wait_value("stepwatch_agent_connected", 1, training_job="cap")
+        out = tmp_path / "downloaded"
         run = subprocess.run([sys.executable, "-m", "stepwatch.collector.tools", "trace",
                               "--collector", col.grpc, "--job", "cap", "--steps", "3",
-                              "--timeout", "60"], capture_output=True, text=True, timeout=90)
+                              "--timeout", "60", "--out", str(out)], capture_output=True, text=True, timeout=90)
         assert run.returncode == 0, run.stdout + run.stderr
-        line = run.stdout.strip().splitlines()[-1]
+        line, saved = run.stdout.strip().splitlines()[-2:]
         path = line.split()[4]
         assert path.startswith(str(trace_dir)) and path.endswith("rank0.json.gz"), line
         events = json.load(gzip.open(path))["traceEvents"]
         assert sum(e.get("name", "").startswith("ProfilerStep#") for e in events) >= 3
+        # The trace was uploaded to the collector: downloaded by `--out` and served over HTTP,
+        # byte for byte the agent's archived file.
+        trace_id = line.split("collector: /api/traces/")[1].strip()
+        local = pathlib.Path(path).read_bytes()
+        assert saved == f"rank 0  saved {out / (trace_id + '.json.gz')}", saved
+        assert (out / f"{trace_id}.json.gz").read_bytes() == local
+        with urllib.request.urlopen(f"http://{col.http}/api/traces/{trace_id}", timeout=10) as resp:
+            assert resp.headers["Content-Type"] == "application/gzip" and resp.read() == local
+        listed = col.api("/api/traces")
+        assert [h["trace_id"] for h in listed["held"]] == [trace_id]
+        assert listed["requests"][0]["traces"][0]["url"] == f"/api/traces/{trace_id}"
+        assert col.value("stepwatch_collector_traces_stored_total") == 1
     finally:
         trainer.kill()
         trainer.wait()

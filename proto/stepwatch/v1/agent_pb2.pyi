@@ -314,20 +314,52 @@ class WindowSummary(_message.Message):
     def __init__(self, window_id: _Optional[int] = ..., first_step: _Optional[int] = ..., last_step: _Optional[int] = ..., start_time_s: _Optional[float] = ..., activities: _Optional[str] = ..., span_s: _Optional[float] = ..., gpu_busy_ratio: _Optional[float] = ..., gpu_idle_ratio: _Optional[float] = ..., compute_s: _Optional[float] = ..., communication_s: _Optional[float] = ..., memcpy_s: _Optional[float] = ..., overlap_ratio: _Optional[float] = ..., kernel_count: _Optional[int] = ..., short_kernel_ratio: _Optional[float] = ..., top_kernels: _Optional[_Iterable[_Union[NamedTime, _Mapping]]] = ..., top_ops: _Optional[_Iterable[_Union[NamedTime, _Mapping]]] = ..., breakdown: _Optional[_Union[StepBreakdown, _Mapping]] = ..., overhead_s: _Optional[float] = ..., export_s: _Optional[float] = ..., trace_bytes: _Optional[int] = ..., analysis_s: _Optional[float] = ..., gpu_event_count: _Optional[int] = ..., graph_breaks: _Optional[int] = ..., recompiles: _Optional[int] = ...) -> None: ...
 
 class TraceRef(_message.Message):
-    __slots__ = ("request_id", "path", "bytes", "first_step", "last_step", "error")
+    __slots__ = ("request_id", "path", "bytes", "first_step", "last_step", "error", "trace_id", "upload_error")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     PATH_FIELD_NUMBER: _ClassVar[int]
     BYTES_FIELD_NUMBER: _ClassVar[int]
     FIRST_STEP_FIELD_NUMBER: _ClassVar[int]
     LAST_STEP_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
+    TRACE_ID_FIELD_NUMBER: _ClassVar[int]
+    UPLOAD_ERROR_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     path: str
     bytes: int
     first_step: int
     last_step: int
     error: str
-    def __init__(self, request_id: _Optional[str] = ..., path: _Optional[str] = ..., bytes: _Optional[int] = ..., first_step: _Optional[int] = ..., last_step: _Optional[int] = ..., error: _Optional[str] = ...) -> None: ...
+    trace_id: str
+    upload_error: str
+    def __init__(self, request_id: _Optional[str] = ..., path: _Optional[str] = ..., bytes: _Optional[int] = ..., first_step: _Optional[int] = ..., last_step: _Optional[int] = ..., error: _Optional[str] = ..., trace_id: _Optional[str] = ..., upload_error: _Optional[str] = ...) -> None: ...
+
+class TraceChunk(_message.Message):
+    __slots__ = ("job", "rank", "request_id", "total_bytes", "data")
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    RANK_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_BYTES_FIELD_NUMBER: _ClassVar[int]
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    job: str
+    rank: int
+    request_id: str
+    total_bytes: int
+    data: bytes
+    def __init__(self, job: _Optional[str] = ..., rank: _Optional[int] = ..., request_id: _Optional[str] = ..., total_bytes: _Optional[int] = ..., data: _Optional[bytes] = ...) -> None: ...
+
+class TraceStored(_message.Message):
+    __slots__ = ("trace_id", "bytes")
+    TRACE_ID_FIELD_NUMBER: _ClassVar[int]
+    BYTES_FIELD_NUMBER: _ClassVar[int]
+    trace_id: str
+    bytes: int
+    def __init__(self, trace_id: _Optional[str] = ..., bytes: _Optional[int] = ...) -> None: ...
+
+class TraceId(_message.Message):
+    __slots__ = ("trace_id",)
+    TRACE_ID_FIELD_NUMBER: _ClassVar[int]
+    trace_id: str
+    def __init__(self, trace_id: _Optional[str] = ...) -> None: ...
 
 class Command(_message.Message):
     __slots__ = ("ack", "capture_trace", "window_now")

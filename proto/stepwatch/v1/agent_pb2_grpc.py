@@ -40,6 +40,11 @@ class AgentServiceStub(object):
                 request_serializer=stepwatch_dot_v1_dot_agent__pb2.AgentMessage.SerializeToString,
                 response_deserializer=stepwatch_dot_v1_dot_agent__pb2.Command.FromString,
                 _registered_method=True)
+        self.UploadTrace = channel.stream_unary(
+                '/stepwatch.v1.AgentService/UploadTrace',
+                request_serializer=stepwatch_dot_v1_dot_agent__pb2.TraceChunk.SerializeToString,
+                response_deserializer=stepwatch_dot_v1_dot_agent__pb2.TraceStored.FromString,
+                _registered_method=True)
 
 
 class AgentServiceServicer(object):
@@ -55,6 +60,16 @@ class AgentServiceServicer(object):
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def UploadTrace(self, request_iterator, context):
+        """Upload one captured trace (gzip JSON) in chunks of at most 1 MiB. The first chunk names
+        the trace (job, rank, request_id, total_bytes); later chunks carry only data. The
+        collector refuses a trace above its per-trace limit (RESOURCE_EXHAUSTED), data that is
+        not gzip (INVALID_ARGUMENT), and too many concurrent uploads (UNAVAILABLE: retry later).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AgentServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -62,6 +77,11 @@ def add_AgentServiceServicer_to_server(servicer, server):
                     servicer.Connect,
                     request_deserializer=stepwatch_dot_v1_dot_agent__pb2.AgentMessage.FromString,
                     response_serializer=stepwatch_dot_v1_dot_agent__pb2.Command.SerializeToString,
+            ),
+            'UploadTrace': grpc.stream_unary_rpc_method_handler(
+                    servicer.UploadTrace,
+                    request_deserializer=stepwatch_dot_v1_dot_agent__pb2.TraceChunk.FromString,
+                    response_serializer=stepwatch_dot_v1_dot_agent__pb2.TraceStored.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -102,6 +122,33 @@ class AgentService(object):
             metadata,
             _registered_method=True)
 
+    @staticmethod
+    def UploadTrace(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_unary(
+            request_iterator,
+            target,
+            '/stepwatch.v1.AgentService/UploadTrace',
+            stepwatch_dot_v1_dot_agent__pb2.TraceChunk.SerializeToString,
+            stepwatch_dot_v1_dot_agent__pb2.TraceStored.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
 
 class ControlServiceStub(object):
     """Operator-facing control of a collector (used by `stepwatch trace`).
@@ -118,6 +165,11 @@ class ControlServiceStub(object):
                 request_serializer=stepwatch_dot_v1_dot_agent__pb2.CaptureRequest.SerializeToString,
                 response_deserializer=stepwatch_dot_v1_dot_agent__pb2.CaptureReply.FromString,
                 _registered_method=True)
+        self.DownloadTrace = channel.unary_stream(
+                '/stepwatch.v1.ControlService/DownloadTrace',
+                request_serializer=stepwatch_dot_v1_dot_agent__pb2.TraceId.SerializeToString,
+                response_deserializer=stepwatch_dot_v1_dot_agent__pb2.TraceChunk.FromString,
+                _registered_method=True)
 
 
 class ControlServiceServicer(object):
@@ -132,6 +184,14 @@ class ControlServiceServicer(object):
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def DownloadTrace(self, request, context):
+        """Stream an uploaded trace back (gzip JSON, chunks of at most 1 MiB); NOT_FOUND when the
+        collector does not hold it (never uploaded, or removed by its size cap).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ControlServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -139,6 +199,11 @@ def add_ControlServiceServicer_to_server(servicer, server):
                     servicer.Capture,
                     request_deserializer=stepwatch_dot_v1_dot_agent__pb2.CaptureRequest.FromString,
                     response_serializer=stepwatch_dot_v1_dot_agent__pb2.CaptureReply.SerializeToString,
+            ),
+            'DownloadTrace': grpc.unary_stream_rpc_method_handler(
+                    servicer.DownloadTrace,
+                    request_deserializer=stepwatch_dot_v1_dot_agent__pb2.TraceId.FromString,
+                    response_serializer=stepwatch_dot_v1_dot_agent__pb2.TraceChunk.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -169,6 +234,33 @@ class ControlService(object):
             '/stepwatch.v1.ControlService/Capture',
             stepwatch_dot_v1_dot_agent__pb2.CaptureRequest.SerializeToString,
             stepwatch_dot_v1_dot_agent__pb2.CaptureReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DownloadTrace(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/stepwatch.v1.ControlService/DownloadTrace',
+            stepwatch_dot_v1_dot_agent__pb2.TraceId.SerializeToString,
+            stepwatch_dot_v1_dot_agent__pb2.TraceChunk.FromString,
             options,
             channel_credentials,
             insecure,

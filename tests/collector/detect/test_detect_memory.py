@@ -6,7 +6,7 @@ from __future__ import annotations
 import random
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import example, given, settings, strategies as st
 
 from stepwatch.collector.detect import AllocatorPoint, DetectionEngine, GpuPoint, parse_detection
 
@@ -99,6 +99,7 @@ def test_fast_gpu_leak_forecasts_exhaustion_within_the_horizon():
 
 @settings(max_examples=30, deadline=None)
 @given(seed=st.integers(0, 2**32), noise=st.floats(0.0, 0.04), level=st.integers(1, 70))
+@example(seed=717078, noise=0.04, level=59)  # six rising medians by chance, +3% (found by Hypothesis)
 def test_flat_noisy_memory_is_no_leak(seed, noise, level):
     rng, e = random.Random(seed), DetectionEngine()
     for i in range(2 * 1800 // 15):

@@ -1,0 +1,129 @@
+"""Trace upload and download over real gRPC on loopback (AgentService.UploadTrace,
+ControlService.DownloadTrace, GET /api/traces/<id>): what is kept, what is refused and how,
+the size cap, and a restart over the same directory."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+
+import grpc
+import pytest
+
+from stepwatch.agent._sidecar._upload import TraceUploader
+from stepwatch.proto.stepwatch.v1 import agent_pb2, agent_pb2_grpc
+
+KIB = 1 << 10
+
+
+def gz(n_events: int) -> bytes:
+    return gzip.compress(json.dumps({"traceEvents": [{"name": f"ev{i}", "ts": i, "ph": "X", "dur": 1}
+                                                     for i in range(n_events)]}).encode(), compresslevel=1)
+
+
+def upload(running, chunks, token: str = "") -> agent_pb2.TraceStored:
+    with running.channel() as ch:
+        metadata = (("authorization", f"Bearer {token}"),) if token else None
+        return agent_pb2_grpc.AgentServiceStub(ch).UploadTrace(iter(chunks), timeout=10, metadata=metadata)
+
+
+def first(data: bytes, request_id: str = "req1", job: str = "job", rank: int = 0, total=None):
+    return agent_pb2.TraceChunk(job=job, rank=rank, request_id=request_id,
+                                total_bytes=len(data) if total is None else total, data=data)
+
+
+def test_upload_by_the_sidecar_client_is_served_byte_for_byte(start_collector, tmp_path):
+    running = start_collector()
+    data = gzip.compress(os.urandom(5 << 19), compresslevel=1)  # 2.5 MiB: three 1 MiB chunks
+    path = tmp_path / "rank0.json.gz"
+    path.write_bytes(data)
+    ref = agent_pb2.TraceRef(request_id="abc", path=str(path), bytes=len(data))
+    TraceUploader(running.collector.grpc_address, "", "my/job", 3).upload(ref)
+    assert ref.trace_id == "my_job.abc.rank3" and not ref.upload_error
+    status, ctype, body = running.get(f"/api/traces/{ref.trace_id}")
+    assert (status, ctype, body) == (200, "application/gzip", data)
+    with running.channel() as ch:
+        chunks = list(agent_pb2_grpc.ControlServiceStub(ch).DownloadTrace(agent_pb2.TraceId(trace_id=ref.trace_id),
+                                                                          timeout=10))
+    assert len(chunks) == 3 and chunks[0].request_id == ref.trace_id
+    assert b"".join(c.data for c in chunks) == data
+
+
+def test_many_chunks_and_listing(start_collector):
+    running = start_collector()
+    data = gz(5_000)
+    parts = [data[i:i + 100] for i in range(0, len(data), 100)]
+    stored = upload(running, [first(parts[0], total=len(data))] + [agent_pb2.TraceChunk(data=p) for p in parts[1:]])
+    assert stored.bytes == len(data)
+    listed = json.loads(running.get("/api/traces")[2])["held"]
+    assert [(h["trace_id"], h["bytes"], h["url"]) for h in listed] == \
+        [("job.req1.rank0", len(data), "/api/traces/job.req1.rank0")]
+
+
+@pytest.mark.parametrize("chunks, code, detail, reason", [
+    (lambda d: [first(b"{not gzip}")], grpc.StatusCode.INVALID_ARGUMENT, "not gzip", "not_gzip"),
+    (lambda d: [first(d, request_id="")], grpc.StatusCode.INVALID_ARGUMENT, "must name job", "invalid"),
+    (lambda d: [first(d, rank=-1)], grpc.StatusCode.INVALID_ARGUMENT, "must name job", "invalid"),
+    (lambda d: [], grpc.StatusCode.INVALID_ARGUMENT, "no TraceChunk", "invalid"),
+    (lambda d: [first(d[:10], total=len(d))], grpc.StatusCode.INVALID_ARGUMENT, "announced", "invalid"),
+    (lambda d: [first(d, total=10 << 20)], grpc.StatusCode.RESOURCE_EXHAUSTED, "per-trace limit", "too_large"),
+    (lambda d: [first(d[:10], total=100)] + [agent_pb2.TraceChunk(data=b"x" * 4096)] * 300,
+     grpc.StatusCode.RESOURCE_EXHAUSTED, "per-trace limit", "too_large"),
+])
+def test_bad_uploads_are_refused_clearly_and_nothing_partial_is_kept(start_collector, chunks, code, detail, reason):
+    running = start_collector(trace_upload_max_bytes=1 << 20)
+    with pytest.raises(grpc.RpcError) as err:
+        upload(running, chunks(gz(2_000)))
+    assert err.value.code() == code and detail in err.value.details(), err.value.details()
+    assert json.loads(running.get("/api/traces")[2])["held"] == []
+    assert os.listdir(running.collector.trace_store.directory) == []  # no .part left behind
+    assert running.collector.trace_store.rejected.get(reason) == 1
+    # the slot is free again: a good upload still works
+    assert upload(running, [first(gz(10), request_id="ok")]).trace_id == "job.ok.rank0"
+
+
+def test_wrong_token_is_refused_and_downloads_need_it_too(start_collector):
+    running = start_collector(auth_token="s3cret")
+    with pytest.raises(grpc.RpcError) as err:
+        upload(running, [first(gz(10))], token="nope")
+    assert err.value.code() == grpc.StatusCode.UNAUTHENTICATED
+    trace_id = upload(running, [first(gz(10))], token="s3cret").trace_id
+    with running.channel() as ch, pytest.raises(grpc.RpcError) as err:
+        list(agent_pb2_grpc.ControlServiceStub(ch).DownloadTrace(agent_pb2.TraceId(trace_id=trace_id), timeout=10))
+    assert err.value.code() == grpc.StatusCode.UNAUTHENTICATED
+
+
+def test_unknown_or_hostile_ids_are_not_found(start_collector):
+    running = start_collector()
+    for bad in ("nope", "..", "%2e%2e%2fetc%2fpasswd", "a%00b"):
+        status, _, body = running.get(f"/api/traces/{bad}")
+        assert status == 404 and b"no uploaded trace" in body, (bad, status)
+    with running.channel() as ch, pytest.raises(grpc.RpcError) as err:
+        list(agent_pb2_grpc.ControlServiceStub(ch).DownloadTrace(agent_pb2.TraceId(trace_id="../x"), timeout=10))
+    assert err.value.code() == grpc.StatusCode.NOT_FOUND
+
+
+def test_size_cap_evicts_the_oldest_and_a_restart_keeps_the_rest(start_collector, tmp_path):
+    store_dir = str(tmp_path / "kept")
+    running = start_collector(trace_store_dir=store_dir, trace_store_max_bytes=1 << 20)
+    blob = os.urandom(400 * KIB)
+    data = gzip.compress(blob, compresslevel=1)  # random bytes stay ~400 KiB
+    ids = [upload(running, [first(data, request_id=f"r{i}")]).trace_id for i in range(4)]
+    held = [h["trace_id"] for h in json.loads(running.get("/api/traces")[2])["held"]]
+    assert held == ids[:1:-1] and running.collector.trace_store.evicted == 2  # two newest, newest first
+    assert running.get(f"/api/traces/{ids[0]}")[0] == 404
+    with open(os.path.join(store_dir, "job.r9.rank0.json.gz.123.456.part"), "wb") as fh:
+        fh.write(b"partial")  # as a killed collector would leave it
+    again = start_collector(trace_store_dir=store_dir, trace_store_max_bytes=1 << 20)
+    assert sorted(h["trace_id"] for h in json.loads(again.get("/api/traces")[2])["held"]) == sorted(ids[2:])
+    assert not [n for n in os.listdir(store_dir) if n.endswith(".part")]
+    assert again.get(f"/api/traces/{ids[3]}")[2] == data
+
+
+def test_collector_down_ends_in_an_upload_error_after_retries(tmp_path):
+    path = tmp_path / "t.json.gz"
+    path.write_bytes(gz(10))
+    ref = agent_pb2.TraceRef(request_id="x", path=str(path))
+    TraceUploader("127.0.0.1:9", "", "job", 0, attempts=2, first_delay_s=0.05, timeout_s=2).upload(ref)
+    assert not ref.trace_id and ref.upload_error.startswith("upload failed: UNAVAILABLE"), ref.upload_error
