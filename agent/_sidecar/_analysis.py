@@ -19,8 +19,10 @@ on two streams at once counts once):
   optimizer are the unions of non-communication GPU events by the phase of their launch
   (see :func:`._trace_model.own_phase`; launches on the autograd thread are backward,
   other launches inside a ProfilerStep forward); communication is NCCL time not overlapped
-  by any non-communication GPU work; other = step_time - the rest (idle gaps and
-  unattributed work), clamped at 0, so the parts add up. CUDA-only traces (no CPU ranges)
+  by any non-communication GPU work. GPU idle time while the host was inside an explicit
+  optimizer, backward or forward range is charged to that phase (the host held the GPU up
+  there: host work in Optimizer.step, a launch-bound backward); other = step_time - the rest
+  (idle during data loading or syncs, and unattributed work), clamped at 0, so the parts add up. CUDA-only traces (no CPU ranges)
   leave the phases 0: other is step_time - communication.
 * **CPU-only traces** (no GPU events): gpu_event_count 0, busy and idle ratios 0 (there is
   no device timeline), span and step_time from the ProfilerStep ranges, top_ops by **CPU**
@@ -132,9 +134,32 @@ def _device_breakdown(out: agent_pb2.StepBreakdown, model: TraceModel, events: L
             launch = model.launches.get(e.correlation) if e.kind != COMM else None
             if launch is not None and launch.phase != NONE:
                 by_phase[FORWARD if launch.phase == STEP else launch.phase].append((e.start, e.end))
+        # GPU idle while the host was inside an explicit phase range (Optimizer.step, the
+        # autograd engine, a "forward" annotation): the host held the GPU up there, so that
+        # phase is charged for the gap (host work before the optimizer's kernels, a
+        # launch-bound backward). Idle elsewhere (data loading, a sync) stays "other".
+        busy = iv.union(iv.clip(iv.union((e.start, e.end) for e in events), lo, hi))
+        idle = _gaps(busy, lo, hi)
+        for phase in (OPTIMIZER, BACKWARD, FORWARD):
+            host = iv.clip(iv.union((s, e) for s, e, p in model.phase_ranges if p == phase), lo, hi)
+            held = iv.intersection(idle, host)
+            by_phase[phase].extend(held)
+            idle = _gaps(iv.union(busy + [g for ph in by_phase.values() for g in ph]), lo, hi)
         for phase, field in _FIELD.items():
             setattr(out, field, iv.length(iv.clip(iv.union(by_phase[phase]), lo, hi)) * _US / n_steps)
     _finish_other(out)
+
+
+def _gaps(merged: List[Tuple[float, float]], lo: float, hi: float) -> List[Tuple[float, float]]:
+    """The complement of a merged list within ``[lo, hi)``."""
+    out, at = [], lo
+    for s, e in merged:
+        if s > at:
+            out.append((at, s))
+        at = max(at, e)
+    if hi > at:
+        out.append((at, hi))
+    return out
 
 
 def _cpu_summary(out: agent_pb2.WindowSummary, model: TraceModel, n_steps: int,

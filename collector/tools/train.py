@@ -105,6 +105,8 @@ def parse(argv=None):
     p.add_argument("--eval-every", type=int, default=0,
                    help="every this many steps an evaluation pass, marked with agent.pause('eval')")
     p.add_argument("--eval-s", type=float, default=0.5, help="host seconds each evaluation takes")
+    p.add_argument("--item", action="store_true",
+                   help="read loss.item() every step (a host sync, as most training loops log)")
     p.add_argument("--no-agent", action="store_true")
     return p.parse_args(argv)
 
@@ -145,14 +147,31 @@ CAUSES = ("backward", "forward", "dataloader", "optimizer", "loop_sleep", "small
           "slow_optimizer")
 
 
+def _gemm_seconds(a) -> float:
+    """GPU seconds of one ``a @ a`` (measured once at start-up, before training)."""
+    for _ in range(3):
+        torch.mm(a, a)
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(20):
+        torch.mm(a, a)
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) / 1000.0 / 20
+
+
 class _Cause:
     """Injected slowdown causes for the diagnosis tests (``--cause``), active once ``done()``
     reaches ``--cause-from-step``."""
 
-    def __init__(self, args, done, params, optimizers, loader, model):
+    def __init__(self, args, done, params, optimizers, loader, model, device=None):
         self.on = lambda: args.cause is not None and done() + 1 >= args.cause_from_step
         self.seconds = args.cause_ms / 1000.0
         self.a = torch.randn(256, 256)
+        self.gemms = 0  # on CUDA: this many 2048^2 GEMMs per call (about --cause-ms of GPU time)
+        if device is not None and device.type == "cuda" and args.cause in ("backward", "forward"):
+            self.a = torch.randn(2048, 2048, device=device)
+            self.gemms = max(1, round(self.seconds / _gemm_seconds(self.a)))
         if args.cause == "backward":
             params[-2].register_hook(self._burn)
         elif args.cause == "forward":
@@ -207,7 +226,10 @@ class _Cause:
 
     def _burn(self, grad):
         """Matrix products for about ``--cause-ms`` (in the backward or forward pass)."""
-        if self.on():
+        if self.on() and self.gemms:
+            for _ in range(self.gemms):  # queued on the GPU: the host does not wait
+                torch.mm(self.a, self.a)
+        elif self.on():
             end = time.perf_counter() + self.seconds
             while time.perf_counter() < end:
                 torch.mm(self.a, self.a)
@@ -249,7 +271,7 @@ def main(argv=None) -> None:
                         multiprocessing_context="fork" if args.workers else None)
     loss_fn = nn.CrossEntropyLoss()
     done = 0
-    cause = _Cause(args, lambda: done, params, optimizers, loader, model)
+    cause = _Cause(args, lambda: done, params, optimizers, loader, model, device)
     slow = _Slowdown(args, int(os.environ.get("RANK", "0")))
     loader = slow.wrap(loader)
     for tokens in loader:
@@ -272,6 +294,8 @@ def main(argv=None) -> None:
             for opt in optimizers:
                 opt.step()
         done += 1
+        if args.item:
+            loss.item()
         slow.step_done(done)
         if args.eval_every and done % args.eval_every == 0:
             _evaluate(model, tokens, args.eval_s, None if args.no_agent else agent)

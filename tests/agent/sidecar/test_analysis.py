@@ -109,11 +109,13 @@ def test_cpu_cuda_nested_ops_phases_and_span():
     assert [(k.name, k.count) for k in s.top_kernels][:2] == [("gemm", 2), ("ncclKernel_AllReduce", 1)]
     b = s.breakdown
     assert b.step_time_s == approx(70 * US)
-    assert b.forward_s == approx(17 * US), "gemm+relu [10,25) and the memset under the step"
-    assert b.backward_s == approx(20 * US)
+    # GPU idle [25,34) and [36,45): the host was in "## forward ##" until 30 (5 us charged to
+    # forward) and on the autograd thread from 40 (5 us to backward); [30,34) + [36,40) stay other.
+    assert b.forward_s == approx(22 * US), "gemm+relu [10,25), the memset under the step, idle [25,30)"
+    assert b.backward_s == approx(25 * US), "gemm [45,65) and idle [40,45)"
     assert b.optimizer_s == approx(5 * US)
     assert b.communication_s == approx(10 * US), "[65,70) and [75,80)"
-    assert b.other_s == approx(18 * US), "the idle gaps"
+    assert b.other_s == approx(8 * US), "idle while the host was in no phase"
 
 
 def test_top_k_bounds_lists():
@@ -177,8 +179,10 @@ def test_fixture_parts_add_up(name):
         assert min(b.forward_s, b.backward_s, b.optimizer_s) > 0
         names = [o.name for o in s.top_ops]
         assert "aten::mm" in names and not any(n.startswith("ProfilerStep") for n in names)
-        busy = (s.compute_s + s.memcpy_s) / 3
-        assert b.forward_s + b.backward_s + b.optimizer_s == pytest.approx(busy, rel=0.02)
+        # the phases hold the GPU work launched in them, plus the GPU idle time during which
+        # the host was inside them (these small fixture jobs are launch-bound)
+        busy, idle = (s.compute_s + s.memcpy_s) / 3, s.gpu_idle_ratio * s.span_s / 3
+        assert 0.98 * busy <= b.forward_s + b.backward_s + b.optimizer_s <= busy + idle
     if "2gpu" in name:
         assert s.communication_s > 0 and any("nccl" in k.name.lower() for k in s.top_kernels)
 
