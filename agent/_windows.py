@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import collections
 import gc
+import inspect
 import os
 import statistics
 import sys
@@ -28,6 +29,13 @@ __all__ = ["WindowScheduler"]
 _MIN_BASELINE_STEPS = 20  # first-step compilation and warm-up pass before the first window
 _POST_WINDOW_STEPS = 32  # steps compared before/after a window for a lasting slowdown
 _POST_WINDOW_SLOWDOWN = 0.03  # report when the median step after a window is >3% slower
+
+
+def _accepts(fn, name: str) -> bool:
+    try:
+        return name in inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return False
 
 
 def _pow2_at_least(value: float) -> int:
@@ -73,6 +81,7 @@ class WindowScheduler:
         self.total_cost_s = 0.0   # windows after the warm-up one, and captures
         self.warmup_cost_s = 0.0  # the one-time warm-up window (CUPTI and profiler start-up)
         self.windows = 0
+        self._sessions = 0  # profiler sessions so far, windows and captures
         self.skips: dict[str, int] = {}
         self._next_id = 1
         self._backoff_until = float("-inf")
@@ -81,6 +90,10 @@ class WindowScheduler:
         self._compile_seen = (0, 0)
         self._early: Optional[str] = None  # a window asked for ahead of the schedule (reason)
         self.post_window_slowdowns = 0
+        # One cycle per profile object, so accumulating events across cycles changes nothing,
+        # but without it torch (>= 2.6) warns "Profiler clears events at the end of each cycle"
+        # on the trainer's stderr.
+        self._quiet_kwargs = {"acc_events": True} if _accepts(torch.profiler.profile, "acc_events") else {}
 
     # -- public, training thread ------------------------------------------------------------
     def on_boundary(self, step: int, host_duration_s: float, cuda: bool) -> None:
@@ -214,7 +227,8 @@ class WindowScheduler:
 
         window.prof = torch.profiler.profile(
             activities=activities, on_trace_ready=ready,
-            schedule=torch.profiler.schedule(wait=0, warmup=warmup, active=active, repeat=1))
+            schedule=torch.profiler.schedule(wait=0, warmup=warmup, active=active, repeat=1),
+            **self._quiet_kwargs)
         self._window = window
         window.prof.start()
         if cuda and "cuda" in names:
@@ -241,12 +255,14 @@ class WindowScheduler:
         gc.collect(1)
         cost = self._clock() - window.start_clock - window.steps * self._step_s()
         cost = max(cost, window.export_s)
-        if window.kind == "window" and self.windows == 0:
-            # The warm-up window pays the profiler's one-time start-up: kept apart, so neither
-            # the reported overhead nor the spacing of later windows carries it.
+        if self._sessions == 0:
+            # The first profiler session (a window, or a capture asked for before any window)
+            # pays the profiler's one-time start-up: kept apart, so neither the reported
+            # overhead nor the spacing of later windows carries it.
             self.warmup_cost_s += cost
         else:
-            self._account(cost)
+            self._account(cost, spacing=window.kind == "window")
+        self._sessions += 1
         self._report(window, step, cost)
         if self._baseline:
             self._post = (window.wid, self._step_s(), [])
@@ -266,9 +282,12 @@ class WindowScheduler:
                 f"median step {ratio - 1:+.1%} slower in the {len(after)} steps "
                 f"after window {wid} than before ({before * 1e3:.2f} ms before)"))
 
-    def _account(self, cost: float) -> None:
+    def _account(self, cost: float, spacing: bool = True) -> None:
+        """Add to the reported overhead; scheduled windows (not captures, which come on
+        request and trace many steps) also set the expected cost that spaces windows."""
         self.total_cost_s += cost
-        self._cost_ewma = cost if self._cost_ewma is None else 0.7 * self._cost_ewma + 0.3 * cost
+        if spacing:
+            self._cost_ewma = cost if self._cost_ewma is None else 0.7 * self._cost_ewma + 0.3 * cost
 
     def _report(self, window: _Window, step: int, cost: float) -> None:
         last = window.start_step + window.steps

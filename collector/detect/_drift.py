@@ -34,7 +34,8 @@ is flagged, so a lasting regression does not become the new normal. Two tests ra
   the level before"), which the alert's ratio and its clearing use.
 
 Severity (info / warning / critical) follows the sustained level with hysteresis: it goes
-down a level only below 0.8x that level's threshold. The condition clears once the level of
+down a level only below 0.8x that level's threshold, and only after ``clear_steps`` of blocks
+in a row said so (up at once). The condition clears once the level of
 the last ``min_duration_steps`` has stayed under 0.6x ``info_ratio`` for ``clear_steps``. O(1)
 per step amortised (one sort of the baseline per block). Not thread-safe: one caller at a time.
 """
@@ -93,6 +94,7 @@ class DriftDetector:
         self._ref: Optional[float] = None  # log level the active condition is measured against
         self._since: collections.deque = collections.deque(maxlen=_SUSTAINED_BLOCKS)
         self._jump_hits = 0
+        self._down = 0  # blocks in a row whose level says a lower severity than the episode's
         self.pauses: dict[str, int] = {}
         self.condition: Optional[Condition] = None
         self.baseline_s: Optional[float] = None
@@ -245,6 +247,17 @@ class DriftDetector:
         cfg = self.cfg
         shift = math.expm1(max(level, 0.0))
         severity = _severity(shift, cfg, old.severity if old is not None else None)
+        if old is not None and _LEVELS.index(severity) < _LEVELS.index(old.severity):
+            # Down a level only once the level has stayed below it for clear_steps: early in an
+            # episode the median of a few blocks swings (one GPU job went critical -> warning
+            # -> critical -> warning -> info within 4 s).
+            self._down += 1
+            if self._down < self._clear_blocks:
+                severity = old.severity
+            else:
+                self._down = 0
+        else:
+            self._down = 0
         step, since = self._onset
         base_ms = math.exp(self._ref) * 1e3
         against = "vs baseline" if self._ref == self._mu else "vs the level before"

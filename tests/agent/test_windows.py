@@ -136,6 +136,19 @@ def test_capture_on_command_writes_a_trace(tmp_path):
     assert (t["first_step"], t["last_step"]) == (6, 7)
 
 
+def test_an_early_costly_capture_is_the_warm_up_and_does_not_starve_windows(tmp_path):
+    """A capture asked for before any window (an alert early in a job) pays the profiler's
+    start-up: kept apart like a warm-up window, and captures never set the window spacing,
+    so the scheduled windows still come (on a GPU a 63 s job got none before)."""
+    sched, out, clock = make(tmp_path, window_every_steps=64, overhead_budget=0.005)
+    run_steps(sched, clock, 1, 30, step_s=0.015)
+    sched.on_message({"t": "capture", "request_id": "alert-1", "steps": 5})
+    run_steps(sched, clock, 31, 37, step_s=0.3)  # the capture's steps: 2 s of start-up and export
+    assert sched.warmup_cost_s > 1.5 and sched.total_cost_s == 0
+    run_steps(sched, clock, 38, 4000, step_s=0.015)
+    assert len(windows(out)) >= 3 and sched.overhead_ratio <= 0.005
+
+
 def test_zero_gpu_events_backs_off(tmp_path):
     sched, out, clock = make(tmp_path, window_every_steps=16, overhead_budget=0.9,
                              window_backoff_s=100)

@@ -154,3 +154,16 @@ def test_phase_kinds_per_rank_are_bounded():
     kinds = engine.pauses()[("j", 0)]
     assert sorted(kinds) == sorted([f"kind{k}" for k in (1, 3, 5, 7, 9, 11, 13, 15)] + ["other"])
     assert kinds["kind1"] == 2 and kinds["other"] == 4
+
+
+def test_severity_does_not_swing_back_and_forth_early_in_an_episode():
+    # Right after the onset the sustained level is the median of a few blocks: +16% for 60
+    # steps, +6% for 80, +16% again. Going down a level needs clear_steps (100) in a row, so
+    # the episode stays critical instead of critical -> warning -> critical.
+    import random
+    rng = random.Random(3)
+    steps = [0.04 * (1 + 0.005 * rng.gauss(0, 1)) for _ in range(3000)]
+    for size, n in ((0.16, 60), (0.06, 80), (0.16, 80), (0.16, 400)):
+        steps += [0.04 * (1 + size) * (1 + 0.005 * rng.gauss(0, 1)) for _ in range(n)]
+    (episode,) = drift(run(steps)[1])
+    assert [sev for _, sev in episode.history] == ["critical"], episode.history
