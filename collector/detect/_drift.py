@@ -233,7 +233,11 @@ class DriftDetector:
             if jump < _JUMP_RAISE * math.log1p(ratio) or jump < cfg.z_min * se \
                     or level - self._mu < math.log1p(cfg.info_ratio) / 3:
                 continue
-            hit = ref, items[self._estimate_onset(items, ref, jump)][:2]
+            # The onset of the shift as it stands now: when a second, larger change follows a
+            # small one within the window, the onset is the larger change's (a +5% shift at
+            # step 331 then +45% at 400 is "since 400", measured against the level before 331).
+            now = max(jump, median(self._recent) - ref)
+            hit = ref, items[self._estimate_onset(items, ref, now)][:2]
             break
         self._jump_hits = self._jump_hits + 1 if hit else 0
         return hit if self._jump_hits >= 2 else None

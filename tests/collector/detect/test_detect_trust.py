@@ -167,3 +167,4 @@ def test_severity_does_not_swing_back_and_forth_early_in_an_episode():
         steps += [0.04 * (1 + size) * (1 + 0.005 * rng.gauss(0, 1)) for _ in range(n)]
     (episode,) = drift(run(steps)[1])
     assert [sev for _, sev in episode.history] == ["critical"], episode.history
+
