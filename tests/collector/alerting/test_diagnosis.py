@@ -19,7 +19,7 @@ def window(wid, t, backward_ms, kernel_ms, other_ms=5.0, kernel="ampere_bf16_gem
     return w
 
 
-def feed(ev, onset_step=500, extra_ms=0.0, wait_extra_ms=0.0, sm_after=1.98e9, windows=()):
+def feed(ev, onset_step=500, extra_ms=0.0, wait_extra_ms=0.0, sm_after=1.98e9, windows=(), cpu_extra_ms=0.0):
     """600 steps of 40 ms; from onset_step on, extra_ms more and wait_extra_ms more wait."""
     for first in range(1, 601, 20):
         b = agent_pb2.Batch(seq=first)
@@ -29,7 +29,7 @@ def feed(ev, onset_step=500, extra_ms=0.0, wait_extra_ms=0.0, sm_after=1.98e9, w
                         dataloader_wait_s=0.001 + wait_extra_ms / 1e3 * slow)
         t = T0 + first * 0.04
         b.gpu_samples.add(time_s=t, sm_clock_hertz=sm_after if first >= onset_step else 1.98e9)
-        b.host.add(time_s=t, cpu_seconds=first * 0.04)
+        b.host.add(time_s=t, cpu_seconds=first * 0.04 + max(0, first - onset_step) * cpu_extra_ms / 1e3)
         b.windows.extend(w for w in windows if first <= w.first_step < first + 20)
         ev.on_batch(HELLO, b, t)
 
@@ -66,3 +66,17 @@ def test_no_step_data_on_both_sides_gives_no_diagnosis():
     assert diagnose(ev.rank("j", 9), T0) is None
     ev.forget([("j", 3)])
     assert ev.rank("j", 3) is None
+
+
+def test_host_cpu_spent_waiting_for_a_busier_gpu_is_not_the_cause():
+    # Extra GEMMs in backward: the GPU is busier by ~6 ms a step, and a host that syncs every
+    # step (loss.item()) spins 6 ms more: host CPU is the wait, backward is the cause.
+    ev = Evidence()
+    wb, wa = window(2, T0 + 200 * 0.04, 8.0, 3.0), window(5, T0 + 500 * 0.04, 10.7, 9.0)
+    for w, busy in ((wb, 0.5), (wa, 0.62)):
+        w.gpu_event_count, w.span_s, w.gpu_busy_ratio = 500, 3 * w.breakdown.step_time_s, busy
+    feed(ev, extra_ms=6.0, windows=[wb, wa], cpu_extra_ms=6.6)
+    d = diagnose(ev.rank("j", 3), T0 + 500 * 0.04)
+    # (the phase grew less than its kernels: they filled GPU idle time; ranked by the phase)
+    assert d.text.startswith("backward +2.7 ms/step (ampere_bf16_gemm +6.0 ms)"), d.text
+    assert "host CPU +1.8 ms/step (after 4.8 ms of waiting for the GPU)" in d.text, d.text
