@@ -31,12 +31,16 @@ def _first_int(env: Mapping[str, str], names, default: int) -> int:
 
 
 def _job_name(env: Mapping[str, str], argv0: str) -> str:
+    """The scheduler's job name (SLURM ``name-id``, Kubernetes ``JOB_NAME``), else the script's
+    name, with torchrun's run id (first 8 characters: ``--standalone`` makes it a random UUID)
+    so two launches of one script stay apart while an elastic restart keeps its name."""
+    script = os.path.splitext(os.path.basename(argv0))[0] if argv0 not in ("", "-c", "-m") else ""
     run_id = env.get("TORCHELASTIC_RUN_ID", "")
-    for candidate in (run_id if run_id not in ("", "none") else "",
-                      env.get("SLURM_JOB_NAME", "") and
+    run_id = "" if run_id in ("", "none") else run_id[:8]
+    for candidate in (env.get("SLURM_JOB_NAME", "") and
                       f"{env['SLURM_JOB_NAME']}-{env.get('SLURM_JOB_ID', '')}".rstrip("-"),
                       env.get("JOB_NAME", ""),  # Kubernetes Job, when exported by the manifest
-                      os.path.splitext(os.path.basename(argv0))[0]):
+                      "-".join(p for p in (script or "job", run_id) if p) if run_id else script):
         if candidate:
             return candidate
     return "default"

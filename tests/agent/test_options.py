@@ -44,7 +44,10 @@ def test_bad_values_name_the_option(args, env, needle):
 def test_identity_from_torchrun_slurm_and_default():
     tr = identity_from_env(env={"RANK": "3", "LOCAL_RANK": "1", "WORLD_SIZE": "8",
                                 "TORCHELASTIC_RUN_ID": "run42"}, argv0="train.py")
-    assert (tr.job, tr.rank, tr.local_rank, tr.world_size) == ("run42", 3, 1, 8)
+    assert (tr.job, tr.rank, tr.local_rank, tr.world_size) == ("train-run42", 3, 1, 8)
+    standalone = identity_from_env(env={"TORCHELASTIC_RUN_ID": "6f1c2d3e-aaaa-bbbb-cccc-0123456789ab"},
+                                   argv0="/src/pretrain.py")
+    assert standalone.job == "pretrain-6f1c2d3e"  # readable, and one launch apart from the next
     sl = identity_from_env(env={"SLURM_PROCID": "5", "SLURM_LOCALID": "2", "SLURM_NTASKS": "16",
                                 "SLURM_JOB_NAME": "llm", "SLURM_JOB_ID": "991"}, argv0="x.py")
     assert (sl.job, sl.rank, sl.local_rank, sl.world_size) == ("llm-991", 5, 2, 16)

@@ -1,0 +1,51 @@
+"""``stepwatch run`` end to end: an unmodified script under torchrun (2 gloo processes) with
+spawned DataLoader workers reports ranks 0 and 1 under a readable job name to a real collector;
+neither the torchrun launcher nor any worker gets an agent (exactly two streams)."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import time
+
+from _procs import Collector
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+BIN = os.path.dirname(sys.executable)
+
+
+def test_stepwatch_run_profiles_an_unmodified_torchrun_job(tmp_path):
+    col = Collector(tmp_path).start()
+    try:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("STEPWATCH_")}
+        env.update(STEPWATCH_SPOOL_DIR=str(tmp_path / "spool"), STEPWATCH_FLUSH_INTERVAL_S="0.2", OMP_NUM_THREADS="1")
+        run = subprocess.run([os.path.join(BIN, "stepwatch"), "run", "--collector", col.grpc, "--",
+                              os.path.join(BIN, "torchrun"), "--standalone", "--nproc_per_node=2",
+                              os.path.join(HERE, "unmodified_job.py")],
+                             env=env, capture_output=True, text=True, timeout=240, cwd=str(tmp_path))
+        assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-3000:]
+        assert run.stdout.count("done") == 2
+        steps = {}
+        for _ in range(150):
+            steps = {(x.labels["training_job"], int(x.labels["rank"])): x.value for x in col.samples()
+                     if x.name == "stepwatch_steps_total"}
+            if len(steps) == 2 and all(v == 100 for v in steps.values()):
+                break
+            time.sleep(0.2)
+        names = {job for job, _ in steps}
+        assert len(names) == 1 and re.fullmatch(r"unmodified_job-[0-9a-f]{8}", names.pop()), steps
+        assert sorted(rank for _, rank in steps) == [0, 1]
+        assert all(v == 100 for v in steps.values()), steps  # every step, the first included
+        assert col.value("stepwatch_collector_streams_total") == 2  # no launcher, no worker
+    finally:
+        col.kill()
+
+
+def test_stepwatch_run_without_a_command_is_a_usage_error():
+    run = subprocess.run([os.path.join(BIN, "stepwatch"), "run", "--"], capture_output=True, text=True, timeout=60)
+    assert run.returncode == 2 and "no command given" in run.stderr
+    run = subprocess.run([os.path.join(BIN, "stepwatch"), "run", "--", "no-such-program-xyz"],
+                         capture_output=True, text=True, timeout=60)
+    assert run.returncode == 127 and "cannot run 'no-such-program-xyz'" in run.stderr
