@@ -28,7 +28,7 @@ from ._ipc import PipeWriter
 from ._options import AgentSettings
 from ._steps import StepTracker
 from ._windows import WindowScheduler
-from .settings import load, to_mapping
+from .settings import SettingsError, load, to_mapping
 
 __all__ = ["attach", "step", "detach", "Agent"]
 
@@ -258,14 +258,22 @@ def attach(collector: Optional[str] = None, job: Optional[str] = None,
            **options: Any) -> Optional[Agent]:
     """Start reporting this process's training steps. Call once, on the training thread.
 
-    Returns the :class:`Agent`, or None when disabled (``STEPWATCH_DISABLE=1``) or when the
-    sidecar cannot be started (logged; training goes on). Raises ``SettingsError`` for an
-    unknown option or an invalid value, naming it.
+    Returns the :class:`Agent`, or None when disabled (``STEPWATCH_DISABLE=1``), when the
+    sidecar cannot be started, or when an environment variable holds a bad value (logged as
+    one error line; training goes on). Raises ``SettingsError`` for an unknown option or an
+    invalid value passed here as an argument, naming it.
     """
     global _agent
     args = dict(options, collector=collector, job=job, samples_per_step=samples_per_step,
                 tokens_per_step=tokens_per_step)
-    settings = load(AgentSettings, args)
+    try:
+        settings = load(AgentSettings, args)
+    except SettingsError as exc:
+        load(AgentSettings, args, environ={})  # a bad explicit argument raises: the caller's bug
+        # A bad value from the environment or a config file (set cluster-wide, a typo) must not
+        # kill the job: one error line, and training runs without the agent.
+        _log.error("stepwatch: agent not started: %s; training goes on without it", exc)
+        return None
     logging.getLogger("stepwatch").setLevel(settings.log_level)
     if settings.disable:
         return None
