@@ -108,7 +108,11 @@ def load_settings(args: Optional[Mapping[str, Any]] = None, environ: Optional[Ma
     ``environ`` defaults to ``os.environ``. Raises SettingsError on any bad input.
     """
     file_values = read_config_file(config_file) if config_file else {}
-    return load(CollectorSettings, args, os.environ if environ is None else environ,
+    environ = dict(os.environ if environ is None else environ)
+    if "STEPWATCH_AUTH_TOKEN" not in environ and "STEPWATCH_TOKEN" in environ:
+        # One shared env file for agents and collector: the agents' name works here too.
+        environ["STEPWATCH_AUTH_TOKEN"] = environ["STEPWATCH_TOKEN"]
+    return load(CollectorSettings, args, environ,
                 file_values, f"config file {config_file}" if config_file else "config file")
 
 

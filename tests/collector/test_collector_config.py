@@ -71,3 +71,9 @@ def test_bad_file_value_names_source(tmp_path):
     cfg = write(tmp_path, "agent_grace_s: soon\n")
     with pytest.raises(SettingsError, match=r"option 'agent_grace_s' from config file .*collector.yaml: invalid value 'soon'"):
         load_settings(environ={}, config_file=cfg)
+
+
+def test_the_agents_token_variable_works_for_the_collector_too():
+    assert load_settings(environ={"STEPWATCH_TOKEN": "shared"}).auth_token == "shared"
+    both = load_settings(environ={"STEPWATCH_TOKEN": "agents", "STEPWATCH_AUTH_TOKEN": "collector"})
+    assert both.auth_token == "collector"  # the collector's own name wins
