@@ -70,7 +70,7 @@ class Collector:
         self.pipeline = Pipeline(self.state, [self.detection])
         self.registry = registry if registry is not None else CollectorRegistry(auto_describe=False)
         StepwatchMetrics(self.state, self.registry)
-        WindowMetrics(self.state, self.registry, top_k=settings.window_top_k)
+        WindowMetrics(self.state, self.registry, top_k=settings.metrics_top_k)
         AlertMetrics(self.detection.book, self.registry, client, pauses=self.detection.engine.pauses)
         self.grpc_address: Optional[str] = None
         self.http_address: Optional[str] = None

@@ -74,9 +74,9 @@ class CollectorSettings:
     windows_kept: int = option(
         5, "profiler window summaries kept per rank for /api/jobs/<job>/windows",
         env="STEPWATCH_WINDOWS_KEPT", check=between(1, 100))
-    window_top_k: int = option(
+    metrics_top_k: int = option(
         5, "top kernels and ops per rank exported as stepwatch_window_top_*_seconds",
-        env="STEPWATCH_WINDOW_TOP_K", check=between(0, 50))
+        env="STEPWATCH_METRICS_TOP_K", check=between(0, 50))
     trace_store_dir: str = option(
         os.path.join(tempfile.gettempdir(), "stepwatch-collector-traces"),
         "directory uploaded traces are kept in (served at /api/traces/<id>); empty: refuse uploads",

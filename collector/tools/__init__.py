@@ -13,7 +13,7 @@ from typing import Optional, Sequence
 __all__ = ["main", "build_parser", "COMMANDS"]
 
 # Subcommand modules, in the order --help lists them.
-COMMANDS = ("collector", "run", "demo", "replay", "analyze", "trace", "stack")
+COMMANDS = ("collector", "run", "demo", "top", "replay", "analyze", "trace", "stack")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -74,6 +75,9 @@ def add_parser(sub) -> None:
     p = sub.add_parser("demo", help="run a demo training job against a local collector")
     p.add_argument("--steps", type=int, default=300, help="training steps to run (default 300)")
     p.add_argument("--no-stack", action="store_true", help="do not start Prometheus/Grafana alongside")
+    p.add_argument("--keep-s", type=float, default=None, metavar="S",
+                   help="keep the collector (and page) up this many seconds after training, then stop; "
+                        "default: until Ctrl-C or SIGTERM, with or without a terminal; 0: stop at once")
     p.set_defaults(func=main)
 
 
@@ -102,17 +106,22 @@ def main(args) -> int:
         _wait_steps(http, job, steps)
         print("\nWhat the collector received (job %s):\n" % job)
         print(_table(http, job))
-        print(f"\nWhere to look:\n  Prometheus metrics  http://{http}/metrics\n"
+        print(f"\nWhere to look:\n  live page           http://{http}/\n"
+              f"  Prometheus metrics  http://{http}/metrics\n"
               f"  JSON API            http://{http}/api/jobs\n  health              http://{http}/healthz")
         if stack is not None:
             print(f"  Prometheus          {stack.prometheus_url}/graph?g0.expr=rate(stepwatch_steps_total[1m])\n"
                   f"  Prometheus alerts   {stack.prometheus_url}/alerts\n"
                   f"  Alertmanager        {stack.alertmanager_url}")
-        if sys.stdin.isatty():
-            print("\nThe collector keeps running; press Ctrl-C to stop it.", flush=True)
+        keep = getattr(args, "keep_s", None)
+        if keep is None or keep > 0:
+            # Up with or without a terminal (CI, `| tee`, an IDE console): SIGTERM ends it too.
+            signal.signal(signal.SIGTERM, _interrupt)
+            print("\nThe collector keeps running" + (f" for {keep:g} s" if keep else "")
+                  + "; press Ctrl-C to stop it.", flush=True)
             try:
-                collector.wait()
-            except KeyboardInterrupt:
+                collector.wait(timeout=keep)
+            except (KeyboardInterrupt, subprocess.TimeoutExpired):
                 pass
         return 0
     finally:
@@ -123,6 +132,10 @@ def main(args) -> int:
             collector.kill()
         if stack is not None:
             stack.stop()
+
+
+def _interrupt(*_) -> None:
+    raise KeyboardInterrupt
 
 
 def _start_stack(args, workdir: str):

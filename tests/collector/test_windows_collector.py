@@ -119,7 +119,7 @@ def test_window_metrics_from_latest_window(collector):
 
 
 def test_no_window_no_window_metrics_and_top_k_setting(start_collector):
-    running = start_collector(window_top_k=2)
+    running = start_collector(metrics_top_k=2)
     send(running, [hello(rank=1), batch(1)])
     assert "stepwatch_window_" not in running.get("/metrics")[2].decode()
     send(running, [hello(rank=1), batch(2, windows=[window(1, breakdown=None)])])

@@ -28,20 +28,31 @@ def jobs(tmp_path_factory):
     cfg.write_text(yaml.safe_dump({"detection": DETECTION}))
     col = Collector(tmp, ["--config", str(cfg)]).start()
     env = dict(STEPWATCH_WINDOW_EVERY_STEPS=32, STEPWATCH_OVERHEAD_BUDGET=0.5)
-    procs = {cause: start_trainer(trainer_env(tmp, col.grpc, f"cause-{cause}", **env), "--steps", str(STEPS),
-                                  *SMALL, "--cause", cause, "--cause-from-step", str(FROM), "--cause-ms", "12")
-             for cause in CAUSES}
-    # Windows only every 256 steps (the first, at 256, is the discarded warm-up one; 512 is the
-    # last before the onset at 560): the collector's request after the alert brings one before 768.
-    procs["early"] = start_trainer(
-        trainer_env(tmp, col.grpc, "early", STEPWATCH_WINDOW_EVERY_STEPS=256, STEPWATCH_OVERHEAD_BUDGET=0.5),
-        "--steps", "760", *SMALL, "--cause", "backward", "--cause-from-step", "560", "--cause-ms", "12")
+
+    def cause_job(cause):
+        return start_trainer(trainer_env(tmp, col.grpc, f"cause-{cause}", **env), "--steps", str(STEPS),
+                             *SMALL, "--cause", cause, "--cause-from-step", str(FROM), "--cause-ms", "12")
+
+    # The sleep causes run side by side; the backward cause burns CPU, which on a 2-core machine
+    # really slows a job beside it (a CI run dated the data-loader job's onset 49 steps early,
+    # when the backward job reached its step 400 first): it runs after them, alone.
+    procs = {cause: cause_job(cause) for cause in CAUSES if cause != "backward"}
     try:
         for name, proc in procs.items():
             out, _ = proc.communicate(timeout=240)
             assert proc.returncode == 0, f"{name}: {out[-3000:]}"
-        # The healthy job runs alone: the backward cause burns CPU from step 400 on, which on a
-        # 2-core machine really slows a job running beside it.
+        # The two CPU-burning jobs together (each starts burning at its own onset, when the
+        # other is past it too). "early": windows only every 256 steps (the first, at 256, is the
+        # discarded warm-up one; 512 is the last before the onset at 560): the collector's request
+        # after the alert brings one before 768.
+        procs["backward"] = cause_job("backward")
+        procs["early"] = start_trainer(
+            trainer_env(tmp, col.grpc, "early", STEPWATCH_WINDOW_EVERY_STEPS=256, STEPWATCH_OVERHEAD_BUDGET=0.5),
+            "--steps", "760", *SMALL, "--cause", "backward", "--cause-from-step", "560", "--cause-ms", "12")
+        for name in ("backward", "early"):
+            out, _ = procs[name].communicate(timeout=240)
+            assert procs[name].returncode == 0, f"{name}: {out[-3000:]}"
+        # The healthy job runs alone too.
         procs["healthy"] = start_trainer(trainer_env(tmp, col.grpc, "healthy", **env), "--steps", str(STEPS),
                                          *SMALL)
         out, _ = procs["healthy"].communicate(timeout=240)

@@ -1,0 +1,36 @@
+"""`stepwatch demo` without a terminal (CI, `| tee`, an IDE console): it stays up with its page
+after training until SIGINT, and says where the page is."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+
+
+def test_demo_without_a_tty_stays_up_until_sigint(tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("STEPWATCH_")}
+    proc = subprocess.Popen([sys.executable, "-m", "stepwatch.collector.tools", "demo", "--no-stack", "--steps", "40"],
+                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env=env, cwd=str(tmp_path))
+    out = ""
+    try:
+        deadline = time.monotonic() + 180
+        while "keeps running" not in out:
+            assert proc.poll() is None and time.monotonic() < deadline, out[-3000:]
+            out += proc.stdout.readline()
+        page = re.search(r"live page\s+(http://\S+/)", out).group(1)
+        time.sleep(2)
+        assert proc.poll() is None, "the demo stopped without a terminal"
+        with urllib.request.urlopen(page, timeout=10) as resp:
+            assert resp.status == 200 and b"<html" in resp.read().lower()
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
