@@ -82,6 +82,10 @@ class Agent:
         self._last_stats: tuple = ()
         from torch.optim.optimizer import register_optimizer_step_post_hook
         self._hook = register_optimizer_step_post_hook(self._on_optimizer_step)
+        if identity.rank == 0:  # one line per job, so a user knows where to look
+            _log.warning("stepwatch: reporting job %r (rank 0 of %d) to collector %s "
+                         "(STEPWATCH_LOG_LEVEL=ERROR hides this line)", identity.job,
+                         identity.world_size, settings.collector)
 
     # -- set-up -----------------------------------------------------------------------------
     def _spawn_sidecar(self) -> subprocess.Popen:

@@ -27,6 +27,9 @@ def test_stepwatch_run_profiles_an_unmodified_torchrun_job(tmp_path):
                              env=env, capture_output=True, text=True, timeout=240, cwd=str(tmp_path))
         assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-3000:]
         assert run.stdout.count("done") == 2
+        # rank 0 says where it reports, once; rank 1 says nothing
+        said = [line for line in (run.stdout + run.stderr).splitlines() if "stepwatch: reporting job" in line]
+        assert len(said) == 1 and "(rank 0 of 2) to collector " + col.grpc in said[0], said
         steps = {}
         for _ in range(150):
             steps = {(x.labels["training_job"], int(x.labels["rank"])): x.value for x in col.samples()
