@@ -71,7 +71,9 @@ def _install(optimizer_module) -> None:
         done.append(True)
         try:
             from stepwatch import agent
-            agent.attach()
+            from stepwatch.agent import _api
+            if _api._agent is None:  # the script may have attached itself already
+                agent.attach()
         except Exception as exc:
             print(f"stepwatch: auto-attach failed, training goes on without it: {exc!r}", file=sys.stderr)
 

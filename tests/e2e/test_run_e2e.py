@@ -52,3 +52,22 @@ def test_stepwatch_run_without_a_command_is_a_usage_error():
     run = subprocess.run([os.path.join(BIN, "stepwatch"), "run", "--", "no-such-program-xyz"],
                          capture_output=True, text=True, timeout=60)
     assert run.returncode == 127 and "cannot run 'no-such-program-xyz'" in run.stderr
+
+
+def test_a_script_that_attaches_itself_is_not_attached_twice(tmp_path):
+    col = Collector(tmp_path).start()
+    try:
+        script = tmp_path / "own_attach.py"
+        script.write_text("import torch\nfrom stepwatch import agent\nagent.attach(job='own')\n"
+                          "m = torch.nn.Linear(4, 4); opt = torch.optim.SGD(m.parameters(), lr=0.1)\n"
+                          "for _ in range(20):\n    m(torch.randn(2, 4)).sum().backward(); opt.step(); opt.zero_grad()\n")
+        env = {k: v for k, v in os.environ.items() if not k.startswith("STEPWATCH_")}
+        env.update(STEPWATCH_SPOOL_DIR=str(tmp_path / "spool"), STEPWATCH_FLUSH_INTERVAL_S="0.2")
+        run = subprocess.run([os.path.join(BIN, "stepwatch"), "run", "--collector", col.grpc, "--",
+                              sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=120)
+        assert run.returncode == 0, run.stderr[-3000:]
+        assert "called twice" not in run.stderr, run.stderr
+        col.wait_value("stepwatch_steps_total", 20, training_job="own", rank=0)
+        assert col.value("stepwatch_collector_streams_total") == 1
+    finally:
+        col.kill()
