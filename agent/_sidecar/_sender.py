@@ -73,6 +73,7 @@ class Sender(Service):
         self._call = None
         self.connected = False
         self.delivered = 0
+        self._malformed_seq: Optional[int] = None  # lowest pending seq at the last "malformed"
 
     def notify(self) -> None:
         """A new batch is in the spool (called from the flushing thread)."""
@@ -125,6 +126,20 @@ class Sender(Service):
     def _on_error(self, exc: grpc.RpcError, attempt: int) -> float:
         code = exc.code() if hasattr(exc, "code") else None
         details = exc.details() if hasattr(exc, "details") else str(exc)
+        if code == grpc.StatusCode.INVALID_ARGUMENT and "malformed" in (details or ""):
+            # The collector could not decode a batch (a spool file damaged on disk). Batches go
+            # in sequence order and are acked in order, so it is the lowest pending one; twice
+            # in a row the same one, and it is moved aside instead of being sent forever.
+            pending = self._spool.pending()
+            suspect = pending[0] if pending else None
+            if suspect is not None and suspect == self._malformed_seq:
+                self._spool.quarantine(suspect, f"the collector refused it: {details}")
+                self._malformed_seq = None
+                return 0.0
+            self._malformed_seq = suspect
+            self._once.log(logging.WARNING, (code, details), "collector %s refused a batch: %s (retrying once)",
+                           self._target, details)
+            return backoff_delay(attempt, cap=self._cap, rng=self._rng)
         if code in _FATAL:
             self._once.log(logging.ERROR, (code, details),
                            "collector %s refused the stream: %s: %s (retrying every %.0f s)",

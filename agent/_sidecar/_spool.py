@@ -41,6 +41,7 @@ class Spool:
         self._lock = threading.Lock()
         self._sizes: dict = {}
         self._dropped = 0
+        self.quarantined = 0  # batches moved aside as unreadable or refused as malformed
         os.makedirs(path, exist_ok=True)
         for name in os.listdir(path):
             full = os.path.join(path, name)
@@ -80,7 +81,8 @@ class Spool:
             LOG.warning("cannot remove spooled batch %s: %s", self._file(seq), exc)
 
     def read(self, seq: int) -> Optional[bytes]:
-        """The stored bytes of ``seq``, or None when it was acked or dropped meanwhile."""
+        """The stored bytes of ``seq``, or None when it was acked or dropped meanwhile, or could
+        not be read (then it is quarantined: never retried in a loop)."""
         with self._lock:
             if seq not in self._sizes:
                 return None
@@ -89,6 +91,25 @@ class Spool:
                 return fh.read()
         except FileNotFoundError:
             return None
+        except OSError as exc:
+            self.quarantine(seq, f"unreadable: {exc.strerror or exc}")
+            return None
+
+    def quarantine(self, seq: int, why: str) -> None:
+        """Move batch ``seq`` aside to ``<path>/quarantine/`` (kept for inspection, never sent
+        again) and count it as dropped."""
+        with self._lock:
+            if self._sizes.pop(seq, None) is None:
+                return
+            self._dropped += 1
+            self.quarantined += 1
+        target = os.path.join(self.path, "quarantine")
+        try:
+            os.makedirs(target, exist_ok=True)
+            os.replace(self._file(seq), os.path.join(target, os.path.basename(self._file(seq))))
+        except OSError:
+            self._unlink(seq)
+        LOG.warning("spooled batch %d quarantined in %s: %s", seq, target, why)
 
     def ack(self, seq: int) -> None:
         """Forget batch ``seq`` (the collector applied it). Unknown numbers are ignored."""
@@ -126,7 +147,7 @@ class Spool:
         """Remove the directory when nothing is pending; otherwise leave the files and log
         where they are (a later run of this session, or an operator, may replay them)."""
         count = len(self)
-        if count:
+        if count or self.quarantined:
             LOG.warning("%d unacknowledged batch(es) left in %s", count, self.path)
             return
         try:

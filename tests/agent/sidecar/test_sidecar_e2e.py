@@ -303,3 +303,32 @@ def test_bad_config_exits_two(tmp_path):
                           capture_output=True, timeout=20)
     assert proc.returncode == 2
     assert b"option 'flush_interval_s' from config line: invalid value 0: must be > 0" in proc.stderr
+
+
+def test_a_damaged_spool_file_is_quarantined_not_resent_forever(tmp_path):
+    """A spooled batch damaged on disk while the collector was down: the real collector refuses
+    it as malformed; the sidecar moves it aside after the second refusal, counts it, and every
+    other step arrives (before: the same batch was resent in a loop and nothing after it came)."""
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
+    from _procs import Collector
+
+    port = free_port()
+    side = SidecarProc(tmp_path, port)
+    side.steps(1, 30)
+    assert wait_for(lambda: os.path.isdir(side.spool) and len([n for n in os.listdir(side.spool)
+                                                              if n.endswith(".pb")]) >= 2)
+    first = sorted(n for n in os.listdir(side.spool) if n.endswith(".pb"))[0]
+    with open(os.path.join(side.spool, first), "r+b") as fh:
+        fh.write(b"\xff\xff\xff\xff\xff\xff\xff")  # an invalid varint where the Batch begins
+    col = Collector(tmp_path, grpc_port=port).start()
+    try:
+        side.steps(31, 60)
+        assert wait_for(lambda: os.path.exists(os.path.join(side.spool, "quarantine", first)), timeout=20), \
+            side.stderr
+        assert wait_for(lambda: (col.value("stepwatch_steps_total", training_job="job/a", rank=3) or 0) >= 60,
+                        timeout=20)
+        assert wait_for(lambda: col.value("stepwatch_agent_spool_batches_dropped_total", training_job="job/a", rank=3) == 1)
+        assert side.finish() == 0, side.stderr
+        assert "quarantined" in side.stderr
+    finally:
+        col.kill()
