@@ -22,8 +22,8 @@ on two streams at once counts once):
   by any non-communication GPU work. GPU idle time while the host was inside an explicit
   optimizer, backward or forward range is charged to that phase (the host held the GPU up
   there: host work in Optimizer.step, a launch-bound backward); other = step_time - the rest
-  (idle during data loading or syncs, and unattributed work), clamped at 0, so the parts add up. CUDA-only traces (no CPU ranges)
-  leave the phases 0: other is step_time - communication.
+  (idle during data loading or syncs, and unattributed work), clamped at 0, so the parts add
+  up. CUDA-only traces (no CPU ranges) leave the phases 0: other is step_time - communication.
 * **CPU-only traces** (no GPU events): gpu_event_count 0, busy and idle ratios 0 (there is
   no device timeline), span and step_time from the ProfilerStep ranges, top_ops by **CPU**
   self time of ``cpu_op`` ranges, phases from the host time of the phase ranges.
@@ -138,13 +138,12 @@ def _device_breakdown(out: agent_pb2.StepBreakdown, model: TraceModel, events: L
         # autograd engine, a "forward" annotation): the host held the GPU up there, so that
         # phase is charged for the gap (host work before the optimizer's kernels, a
         # launch-bound backward). Idle elsewhere (data loading, a sync) stays "other".
-        busy = iv.union(iv.clip(iv.union((e.start, e.end) for e in events), lo, hi))
-        idle = _gaps(busy, lo, hi)
+        covered = iv.union(non_comm + unions[COMM])  # every GPU event, already clipped
         for phase in (OPTIMIZER, BACKWARD, FORWARD):
             host = iv.clip(iv.union((s, e) for s, e, p in model.phase_ranges if p == phase), lo, hi)
-            held = iv.intersection(idle, host)
+            held = iv.intersection(_gaps(covered, lo, hi), host)
             by_phase[phase].extend(held)
-            idle = _gaps(iv.union(busy + [g for ph in by_phase.values() for g in ph]), lo, hi)
+            covered = iv.union(covered + held)  # a gap is charged to one phase only
         for phase, field in _FIELD.items():
             setattr(out, field, iv.length(iv.clip(iv.union(by_phase[phase]), lo, hi)) * _US / n_steps)
     _finish_other(out)

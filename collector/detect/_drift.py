@@ -55,7 +55,6 @@ _SIGMA_FLOOR = 0.002  # log units (0.2%): keeps z finite on perfectly steady ser
 _MAX_RUN_BLOCKS = 2000  # blocks of a CUSUM run kept for the onset estimate
 _RAISE = 0.9  # an estimate this close to info_ratio raises: a change of exactly info_ratio
 # sits at the threshold half the time
-_JUMP_BLOCKS = 20  # blocks before the onset that must sit below the new level (info only)
 _JUMP_RAISE = 0.8  # a local jump this close to the ratio raises (it is measured, not selected)
 _BEFORE_BLOCKS = 20  # the local jump test's reference: this many blocks before the last ones
 _SUSTAINED_BLOCKS = 50  # the sustained level: median of at most this many blocks since onset
@@ -167,8 +166,8 @@ class DriftDetector:
         return self._judge()
 
     def _estimate_onset(self, items: list, ref: float, level: float) -> int:
-        """Index in ``items`` ((step, time, y) or run entries) of the maximum-likelihood start
-        of a shift of ``level`` above ``ref`` (log units)."""
+        """Index in ``items`` ((step, time, y) blocks) of the maximum-likelihood start of a
+        shift of ``level`` above ``ref`` (log units)."""
         best, best_i, total = -math.inf, 0, 0.0
         level = min(level, self._clip)
         for i in range(len(items) - 1, -1, -1):
@@ -225,7 +224,7 @@ class DriftDetector:
         for after, ratio in ((self._n_jump_warn, cfg.warning_ratio), (self._n_info, cfg.info_ratio)):
             if len(hist) < after + _BEFORE_BLOCKS:
                 continue
-            items = list(hist)[-(after + _BEFORE_BLOCKS):]
+            items = [hist[i] for i in range(-(after + _BEFORE_BLOCKS), 0)]  # the tail only
             ref = median(y for _, _, y in items[:_BEFORE_BLOCKS])
             level = median(y for _, _, y in items[_BEFORE_BLOCKS:])
             jump = level - ref
@@ -241,11 +240,6 @@ class DriftDetector:
             break
         self._jump_hits = self._jump_hits + 1 if hit else 0
         return hit if self._jump_hits >= 2 else None
-
-    def _before(self, step: int) -> float:
-        """Median log level of the blocks just before ``step`` (the baseline when none are known)."""
-        before = [y for s, _, y in self._history if s < step][-_JUMP_BLOCKS:]
-        return median(before) if before else self._mu
 
     def _set(self, level: float, old: Optional[Condition]) -> bool:
         cfg = self.cfg
