@@ -10,6 +10,7 @@ on the scraping thread and reads a state snapshot.
 
 from __future__ import annotations
 
+import statistics
 from typing import Iterator
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -60,7 +61,7 @@ class WindowMetrics(Collector):
 
     def collect(self) -> Iterator[Metric]:
         ranks = self._state.snapshot()
-        families = (*_collect_stats(ranks), *_collect_window(ranks, self._top_k))
+        families = (*_collect_stats(ranks), *_collect_window(ranks, self._top_k), *_collect_skew(ranks))
         yield from (fam for fam in families if fam.samples)  # no source, no metric
 
 
@@ -132,6 +133,49 @@ def _collect_window(ranks: list[RankState], top_k: int) -> tuple:
         _add_top(kernels, labels, win.top_kernels, top_k)
         _add_top(ops, labels, win.top_ops, top_k)
     return (*scalars, phase, kernels, ops, *compile_health)
+
+
+def window_steps(win) -> int:
+    """Profiled steps of a WindowSummary (0 when its step range is unknown)."""
+    return win.last_step - win.first_step + 1 if win.last_step >= win.first_step > 0 else 0
+
+
+def _collect_skew(ranks: list[RankState]) -> tuple:
+    """Per-rank compute and communication per profiled step (latest window), and each job's
+    rank skew: max / median compute per step over the ranks' kept windows of the latest steps
+    windowed on the most ranks (windows are taken at the same global steps on every rank)."""
+    compute = GaugeMetricFamily("stepwatch_rank_compute_seconds_per_step",
+                                "Compute seconds per step in the rank's last profiler window (device kernels; "
+                                "host operators for CPU training).", labels=RANK_LABELS)
+    comm = GaugeMetricFamily("stepwatch_rank_communication_seconds_per_step",
+                             "Communication seconds per step in the rank's last profiler window: total, or "
+                             "exposed (not overlapped by compute).", labels=list(RANK_LABELS) + ["kind"])
+    skew = GaugeMetricFamily("stepwatch_job_rank_skew_ratio",
+                             "Slowest rank's compute per step / the median rank's, in the job's latest "
+                             "profiler windows (1 = balanced).", labels=["training_job"])
+    by_job: dict[str, dict[int, list[float]]] = {}
+    for st in ranks:
+        for win in st.windows:
+            steps = window_steps(win)
+            if steps:
+                by_job.setdefault(st.job, {}).setdefault(win.first_step, []).append(win.compute_s / steps)
+        win = st.windows[-1] if st.windows else None
+        steps = window_steps(win) if win is not None else 0
+        if not steps:
+            continue
+        labels = rank_labels(st)
+        compute.add_metric(labels, win.compute_s / steps)
+        comm.add_metric(labels + ["total"], win.communication_s / steps)
+        if win.HasField("breakdown"):
+            comm.add_metric(labels + ["exposed"], win.breakdown.communication_s)
+    for job, by_step in sorted(by_job.items()):
+        # the latest steps windowed on as many ranks as any (a rank's last window may be late)
+        most = max(len(v) for v in by_step.values())
+        values = by_step[max(first for first, v in by_step.items() if len(v) == most)]
+        mid = statistics.median(values)
+        if len(values) >= 2 and mid > 0:
+            skew.add_metric([job], max(values) / mid)
+    return compute, comm, skew
 
 
 def _add_top(fam: GaugeMetricFamily, labels: list, named, top_k: int) -> None:

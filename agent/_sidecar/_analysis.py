@@ -26,7 +26,12 @@ on two streams at once counts once):
   up. CUDA-only traces (no CPU ranges) leave the phases 0: other is step_time - communication.
 * **CPU-only traces** (no GPU events): gpu_event_count 0, busy and idle ratios 0 (there is
   no device timeline), span and step_time from the ProfilerStep ranges, top_ops by **CPU**
-  self time of ``cpu_op`` ranges, phases from the host time of the phase ranges.
+  self time of ``cpu_op`` ranges, phases from the host time of the phase ranges. The CPU is
+  the device there, so **compute** is the host time in operators inside the steps (union of
+  ``cpu_op`` ranges in a step or phase, communication ops left out) and **communication** the
+  host time in collectives (``gloo:``/``nccl:`` work ranges on the backend's threads,
+  ``c10d::`` ops), both clipped to the span: a rank that waits for a slower peer shows it as
+  long collectives and short compute, as on a GPU.
 
 Cost: one pass over the events, one sort per CPU thread and per interval set.
 """
@@ -169,6 +174,8 @@ def _cpu_summary(out: agent_pb2.WindowSummary, model: TraceModel, n_steps: int,
         return
     lo, hi = model.steps[0][0], max(end for _, end in model.steps)
     out.span_s = (hi - lo) * _US
+    out.compute_s = iv.length(iv.clip(iv.union(model.cpu_ops), lo, hi)) * _US
+    out.communication_s = iv.length(iv.clip(iv.union(model.comm_ranges), lo, hi)) * _US
     out.breakdown.step_time_s = out.span_s / n_steps
     for phase, field in _FIELD.items():
         merged = iv.clip(iv.union((s, e) for s, e, p in model.phase_ranges if p == phase), lo, hi)

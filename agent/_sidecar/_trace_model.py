@@ -36,6 +36,9 @@ for _cat, _role in [("kernel", _GPU), ("gpu_memcpy", _GPU), ("gpu_memset", _GPU)
                     ("operator", _OP), ("user_annotation", _ANNOTATION)]:
     _ROLES[_cat] = _ROLES[_cat.capitalize()] = _role
 _STEP_PREFIX = "ProfilerStep#"
+# Collective ranges on the host: process-group backends annotate their work ("gloo:all_reduce",
+# "nccl:all_reduce"), the c10d dispatcher ops ("c10d::allreduce_") and record_param_comms.
+COMM_PREFIXES = ("gloo:", "nccl:", "mpi:", "ucc:", "c10d::", "record_param_comms")
 
 
 class TraceError(ValueError):
@@ -66,6 +69,11 @@ class TraceModel(NamedTuple):
     # CPU range with an explicit phase (for CPU-only traces).
     cpu_self: Dict[str, List[float]]
     phase_ranges: List[Tuple[float, float, int]]
+    # (start, end) of cpu_op ranges inside a step or phase that are not communication, and of
+    # every communication range (``gloo:``/``nccl:`` annotations, ``c10d::`` ops), any thread:
+    # the host-side compute and collectives of CPU-only traces.
+    cpu_ops: List[Tuple[float, float]]
+    comm_ranges: List[Tuple[float, float]]
 
 
 def load_events(source: Union[str, os.PathLike, dict, bytes]) -> List[dict]:
@@ -120,11 +128,13 @@ def build_model(events: List[dict]) -> TraceModel:
     linked: Dict[int, Launch] = {}
     cpu_self: Dict[str, List[float]] = {}
     phase_ranges: List[Tuple[float, float, int]] = []
+    cpu_ops: List[Tuple[float, float]] = []
+    comm: List[Tuple[float, float]] = []
     for thread in set(ranges) | set(launches):
         _sweep(ranges.get(thread, []), launches.get(thread, []), thread in autograd,
-               linked, cpu_self, phase_ranges)
+               linked, cpu_self, phase_ranges, (cpu_ops, comm))
     steps.sort()
-    return TraceModel(gpu, linked, steps, bool(ranges), cpu_self, phase_ranges)
+    return TraceModel(gpu, linked, steps, bool(ranges), cpu_self, phase_ranges, cpu_ops, comm)
 
 
 def _gpu_event(ev: dict, ts: float, end: float) -> GpuEvent:
@@ -172,13 +182,14 @@ def _classify(name: str, annotation: bool) -> int:
 
 
 def _sweep(ranges: list, launches: list, autograd_thread: bool, linked: Dict[int, Launch],
-           cpu_self: Dict[str, List[float]], phase_ranges: list) -> None:
+           cpu_self: Dict[str, List[float]], phase_ranges: list, host: Tuple[list, list]) -> None:
     """One thread: walk ranges (outer before inner) and launches in time order with a stack.
 
     Ranges that start at a launch's timestamp enclose it (sort key ``(ts, 0, -end)`` before
     ``(ts, 1, ...)``). A range's phase is its own (:func:`own_phase`) or its parent's; on an
     autograd engine thread everything is backward. Self time of a ``cpu_op`` is its duration
-    minus that of its direct children.
+    minus that of its direct children. ``host`` = (compute ops, communication ranges) to
+    append to (see :class:`TraceModel`).
     """
     items = ranges + launches
     items.sort()
@@ -197,6 +208,10 @@ def _sweep(ranges: list, launches: list, autograd_thread: bool, linked: Dict[int
         phase = BACKWARD if autograd_thread else (own_phase(name, annotation) or parent_phase)
         if phase in PHASES and phase != parent_phase:
             phase_ranges.append((ts, end, phase))
+        if name.startswith(COMM_PREFIXES):
+            host[1].append((ts, end))
+        elif not annotation and phase != NONE:
+            host[0].append((ts, end))
         if stack:
             stack[-1][4] -= end - ts
         stack.append([end, name, phase, annotation, end - ts])

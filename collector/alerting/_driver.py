@@ -17,7 +17,7 @@ from stepwatch.agent.contract import phase_name
 from stepwatch.agent.support import OnceLog
 from stepwatch.proto.stepwatch.v1 import agent_pb2
 
-from ..detect import AllocatorPoint, DetectionConfig, DetectionEngine, GpuPoint, HostPoint
+from ..detect import AllocatorPoint, DetectionConfig, DetectionEngine, GpuPoint, HostPoint, WindowPoint
 from ._alertmanager import AlertmanagerClient
 from ._book import Alert, AlertBook
 from ._diagnosis import Evidence, diagnose
@@ -59,6 +59,11 @@ def feed_batch(engine: DetectionEngine, job: str, rank: int, batch: agent_pb2.Ba
                                        _opt(g, "temperature_celsius")))
     for h in batch.host:
         engine.host(job, rank, HostPoint(h.time_s, h.resident_memory_bytes), _opt(h, "host_memory_available_bytes"))
+    for w in batch.windows:
+        steps = w.last_step - w.first_step + 1 if w.last_step >= w.first_step > 0 else 0
+        if steps and w.breakdown.step_time_s > 0:
+            engine.window(job, rank, WindowPoint(w.start_time_s, w.first_step, steps, w.compute_s,
+                                                 w.communication_s, w.breakdown.step_time_s))
 
 
 class Detection:

@@ -67,11 +67,19 @@ class StragglerConfig:
     window_blocks: int = _count(10, "judged over the last this many blocks ...")
     min_blocks: int = _n(8, "... of which this many must be slow")
     jitter_floor_ratio: float = _n(0.02, "spread floor (share of step time) for the z score")
+    compute_ratio: float = _n(1.1, "profiler windows: a rank's compute per step / median of the "
+                              "other ranks' at or above this ...")
+    wait_share: float = _n(0.5, "... while the others wait at least this share of the excess longer "
+                           "in collectives (the slow rank waits least)")
+    compute_windows: int = _count(3, "judged over the last this many aligned windows ...")
+    min_compute_windows: int = _count(2, "... of which this many must show the skew")
     for_s: float = _n(0.0, "pending time before firing")
 
     def __post_init__(self) -> None:
         if self.min_blocks > self.window_blocks:
             raise ValueError("straggler.min_blocks: must be <= window_blocks")
+        if self.min_compute_windows > self.compute_windows:
+            raise ValueError("straggler.min_compute_windows: must be <= compute_windows")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -15,7 +15,7 @@ from ._drift import DriftDetector
 from ._liveness import RankLiveness, throttle_condition
 from ._memory import MemoryDetector
 from ._straggler import StragglerDetector
-from ._types import WARNING, AllocatorPoint, Condition, GpuPoint, HostPoint
+from ._types import WARNING, AllocatorPoint, Condition, GpuPoint, HostPoint, WindowPoint
 
 __all__ = ["DetectionEngine"]
 
@@ -96,11 +96,29 @@ class DetectionEngine:
         if self.cfg.drift.enabled and (r.drift.feed(step, time, value) or r.drift.condition):
             self._sync(r.drift, [r.drift.condition] if r.drift.condition else [])
         if self.cfg.straggler.enabled:
-            s = self._stragglers.get(job)
-            if s is None:
-                s = self._stragglers[job] = StragglerDetector(self.cfg.straggler, job)
+            s = self._straggler(job)
             if s.feed(rank, step, time, step_time_s, wait_s) or s.conditions:
                 self._sync(s, s.conditions.values())
+
+    def _straggler(self, job: str) -> StragglerDetector:
+        s = self._stragglers.get(job)
+        if s is None:
+            s = self._stragglers[job] = StragglerDetector(self.cfg.straggler, job)
+        return s
+
+    def window(self, job: str, rank: int, w: WindowPoint) -> None:
+        """One profiler window of ``rank`` (compute and communication per step): a rank whose
+        compute is slow hides in the collectives, where only the windows see it."""
+        self._rank(job, rank)
+        if self.cfg.enabled and self.cfg.straggler.enabled:
+            s = self._straggler(job)
+            if s.window(rank, w) or s.conditions:
+                self._sync(s, s.conditions.values())
+
+    def skew(self, job: str) -> Optional[dict]:
+        """Per-rank compute and wait per step of ``job``'s last judged window group."""
+        s = self._stragglers.get(job)
+        return s.last_group if s is not None else None
 
     def allocator(self, job: str, rank: int, p: AllocatorPoint) -> None:
         r = self._rank(job, rank)

@@ -8,21 +8,36 @@ the excess by max(1.4826*MAD of the others' step times, ``jitter_floor_ratio`` x
 block is slow when ratio >= ``ratio`` and z >= ``robust_z``; the rank is flagged when at least
 ``min_blocks`` of its last ``window_blocks`` blocks were slow, and cleared below half that.
 A block is judged once every rank seen has finished it, or when some rank is two blocks
-ahead. Compute slowness hidden inside collectives (slow GPU kernels) needs the profiler
-window summaries and is not visible here. Not thread-safe.
+ahead.
+
+A rank whose GPU is slow (throttled, degraded, a noisy neighbour) hides inside the collectives:
+every rank's step time and data-loader wait stay the same. The profiler windows, taken at the
+same global steps on every rank, show it: the slow rank computes longest and waits least.
+Windows are grouped by their first step; a group is judged once every rank seen sent its
+window (older groups first, with the ranks they have), or when more than ``_MAX_OPEN_GROUPS``
+are open; a group with one rank (an early window asked of that rank) is never judged. A rank's window is skewed when its
+compute per step is >= ``compute_ratio`` x the other ranks' median and the others' median
+wait exceeds its own by >= ``wait_share`` x the compute excess; wait is communication time
+per step where the trace shows collectives on any rank, else step time - compute (collectives
+the trace does not show, e.g. gloo on CUDA tensors). Flagged after ``min_compute_windows`` of
+the rank's last ``compute_windows`` judged windows were skewed, cleared below half that.
+One ``StepwatchStragglerRank`` condition per rank carries whichever evidence holds (both
+joined when both do). Not thread-safe.
 """
 
 from __future__ import annotations
 
 import collections
+import dataclasses
 from typing import Optional
 
 from ._config import StragglerConfig
-from ._types import WARNING, Condition, finite_positive, median
+from ._types import WARNING, Condition, WindowPoint, finite_positive, median
 
 __all__ = ["StragglerDetector"]
 
 _MAX_OPEN_BLOCKS = 8
+_MAX_OPEN_GROUPS = 4
 
 
 class StragglerDetector:
@@ -35,7 +50,13 @@ class StragglerDetector:
         self._ranks: set[int] = set()
         self._hist: dict[int, collections.deque] = {}
         self._max_block = -1
+        self._groups: "collections.OrderedDict[int, dict]" = collections.OrderedDict()
+        self._whist: dict[int, collections.deque] = {}
+        self._by_steps: dict[int, Condition] = {}
+        self._by_windows: dict[int, Condition] = {}
         self.conditions: dict[int, Condition] = {}
+        # job-wide figures of the last judged window group, for /api and the summary
+        self.last_group: Optional[dict] = None
 
     def feed(self, rank: int, step: int, time: float, step_time: float, wait: float) -> bool:
         if not finite_positive(step_time):
@@ -55,11 +76,89 @@ class StragglerDetector:
             del self._cur[rank]
         return self._judge_ready()
 
+    def window(self, rank: int, w: WindowPoint) -> bool:
+        """One profiler window of ``rank``; True when ``conditions`` changed."""
+        if w.steps <= 0 or not finite_positive(w.step_time_s) or w.compute_s < 0:
+            return False
+        self._ranks.add(rank)
+        group = self._groups.get(w.first_step)
+        if group is None:
+            group = self._groups[w.first_step] = {}
+            self._groups = collections.OrderedDict(sorted(self._groups.items()))
+        group[rank] = w
+        changed = False
+        if len(group) >= max(2, len(self._ranks)):  # complete: older groups will not complete now
+            while self._groups:
+                first, vals = self._groups.popitem(last=False)
+                if len(vals) >= 2:
+                    changed |= self._judge_windows(vals)
+                if first == w.first_step:
+                    break
+        while len(self._groups) > _MAX_OPEN_GROUPS:
+            _, vals = self._groups.popitem(last=False)
+            if len(vals) >= 2:
+                changed |= self._judge_windows(vals)
+        return changed
+
     def forget(self, rank: int) -> bool:
         self._ranks.discard(rank)
         self._cur.pop(rank, None)
         self._hist.pop(rank, None)
+        self._whist.pop(rank, None)
+        self._by_steps.pop(rank, None)
+        self._by_windows.pop(rank, None)
         return self.conditions.pop(rank, None) is not None
+
+    def _judge_windows(self, vals: dict) -> bool:
+        cfg = self.cfg
+        per_step = {r: w.compute_s / w.steps for r, w in vals.items()}
+        comm_seen = any(w.communication_s > 0 for w in vals.values())
+        wait = {r: (w.communication_s / w.steps if comm_seen else max(w.step_time_s - per_step[r], 0.0))
+                for r, w in vals.items()}
+        slowest = max(per_step.values())
+        self.last_group = {"first_step": next(iter(vals.values())).first_step, "compute_s": per_step,
+                           "wait_s": wait, "wait_kind": "collectives" if comm_seen else "outside compute",
+                           "skew_ratio": slowest / median(per_step.values()) if median(per_step.values()) > 0 else None}
+        changed = False
+        for rank, w in vals.items():
+            others = [r for r in vals if r != rank]
+            mc, mw = median(per_step[r] for r in others), median(wait[r] for r in others)
+            excess = per_step[rank] - mc
+            skewed = mc > 0 and per_step[rank] >= cfg.compute_ratio * mc and mw - wait[rank] >= cfg.wait_share * excess
+            hist = self._whist.setdefault(rank, collections.deque(maxlen=cfg.compute_windows))
+            hist.append((skewed, w.first_step, w.time))
+            n = sum(1 for s, _, _ in hist if s)
+            old = self._by_windows.get(rank)
+            if (old is None and n < cfg.min_compute_windows) or (old is not None and n * 2 < cfg.min_compute_windows):
+                changed |= self._by_windows.pop(rank, None) is not None
+                continue
+            if not skewed and old is not None:
+                continue  # keep the figures of the last skewed window
+            step, since = (old.step, old.since) if old is not None else \
+                next((st, tm) for s, st, tm in hist if s)
+            kind = "in collectives" if comm_seen else "outside compute"
+            summary = (f"rank {rank} compute {per_step[rank] * 1e3:.1f} ms/step vs median "
+                       f"{mc * 1e3:.1f} ms of the other ranks ({per_step[rank] / mc:.2f}x); others wait "
+                       f"{(mw - wait[rank]) * 1e3:+.1f} ms/step longer {kind} ({wait[rank] * 1e3:.1f} vs "
+                       f"{mw * 1e3:.1f} ms), in {n} of the last {len(hist)} profiler windows since step {step:,}")
+            self._by_windows[rank] = Condition("StepwatchStragglerRank", self.job, rank, WARNING, summary,
+                                               since, step, cfg.for_s)
+            changed |= old is None
+        return self._merge() or changed
+
+    def _merge(self) -> bool:
+        """``conditions`` from the step blocks and the windows; True when a rank came or went."""
+        merged = {}
+        for rank in set(self._by_steps) | set(self._by_windows):
+            a, b = self._by_steps.get(rank), self._by_windows.get(rank)
+            if a is None or b is None:
+                merged[rank] = a or b
+                continue
+            first = a if a.since <= b.since else b
+            merged[rank] = dataclasses.replace(first, summary=f"{a.summary}; {b.summary}")
+        changed = set(merged) != set(self.conditions)
+        self.conditions = merged
+        return changed
 
     def _close(self, rank: int, cur) -> None:
         bid, times, waits, step, time = cur
@@ -94,15 +193,15 @@ class StragglerDetector:
         return changed
 
     def _update(self, rank, hist, ratio, t, mt, w, mw) -> bool:
-        cfg, old = self.cfg, self.conditions.get(rank)
+        cfg, old = self.cfg, self._by_steps.get(rank)
         slow = sum(1 for s, _, _ in hist if s)
         if (old is None and slow < cfg.min_blocks) or (old is not None and slow * 2 < cfg.min_blocks):
-            return self.conditions.pop(rank, None) is not None
+            return (self._by_steps.pop(rank, None) is not None) | self._merge()
         first: Optional[tuple] = next(((st, tm) for s, st, tm in hist if s), None)
         step, since = (old.step, old.since) if old is not None else first
         summary = (f"rank {rank} is a straggler: {ratio:.2f}x the other ranks' step time "
                    f"(own step {t * 1e3:.1f} ms vs {mt * 1e3:.1f} ms, data-loader wait {w * 1e3:.1f} ms "
                    f"vs {mw * 1e3:.1f} ms) in {slow} of the last {len(hist)} blocks since step {step:,}")
         cond = Condition("StepwatchStragglerRank", self.job, rank, WARNING, summary, since, step, cfg.for_s)
-        self.conditions[rank] = cond
-        return old is None or old.severity != cond.severity
+        self._by_steps[rank] = cond
+        return self._merge() or old is None

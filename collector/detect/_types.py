@@ -10,7 +10,7 @@ import dataclasses
 import math
 from typing import Optional
 
-__all__ = ["Condition", "AllocatorPoint", "GpuPoint", "HostPoint", "INFO", "WARNING", "CRITICAL",
+__all__ = ["Condition", "AllocatorPoint", "GpuPoint", "HostPoint", "WindowPoint", "INFO", "WARNING", "CRITICAL",
            "fmt_bytes", "median"]
 
 INFO, WARNING, CRITICAL = "info", "warning", "critical"
@@ -65,6 +65,19 @@ class GpuPoint:
 class HostPoint:
     time: float
     resident_memory_bytes: int
+
+
+@dataclasses.dataclass(frozen=True)
+class WindowPoint:
+    """One profiler window of a rank, per profiled step: compute and communication seconds
+    (device kernels on a GPU; host operators and collectives for CPU-only traces) and the
+    analysed step time. ``first_step`` aligns the windows of a job's ranks."""
+    time: float
+    first_step: int
+    steps: int
+    compute_s: float
+    communication_s: float
+    step_time_s: float
 
 
 def median(values) -> float:

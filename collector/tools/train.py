@@ -99,6 +99,9 @@ def parse(argv=None):
                         "(slow_optimizer; --cause-ms unused)")
     p.add_argument("--cause-from-step", type=int, default=0)
     p.add_argument("--cause-ms", type=float, default=5.0)
+    p.add_argument("--cause-rank", type=int, default=-1,
+                   help="only this rank gets the --cause (-1: every rank): a straggler whose extra "
+                        "work the others wait for inside the collectives")
     p.add_argument("--manual-update", action="store_true",
                    help="update the weights by hand (SGD) instead of optimizer.step(): the agent's "
                         "step hook never fires, like a fused or compiled step that bypasses it")
@@ -165,7 +168,8 @@ class _Cause:
     reaches ``--cause-from-step``."""
 
     def __init__(self, args, done, params, optimizers, loader, model, device=None):
-        self.on = lambda: args.cause is not None and done() + 1 >= args.cause_from_step
+        mine = args.cause_rank in (-1, int(os.environ.get("RANK", "0")))
+        self.on = lambda: mine and args.cause is not None and done() + 1 >= args.cause_from_step
         self.seconds = args.cause_ms / 1000.0
         self.a = torch.randn(256, 256)
         self.gemms = 0  # on CUDA: this many 2048^2 GEMMs per call (about --cause-ms of GPU time)

@@ -141,6 +141,21 @@ def test_cpu_only_trace_uses_host_timeline():
         ("aten::add", 5)], "CPU self time"
 
 
+def test_cpu_only_trace_compute_and_collectives_on_the_host():
+    """CPU training: compute is operator time inside the steps (the c10d op and anything outside
+    a step left out), communication the collectives on any thread (gloo runs them on its own)."""
+    s = summarize(trace(
+        op(-50, 20, "aten::randn"),  # before the profiled steps: not compute
+        note(0, 100, "ProfilerStep#1"), note(100, 100, "ProfilerStep#2"),
+        op(10, 30, "aten::mm"), op(15, 5, "aten::add"),  # nested: counted once
+        op(50, 30, "autograd::engine::evaluate_function: MmBackward0"),
+        op(82, 4, "c10d::allreduce_"),
+        note(84, 40, "gloo:all_reduce", tid=9), note(150, 10, "gloo:all_reduce", tid=9),
+        op(130, 20, "aten::mm")))
+    assert s.compute_s == approx(80 * US)
+    assert s.communication_s == approx(52 * US), "[82, 124) and [150, 160)"
+
+
 def test_bad_input_raises_trace_error(tmp_path):
     bad = tmp_path / "bad.json"
     bad.write_bytes(b"{not json")

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import random
 
+import pytest
+
 from hypothesis import given, settings, strategies as st
 
 from stepwatch.collector.detect import DetectionEngine, parse_detection
@@ -105,3 +107,92 @@ def test_agent_gone_only_while_other_ranks_of_the_job_are_connected():
     e.connection("j", 1, True, None)           # reconnected
     e.tick(T0 + 400)
     assert not [c for c in e.conditions() if c.alertname == "StepwatchAgentGone"]
+
+
+# -- compute skew from profiler windows -----------------------------------------------------------
+
+def feed_windows(engine, n, ranks=4, compute=0.033, comm=0.010, slow_rank=None, extra=0.0082,
+                 slow_from=0, jitter=0.0, seed=0, every=100, first=1000, job="j", comm_seen=True):
+    """``n`` aligned windows (5 steps each, every ``every`` steps) of a synchronous job: the
+    slow rank computes ``extra`` s/step more and the others wait that much longer."""
+    from stepwatch.collector.detect import WindowPoint
+    rng = random.Random(seed)
+    for i in range(n):
+        step = first + i * every
+        slow = slow_rank is not None and step >= slow_from
+        for r in range(ranks):
+            c = compute * (1 + rng.uniform(-jitter, jitter))
+            w = comm * (1 + rng.uniform(-jitter, jitter))
+            if slow:
+                c, w = (c + extra, w) if r == slow_rank else (c, w + extra)
+            step_time = compute + comm + (extra if slow else 0.0)
+            engine.window(job, r, WindowPoint(T0 + step * 0.05, step, 5, c * 5, w * 5 if comm_seen else 0.0,
+                                              step_time))
+
+
+def test_slow_compute_hidden_in_collectives_is_named_from_two_windows_with_the_numbers():
+    e = DetectionEngine(parse_detection({"warmup_steps": 0}))
+    feed_windows(e, 3, slow_rank=3, slow_from=1200)
+    assert not stragglers(e), "one skewed window is not enough"
+    feed_windows(e, 1, slow_rank=3, first=1400)
+    got = stragglers(e)
+    assert set(got) == {3}, got
+    s = got[3].summary
+    assert s.startswith("rank 3 compute 41.2 ms/step vs median 33.0 ms of the other ranks (1.25x)"), s
+    assert "others wait +8.2 ms/step longer in collectives (10.0 vs 18.2 ms)" in s and "since step 1,200" in s, s
+    assert got[3].step == 1200
+    skew = e.skew("j")
+    assert skew["first_step"] == 1400 and skew["skew_ratio"] == pytest.approx(41.2 / 33.0, rel=1e-3)
+    feed_windows(e, 2, first=1500)  # recovered: 1 of the last 3 windows skewed is below half of 2
+    assert set(stragglers(e)) == {3}
+    feed_windows(e, 1, first=1700)
+    assert not stragglers(e)
+
+
+def test_without_collectives_in_the_trace_the_wait_is_the_time_outside_compute():
+    e = DetectionEngine(parse_detection({"warmup_steps": 0}))
+    feed_windows(e, 3, ranks=2, slow_rank=1, comm_seen=False)
+    assert set(stragglers(e)) == {1}
+    assert "longer outside compute" in stragglers(e)[1].summary
+
+
+@settings(max_examples=20, deadline=None)
+@given(seed=st.integers(0, 2**32), jitter=st.floats(0.0, 0.04), ranks=st.integers(2, 8))
+def test_windows_with_only_jitter_never_name_a_straggler(seed, jitter, ranks):
+    e = DetectionEngine(parse_detection({"warmup_steps": 0}))
+    feed_windows(e, 20, ranks=ranks, jitter=jitter, seed=seed)
+    assert not stragglers(e)
+
+
+def test_more_compute_without_less_waiting_is_not_a_straggler():
+    """A rank that computes longer but also waits as long as the others (unequal work, not a
+    rank holding the others up) is not named."""
+    from stepwatch.collector.detect import WindowPoint
+    e = DetectionEngine(parse_detection({"warmup_steps": 0}))
+    for i in range(5):
+        for r in range(4):
+            c = 0.045 if r == 0 else 0.033
+            e.window("j", r, WindowPoint(T0 + i, 100 * (i + 1), 5, c * 5, 0.010 * 5, 0.06))
+    assert not stragglers(e)
+
+
+def test_a_window_only_some_ranks_took_is_never_judged_alone():
+    """An early window asked of one rank (a slowdown's diagnosis) has no peers at its steps."""
+    from stepwatch.collector.detect import WindowPoint
+    e = DetectionEngine(parse_detection({"warmup_steps": 0}))
+    for i in range(6):
+        e.window("j", 1, WindowPoint(T0 + i, 1000 + 7 * i, 5, 5.0, 0.0, 1.0))
+        e.window("j", 0, WindowPoint(T0 + i, 2000 + 7 * i, 5, 0.1, 0.4, 1.0))
+    assert not stragglers(e) and e.skew("j") is None
+
+
+def test_step_and_window_evidence_share_one_alert_per_rank():
+    e = DetectionEngine(parse_detection({"warmup_steps": 0}))
+    run_job(e, 300, slow_rank=2, slow_wait_s=0.04, slow_from=1)
+    feed_windows(e, 3, slow_rank=2)
+    got = [c for c in e.conditions() if c.alertname == "StepwatchStragglerRank"]
+    assert len(got) == 1 and got[0].rank == 2
+    assert "is a straggler" in got[0].summary and "ms/step vs median" in got[0].summary, got[0].summary
+    feed_windows(e, 3, first=2000)  # windows recovered: the step evidence still holds
+    (c,) = [c for c in e.conditions() if c.alertname == "StepwatchStragglerRank"]
+    assert "is a straggler" in c.summary and "ms/step vs median" not in c.summary
