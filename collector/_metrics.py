@@ -50,6 +50,21 @@ _GPU = (
     ("stepwatch_gpu_sm_clock_hertz", "GPU SM clock in hertz.", "g", "sm_clock_hertz"),
     ("stepwatch_gpu_memory_clock_hertz", "GPU memory clock in hertz.", "g", "memory_clock_hertz"),
     ("stepwatch_gpu_clock_event_reasons", "NVML clock event (throttle) reason bitmask.", "g", "clock_event_reasons"),
+    # NVML GPM (Hopper and newer), the DCGM profiling fields' meanings
+    ("stepwatch_gpu_sm_active_ratio", "Share of time at least one warp was active on an SM, averaged over SMs (GPM), 0-1.", "g", "sm_active_ratio"),
+    ("stepwatch_gpu_sm_occupancy_ratio", "Resident warps vs the maximum, averaged over SMs (GPM), 0-1.", "g", "sm_occupancy_ratio"),
+    ("stepwatch_gpu_tensor_active_ratio", "Share of time any tensor pipe was active (GPM), 0-1.", "g", "tensor_active_ratio"),
+    ("stepwatch_gpu_tensor_hmma_active_ratio", "Share of time the HMMA tensor pipe (fp16/bf16/tf32) was active (GPM), 0-1.", "g", "tensor_hmma_active_ratio"),
+    ("stepwatch_gpu_tensor_imma_active_ratio", "Share of time the IMMA tensor pipe (int8) was active (GPM), 0-1.", "g", "tensor_imma_active_ratio"),
+    ("stepwatch_gpu_tensor_dmma_active_ratio", "Share of time the DMMA tensor pipe (fp64) was active (GPM), 0-1.", "g", "tensor_dmma_active_ratio"),
+    ("stepwatch_gpu_fp16_active_ratio", "Share of time the non-tensor FP16 pipe was active (GPM), 0-1.", "g", "fp16_active_ratio"),
+    ("stepwatch_gpu_fp32_active_ratio", "Share of time the non-tensor FP32 pipe was active (GPM), 0-1.", "g", "fp32_active_ratio"),
+    ("stepwatch_gpu_fp64_active_ratio", "Share of time the non-tensor FP64 pipe was active (GPM), 0-1.", "g", "fp64_active_ratio"),
+    ("stepwatch_gpu_dram_active_ratio", "DRAM bandwidth used vs the peak (GPM), 0-1.", "g", "dram_active_ratio"),
+    ("stepwatch_gpu_pcie_tx_bytes_per_second", "PCIe bytes per second sent by the GPU (GPM).", "g", "pcie_tx_bytes_per_second"),
+    ("stepwatch_gpu_pcie_rx_bytes_per_second", "PCIe bytes per second received by the GPU (GPM).", "g", "pcie_rx_bytes_per_second"),
+    ("stepwatch_gpu_nvlink_tx_bytes_per_second", "NVLink bytes per second sent by the GPU, all links (GPM).", "g", "nvlink_tx_bytes_per_second"),
+    ("stepwatch_gpu_nvlink_rx_bytes_per_second", "NVLink bytes per second received by the GPU, all links (GPM).", "g", "nvlink_rx_bytes_per_second"),
 )
 # HostSample fields; the optional ones are skipped when absent.
 _HOST = (

@@ -33,9 +33,10 @@ _WINDOW = (
      "gpu_busy_ratio"),
     ("stepwatch_window_gpu_idle_ratio", "Share of the last profiler window's device timeline with the GPU idle, 0-1.",
      "gpu_idle_ratio"),
-    ("stepwatch_window_compute_seconds", "Device seconds in compute kernels in the last profiler window.", "compute_s"),
-    ("stepwatch_window_communication_seconds", "Device seconds in communication (NCCL) kernels in the last profiler window.",
-     "communication_s"),
+    ("stepwatch_window_compute_seconds", "Device seconds in compute kernels in the last profiler window "
+     "(host seconds in operators on a CPU-only job).", "compute_s"),
+    ("stepwatch_window_communication_seconds", "Device seconds in communication (NCCL) kernels in the last profiler "
+     "window (host seconds in collectives on a CPU-only job).", "communication_s"),
     ("stepwatch_window_memcpy_seconds", "Device seconds in memcpy and memset in the last profiler window.", "memcpy_s"),
     ("stepwatch_window_overlap_ratio", "Share of communication time overlapped by compute in the last profiler window, 0-1.",
      "overlap_ratio"),

@@ -4,11 +4,17 @@ All NVML calls happen on the "stepwatch-nvml" daemon thread: NVML serializes on 
 some queries take milliseconds. A missing library or driver emits one ``nvml_unavailable``
 Event and stops the sampler; a query that fails once (NotSupported or any other error) is
 disabled with one log line and one ``nvml_query_unsupported`` Event.
+
+GPM device counters (SM activity and occupancy, tensor and FP pipes, DRAM bandwidth, PCIe and
+NVLink traffic; Hopper and newer) come from two GPM samples one interval apart: the first
+sample after start yields none. A GPU without GPM support gives one ``nvml_gpm_unsupported``
+Event saying why, and the counters are absent.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from typing import Any, Callable, Dict, Optional
@@ -64,6 +70,79 @@ QUERIES: Dict[str, Callable[[Any, Any], Dict[str, Any]]] = {
 }
 
 
+_MIB = float(1 << 20)
+# (pynvml metric id constant, GpuSample field, scale to base units). GPM gives percentages and
+# MiB/s.
+GPM_METRICS = (
+    ("NVML_GPM_METRIC_SM_UTIL", "sm_active_ratio", 0.01),
+    ("NVML_GPM_METRIC_SM_OCCUPANCY", "sm_occupancy_ratio", 0.01),
+    ("NVML_GPM_METRIC_ANY_TENSOR_UTIL", "tensor_active_ratio", 0.01),
+    ("NVML_GPM_METRIC_HMMA_TENSOR_UTIL", "tensor_hmma_active_ratio", 0.01),
+    ("NVML_GPM_METRIC_IMMA_TENSOR_UTIL", "tensor_imma_active_ratio", 0.01),
+    ("NVML_GPM_METRIC_DMMA_TENSOR_UTIL", "tensor_dmma_active_ratio", 0.01),
+    ("NVML_GPM_METRIC_FP16_UTIL", "fp16_active_ratio", 0.01),
+    ("NVML_GPM_METRIC_FP32_UTIL", "fp32_active_ratio", 0.01),
+    ("NVML_GPM_METRIC_FP64_UTIL", "fp64_active_ratio", 0.01),
+    ("NVML_GPM_METRIC_DRAM_BW_UTIL", "dram_active_ratio", 0.01),
+    ("NVML_GPM_METRIC_PCIE_TX_PER_SEC", "pcie_tx_bytes_per_second", _MIB),
+    ("NVML_GPM_METRIC_PCIE_RX_PER_SEC", "pcie_rx_bytes_per_second", _MIB),
+    ("NVML_GPM_METRIC_NVLINK_TOTAL_TX_PER_SEC", "nvlink_tx_bytes_per_second", _MIB),
+    ("NVML_GPM_METRIC_NVLINK_TOTAL_RX_PER_SEC", "nvlink_rx_bytes_per_second", _MIB),
+)
+
+
+class GpmUnsupported(Exception):
+    """The device (or driver, or pynvml) offers no GPM counters; the message says why."""
+
+
+class GpmReader:
+    """GPM counters of one device between consecutive :meth:`read` calls (sampler thread)."""
+
+    def __init__(self, nv: Any, handle: Any) -> None:
+        if not hasattr(nv, "nvmlGpmQueryDeviceSupport"):
+            raise GpmUnsupported("this pynvml has no GPM API (nvidia-ml-py >= 12.535 has)")
+        try:
+            supported = nv.nvmlGpmQueryDeviceSupport(handle).isSupportedDevice
+        except Exception as exc:
+            raise GpmUnsupported(f"GPM support query failed: {type(exc).__name__}: {exc}") from None
+        if not supported:
+            raise GpmUnsupported("the GPU does not support GPM (needs Hopper or newer, not a MIG slice)")
+        self._nv, self._handle = nv, handle
+        self._metrics = [(getattr(nv, const), field, scale) for const, field, scale in GPM_METRICS
+                         if hasattr(nv, const)]
+        self._prev = nv.nvmlGpmSampleGet(handle, nv.nvmlGpmSampleAlloc())
+        self._next = nv.nvmlGpmSampleAlloc()
+        self.unsupported: list[str] = []  # fields the device does not report (set by read)
+
+    def read(self) -> Dict[str, float]:
+        nv = self._nv
+        nv.nvmlGpmSampleGet(self._handle, self._next)
+        get = nv.c_nvmlGpmMetricsGet_t()
+        get.version = nv.NVML_GPM_METRICS_GET_VERSION
+        get.numMetrics = len(self._metrics)
+        get.sample1, get.sample2 = self._prev, self._next
+        for i, (metric_id, _, _) in enumerate(self._metrics):
+            get.metrics[i].metricId = metric_id
+        nv.nvmlGpmMetricsGet(get)
+        self._prev, self._next = self._next, self._prev
+        out, missing = {}, []
+        for i, (_, field, scale) in enumerate(self._metrics):
+            m = get.metrics[i]
+            if m.nvmlReturn == 0 and math.isfinite(m.value) and m.value >= 0:
+                out[field] = m.value * scale
+            else:
+                missing.append(field)
+        self.unsupported = missing
+        return out
+
+    def close(self) -> None:
+        for sample in (self._prev, self._next):
+            try:
+                self._nv.nvmlGpmSampleFree(sample)
+            except Exception:
+                pass
+
+
 def _load_pynvml() -> Any:
     import pynvml  # noqa: PLC0415 - optional at run time; absence is reported, not fatal
     return pynvml
@@ -88,6 +167,8 @@ class NvmlSampler(PeriodicService):
         self._handle: Any = None
         self._handle_uuid: Optional[str] = None
         self._disabled: set = set()
+        self._gpm: Optional[GpmReader] = None
+        self._gpm_missing_told = False
         self._once = OnceLog()
         self.ready = threading.Event()
         self.available = False
@@ -141,6 +222,8 @@ class NvmlSampler(PeriodicService):
                         elapsed, SLOW_SAMPLE_S)
 
     def _teardown(self) -> None:
+        if self._gpm is not None:
+            self._gpm.close()
         try:
             self._nv.nvmlShutdown()
         except Exception:
@@ -161,7 +244,31 @@ class NvmlSampler(PeriodicService):
                     setattr(sample, field, value)
             except Exception as exc:
                 self._disable(name, exc)
+        if "gpm" not in self._disabled:
+            try:
+                for field, value in self._gpm_values(handle).items():
+                    setattr(sample, field, value)
+            except Exception as exc:
+                self._disable("gpm", exc)
         return sample
+
+    def _gpm_values(self, handle: Any) -> Dict[str, float]:
+        """GPM counters since the previous sample ({} on the first one)."""
+        if self._gpm is None:
+            try:
+                self._gpm = GpmReader(self._nv, handle)
+            except GpmUnsupported as exc:
+                self._disabled.add("gpm")
+                LOG.info("no GPM device counters: %s", exc)
+                self._batcher.event("nvml_gpm_unsupported", str(exc))
+                return {}
+            return {}
+        values = self._gpm.read()
+        if self._gpm.unsupported and not self._gpm_missing_told:
+            self._gpm_missing_told = True
+            self._batcher.event("nvml_gpm_unsupported", "GPM metrics not reported by this GPU: "
+                                + ", ".join(self._gpm.unsupported))
+        return values
 
     def _disable(self, name: str, exc: Exception) -> None:
         self._disabled.add(name)
@@ -176,6 +283,9 @@ class NvmlSampler(PeriodicService):
             return None
         if uuid != self._handle_uuid:
             self._handle_uuid, self._handle = uuid, None
+            if self._gpm is not None:
+                self._gpm.close()
+                self._gpm = None
             try:
                 self._handle = self._nv.nvmlDeviceGetHandleByUUID(uuid)
             except Exception as exc:

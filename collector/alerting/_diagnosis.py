@@ -2,7 +2,8 @@
 
 :class:`Evidence` is a pipeline listener that keeps, per rank, compact rings of what the
 diagnosis compares: 10-step blocks of step time and data-loader wait, host CPU seconds, NVML
-SM clock / power / clock-event reasons, allocator retries, and the last window summaries.
+SM clock / power / clock-event reasons and GPM activity (SM, tensor, DRAM), allocator retries,
+and the last window summaries.
 :func:`diagnose` compares the data before an onset time with the data after it and ranks the
 contributors by their change in milliseconds per step against the step-time change:
 
@@ -28,6 +29,10 @@ _BLOCK = 10
 _BLOCKS_KEPT = 600        # 6,000 steps of step-time blocks
 _SAMPLES_KEPT = 900       # 15 min of 1 Hz host / NVML / allocator samples
 _WINDOWS_KEPT = 16
+# GpuSample fields kept per sample, after its time: (time, sm clock, power, clock-event reasons,
+# SM activity, tensor activity, DRAM bandwidth)
+_GPU_FIELDS = ("sm_clock_hertz", "power_watts", "clock_event_reasons", "sm_active_ratio",
+               "tensor_active_ratio", "dram_active_ratio")
 _PHASES = ("forward", "backward", "optimizer", "communication", "other")
 _EXPLAINED = 0.3          # a top contributor below this share of the change explains nothing
 
@@ -63,9 +68,7 @@ class Evidence:
                                  statistics.median(waits)))
                 r.pending = []
         r.host.extend((h.time_s, h.cpu_seconds) for h in batch.host)
-        r.gpu.extend((g.time_s, g.sm_clock_hertz if g.HasField("sm_clock_hertz") else None,
-                      g.power_watts if g.HasField("power_watts") else None,
-                      g.clock_event_reasons if g.HasField("clock_event_reasons") else None)
+        r.gpu.extend((g.time_s, *(getattr(g, f) if g.HasField(f) else None for f in _GPU_FIELDS))
                      for g in batch.gpu_samples)
         r.alloc.extend((a.time_s, a.alloc_retries) for a in batch.allocator)
         r.windows.extend(w for w in batch.windows if w.last_step >= w.first_step)
@@ -145,7 +148,7 @@ def diagnose(r: Optional[_Rank], since: float) -> Optional[Diagnosis]:
     text = "; ".join(fmt(c) for c in ranked[:3])
     if step_delta <= 0 or ranked[0][1] < _EXPLAINED * step_delta:
         text = f"no measured contributor explains the {step_delta:+.1f} ms/step; " + text
-    tail = [_clocks(r.gpu, since), _retries(r.alloc, since)]
+    tail = [_clocks(r.gpu, since), _activity(r.gpu, since), _retries(r.alloc, since)]
     if not complete:
         tail.append("phases: no profiler window after the onset yet")
     text = "; ".join([text] + [t for t in tail if t])
@@ -214,6 +217,18 @@ def _clocks(gpu, since: float) -> str:
     if sm_b and sm_a and abs(sm_a - sm_b) / sm_b >= 0.03:
         return f"SM clock {sm_b / 1e9:.2f} -> {sm_a / 1e9:.2f} GHz"
     return "clocks unchanged" if not reasons else f"new clock-event reasons {sorted(reasons)}"
+
+
+def _activity(gpu, since: float) -> str:
+    """GPM activity that moved by >= 5 points across the onset ("tensor activity 78% -> 61%")."""
+    before = [g for g in gpu if g[0] < since]
+    after = [g for g in gpu if g[0] >= since]
+    out = []
+    for i, label in ((4, "SM activity"), (5, "tensor activity"), (6, "DRAM bandwidth")):
+        b, a = _median(g[i] for g in before), _median(g[i] for g in after)
+        if b is not None and a is not None and abs(a - b) >= 0.05:
+            out.append(f"{label} {b:.0%} -> {a:.0%}")
+    return "; ".join(out)
 
 
 def _retries(alloc, since: float) -> str:

@@ -157,6 +157,26 @@ def gpu():
               defaults={"min": 0, "max": 1}),
         panel("ECC errors", "Volatile ECC errors per interval (GPUs with ECC enabled).", "events",
               [(f"increase(stepwatch_gpu_ecc_errors_total{{{R}}}[{RI}])", "{{type}} " + lg)]),
+        panel("SM activity and occupancy (GPM)", "Share of time SMs had a warp active, and resident "
+              "warps vs the maximum, averaged over SMs (NVML GPM, Hopper and newer). Utilization above "
+              "counts any kernel running; SM activity shows how much of the GPU it used.", "cuda",
+              [(f"stepwatch_gpu_sm_active_ratio{{{R}}}", "SM active " + lg),
+               (f"stepwatch_gpu_sm_occupancy_ratio{{{R}}}", "occupancy " + lg)], "percentunit",
+              defaults={"min": 0, "max": 1}),
+        panel("Tensor and FP pipes (GPM)", "Share of time the tensor pipes (any; HMMA = fp16/bf16/tf32) "
+              "and the non-tensor FP32 pipe were active (NVML GPM).", "cuda",
+              [(f"stepwatch_gpu_tensor_active_ratio{{{R}}}", "tensor " + lg),
+               (f"stepwatch_gpu_tensor_hmma_active_ratio{{{R}}}", "tensor HMMA " + lg),
+               (f"stepwatch_gpu_fp32_active_ratio{{{R}}}", "FP32 " + lg)], "percentunit",
+              defaults={"min": 0, "max": 1}),
+        panel("DRAM bandwidth (GPM)", "DRAM bandwidth used vs the device's peak (NVML GPM).", "cuda",
+              [(f"stepwatch_gpu_dram_active_ratio{{{R}}}", lg)], "percentunit", defaults={"min": 0, "max": 1}),
+        panel("PCIe and NVLink traffic (GPM)", "Bytes per second over PCIe and NVLink, sent and received "
+              "(NVML GPM; NVLink only on GPUs that have it).", "cuda",
+              [(f"stepwatch_gpu_pcie_tx_bytes_per_second{{{R}}}", "PCIe tx " + lg),
+               (f"stepwatch_gpu_pcie_rx_bytes_per_second{{{R}}}", "PCIe rx " + lg),
+               (f"stepwatch_gpu_nvlink_tx_bytes_per_second{{{R}}}", "NVLink tx " + lg),
+               (f"stepwatch_gpu_nvlink_rx_bytes_per_second{{{R}}}", "NVLink rx " + lg)], "Bps"),
     ])
 
 
@@ -229,6 +249,16 @@ def windows():
                (f'avg by (phase) (stepwatch_window_step_phase_seconds{{{R}, phase="step"}})', "{{phase}}")],
               "s", defaults={"custom": {"stacking": {"mode": "normal", "group": "A"}, "fillOpacity": 40}},
               overrides=step_line),
+        panel("Compute per step by rank", "Compute seconds per step in each rank's last window (device "
+              "kernels; host operators on a CPU-only job) and communication per step (total). Under "
+              "synchronous data parallelism every rank has the same step time: the rank computing "
+              "longest and waiting least holds the others up.", "any",
+              [(f"stepwatch_rank_compute_seconds_per_step{{{R}}}", "compute " + lg),
+               (f'stepwatch_rank_communication_seconds_per_step{{{R}, kind="total"}}', "communication " + lg)],
+              "s"),
+        panel("Rank skew", "Slowest rank's compute per step / the median rank's, in the job's latest "
+              "windows (1 = balanced); the straggler alert names the rank (multi-rank jobs).", "events",
+              [(f"stepwatch_job_rank_skew_ratio{{{J}}}", "{{training_job}}")], defaults={"min": 1}),
         panel("Top kernels", "Kernels with the most device seconds in each rank's last window "
               "(position 1 = most).", "cuda",
               [(f"stepwatch_window_top_kernel_seconds{{{R}}}", "")], "s", **table),

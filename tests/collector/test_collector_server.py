@@ -33,7 +33,10 @@ def rich_batch(seq: int) -> agent_pb2.AgentMessage:
                                              active_bytes=1200, inactive_split_bytes=300, alloc_retries=2, ooms=0,
                                              device_total_bytes=141 << 30)],
         gpu_samples=[agent_pb2.GpuSample(time_s=1.7e9, utilization_ratio=0.93, power_watts=512.5,
-                                         energy_joules=1e6, clock_event_reasons=0x4 | 0x20, ecc_uncorrected_errors=0)],
+                                         energy_joules=1e6, clock_event_reasons=0x4 | 0x20, ecc_uncorrected_errors=0,
+                                         sm_active_ratio=0.807, sm_occupancy_ratio=0.119, tensor_active_ratio=0.783,
+                                         tensor_hmma_active_ratio=0.78, dram_active_ratio=0.144,
+                                         pcie_tx_bytes_per_second=2.5e8, nvlink_rx_bytes_per_second=3e11)],
         host=[agent_pb2.HostSample(time_s=1.7e9, cpu_seconds=12.5, resident_memory_bytes=2 << 30, threads=40, children=4)],
         events=[agent_pb2.Event(time_s=1.7e9, kind="hook_error", message="boom")],
         stats=agent_pb2.AgentStats(records_dropped=7, hook_errors=1, spool_bytes=2048))
@@ -66,6 +69,10 @@ def test_acks_dedup_and_metrics(collector):
     assert sample_value(text, "stepwatch_allocator_inactive_split_bytes", RANK) == 300
     assert sample_value(text, "stepwatch_allocator_alloc_retries_total", RANK) == 2
     assert sample_value(text, "stepwatch_gpu_utilization_ratio", GPU) == 0.93
+    assert sample_value(text, "stepwatch_gpu_sm_active_ratio", GPU) == 0.807  # GPM
+    assert sample_value(text, "stepwatch_gpu_tensor_active_ratio", GPU) == 0.783
+    assert sample_value(text, "stepwatch_gpu_nvlink_rx_bytes_per_second", GPU) == 3e11
+    assert "stepwatch_gpu_fp64_active_ratio" not in text  # not reported: no series
     assert sample_value(text, "stepwatch_gpu_energy_joules_total", GPU) == 1e6
     assert sample_value(text, "stepwatch_gpu_clock_event_active", {**GPU, "reason": "sw_thermal_slowdown"}) == 1
     assert sample_value(text, "stepwatch_gpu_clock_event_active", {**GPU, "reason": "hw_slowdown"}) == 0

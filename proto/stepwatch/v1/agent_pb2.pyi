@@ -149,7 +149,7 @@ class AllocatorSample(_message.Message):
     def __init__(self, time_s: _Optional[float] = ..., device: _Optional[int] = ..., allocated_bytes: _Optional[int] = ..., reserved_bytes: _Optional[int] = ..., active_bytes: _Optional[int] = ..., inactive_split_bytes: _Optional[int] = ..., alloc_retries: _Optional[int] = ..., ooms: _Optional[int] = ..., allocated_peak_bytes: _Optional[int] = ..., reserved_peak_bytes: _Optional[int] = ..., device_total_bytes: _Optional[int] = ...) -> None: ...
 
 class GpuSample(_message.Message):
-    __slots__ = ("time_s", "utilization_ratio", "memory_utilization_ratio", "memory_used_bytes", "memory_total_bytes", "power_watts", "energy_joules", "temperature_celsius", "sm_clock_hertz", "memory_clock_hertz", "clock_event_reasons", "ecc_corrected_errors", "ecc_uncorrected_errors")
+    __slots__ = ("time_s", "utilization_ratio", "memory_utilization_ratio", "memory_used_bytes", "memory_total_bytes", "power_watts", "energy_joules", "temperature_celsius", "sm_clock_hertz", "memory_clock_hertz", "clock_event_reasons", "ecc_corrected_errors", "ecc_uncorrected_errors", "sm_active_ratio", "sm_occupancy_ratio", "tensor_active_ratio", "tensor_hmma_active_ratio", "tensor_imma_active_ratio", "tensor_dmma_active_ratio", "fp16_active_ratio", "fp32_active_ratio", "fp64_active_ratio", "dram_active_ratio", "pcie_tx_bytes_per_second", "pcie_rx_bytes_per_second", "nvlink_tx_bytes_per_second", "nvlink_rx_bytes_per_second")
     TIME_S_FIELD_NUMBER: _ClassVar[int]
     UTILIZATION_RATIO_FIELD_NUMBER: _ClassVar[int]
     MEMORY_UTILIZATION_RATIO_FIELD_NUMBER: _ClassVar[int]
@@ -163,6 +163,20 @@ class GpuSample(_message.Message):
     CLOCK_EVENT_REASONS_FIELD_NUMBER: _ClassVar[int]
     ECC_CORRECTED_ERRORS_FIELD_NUMBER: _ClassVar[int]
     ECC_UNCORRECTED_ERRORS_FIELD_NUMBER: _ClassVar[int]
+    SM_ACTIVE_RATIO_FIELD_NUMBER: _ClassVar[int]
+    SM_OCCUPANCY_RATIO_FIELD_NUMBER: _ClassVar[int]
+    TENSOR_ACTIVE_RATIO_FIELD_NUMBER: _ClassVar[int]
+    TENSOR_HMMA_ACTIVE_RATIO_FIELD_NUMBER: _ClassVar[int]
+    TENSOR_IMMA_ACTIVE_RATIO_FIELD_NUMBER: _ClassVar[int]
+    TENSOR_DMMA_ACTIVE_RATIO_FIELD_NUMBER: _ClassVar[int]
+    FP16_ACTIVE_RATIO_FIELD_NUMBER: _ClassVar[int]
+    FP32_ACTIVE_RATIO_FIELD_NUMBER: _ClassVar[int]
+    FP64_ACTIVE_RATIO_FIELD_NUMBER: _ClassVar[int]
+    DRAM_ACTIVE_RATIO_FIELD_NUMBER: _ClassVar[int]
+    PCIE_TX_BYTES_PER_SECOND_FIELD_NUMBER: _ClassVar[int]
+    PCIE_RX_BYTES_PER_SECOND_FIELD_NUMBER: _ClassVar[int]
+    NVLINK_TX_BYTES_PER_SECOND_FIELD_NUMBER: _ClassVar[int]
+    NVLINK_RX_BYTES_PER_SECOND_FIELD_NUMBER: _ClassVar[int]
     time_s: float
     utilization_ratio: float
     memory_utilization_ratio: float
@@ -176,7 +190,21 @@ class GpuSample(_message.Message):
     clock_event_reasons: int
     ecc_corrected_errors: int
     ecc_uncorrected_errors: int
-    def __init__(self, time_s: _Optional[float] = ..., utilization_ratio: _Optional[float] = ..., memory_utilization_ratio: _Optional[float] = ..., memory_used_bytes: _Optional[int] = ..., memory_total_bytes: _Optional[int] = ..., power_watts: _Optional[float] = ..., energy_joules: _Optional[float] = ..., temperature_celsius: _Optional[float] = ..., sm_clock_hertz: _Optional[float] = ..., memory_clock_hertz: _Optional[float] = ..., clock_event_reasons: _Optional[int] = ..., ecc_corrected_errors: _Optional[int] = ..., ecc_uncorrected_errors: _Optional[int] = ...) -> None: ...
+    sm_active_ratio: float
+    sm_occupancy_ratio: float
+    tensor_active_ratio: float
+    tensor_hmma_active_ratio: float
+    tensor_imma_active_ratio: float
+    tensor_dmma_active_ratio: float
+    fp16_active_ratio: float
+    fp32_active_ratio: float
+    fp64_active_ratio: float
+    dram_active_ratio: float
+    pcie_tx_bytes_per_second: float
+    pcie_rx_bytes_per_second: float
+    nvlink_tx_bytes_per_second: float
+    nvlink_rx_bytes_per_second: float
+    def __init__(self, time_s: _Optional[float] = ..., utilization_ratio: _Optional[float] = ..., memory_utilization_ratio: _Optional[float] = ..., memory_used_bytes: _Optional[int] = ..., memory_total_bytes: _Optional[int] = ..., power_watts: _Optional[float] = ..., energy_joules: _Optional[float] = ..., temperature_celsius: _Optional[float] = ..., sm_clock_hertz: _Optional[float] = ..., memory_clock_hertz: _Optional[float] = ..., clock_event_reasons: _Optional[int] = ..., ecc_corrected_errors: _Optional[int] = ..., ecc_uncorrected_errors: _Optional[int] = ..., sm_active_ratio: _Optional[float] = ..., sm_occupancy_ratio: _Optional[float] = ..., tensor_active_ratio: _Optional[float] = ..., tensor_hmma_active_ratio: _Optional[float] = ..., tensor_imma_active_ratio: _Optional[float] = ..., tensor_dmma_active_ratio: _Optional[float] = ..., fp16_active_ratio: _Optional[float] = ..., fp32_active_ratio: _Optional[float] = ..., fp64_active_ratio: _Optional[float] = ..., dram_active_ratio: _Optional[float] = ..., pcie_tx_bytes_per_second: _Optional[float] = ..., pcie_rx_bytes_per_second: _Optional[float] = ..., nvlink_tx_bytes_per_second: _Optional[float] = ..., nvlink_rx_bytes_per_second: _Optional[float] = ...) -> None: ...
 
 class HostSample(_message.Message):
     __slots__ = ("time_s", "cpu_seconds", "resident_memory_bytes", "threads", "children", "io_read_bytes", "io_write_bytes", "host_memory_available_bytes")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ctypes
 import os
 import time
 import random
@@ -237,10 +238,76 @@ def test_nvml_sample_units_and_unsupported_query_disabled_once():
     assert (first.ecc_corrected_errors, first.ecc_uncorrected_errors) == (3, 0)
     assert not first.HasField("power_watts") and second.time_s == 5.0
     events = batcher.seal().events
-    assert [e.kind for e in events] == ["nvml_query_unsupported"] and "power" in events[0].message
+    assert [e.kind for e in events] == ["nvml_query_unsupported", "nvml_gpm_unsupported"]
+    assert "power" in events[0].message and "no GPM API" in events[1].message
     sampler.set_gpu("GPU-missing")
     assert sampler.sample() is None and sampler.sample() is None
     assert [e.kind for e in batcher.seal(force=True).events] == ["nvml_device_not_found"]
+
+
+def fake_gpm_nvml(supported: bool):
+    """fake_nvml plus GPM: pynvml's real GPM structures and metric ids, fake device calls that
+    report per-metric values (NVLink "not supported", as on a PCIe card)."""
+    import pynvml
+    nv = fake_nvml([])
+    values = {pynvml.NVML_GPM_METRIC_SM_UTIL: 80.7, pynvml.NVML_GPM_METRIC_SM_OCCUPANCY: 11.9,
+              pynvml.NVML_GPM_METRIC_ANY_TENSOR_UTIL: 78.3, pynvml.NVML_GPM_METRIC_DRAM_BW_UTIL: 14.4,
+              pynvml.NVML_GPM_METRIC_PCIE_TX_PER_SEC: 2.0}
+    taken = []
+
+    def metrics_get(get):
+        assert get.version == pynvml.NVML_GPM_METRICS_GET_VERSION and get.numMetrics == 14
+        got = (ctypes.addressof(get.sample1.contents), ctypes.addressof(get.sample2.contents))
+        assert got == (taken[-2], taken[-1]), "the previous and the newest sample"
+        for i in range(get.numMetrics):
+            m = get.metrics[i]
+            m.value, m.nvmlReturn = values.get(m.metricId, 0.0), 0
+            if m.metricId in (pynvml.NVML_GPM_METRIC_NVLINK_TOTAL_TX_PER_SEC,
+                              pynvml.NVML_GPM_METRIC_NVLINK_TOTAL_RX_PER_SEC):
+                m.nvmlReturn = pynvml.NVML_ERROR_NOT_SUPPORTED
+        return get
+
+    def sample_get(handle, sample):
+        taken.append(ctypes.addressof(sample.contents))
+        return sample
+
+    for name in dir(pynvml):
+        if name.startswith("NVML_GPM_") or name in ("c_nvmlGpmMetricsGet_t", "NVML_ERROR_NOT_SUPPORTED"):
+            setattr(nv, name, getattr(pynvml, name))
+    nv.nvmlGpmQueryDeviceSupport = lambda h: types.SimpleNamespace(isSupportedDevice=int(supported))
+    nv.nvmlGpmSampleAlloc = lambda: ctypes.pointer(pynvml.struct_c_nvmlGpmSample_t())
+    nv.nvmlGpmSampleGet = sample_get
+    nv.nvmlGpmMetricsGet = metrics_get
+    nv.nvmlGpmSampleFree = lambda sample: None
+    return nv
+
+
+def test_gpm_counters_between_consecutive_samples_in_base_units():
+    batcher = Batcher(clock=FakeClock())
+    sampler = NvmlSampler(batcher, interval_s=1.0, load=lambda: fake_gpm_nvml(True), clock=FakeClock(5.0))
+    assert sampler.init()
+    sampler.set_gpu("abc")
+    first, second, third = sampler.sample(), sampler.sample(), sampler.sample()
+    assert not first.HasField("sm_active_ratio"), "one GPM sample gives no counters yet"
+    for s in (second, third):
+        assert s.sm_active_ratio == pytest.approx(0.807) and s.sm_occupancy_ratio == pytest.approx(0.119)
+        assert s.tensor_active_ratio == pytest.approx(0.783) and s.dram_active_ratio == pytest.approx(0.144)
+        assert s.pcie_tx_bytes_per_second == 2.0 * (1 << 20) and s.fp64_active_ratio == 0.0
+        assert not s.HasField("nvlink_tx_bytes_per_second") and not s.HasField("nvlink_rx_bytes_per_second")
+    events = batcher.seal(force=True).events
+    gpm = [e for e in events if e.kind == "nvml_gpm_unsupported"]
+    assert len(gpm) == 1 and "nvlink_tx_bytes_per_second" in gpm[0].message, events
+
+
+def test_gpu_without_gpm_says_why_once_and_sends_the_other_counters():
+    batcher = Batcher(clock=FakeClock())
+    sampler = NvmlSampler(batcher, interval_s=1.0, load=lambda: fake_gpm_nvml(False), clock=FakeClock(5.0))
+    assert sampler.init()
+    sampler.set_gpu("abc")
+    samples = [sampler.sample() for _ in range(3)]
+    assert all(not s.HasField("sm_active_ratio") and s.utilization_ratio > 0 for s in samples)
+    gpm = [e for e in batcher.seal(force=True).events if e.kind == "nvml_gpm_unsupported"]
+    assert len(gpm) == 1 and "does not support GPM" in gpm[0].message
 
 
 def test_host_sample_of_a_real_process():

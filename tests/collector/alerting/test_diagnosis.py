@@ -19,7 +19,8 @@ def window(wid, t, backward_ms, kernel_ms, other_ms=5.0, kernel="ampere_bf16_gem
     return w
 
 
-def feed(ev, onset_step=500, extra_ms=0.0, wait_extra_ms=0.0, sm_after=1.98e9, windows=(), cpu_extra_ms=0.0):
+def feed(ev, onset_step=500, extra_ms=0.0, wait_extra_ms=0.0, sm_after=1.98e9, windows=(), cpu_extra_ms=0.0,
+         tensor=None):
     """600 steps of 40 ms; from onset_step on, extra_ms more and wait_extra_ms more wait."""
     for first in range(1, 601, 20):
         b = agent_pb2.Batch(seq=first)
@@ -28,7 +29,9 @@ def feed(ev, onset_step=500, extra_ms=0.0, wait_extra_ms=0.0, sm_after=1.98e9, w
             b.steps.add(step=s, end_time_s=T0 + s * 0.04, duration_s=0.040 + (extra_ms + wait_extra_ms) / 1e3 * slow,
                         dataloader_wait_s=0.001 + wait_extra_ms / 1e3 * slow)
         t = T0 + first * 0.04
-        b.gpu_samples.add(time_s=t, sm_clock_hertz=sm_after if first >= onset_step else 1.98e9)
+        g = b.gpu_samples.add(time_s=t, sm_clock_hertz=sm_after if first >= onset_step else 1.98e9)
+        if tensor is not None:  # GPM: (before, after) tensor activity; SM activity 0.9 throughout
+            g.tensor_active_ratio, g.sm_active_ratio = tensor[first >= onset_step], 0.9
         b.host.add(time_s=t, cpu_seconds=first * 0.04 + max(0, first - onset_step) * cpu_extra_ms / 1e3)
         b.windows.extend(w for w in windows if first <= w.first_step < first + 20)
         ev.on_batch(HELLO, b, t)
@@ -57,6 +60,13 @@ def test_without_a_window_after_the_onset_it_says_so_and_clocks_are_reported():
     assert not d.complete
     assert "no measured contributor explains the +5.0 ms/step" in d.text, d.text
     assert "SM clock 1.98 -> 1.41 GHz" in d.text and "no profiler window after the onset yet" in d.text
+
+
+def test_gpm_activity_that_moved_is_reported_and_unchanged_activity_is_not():
+    ev = Evidence()
+    feed(ev, extra_ms=5.0, tensor=(0.78, 0.61), windows=[window(2, T0 + 8, 8.0, 3.0)])
+    d = diagnose(ev.rank("j", 3), T0 + 500 * 0.04)
+    assert "tensor activity 78% -> 61%" in d.text and "SM activity" not in d.text, d.text
 
 
 def test_no_step_data_on_both_sides_gives_no_diagnosis():
