@@ -66,6 +66,9 @@ class AgentSettings:
     nvml_interval_s: float = option(
         1.0, "Seconds between NVML samples in the sidecar.", env="STEPWATCH_NVML_INTERVAL_S",
         parse=parse_duration, check=positive())
+    nvml_gpm: bool = option(
+        True, "Sample NVML GPM device counters (SM/tensor/DRAM activity, PCIe/NVLink traffic; "
+        "Hopper and newer) with the other NVML counters.", env="STEPWATCH_NVML_GPM")
     host_interval_s: float = option(
         1.0, "Seconds between psutil samples of the trainer process.",
         env="STEPWATCH_HOST_INTERVAL_S", parse=parse_duration, check=positive())

@@ -3,6 +3,7 @@
 Interleaved blocks in one process, one arm after the other in every round:
   off       no agent
   base      agent attached, windows off (step hook, CUDA events, memory_stats, sidecar)
+  base_nogpm  the same without the NVML GPM counters (--arms off,base,base_nogpm compares them)
   windows   agent with an aggressive schedule (a window every --every steps, budget 50%)
 Each block runs ``--block`` steps; the first ``--warmup`` steps of a block are not timed, the
 timed part is bracketed by two synchronizes (none inside). Overhead of an arm = median over
@@ -68,6 +69,7 @@ def quartiles(values):
 ARMS = {
     "off": None,
     "base": {"windows": False},
+    "base_nogpm": {"windows": False, "nvml_gpm": False},  # the base arm without GPM counters
     "windows": {"overhead_budget": 0.5},  # window_every_steps is set from --every
 }
 
@@ -86,7 +88,7 @@ def main() -> None:
                    help="wait after attach so the sidecar's start-up (imports, nvmlInit, connect) "
                         "is over: a job pays it once, not every block")
     p.add_argument("--activities", default="cpu,cuda")
-    p.add_argument("--arms", default="off,base,windows", help="comma-separated subset of off,base,windows")
+    p.add_argument("--arms", default="off,base,windows", help="comma-separated subset of off,base,base_nogpm,windows")
     p.add_argument("--out", default="")
     args = p.parse_args()
     from stepwatch import agent
@@ -118,7 +120,8 @@ def main() -> None:
         collector.terminate()
         collector.wait()
     off = times["off"]
-    rel = {arm: [b / a - 1 for a, b in zip(off, times[arm])] for arm in ("base", "windows") if arm in times}
+    rel = {arm: [b / a - 1 for a, b in zip(off, times[arm])] for arm in ("base", "base_nogpm", "windows")
+           if arm in times}
     step_s = statistics.median(off)
     # Per round: extra time of the windows block over the base block, per window opened.
     per_window = [(w - b) * args.block / n

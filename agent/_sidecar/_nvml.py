@@ -151,13 +151,14 @@ def _load_pynvml() -> Any:
 class NvmlSampler(PeriodicService):
     """Samples the trainer's GPU every ``interval_s`` seconds into ``batcher`` ("gpu_sample").
 
-    ``load`` returns the pynvml module (a seam for tests); ``clock`` returns Unix seconds.
+    ``load`` returns the pynvml module (a seam for tests); ``clock`` returns Unix seconds;
+    ``gpm`` False leaves the GPM counters out.
     ``ready`` is set once initialization was attempted; ``driver_version`` is "" until then
     or without NVML. Nothing is sampled until :meth:`set_gpu` named the trainer's device.
     """
 
     def __init__(self, batcher: Batcher, interval_s: float, load: Callable[[], Any] = _load_pynvml,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time, gpm: bool = True) -> None:
         super().__init__("stepwatch-nvml", interval_s)
         self._batcher = batcher
         self._load = load
@@ -166,7 +167,7 @@ class NvmlSampler(PeriodicService):
         self._uuid: Optional[str] = None
         self._handle: Any = None
         self._handle_uuid: Optional[str] = None
-        self._disabled: set = set()
+        self._disabled: set = set() if gpm else {"gpm"}
         self._gpm: Optional[GpmReader] = None
         self._gpm_missing_told = False
         self._once = OnceLog()

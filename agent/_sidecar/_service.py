@@ -55,7 +55,7 @@ class Sidecar:
         self.spool = Spool(spool_path(s.spool_dir, hello.job, hello.rank, hello.session_id),
                            s.spool_max_bytes)
         self.batcher = Batcher(first_seq=self.spool.max_seq + 1)
-        self.nvml = nvml or NvmlSampler(self.batcher, s.nvml_interval_s)
+        self.nvml = nvml or NvmlSampler(self.batcher, s.nvml_interval_s, gpm=s.nvml_gpm)
         self.host = HostSampler(self.batcher, config.trainer_pid, s.host_interval_s)
         self.channel = channel or BackChannel(None)
         self.windows = WindowJobs(self.batcher, self.channel, s.window_top_k)

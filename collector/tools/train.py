@@ -99,6 +99,9 @@ def parse(argv=None):
                         "(slow_optimizer; --cause-ms unused)")
     p.add_argument("--cause-from-step", type=int, default=0)
     p.add_argument("--cause-ms", type=float, default=5.0)
+    p.add_argument("--backend", default="", help="torch.distributed backend (default: nccl on CUDA, else gloo)")
+    p.add_argument("--same-gpu", action="store_true",
+                   help="every rank on cuda:0 (with --backend gloo: two synchronous ranks on one GPU)")
     p.add_argument("--cause-rank", type=int, default=-1,
                    help="only this rank gets the --cause (-1: every rank): a straggler whose extra "
                         "work the others wait for inside the collectives")
@@ -253,8 +256,8 @@ def main(argv=None) -> None:
     args = parse(argv)
     distributed = "RANK" in os.environ and int(os.environ.get("WORLD_SIZE", "1")) > 1
     if distributed:
-        torch.distributed.init_process_group("nccl" if args.device == "cuda" else "gloo")
-    device = torch.device(args.device, int(os.environ.get("LOCAL_RANK", 0))) \
+        torch.distributed.init_process_group(args.backend or ("nccl" if args.device == "cuda" else "gloo"))
+    device = torch.device(args.device, 0 if args.same_gpu else int(os.environ.get("LOCAL_RANK", 0))) \
         if args.device == "cuda" else torch.device("cpu")
     if device.type == "cuda":
         torch.cuda.set_device(device)
