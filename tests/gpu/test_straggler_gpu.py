@@ -42,8 +42,8 @@ def _run(tmp_path, collector_factory, job, *extra):
         col.wait_value("stepwatch_steps_total", STEPS, training_job=job, rank=str(rank))
     time.sleep(2)
     batches = [ev for ev in read_record(record.read_text().splitlines()) if ev.kind == "batch"]
-    steps = {(ev.rank, s.step): s for ev in batches for s in ev.batch.steps}
-    windows = sorted(((ev.rank, w) for ev in batches for w in ev.batch.windows), key=lambda x: x[1].first_step)
+    steps = {(ev.hello.rank, s.step): s for ev in batches for s in ev.batch.steps}
+    windows = sorted(((ev.hello.rank, w) for ev in batches for w in ev.batch.windows), key=lambda x: x[1].first_step)
     alerts = [a for a in col.api("/api/alerts")["alerts"] if a["job"] == job]
     return col, steps, windows, alerts, began
 
