@@ -6,6 +6,7 @@ work raises nothing. Prints a table of the windows' per-rank figures; JSON under
 
 from __future__ import annotations
 
+import datetime
 import json
 import os
 import pathlib
@@ -75,7 +76,9 @@ def test_slow_rank_sharing_the_gpu_is_named_and_healthy_raises_nothing(tmp_path,
     onset = steps[(1, CAUSE_FROM)].end_time_s
     result["skewed_alerts"] = [{k: a.get(k) for k in ("alertname", "rank", "summary", "fired_at", "diagnosis")}
                                for a in alerts]
-    result["seconds_from_change_to_alert"] = [a["fired_at"] - onset for a in strag if a.get("fired_at")]
+    result["seconds_from_change_to_alert"] = [
+        datetime.datetime.fromisoformat(a["fired_at"].replace("Z", "+00:00")).timestamp() - onset
+        for a in strag if a.get("fired_at")]
     col2, steps2, windows2, alerts2, _ = _run(tmp_path, collector_factory, "gpubal")
     result["balanced"] = _table("balanced", steps2, windows2)
     result["balanced_alerts"] = [{k: a.get(k) for k in ("alertname", "rank", "summary")} for a in alerts2]
