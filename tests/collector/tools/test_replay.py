@@ -3,8 +3,10 @@ line for bad input; ``--format json`` fields."""
 
 from __future__ import annotations
 
+import gzip
 import json
 import math
+import pathlib
 import random
 
 import pytest
@@ -124,3 +126,34 @@ def test_missing_file_and_bad_detection_option_are_errors(tmp_path, capsys):
     f = slowed_job(tmp_path / "rec.jsonl", steps=10)
     assert main(["replay", str(f), "--detection", "{drift: {block_steps: 0}}"]) == 2
     assert "detection.drift.block_steps" in capsys.readouterr().err
+
+
+REPLAY_DATA = pathlib.Path(__file__).resolve().parents[2] / "data" / "replay"
+
+
+def _gpu_recording(tmp_path, name):
+    """A recording made by tests/gpu/test_straggler_gpu.py on the lent H200 (gzipped here)."""
+    path = tmp_path / name.replace(".gz", "")
+    path.write_bytes(gzip.decompress((REPLAY_DATA / name).read_bytes()))
+    return path
+
+
+def test_recorded_gpu_windows_name_the_rank_whose_compute_is_slow(tmp_path, capsys):
+    """Two DDP ranks sharing an H200, rank 1 with +8 ms of GEMMs in backward from step 150:
+    replayed, the windows name rank 1 (step times alone cannot: both ranks ran 13.5 ms steps)."""
+    f = _gpu_recording(tmp_path, "gpu_straggler_h200.jsonl.gz")
+    assert main(["replay", str(f), "--format", "json"]) == 0
+    docs = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    strag = [d for d in docs if d.get("alertname") == "StepwatchStragglerRank"]
+    assert [d["rank"] for d in strag] == [1], docs
+    assert strag[0]["step"] == 194, strag  # the first window after the change
+    s = strag[0]["summary"]
+    assert s.startswith("rank 1 compute 8.") and "ms/step vs median 0.5 ms of the other ranks" in s, s
+    assert "cutlass" in strag[0]["diagnosis"] and "SM activity" in strag[0]["diagnosis"], strag
+
+
+def test_recorded_balanced_gpu_job_raises_nothing(tmp_path, capsys):
+    f = _gpu_recording(tmp_path, "gpu_balanced_h200.jsonl.gz")
+    assert main(["replay", str(f), "--format", "json"]) == 0
+    docs = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert docs == [{"kind": "count", "episodes": 0}], docs
