@@ -16,6 +16,7 @@ from google.protobuf.descriptor import FieldDescriptor
 from ._api import _finite
 from ._state import CollectorState
 from ._traces import TraceRequest
+from ._windows_metrics import aligned_compute
 
 __all__ = ["message_dict", "windows_document", "windows_json", "traces_document", "traces_json"]
 
@@ -45,12 +46,14 @@ def message_dict(msg: Any) -> dict[str, Any]:
 
 
 def windows_document(state: CollectorState, job: str) -> Optional[dict[str, Any]]:
-    """``{"job", "ranks": [{"rank", "host", "connected", "windows": [WindowSummary...]}]}``, ranks
-    sorted, windows oldest first (at most ``windows_kept``); None when no rank of ``job`` is known."""
+    """``{"job", "ranks": [{"rank", "host", "connected", "windows": [WindowSummary...]}],
+    "aligned": {...} or null}``, ranks sorted, windows oldest first (at most ``windows_kept``);
+    ``aligned`` compares the ranks' compute and communication per step at the same steps
+    (:func:`._windows_metrics.aligned_compute`). None when no rank of ``job`` is known."""
+    states = [st for st in state.snapshot() if st.job == job]
     ranks = [{"rank": st.rank, "host": st.hello.host, "connected": st.connected,
-              "windows": [message_dict(w) for w in st.windows]}
-             for st in state.snapshot() if st.job == job]
-    return {"job": job, "ranks": ranks} if ranks else None
+              "windows": [message_dict(w) for w in st.windows]} for st in states]
+    return {"job": job, "ranks": ranks, "aligned": aligned_compute(states)} if ranks else None
 
 
 def windows_json(state: CollectorState, job: str) -> tuple[int, bytes]:

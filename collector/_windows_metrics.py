@@ -11,7 +11,7 @@ on the scraping thread and reads a state snapshot.
 from __future__ import annotations
 
 import statistics
-from typing import Iterator
+from typing import Iterator, Optional
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector, CollectorRegistry
@@ -19,7 +19,7 @@ from prometheus_client.registry import Collector, CollectorRegistry
 from ._metrics import RANK_LABELS, rank_labels
 from ._state import CollectorState, RankState
 
-__all__ = ["WindowMetrics", "MAX_NAME_CHARS", "MAX_SKIP_REASONS", "PHASES"]
+__all__ = ["WindowMetrics", "MAX_NAME_CHARS", "MAX_SKIP_REASONS", "PHASES", "aligned_compute", "window_steps"]
 
 MAX_NAME_CHARS = 120
 MAX_SKIP_REASONS = 16
@@ -141,10 +141,37 @@ def window_steps(win) -> int:
     return win.last_step - win.first_step + 1 if win.last_step >= win.first_step > 0 else 0
 
 
+def aligned_compute(states: list[RankState]) -> Optional[dict]:
+    """Per-rank figures of one job's latest steps windowed on the most ranks (windows are taken
+    at the same global steps on every rank; a rank's last window may not have arrived yet):
+    ``{"first_step", "skew_ratio", "ranks": [{"rank", "compute_s_per_step",
+    "communication_s_per_step", "exposed_communication_s_per_step", "share_of_slowest"}]}``,
+    or None with fewer than two ranks there. ``skew_ratio`` = max / median compute per step."""
+    by_step: dict[int, list] = {}
+    for st in states:
+        for win in st.windows:
+            if window_steps(win):
+                by_step.setdefault(win.first_step, {})[st.rank] = win
+    if not by_step:
+        return None
+    most = max(len(v) for v in by_step.values())
+    first = max(f for f, v in by_step.items() if len(v) == most)
+    wins = by_step[first]
+    per_step = {r: w.compute_s / window_steps(w) for r, w in wins.items()}
+    slowest, mid = max(per_step.values()), statistics.median(per_step.values())
+    if len(wins) < 2 or mid <= 0:
+        return None
+    return {"first_step": first, "skew_ratio": slowest / mid,
+            "ranks": [{"rank": r, "compute_s_per_step": per_step[r],
+                       "communication_s_per_step": w.communication_s / window_steps(w),
+                       "exposed_communication_s_per_step": w.breakdown.communication_s,
+                       "share_of_slowest": per_step[r] / slowest}
+                      for r, w in sorted(wins.items())]}
+
+
 def _collect_skew(ranks: list[RankState]) -> tuple:
     """Per-rank compute and communication per profiled step (latest window), and each job's
-    rank skew: max / median compute per step over the ranks' kept windows of the latest steps
-    windowed on the most ranks (windows are taken at the same global steps on every rank)."""
+    rank skew (:func:`aligned_compute`)."""
     compute = GaugeMetricFamily("stepwatch_rank_compute_seconds_per_step",
                                 "Compute seconds per step in the rank's last profiler window (device kernels; "
                                 "host operators for CPU training).", labels=RANK_LABELS)
@@ -154,12 +181,9 @@ def _collect_skew(ranks: list[RankState]) -> tuple:
     skew = GaugeMetricFamily("stepwatch_job_rank_skew_ratio",
                              "Slowest rank's compute per step / the median rank's, in the job's latest "
                              "profiler windows (1 = balanced).", labels=["training_job"])
-    by_job: dict[str, dict[int, list[float]]] = {}
+    jobs: dict[str, list] = {}
     for st in ranks:
-        for win in st.windows:
-            steps = window_steps(win)
-            if steps:
-                by_job.setdefault(st.job, {}).setdefault(win.first_step, []).append(win.compute_s / steps)
+        jobs.setdefault(st.job, []).append(st)
         win = st.windows[-1] if st.windows else None
         steps = window_steps(win) if win is not None else 0
         if not steps:
@@ -169,13 +193,10 @@ def _collect_skew(ranks: list[RankState]) -> tuple:
         comm.add_metric(labels + ["total"], win.communication_s / steps)
         if win.HasField("breakdown"):
             comm.add_metric(labels + ["exposed"], win.breakdown.communication_s)
-    for job, by_step in sorted(by_job.items()):
-        # the latest steps windowed on as many ranks as any (a rank's last window may be late)
-        most = max(len(v) for v in by_step.values())
-        values = by_step[max(first for first, v in by_step.items() if len(v) == most)]
-        mid = statistics.median(values)
-        if len(values) >= 2 and mid > 0:
-            skew.add_metric([job], max(values) / mid)
+    for job, states in sorted(jobs.items()):
+        aligned = aligned_compute(states)
+        if aligned is not None:
+            skew.add_metric([job], aligned["skew_ratio"])
     return compute, comm, skew
 
 

@@ -58,6 +58,9 @@ def test_slow_compute_on_one_rank_is_named_from_the_windows(tmp_path, collector_
     n = w1["last_step"] - w1["first_step"] + 1
     assert w1["compute_s"] / n > w0["compute_s"] / n + 0.02, (w0, w1)  # 40 ms of extra products
     assert w0["communication_s"] / n > w1["communication_s"] / n + 0.02, (w0, w1)
+    aligned = col.api("/api/jobs/skewed/windows")["aligned"]
+    shares = {r["rank"]: r["share_of_slowest"] for r in aligned["ranks"]}
+    assert shares[1] == 1.0 and shares[0] < 0.7, aligned
     skew = col.value("stepwatch_job_rank_skew_ratio", training_job="skewed")
     assert skew is not None and skew > 1.5, skew
     assert col.value("stepwatch_rank_compute_seconds_per_step", training_job="skewed", rank="1") > 0.04
