@@ -23,7 +23,7 @@ from typing import Any, Iterator, Optional
 
 from . import contract
 from ._dataloader import DataLoaderTimer
-from ._identity import Identity, identity_from_env
+from ._identity import Identity, distributed_rank, identity_from_env
 from ._ipc import PipeWriter
 from ._options import AgentSettings
 from ._steps import StepTracker
@@ -58,6 +58,11 @@ class Agent:
         # KINETO_LOG_LEVEL wins. (Kineto also stops printing its errors; the agent notices a
         # window without GPU events itself.)
         os.environ.setdefault("KINETO_LOG_LEVEL", "6")
+        dist = distributed_rank(torch)
+        if dist is not None:  # torch.distributed is initialised: its rank wins
+            identity = identity._replace(rank=dist[0], world_size=dist[1])
+        # until torch.distributed is initialised, each step boundary checks whether it is now
+        self._dist_pending = dist is None and _dist_available(torch)
         self.settings, self.identity = settings, identity
         self.session_id = uuid.uuid4().hex
         self.hook_errors = 0
@@ -178,6 +183,8 @@ class Agent:
         self._writer.flush()  # no step boundary will flush it
 
     def _after_step(self) -> None:
+        if self._dist_pending:
+            self._check_distributed()
         stats = (self._writer.dropped, self.hook_errors, self.windows.windows,
                  sum(self.windows.skips.values()))
         if stats != self._last_stats:
@@ -185,6 +192,17 @@ class Agent:
             self._writer.put(self._stats_record())
         if self._writer.maybe_flush():
             self._read_replies()
+
+    def _check_distributed(self) -> None:
+        """torch.distributed got initialised after attach (mp.spawn scripts, launchers that set
+        no RANK): its rank and world size win; the sidecar reconnects under them."""
+        dist = distributed_rank(self._torch)
+        if dist is None:
+            return
+        self._dist_pending = False
+        if dist != (self.identity.rank, self.identity.world_size):
+            self.identity = self.identity._replace(rank=dist[0], world_size=dist[1])
+            self._writer.put(contract.identity(*dist))
 
     def _stats_record(self) -> dict:
         return contract.stats(self._writer.dropped, self.hook_errors, self.windows.windows,
@@ -240,6 +258,13 @@ class Agent:
             os.close(self._reply_fd)
         except OSError:
             pass
+
+
+def _dist_available(torch) -> bool:
+    try:
+        return bool(torch.distributed.is_available())
+    except Exception:
+        return False
 
 
 def _cupti_teardown(torch) -> None:

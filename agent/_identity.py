@@ -1,7 +1,9 @@
 """Who this process is: job name, rank, local rank, world size and node, from the launcher.
 
-Read once at attach() time from torchrun, SLURM or Kubernetes environment variables;
-explicit options win. Pure functions of a mapping, so tests pass their own environment.
+Read at attach() time from torchrun, SLURM or Kubernetes environment variables (explicit
+options win); once torch.distributed is initialised its rank and world size win (the agent
+checks at attach and at step boundaries until it is). The environment functions are pure
+functions of a mapping, so tests pass their own environment.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ import socket
 import sys
 from typing import Mapping, NamedTuple, Optional
 
-__all__ = ["Identity", "identity_from_env"]
+__all__ = ["Identity", "identity_from_env", "distributed_rank"]
 
 
 class Identity(NamedTuple):
@@ -73,3 +75,15 @@ def identity_from_env(job: Optional[str] = None, env: Optional[Mapping[str, str]
     world = _first_int(env, ("WORLD_SIZE", "SLURM_NTASKS", "OMPI_COMM_WORLD_SIZE"), 1)
     host = env.get("NODE_NAME") or socket.gethostname()
     return Identity(job or _job_name(env, argv0), rank, local_rank, world, host)
+
+
+def distributed_rank(torch) -> Optional[tuple[int, int]]:
+    """``(rank, world_size)`` of the initialised default process group, else None. Cheap
+    (a flag check until initialised); never raises."""
+    try:
+        dist = torch.distributed
+        if dist.is_available() and dist.is_initialized():
+            return int(dist.get_rank()), int(dist.get_world_size())
+    except Exception:
+        pass
+    return None

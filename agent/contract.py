@@ -33,17 +33,17 @@ import json
 import re
 from typing import Any, Iterator, List, Optional
 
-__all__ = ["CONFIG", "GPU", "STEP", "ALLOC", "EVENT", "STATS", "WINDOW", "TRACE", "BYE",
+__all__ = ["CONFIG", "GPU", "STEP", "ALLOC", "EVENT", "STATS", "WINDOW", "TRACE", "BYE", "IDENTITY",
            "WINDOW_RESULT", "CAPTURE", "TRAINER_KINDS", "SIDECAR_KINDS", "MAX_LINE_BYTES",
            "encode", "decode", "read_lines", "LineSplitter", "safe_name", "label_problem",
            "normalize_uuid", "phase_name", "ALLOC_STATS", "config", "gpu", "step",
-           "alloc", "event", "stats", "window", "trace", "bye", "window_result", "capture",
+           "alloc", "event", "stats", "window", "trace", "bye", "identity", "window_result", "capture",
            "window_now"]
 
 CONFIG, GPU, STEP, ALLOC, EVENT, STATS = "config", "gpu", "step", "alloc", "event", "stats"
-WINDOW, TRACE, BYE = "window", "trace", "bye"
+WINDOW, TRACE, BYE, IDENTITY = "window", "trace", "bye", "identity"
 WINDOW_RESULT, CAPTURE, WINDOW_NOW = "window_result", "capture", "window_now"
-TRAINER_KINDS = (CONFIG, GPU, STEP, ALLOC, EVENT, STATS, WINDOW, TRACE, BYE)
+TRAINER_KINDS = (CONFIG, GPU, STEP, ALLOC, EVENT, STATS, WINDOW, TRACE, BYE, IDENTITY)
 SIDECAR_KINDS = (WINDOW_RESULT, CAPTURE, WINDOW_NOW)
 
 MAX_LINE_BYTES = 16 * 1024 * 1024  # a longer line is cut and then fails to decode
@@ -182,6 +182,12 @@ def _record(t: str, **fields: Any) -> dict:
 
 def config(settings: dict, hello: dict, trainer_pid: int) -> dict:
     return _record(CONFIG, settings=settings, hello=hello, trainer_pid=trainer_pid)
+
+
+def identity(rank: int, world_size: int) -> dict:
+    """The rank and world size torch.distributed reports once initialised (they win over the
+    launcher's environment): the sidecar reconnects under them."""
+    return _record(IDENTITY, rank=rank, world_size=world_size)
 
 
 def gpu(index: int, uuid: str, name: str, total_memory_bytes: int) -> dict:

@@ -2,9 +2,9 @@
 ddtrace-run and opentelemetry-instrument). Runs at the start of every Python process the
 command starts; does almost nothing there:
 
-- only with STEPWATCH_AUTO_ATTACH=1, never in multiprocessing children (DataLoader workers
-  started by spawn or forkserver) and, under torchrun, only in the workers (LOCAL_RANK set),
-  not in the launcher;
+- only with STEPWATCH_AUTO_ATTACH=1 and, under torchrun, only in the workers (LOCAL_RANK
+  set), not in the launcher; multiprocessing children are not excluded: ``mp.spawn`` workers
+  are the trainers, and spawned DataLoader workers never step an optimizer (see below);
 - it imports nothing heavy: a post-import hook waits for ``torch.optim.optimizer`` and then
   registers a global optimizer pre-step hook whose first call attaches the agent. A Python
   process that never steps an optimizer (tools, the torchrun agent, data workers) never gets an
@@ -20,8 +20,6 @@ import sys
 
 def _wanted() -> bool:
     if os.environ.get("STEPWATCH_AUTO_ATTACH") != "1":
-        return False
-    if "--multiprocessing-fork" in sys.argv:  # spawn / forkserver children
         return False
     if os.environ.get("TORCHELASTIC_RUN_ID") and not os.environ.get("LOCAL_RANK"):
         return False  # the torchrun launcher itself

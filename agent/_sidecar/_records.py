@@ -149,4 +149,5 @@ _DECODERS = {
     contract.WINDOW: _window,
     contract.TRACE: _trace,
     contract.BYE: lambda obj: Record(contract.BYE),
+    contract.IDENTITY: lambda obj: Record(contract.IDENTITY, fill(agent_pb2.Hello(), obj)),
 }

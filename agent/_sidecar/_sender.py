@@ -70,6 +70,7 @@ class Sender(Service):
         self._rng = rng or random.Random()
         self._cond = threading.Condition()
         self._hard = threading.Event()  # end the stream now; _stopping: once the spool is empty
+        self._reconnecting = threading.Event()  # the current stream is ended on purpose
         self._call = None
         self.connected = False
         self.delivered = 0
@@ -79,6 +80,14 @@ class Sender(Service):
         """A new batch is in the spool (called from the flushing thread)."""
         with self._cond:
             self._cond.notify_all()
+
+    def reconnect(self) -> None:
+        """End the current stream and open a new one with a fresh Hello (any thread): the
+        identity changed. Unacknowledged batches are sent again on the new stream."""
+        self._reconnecting.set()
+        call = self._call
+        if call is not None:
+            call.cancel()
 
     def stop(self, deadline: float) -> bool:
         """Deliver what is pending until ``deadline`` (monotonic), then end the stream (the
@@ -125,6 +134,9 @@ class Sender(Service):
 
     def _on_error(self, exc: grpc.RpcError, attempt: int) -> float:
         code = exc.code() if hasattr(exc, "code") else None
+        if code == grpc.StatusCode.CANCELLED and self._reconnecting.is_set():
+            self._reconnecting.clear()
+            return 0.0
         details = exc.details() if hasattr(exc, "details") else str(exc)
         if code == grpc.StatusCode.INVALID_ARGUMENT and "malformed" in (details or ""):
             # The collector could not decode a batch (a spool file damaged on disk). Batches go

@@ -104,10 +104,25 @@ class Sidecar:
             self.windows.submit(record.job)
         elif record.t == contract.TRACE:
             self.traces.submit(record.job)
+        elif record.t == contract.IDENTITY:
+            self._reidentify(record.msg)
         elif record.t == contract.GPU:
             self._gpu = record.msg
             self.batcher.set_gpu(record.msg)
             self.nvml.set_gpu(record.msg.uuid)
+
+    def _reidentify(self, ident: agent_pb2.Hello) -> None:
+        """torch.distributed was initialised with another rank than the launcher's environment
+        said (mp.spawn, a launcher without RANK): reconnect as that rank (reader thread)."""
+        hello = self.config.hello
+        if (ident.rank, ident.world_size) == (hello.rank, hello.world_size):
+            return
+        LOG.info("rank %d of %d from torch.distributed (the environment said %d of %d): reconnecting",
+                 ident.rank, ident.world_size, hello.rank, hello.world_size)
+        hello.rank, hello.world_size = ident.rank, ident.world_size
+        if self.traces.uploader is not None:
+            self.traces.uploader.rank = ident.rank
+        self.sender.reconnect()
 
     def _on_command(self, command: agent_pb2.Command) -> None:
         """Sender thread: forward a capture or window request to the trainer."""

@@ -114,6 +114,8 @@ class LivenessConfig:
     stall_factor: float = _n(20.0, "stalled: no step for stall_factor x usual step time ...")
     stall_min_s: float = _n(300.0, "... and at least this long (checkpoints, evaluation)")
     agent_gone_s: float = _n(120.0, "a rank disconnected this long while others are connected")
+    duplicate_for_s: float = _n(30.0, "two live sessions claim one rank this long (a process that "
+                                "learns its rank from torch.distributed after attach reconnects)")
 
 
 @dataclasses.dataclass(frozen=True)

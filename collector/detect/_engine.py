@@ -153,7 +153,8 @@ class DetectionEngine:
             conds.append(Condition(
                 "StepwatchDuplicateRank", job, rank, WARNING,
                 f"{len(live)} agent sessions report as rank {rank} of job {job} ({who}); their steps add "
-                f"up under one rank: give each process its own RANK (or attach(job=...))", now))
+                f"up under one rank: give each process its own RANK (or attach(job=...))", now,
+                for_s=self.cfg.liveness.duplicate_for_s))
         self._sync(("dup", job, rank), conds)
 
     def forget(self, job: str, rank: int) -> None:

@@ -32,7 +32,7 @@ def dup_alerts(col):
 
 
 def test_two_sessions_as_one_rank_raise_the_duplicate_alert(start_collector):
-    col = start_collector(detection=parse_detection({"resolve_hold_s": 0}))
+    col = start_collector(detection=parse_detection({"resolve_hold_s": 0, "liveness": {"duplicate_for_s": 0}}))
     with col.channel() as chan:
         a = Stream(chan, hello(rank=1, session="sa", pid=100))
         a.send(batch(1, steps=[step(1)]))
@@ -54,3 +54,23 @@ def test_two_sessions_as_one_rank_raise_the_duplicate_alert(start_collector):
             assert time.monotonic() < deadline, dup_alerts(col)
             time.sleep(0.05)
         again.close()
+
+
+def test_a_short_overlap_stays_pending_for_duplicate_for_s(start_collector):
+    """A process that learns its rank from torch.distributed after attach claims the launcher's
+    rank for a moment, then reconnects as its own: pending for ``duplicate_for_s`` (30 s), it
+    never fires."""
+    col = start_collector(detection=parse_detection({"resolve_hold_s": 0}))
+    with col.channel() as chan:
+        a = Stream(chan, hello(rank=0, session="sa", pid=100))
+        a.send(batch(1, steps=[step(1)]))
+        b = Stream(chan, hello(rank=0, session="sb", pid=200))
+        b.send(batch(1, steps=[step(1)]))
+        (alert,) = dup_alerts(col)
+        assert alert.state == "pending", alert
+        b.close()
+        deadline = time.monotonic() + 5
+        while dup_alerts(col):
+            assert time.monotonic() < deadline, dup_alerts(col)
+            time.sleep(0.05)
+        a.close()

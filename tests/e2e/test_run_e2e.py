@@ -71,3 +71,46 @@ def test_a_script_that_attaches_itself_is_not_attached_twice(tmp_path):
         assert col.value("stepwatch_collector_streams_total") == 1
     finally:
         col.kill()
+
+
+def _spawn_ranks(col, tmp_path, cmd):
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("STEPWATCH_", "RANK", "LOCAL_RANK", "WORLD_SIZE"))}
+    env.update(STEPWATCH_SPOOL_DIR=str(tmp_path / "spool"), STEPWATCH_FLUSH_INTERVAL_S="0.2", OMP_NUM_THREADS="1",
+               STEPWATCH_COLLECTOR=col.grpc, STEPWATCH_JOB="spawned")
+    run = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=240, cwd=str(tmp_path))
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-3000:]
+    assert "done 0" in run.stdout and "done 1" in run.stdout, run.stdout
+    steps = {}
+    for _ in range(150):
+        steps = {int(x.labels["rank"]): x.value for x in col.samples()
+                 if x.name == "stepwatch_steps_total" and x.labels["training_job"] == "spawned"}
+        if steps.get(0) == 60 and steps.get(1) == 60:
+            break
+        time.sleep(0.2)
+    return steps, run
+
+
+def test_mp_spawn_ranks_come_from_torch_distributed_when_attached_before_init(tmp_path):
+    """attach() runs before init_process_group with no RANK anywhere: both processes start as
+    rank 0; at the first step torch.distributed's rank wins and the sidecar reconnects."""
+    col = Collector(tmp_path).start()
+    try:
+        steps, _ = _spawn_ranks(col, tmp_path, [sys.executable, os.path.join(HERE, "spawn_job.py"), "29731", "--attach"])
+        assert steps == {0: 60, 1: 60}, steps  # every step under its own rank, none added up
+        dup = [a for a in col.api("/api/alerts")["alerts"] if a["alertname"] == "StepwatchDuplicateRank"]
+        assert not [a for a in dup if a["state"] == "firing"], dup
+    finally:
+        col.kill()
+
+
+def test_stepwatch_run_reports_mp_spawn_workers(tmp_path):
+    """Under ``stepwatch run`` the spawned processes are the trainers: they get the agent at
+    their first optimizer step (torch.distributed is initialised by then)."""
+    col = Collector(tmp_path).start()
+    try:
+        steps, run = _spawn_ranks(col, tmp_path, [os.path.join(BIN, "stepwatch"), "run", "--collector", col.grpc, "--",
+                                                  sys.executable, os.path.join(HERE, "spawn_job.py"), "29733"])
+        assert steps == {0: 60, 1: 60}, steps
+        assert col.value("stepwatch_collector_streams_total") == 2, run.stderr[-2000:]  # the parent never steps
+    finally:
+        col.kill()
