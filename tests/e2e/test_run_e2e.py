@@ -10,6 +10,9 @@ import subprocess
 import sys
 import time
 
+import pytest
+
+import _slurm
 from _procs import Collector
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -114,3 +117,32 @@ def test_stepwatch_run_reports_mp_spawn_workers(tmp_path):
         assert col.value("stepwatch_collector_streams_total") == 2, run.stderr[-2000:]  # the parent never steps
     finally:
         col.kill()
+
+
+@pytest.mark.skipif(not _slurm.available(), reason="needs root and slurm-wlm + munge (Debian packages)")
+def test_stepwatch_run_under_a_real_srun(tmp_path):
+    """``stepwatch run -- srun -n 2 python script.py`` on a single-node SLURM cluster the test
+    starts: both tasks report under the SLURM job's name (name-id), as ranks 0 and 1."""
+    slurm = _slurm.Slurm(tmp_path / "slurm").start()
+    col = Collector(tmp_path).start()
+    try:
+        env = {k: v for k, v in slurm.env.items() if not k.startswith(("STEPWATCH_", "RANK", "LOCAL_RANK"))}
+        env.update(STEPWATCH_SPOOL_DIR=str(tmp_path / "spool"), STEPWATCH_FLUSH_INTERVAL_S="0.2", OMP_NUM_THREADS="1")
+        run = subprocess.run([os.path.join(BIN, "stepwatch"), "run", "--collector", col.grpc, "--",
+                              "srun", "-n", "2", "-J", "swjob", sys.executable, os.path.join(HERE, "srun_job.py"),
+                              "29735"], env=env, capture_output=True, text=True, timeout=240, cwd=str(tmp_path))
+        assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-3000:] + slurm.logs()
+        steps = {}
+        for _ in range(150):
+            steps = {(x.labels["training_job"], int(x.labels["rank"])): x.value for x in col.samples()
+                     if x.name == "stepwatch_steps_total"}
+            if len(steps) == 2 and all(v == 50 for v in steps.values()):
+                break
+            time.sleep(0.2)
+        assert sorted(rank for _, rank in steps) == [0, 1], steps
+        (job,) = {job for job, _ in steps}
+        assert re.fullmatch(r"swjob-\d+", job), steps
+        assert all(v == 50 for v in steps.values()), steps
+    finally:
+        col.kill()
+        slurm.stop()
