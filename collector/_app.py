@@ -16,6 +16,7 @@ housekeeping task, stop the Alertmanager client, then close the recorder.
 from __future__ import annotations
 
 import asyncio
+import gzip
 import json
 import logging
 import os
@@ -25,6 +26,8 @@ import uuid
 from typing import Callable, Optional
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client.openmetrics.exposition import CONTENT_TYPE_LATEST as OPENMETRICS_CONTENT_TYPE
+from prometheus_client.openmetrics.exposition import generate_latest as openmetrics_latest
 
 from ._api import jobs_json, steps_json
 from ._config import CollectorSettings
@@ -107,11 +110,12 @@ class Collector:
             grpc_host, _ = _split(self.settings.grpc_listen)
             self.grpc_address = f"{grpc_host}:{await self._ingest.start(self.settings.grpc_listen)}"
             http_host, http_port = _split(self.settings.http_listen)
-            self._http = HttpServer({"/metrics": self._metrics, "/healthz": _healthz,
+            self._http = HttpServer({"/healthz": _healthz,
                                      "/api/jobs": self._jobs, "/api/alerts": self._alerts, "/": page, "/api": self._index},
                                     query_routes={"/api/steps": self._steps},
                                     path_routes={"/api/jobs/{job}/windows": self._windows, "/api/traces": self._traces,
-                                                 "/api/traces/{trace_id}": self._trace_file})
+                                                 "/api/traces/{trace_id}": self._trace_file},
+                                    threaded_routes={"/metrics": self._metrics})
             self.http_address = f"{http_host}:{await self._http.start(http_host, http_port)}"
         except BaseException:
             await self.stop(grace_s=0)
@@ -173,8 +177,16 @@ class Collector:
             except Exception:  # noqa: BLE001 - the loop must outlive one bad tick
                 log.exception("stepwatch collector: housekeeping failed")
 
-    def _metrics(self):
-        return 200, CONTENT_TYPE_LATEST, generate_latest(self.registry)
+    def _metrics(self, headers):
+        """The scrape, on the HTTP worker thread (never the event loop): OpenMetrics when the
+        scraper asks for it, gzip when it accepts it (Prometheus does)."""
+        if "application/openmetrics-text" in headers.get("accept", ""):
+            ctype, body = OPENMETRICS_CONTENT_TYPE, openmetrics_latest(self.registry)
+        else:
+            ctype, body = CONTENT_TYPE_LATEST, generate_latest(self.registry)
+        if "gzip" in headers.get("accept-encoding", ""):
+            return 200, ctype, gzip.compress(body, 1), ("Content-Encoding: gzip",)
+        return 200, ctype, body
 
     def _alerts(self):
         return 200, "application/json", self.detection.book.json()

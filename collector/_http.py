@@ -4,7 +4,9 @@ Routes map a path (query string ignored) to a function returning ``(status, cont
 body)`` or ``(status, content_type, body, extra_header_lines)``; query routes get the decoded
 query string as a dict (last value wins); path routes are patterns such as
 ``/api/jobs/{job}/windows`` whose functions get the URL-decoded ``{name}`` segments as a dict.
-All run on the event loop thread and must be quick.
+These run on the event loop thread and must be quick. Threaded routes get the request headers
+(lower-case names) and run on one worker thread, one request at a time: a scrape of a large
+state renders there while the loop keeps acknowledging batches (``/metrics``).
 Bad requests get 400, unknown paths 404, other methods 405. A route that raises answers 500
 and logs; the server keeps going.
 """
@@ -12,19 +14,21 @@ and logs; the server keeps going.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import functools
 import logging
 import re
 import urllib.parse
 from typing import Callable, Mapping, Optional
 
-__all__ = ["HttpServer", "PathRoute", "QueryRoute", "Route"]
+__all__ = ["HttpServer", "PathRoute", "QueryRoute", "Route", "ThreadedRoute"]
 
 log = logging.getLogger("stepwatch.collector")
 
 Route = Callable[[], tuple]
 QueryRoute = Callable[[Mapping[str, str]], tuple]
 PathRoute = Callable[[Mapping[str, str]], tuple]
+ThreadedRoute = Callable[[Mapping[str, str]], tuple]
 _REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed",
             408: "Request Timeout", 500: "Internal Server Error"}
 _MAX_HEAD = 16 * 1024
@@ -35,8 +39,11 @@ class HttpServer:
     """``start(host, port)`` binds (port 0 allowed) and returns the port; ``stop`` is idempotent."""
 
     def __init__(self, routes: Mapping[str, Route], query_routes: Optional[Mapping[str, QueryRoute]] = None,
-                 path_routes: Optional[Mapping[str, PathRoute]] = None):
+                 path_routes: Optional[Mapping[str, PathRoute]] = None,
+                 threaded_routes: Optional[Mapping[str, ThreadedRoute]] = None):
         self._routes = dict(routes)
+        self._threaded = dict(threaded_routes or {})
+        self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="stepwatch-http")
         self._query_routes = dict(query_routes or {})
         self._path_routes = [(pattern, _compile(pattern), fn) for pattern, fn in (path_routes or {}).items()]
         self._server: Optional[asyncio.base_events.Server] = None
@@ -52,13 +59,15 @@ class HttpServer:
     @property
     def paths(self) -> list:
         """All routed paths, sorted."""
-        return sorted({*self._routes, *self._query_routes, *(p for p, _, _ in self._path_routes)})
+        return sorted({*self._routes, *self._query_routes, *self._threaded,
+                       *(p for p, _, _ in self._path_routes)})
 
     async def stop(self) -> None:
         server, self._server = self._server, None
         if server is not None:
             server.close()
             await server.wait_closed()
+        self._pool.shutdown(wait=False, cancel_futures=True)
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
@@ -83,6 +92,17 @@ class HttpServer:
         if len(parts) != 3 or not parts[2].startswith("HTTP/1.") or not parts[1].startswith("/"):
             return 400, "text/plain; charset=utf-8", b"bad request\n", ()
         method, (target, _, query) = parts[0], parts[1].partition("?")
+        if target in self._threaded:
+            if method != "GET":
+                return 405, "text/plain; charset=utf-8", b"method not allowed\n", ("Allow: GET",)
+            headers = _headers(head)
+            try:
+                status, ctype, body, *extra = await asyncio.get_running_loop().run_in_executor(
+                    self._pool, self._threaded[target], headers)
+            except Exception:  # noqa: BLE001 - as for the other routes
+                log.exception("stepwatch collector: HTTP route %s failed", target)
+                return 500, "text/plain; charset=utf-8", b"internal error\n", ()
+            return status, ctype, body, tuple(extra[0]) if extra else ()
         route = self._routes.get(target)
         if target in self._query_routes:
             route = functools.partial(self._query_routes[target], dict(urllib.parse.parse_qsl(query)))
@@ -105,6 +125,16 @@ class HttpServer:
             if m:
                 return functools.partial(fn, {k: urllib.parse.unquote(v) for k, v in m.groupdict().items()})
         return None
+
+
+def _headers(head: bytes) -> dict:
+    """Request header fields by lower-case name (the last one wins)."""
+    out = {}
+    for line in head.decode("latin-1").split("\r\n")[1:]:
+        name, sep, value = line.partition(":")
+        if sep:
+            out[name.strip().lower()] = value.strip()
+    return out
 
 
 def _compile(pattern: str) -> "re.Pattern[str]":

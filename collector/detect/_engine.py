@@ -191,7 +191,7 @@ class DetectionEngine:
         out = {}
         for key, r in list(self._ranks.items()):
             kinds = dict(r.drift.pauses)
-            for kind, n in r.marked.items():
+            for kind, n in list(r.marked.items()):  # a scrape thread reads this
                 kinds[kind] = kinds.get(kind, 0) + n
             if r.profiled:
                 kinds["profiler"] = r.profiled

@@ -1,9 +1,14 @@
-"""The asyncio HTTP server through real sockets: routes, 404, 405, 400."""
+"""The asyncio HTTP server through real sockets: routes, 404, 405, 400; /metrics off the event
+loop, gzip and OpenMetrics."""
 
 from __future__ import annotations
 
+import gzip
 import json
 import socket
+import threading
+import time
+import urllib.request
 
 
 def raw(running, request: bytes) -> bytes:
@@ -46,3 +51,53 @@ def test_stop_is_idempotent(start_collector):
     running = start_collector()
     running.loop.call(running.collector.stop(grace_s=0))
     running.loop.call(running.collector.stop(grace_s=0))
+
+
+def _get(collector, path, headers):
+    req = urllib.request.Request(f"http://{collector.collector.http_address}{path}", headers=headers)
+    with urllib.request.urlopen(req, timeout=10) as resp:
+        return resp.headers, resp.read()
+
+
+def test_metrics_gzip_and_openmetrics_on_request(collector):
+    plain = collector.get("/metrics")[2]
+    headers, body = _get(collector, "/metrics", {"Accept-Encoding": "gzip"})
+    assert headers["Content-Encoding"] == "gzip" and gzip.decompress(body) == plain
+    headers, body = _get(collector, "/metrics", {"Accept": "application/openmetrics-text; version=1.0.0"})
+    assert headers["Content-Type"].startswith("application/openmetrics-text") and body.endswith(b"# EOF\n")
+
+
+class _SlowCollector:
+    """A registry collector whose scrape takes ``seconds`` (a very large state)."""
+
+    def __init__(self, seconds):
+        self.seconds = seconds
+
+    def collect(self):
+        time.sleep(self.seconds)
+        yield from ()
+
+
+def test_a_slow_scrape_blocks_neither_acks_nor_healthz(collector):
+    """/metrics renders on the HTTP worker thread: during a 3 s scrape a batch is acked and
+    /healthz answers at once (both used to wait for the scrape on the event loop)."""
+    from collector_testlib import batch, hello, step
+    from stepwatch.proto.stepwatch.v1 import agent_pb2_grpc
+
+    collector.collector.registry.register(_SlowCollector(3.0))
+    scrape = threading.Thread(target=collector.get, args=("/metrics",))
+    began = time.monotonic()
+    scrape.start()
+    time.sleep(0.3)  # the scrape is under way
+    t0 = time.monotonic()
+    assert collector.get("/healthz")[0] == 200
+    healthz_s = time.monotonic() - t0
+    with collector.channel() as chan:
+        t0 = time.monotonic()
+        acks = list(agent_pb2_grpc.AgentServiceStub(chan).Connect(iter([hello(), batch(1, steps=[step(1)])]),
+                                                                   timeout=10))
+        ack_s = time.monotonic() - t0
+    scrape.join(10)
+    assert [a.ack.seq for a in acks] == [1]
+    assert time.monotonic() - began >= 3.0, "the scrape really was slow"
+    assert healthz_s < 1.0 and ack_s < 1.0, (healthz_s, ack_s)
