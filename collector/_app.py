@@ -106,7 +106,8 @@ class Collector:
                 TraceStoreMetrics(self.trace_store, self.registry)
             self._ingest = IngestServer(self.pipeline, auth_token=self.settings.auth_token,
                                         max_message_bytes=self.settings.max_message_bytes, clock=self.clock,
-                                        store=self.trace_store)
+                                        store=self.trace_store, max_jobs=self.settings.max_jobs,
+                                        max_ranks_per_job=self.settings.max_ranks_per_job)
             grpc_host, _ = _split(self.settings.grpc_listen)
             self.grpc_address = f"{grpc_host}:{await self._ingest.start(self.settings.grpc_listen)}"
             http_host, http_port = _split(self.settings.http_listen)

@@ -54,6 +54,13 @@ class CollectorSettings:
     max_message_bytes: int = option(
         4 * 1024 * 1024, "largest gRPC message accepted from an agent, in bytes",
         env="STEPWATCH_MAX_MESSAGE_BYTES", parse=parse_size, check=between(1024, 2**31 - 1))
+    max_jobs: int = option(
+        1000, "jobs held at once; an agent of a further job is refused (RESOURCE_EXHAUSTED, "
+        "counted as streams_rejected{reason=\"too_many_jobs\"})", env="STEPWATCH_MAX_JOBS",
+        check=between(1, 10**7))
+    max_ranks_per_job: int = option(
+        16384, "ranks held per job; a further rank is refused (reason too_many_ranks)",
+        env="STEPWATCH_MAX_RANKS_PER_JOB", check=between(1, 10**7))
     record: str = option(
         "", "append every applied agent batch to this file (one JSON line per batch, the wire "
         "schema; `stepwatch replay` reads it); empty disables", env="STEPWATCH_RECORD")

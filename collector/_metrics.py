@@ -141,6 +141,13 @@ class StepwatchMetrics(Collector):
         for reason, n in sorted(c["streams_rejected"].items()):
             rejected.add_metric([reason], n)
         yield rejected
+        trimmed = CounterMetricFamily("stepwatch_collector_trimmed", "Agent data cut to the collector's bounds, by what: "
+                                      "label (a Hello label value over 256 characters), event_message (over 1,024), "
+                                      "window_names (a window's kernel/op list over 50 entries or a name over 256).",
+                                      labels=["what"])
+        for what, n in sorted(c["trimmed"].items()):
+            trimmed.add_metric([what], n)
+        yield trimmed
         yield CounterMetricFamily("stepwatch_collector_records_dropped", "Records dropped by agents, summed over all agents seen.",
                                   value=c["records_dropped"])
 

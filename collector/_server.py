@@ -22,6 +22,7 @@ from stepwatch.proto.stepwatch.v1 import agent_pb2, agent_pb2_grpc
 
 from ._control import CONTROL_SERVICE_NAME, CaptureService, StreamTable
 from ._pipeline import Pipeline
+from ._state import MAX_NAME_CHARS
 from ._trace_store import TraceRejected, TraceStore
 
 __all__ = ["IngestServer", "SERVICE_NAME"]
@@ -40,6 +41,28 @@ class _Malformed:
         self.reason = reason
 
 
+def _trim_labels(hello: agent_pb2.Hello) -> int:
+    """Cut the Hello's label values (node, GPU model and UUID, versions, session id) to
+    MAX_NAME_CHARS and its config map to 64 such entries: a 1 MB host name must not become a
+    1 MB label on every series. Returns how many were cut."""
+    cut = 0
+    for msg, names in ((hello, ("host", "torch_version", "cuda_version", "agent_version", "driver_version")),
+                       (hello.gpu, ("name", "uuid"))):
+        for name in names:
+            value = getattr(msg, name)
+            if len(value) > MAX_NAME_CHARS:
+                setattr(msg, name, value[:MAX_NAME_CHARS])
+                cut += 1
+    if len(hello.session_id) > MAX_NAME_CHARS:
+        hello.session_id, cut = hello.session_id[:MAX_NAME_CHARS], cut + 1
+    config = dict(hello.config)
+    if len(config) > 64 or any(len(k) > MAX_NAME_CHARS or len(v) > MAX_NAME_CHARS for k, v in config.items()):
+        hello.ClearField("config")
+        hello.config.update({k[:MAX_NAME_CHARS]: v[:MAX_NAME_CHARS] for k, v in sorted(config.items())[:64]})
+        cut += 1
+    return cut
+
+
 class IngestServer:
     """Owns the ``grpc.aio`` server. ``start`` binds and returns the port; ``stop`` is idempotent.
 
@@ -47,8 +70,10 @@ class IngestServer:
     """
 
     def __init__(self, pipeline: Pipeline, *, auth_token: str = "", max_message_bytes: int = 4 << 20,
-                 clock: Callable[[], float], store: Optional[TraceStore] = None):
+                 clock: Callable[[], float], store: Optional[TraceStore] = None,
+                 max_jobs: int = 1000, max_ranks_per_job: int = 16384):
         self._pipeline, self._token, self._clock = pipeline, auth_token, clock
+        self._max_jobs, self._max_ranks = max_jobs, max_ranks_per_job
         self._store = store
         self._state = pipeline.state
         self._max = max_message_bytes
@@ -178,6 +203,18 @@ class IngestServer:
         if hello.rank < 0:
             await self._abort(context, "invalid_hello", grpc.StatusCode.INVALID_ARGUMENT,
                               f"Hello.rank must be >= 0, got {hello.rank}")
+        refused = self._state.admit(hello, self._max_jobs, self._max_ranks)
+        if refused == "too_many_jobs":
+            await self._abort(context, refused, grpc.StatusCode.RESOURCE_EXHAUSTED,
+                              f"this collector holds its maximum of {self._max_jobs} jobs (max_jobs); "
+                              f"job {hello.job[:80]!r} is refused")
+        if refused == "too_many_ranks":
+            await self._abort(context, refused, grpc.StatusCode.RESOURCE_EXHAUSTED,
+                              f"job {hello.job[:80]!r} already has {self._max_ranks} ranks (max_ranks_per_job); "
+                              f"rank {hello.rank} is refused")
+        cut = _trim_labels(hello)
+        if cut:
+            self._state.count_trimmed("label", cut)
         return hello
 
     async def _connect(self, requests, context) -> AsyncIterator[agent_pb2.Command]:

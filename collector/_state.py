@@ -26,6 +26,9 @@ STEP_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.
 WAIT_BUCKETS = (0.0001, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 MAX_EVENT_KINDS = 32
 KEPT_EVENTS = 50
+MAX_EVENT_MESSAGE_CHARS = 1024   # an event's message is cut to this (counted as trimmed)
+MAX_WINDOW_NAMES = 50            # top kernels / ops kept per WindowSummary (the agent sends 10)
+MAX_NAME_CHARS = 256             # kernel / op names and Hello label values are cut to this
 RATIO_WINDOW = 100
 MAX_SESSIONS = 16
 TREND_POINTS = 300  # (step, end_time_s, duration_s) kept per rank for the page's trend
@@ -149,7 +152,27 @@ class CollectorState:
         self.decode_errors = 0
         self.nonfinite_records = 0
         self.records_dropped = 0
-        self.streams_rejected = {r: 0 for r in ("unauthenticated", "no_hello", "invalid_hello", "malformed")}
+        self.streams_rejected = {r: 0 for r in ("unauthenticated", "no_hello", "invalid_hello", "malformed",
+                                                 "too_many_jobs", "too_many_ranks")}
+        self.trimmed = {r: 0 for r in ("label", "event_message", "window_names")}
+        self._job_ranks: dict[str, int] = {}  # job -> ranks held
+
+    def admit(self, hello: agent_pb2.Hello, max_jobs: int, max_ranks: int) -> Optional[str]:
+        """None when a stream of ``hello`` may go on; else the refusal reason (a held rank
+        always may: a reconnect is never refused)."""
+        with self._lock:
+            if (hello.job, hello.rank) in self._ranks:
+                return None
+            held = self._job_ranks.get(hello.job)
+            if held is None and len(self._job_ranks) >= max_jobs:
+                return "too_many_jobs"
+            if held is not None and held >= max_ranks:
+                return "too_many_ranks"
+            return None
+
+    def count_trimmed(self, what: str, n: int = 1) -> None:
+        with self._lock:
+            self.trimmed[what] = self.trimmed.get(what, 0) + n
 
     def reject(self, reason: str) -> None:
         with self._lock:
@@ -171,6 +194,7 @@ class CollectorState:
             if st is None:
                 st = self._ranks[key] = RankState(job=hello.job, rank=hello.rank, hello=hello,
                                                   windows=collections.deque(maxlen=self.windows_kept))
+                self._job_ranks[hello.job] = self._job_ranks.get(hello.job, 0) + 1
             st.hello = hello
             if hello.HasField("gpu"):
                 st.gpu = hello.gpu
@@ -221,14 +245,34 @@ class CollectorState:
             if kind not in st.event_counts and len(st.event_counts) >= MAX_EVENT_KINDS:
                 kind = "other"
             st.event_counts[kind] = st.event_counts.get(kind, 0) + 1
+            if len(ev.message) > MAX_EVENT_MESSAGE_CHARS:
+                ev.message = ev.message[:MAX_EVENT_MESSAGE_CHARS]
+                self.trimmed["event_message"] += 1
             st.events.append(ev)
         if batch.HasField("stats"):
             old = st.stats.records_dropped if st.stats is not None else 0
             self.records_dropped += max(0, batch.stats.records_dropped - old)
             st.stats = batch.stats
+        for w in batch.windows:
+            self._trim_window(w)
         st.windows.extend(batch.windows)
         if batch.traces:
             self.traces.add(st.job, st.rank, st.hello.host, batch.traces)
+
+    def _trim_window(self, w: agent_pb2.WindowSummary) -> None:
+        """Bound what one window holds: at most MAX_WINDOW_NAMES kernels and ops (the largest),
+        names cut to MAX_NAME_CHARS (lock held)."""
+        for field in (w.top_kernels, w.top_ops):
+            if len(field) > MAX_WINDOW_NAMES:
+                keep = sorted(field, key=lambda n: -n.seconds if n.seconds == n.seconds else 0.0)[:MAX_WINDOW_NAMES]
+                keep = [agent_pb2.NamedTime(name=n.name, seconds=n.seconds, count=n.count) for n in keep]
+                del field[:]
+                field.extend(keep)
+                self.trimmed["window_names"] += 1
+            for n in field:
+                if len(n.name) > MAX_NAME_CHARS:
+                    n.name = n.name[:MAX_NAME_CHARS]
+                    self.trimmed["window_names"] += 1
 
     @staticmethod
     def _apply_step(st: RankState, sess: _Session, rec: agent_pb2.StepRecord) -> None:
@@ -255,6 +299,11 @@ class CollectorState:
                     if st.disconnected_at is not None and now - st.disconnected_at > self.agent_grace_s]
             for key in gone:
                 del self._ranks[key]
+                left = self._job_ranks.get(key[0], 1) - 1
+                if left > 0:
+                    self._job_ranks[key[0]] = left
+                else:
+                    self._job_ranks.pop(key[0], None)
         return gone
 
     def snapshot(self) -> list[RankState]:
@@ -276,7 +325,7 @@ class CollectorState:
             return {"streams_accepted": self.streams_accepted, "batches_received": self.batches_received, "batches_duplicate": self.batches_duplicate,
                     "decode_errors": self.decode_errors, "records_dropped": self.records_dropped,
                     "nonfinite_records": self.nonfinite_records,
-                    "streams_rejected": dict(self.streams_rejected)}
+                    "streams_rejected": dict(self.streams_rejected), "trimmed": dict(self.trimmed)}
 
 
 def _copy(st: RankState) -> RankState:
