@@ -54,6 +54,13 @@ class AgentSettings:
         env="STEPWATCH_TOKENS_PER_STEP", check=positive())
     token: str = option("", "Shared secret sent as 'authorization: Bearer TOKEN' to the collector.",
                         env="STEPWATCH_TOKEN", secret=True)
+    tls: bool = option(False, "Connect to the collector over TLS (implied by tls_ca / tls_cert); "
+                       "without tls_ca the system's CA roots are trusted.", env="STEPWATCH_TLS")
+    tls_ca: str = option("", "PEM file of the CA that signed the collector's certificate.",
+                         env="STEPWATCH_TLS_CA")
+    tls_cert: str = option("", "PEM client certificate for mutual TLS (with tls_key).",
+                           env="STEPWATCH_TLS_CERT")
+    tls_key: str = option("", "PEM private key of tls_cert.", env="STEPWATCH_TLS_KEY")
     memory_stats_interval_s: float = option(
         1.0, "Seconds between torch.cuda.memory_stats() samples (at most 1 Hz).",
         env="STEPWATCH_MEMORY_STATS_INTERVAL_S", parse=parse_duration, check=at_least(1.0))
@@ -124,3 +131,11 @@ class AgentSettings:
                                env="STEPWATCH_WINDOW_TOP_K", check=between(1, 1000))
     log_level: str = option("WARNING", "Agent log level.", env="STEPWATCH_LOG_LEVEL",
                             parse=parse_log_level)
+
+    def __post_init__(self) -> None:
+        if bool(self.tls_cert) != bool(self.tls_key):
+            raise ValueError("tls_cert and tls_key: give both (mutual TLS) or neither")
+        for name in ("tls_ca", "tls_cert", "tls_key"):
+            path = getattr(self, name)
+            if path and not os.path.isfile(path):
+                raise ValueError(f"{name}: no such file {path!r}")

@@ -1,5 +1,6 @@
 """Small helpers shared by every long-lived part of stepwatch (sidecar threads, collector
-tasks): jittered exponential backoff and bounded log-once. Pure apart from logging."""
+tasks, tools): jittered exponential backoff, bounded log-once, and the gRPC channel to a
+collector (plain, TLS, or mutual TLS). Pure apart from logging and reading PEM files."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import random
 import threading
 from typing import Hashable, Optional
 
-__all__ = ["backoff_delay", "OnceLog"]
+__all__ = ["backoff_delay", "OnceLog", "collector_channel", "read_pem"]
 
 
 def backoff_delay(attempt: int, base: float = 0.5, cap: float = 30.0,
@@ -53,3 +54,33 @@ class OnceLog:
         """Let ``key`` be logged again (e.g. after the condition cleared)."""
         with self._lock:
             self._seen.discard(key)
+
+
+def read_pem(path: str, what: str) -> bytes:
+    """The bytes of a PEM file; ValueError naming ``what`` and the path when unreadable."""
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read()
+    except OSError as exc:
+        raise ValueError(f"{what} {path!r}: cannot read: {exc.strerror or exc}") from None
+    if b"-----BEGIN" not in data:
+        raise ValueError(f"{what} {path!r}: not a PEM file")
+    return data
+
+
+def collector_channel(target: str, tls: bool = False, ca: str = "", cert: str = "", key: str = "",
+                      options: Optional[list] = None):
+    """A gRPC channel to a collector: TLS when ``tls`` or any of the files is given (``ca``:
+    PEM of the CA to trust, else the system's roots; ``cert``/``key``: a client certificate
+    for mutual TLS), else plain. ValueError for an unreadable file."""
+    import grpc  # noqa: PLC0415 - only the sidecar and the tools open channels
+
+    if not (tls or ca or cert or key):
+        return grpc.insecure_channel(target, options=options)
+    if bool(cert) != bool(key):
+        raise ValueError("a client certificate needs both tls_cert and tls_key")
+    creds = grpc.ssl_channel_credentials(
+        root_certificates=read_pem(ca, "tls_ca") if ca else None,
+        private_key=read_pem(key, "tls_key") if key else None,
+        certificate_chain=read_pem(cert, "tls_cert") if cert else None)
+    return grpc.secure_channel(target, creds, options=options)

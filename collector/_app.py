@@ -21,6 +21,7 @@ import json
 import logging
 import os
 import signal
+import ssl
 import time
 import uuid
 from typing import Callable, Optional
@@ -28,6 +29,8 @@ from typing import Callable, Optional
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.openmetrics.exposition import CONTENT_TYPE_LATEST as OPENMETRICS_CONTENT_TYPE
 from prometheus_client.openmetrics.exposition import generate_latest as openmetrics_latest
+
+from stepwatch.agent.support import read_pem
 
 from ._api import jobs_json, steps_json
 from ._config import CollectorSettings
@@ -107,7 +110,8 @@ class Collector:
             self._ingest = IngestServer(self.pipeline, auth_token=self.settings.auth_token,
                                         max_message_bytes=self.settings.max_message_bytes, clock=self.clock,
                                         store=self.trace_store, max_jobs=self.settings.max_jobs,
-                                        max_ranks_per_job=self.settings.max_ranks_per_job)
+                                        max_ranks_per_job=self.settings.max_ranks_per_job,
+                                        tls=self._tls_files())
             grpc_host, _ = _split(self.settings.grpc_listen)
             self.grpc_address = f"{grpc_host}:{await self._ingest.start(self.settings.grpc_listen)}"
             http_host, http_port = _split(self.settings.http_listen)
@@ -117,7 +121,7 @@ class Collector:
                                     path_routes={"/api/jobs/{job}/windows": self._windows, "/api/traces": self._traces,
                                                  "/api/traces/{trace_id}": self._trace_file},
                                     threaded_routes={"/metrics": self._metrics})
-            self.http_address = f"{http_host}:{await self._http.start(http_host, http_port)}"
+            self.http_address = f"{http_host}:{await self._http.start(http_host, http_port, self._ssl_context())}"
         except BaseException:
             await self.stop(grace_s=0)
             raise
@@ -177,6 +181,27 @@ class Collector:
                 self.housekeeping()
             except Exception:  # noqa: BLE001 - the loop must outlive one bad tick
                 log.exception("stepwatch collector: housekeeping failed")
+
+    def _tls_files(self) -> Optional[tuple]:
+        """(cert, key, client CA or None) PEM bytes for gRPC, or None without TLS."""
+        s = self.settings
+        if not s.tls_cert:
+            return None
+        return (read_pem(s.tls_cert, "tls_cert"), read_pem(s.tls_key, "tls_key"),
+                read_pem(s.tls_client_ca, "tls_client_ca") if s.tls_client_ca else None)
+
+    def _ssl_context(self):
+        """The HTTPS context (same certificate; client certificates required with
+        tls_client_ca), or None for plain HTTP."""
+        s = self.settings
+        if not s.tls_cert:
+            return None
+        ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        ctx.load_cert_chain(s.tls_cert, s.tls_key)
+        if s.tls_client_ca:
+            ctx.load_verify_locations(s.tls_client_ca)
+            ctx.verify_mode = ssl.CERT_REQUIRED
+        return ctx
 
     def _metrics(self, headers):
         """The scrape, on the HTTP worker thread (never the event loop): OpenMetrics when the

@@ -51,6 +51,13 @@ class CollectorSettings:
     auth_token: str = option(
         "", "shared token agents must send as 'authorization: Bearer <token>'; empty disables "
         "auth", env="STEPWATCH_AUTH_TOKEN", parse=_token, secret=True)
+    tls_cert: str = option(
+        "", "PEM server certificate: gRPC and HTTP then serve TLS only (with tls_key)",
+        env="STEPWATCH_TLS_CERT")
+    tls_key: str = option("", "PEM private key of tls_cert", env="STEPWATCH_TLS_KEY")
+    tls_client_ca: str = option(
+        "", "PEM CA: agents (gRPC) and HTTP clients must present a certificate it signed (mutual "
+        "TLS); needs tls_cert", env="STEPWATCH_TLS_CLIENT_CA")
     max_message_bytes: int = option(
         4 * 1024 * 1024, "largest gRPC message accepted from an agent, in bytes",
         env="STEPWATCH_MAX_MESSAGE_BYTES", parse=parse_size, check=between(1024, 2**31 - 1))
@@ -94,6 +101,16 @@ class CollectorSettings:
     trace_upload_max_bytes: int = option(
         256 << 20, "largest single trace accepted from an agent, in bytes (gzip)",
         env="STEPWATCH_TRACE_UPLOAD_MAX_BYTES", parse=parse_size, check=between(1024, 1 << 40))
+
+    def __post_init__(self) -> None:
+        if bool(self.tls_cert) != bool(self.tls_key):
+            raise ValueError("tls_cert and tls_key: give both or neither")
+        if self.tls_client_ca and not self.tls_cert:
+            raise ValueError("tls_client_ca: mutual TLS needs tls_cert and tls_key as well")
+        for name in ("tls_cert", "tls_key", "tls_client_ca"):
+            path = getattr(self, name)
+            if path and not os.path.isfile(path):
+                raise ValueError(f"{name}: no such file {path!r}")
 
 
 def read_config_file(path: str) -> dict[str, Any]:

@@ -18,6 +18,7 @@ import concurrent.futures
 import functools
 import logging
 import re
+import ssl
 import urllib.parse
 from typing import Callable, Mapping, Optional
 
@@ -48,10 +49,12 @@ class HttpServer:
         self._path_routes = [(pattern, _compile(pattern), fn) for pattern, fn in (path_routes or {}).items()]
         self._server: Optional[asyncio.base_events.Server] = None
 
-    async def start(self, host: str, port: int) -> int:
+    async def start(self, host: str, port: int, ssl_context=None) -> int:
+        """``ssl_context``: serve HTTPS only (an ``ssl.SSLContext``), else plain HTTP."""
         try:
             self._server = await asyncio.start_server(self._serve, host.strip("[]") or None, port,
-                                                      limit=_MAX_HEAD)
+                                                      limit=_MAX_HEAD, ssl=ssl_context,
+                                                      ssl_handshake_timeout=_READ_TIMEOUT_S if ssl_context else None)
         except OSError as exc:
             raise RuntimeError(f"cannot bind HTTP address {host}:{port}: {exc.strerror or exc}") from None
         return self._server.sockets[0].getsockname()[1]
@@ -76,8 +79,8 @@ class HttpServer:
                     f"Content-Length: {len(body)}", "Connection: close", *extra]
             writer.write(("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + body)
             await writer.drain()
-        except (ConnectionError, asyncio.IncompleteReadError):
-            pass  # the client went away; nothing to answer
+        except (ConnectionError, asyncio.IncompleteReadError, ssl.SSLError):
+            pass  # the client went away (or failed the TLS handshake); nothing to answer
         finally:
             writer.close()
 

@@ -71,9 +71,11 @@ class IngestServer:
 
     def __init__(self, pipeline: Pipeline, *, auth_token: str = "", max_message_bytes: int = 4 << 20,
                  clock: Callable[[], float], store: Optional[TraceStore] = None,
-                 max_jobs: int = 1000, max_ranks_per_job: int = 16384):
+                 max_jobs: int = 1000, max_ranks_per_job: int = 16384,
+                 tls: Optional[tuple] = None):
         self._pipeline, self._token, self._clock = pipeline, auth_token, clock
         self._max_jobs, self._max_ranks = max_jobs, max_ranks_per_job
+        self._tls = tls  # (cert PEM, key PEM, client CA PEM or None) or None: plain
         self._store = store
         self._state = pipeline.state
         self._max = max_message_bytes
@@ -101,7 +103,12 @@ class IngestServer:
             CaptureService(self.streams, self._state, authorized=self._authorized, clock=self._clock,
                            store=self._store), server)
         try:
-            port = server.add_insecure_port(listen)
+            if self._tls is None:
+                port = server.add_insecure_port(listen)
+            else:
+                cert, key, client_ca = self._tls
+                port = server.add_secure_port(listen, grpc.ssl_server_credentials(
+                    [(key, cert)], root_certificates=client_ca, require_client_auth=client_ca is not None))
         except RuntimeError as exc:
             raise RuntimeError(f"cannot bind gRPC address {listen}: {exc}") from None
         await server.start()

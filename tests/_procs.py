@@ -39,6 +39,7 @@ class Collector:
         self.http = ""
         self.grpc = f"127.0.0.1:{self.grpc_port}"
         self.starts = 0
+        self.ssl = None  # an ssl.SSLContext for a collector serving HTTPS
         Collector._instances += 1
         self.name = f"c{Collector._instances}"
 
@@ -60,8 +61,11 @@ class Collector:
         self.http = json.loads(ready.read_text())["http"]
         return self
 
+    def url(self, path: str) -> str:
+        return f"{'https' if self.ssl else 'http'}://{self.http}{path}"
+
     def scrape_text(self) -> str:
-        with urllib.request.urlopen(f"http://{self.http}/metrics", timeout=10) as resp:
+        with urllib.request.urlopen(self.url("/metrics"), timeout=10, context=self.ssl) as resp:
             return resp.read().decode()
 
     def samples(self) -> list:
@@ -77,7 +81,7 @@ class Collector:
         return None
 
     def api(self, path: str = "/api/jobs"):
-        with urllib.request.urlopen(f"http://{self.http}{path}", timeout=10) as resp:
+        with urllib.request.urlopen(self.url(path), timeout=10, context=self.ssl) as resp:
             return json.loads(resp.read())
 
     def wait_value(self, name: str, expected: float, timeout_s: float = 45.0, **labels) -> float:

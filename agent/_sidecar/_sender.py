@@ -16,7 +16,7 @@ import grpc
 
 from stepwatch.proto.stepwatch.v1 import agent_pb2
 
-from ..support import backoff_delay
+from ..support import backoff_delay, collector_channel
 from ._log import LOG
 from ._thread import Service, remaining
 from ._spool import Spool
@@ -57,11 +57,12 @@ class Sender(Service):
     """
 
     def __init__(self, target: str, spool: Spool, hello: Callable[[], agent_pb2.Hello],
-                 token: str = "", reconnect_max_s: float = 30.0,
+                 token: str = "", reconnect_max_s: float = 30.0, tls: Optional[dict] = None,
                  rng: Optional[random.Random] = None,
                  on_command: Optional[Callable[[agent_pb2.Command], None]] = None) -> None:
         super().__init__("stepwatch-sender")
         self._target = target
+        self._tls = tls or {}  # collector_channel's tls / ca / cert / key
         self._spool = spool
         self._hello = hello
         self._on_command = on_command
@@ -167,7 +168,7 @@ class Sender(Service):
         options = [("grpc.initial_reconnect_backoff_ms", 500),
                    ("grpc.max_reconnect_backoff_ms", int(self._cap * 1000))]
         answered = False
-        with grpc.insecure_channel(self._target, options=options) as channel:
+        with collector_channel(self._target, options=options, **self._tls) as channel:
             # Requests go out as bytes: a spooled batch is framed, never parsed again.
             connect = channel.stream_stream(_CONNECT, request_serializer=None,
                                             response_deserializer=agent_pb2.Command.FromString)

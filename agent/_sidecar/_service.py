@@ -52,6 +52,7 @@ class Sidecar:
                  channel: Optional[BackChannel] = None) -> None:
         self.config = config
         hello, s = config.hello, config.settings
+        tls = {"tls": s.tls, "ca": s.tls_ca, "cert": s.tls_cert, "key": s.tls_key}
         self.spool = Spool(spool_path(s.spool_dir, hello.job, hello.rank, hello.session_id),
                            s.spool_max_bytes)
         self.batcher = Batcher(first_seq=self.spool.max_seq + 1)
@@ -61,8 +62,8 @@ class Sidecar:
         self.windows = WindowJobs(self.batcher, self.channel, s.window_top_k)
         self.traces = TraceJobs(self.batcher, TraceArchive(
             s.trace_dir, hello.job, hello.rank, s.trace_max_bytes, s.trace_max_files),
-            uploader=TraceUploader(s.collector, s.token, hello.job, hello.rank) if s.trace_upload else None)
-        self.sender = Sender(s.collector, self.spool, self._hello, token=s.token,
+            uploader=TraceUploader(s.collector, s.token, hello.job, hello.rank, tls=tls) if s.trace_upload else None)
+        self.sender = Sender(s.collector, self.spool, self._hello, token=s.token, tls=tls,
                              reconnect_max_s=s.reconnect_max_s,
                              on_command=self._on_command)
         self.reader = Reader(stdin, self._on_record, self.batcher.count_dropped, self._on_eof)

@@ -17,6 +17,7 @@ import grpc
 
 from stepwatch.proto.stepwatch.v1 import agent_pb2
 
+from ..support import collector_channel
 from ._log import LOG
 
 __all__ = ["TraceUploader"]
@@ -28,10 +29,11 @@ _RETRY = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.S
 
 
 class TraceUploader:
-    def __init__(self, target: str, token: str, job: str, rank: int, *, attempts: int = 4,
+    def __init__(self, target: str, token: str, job: str, rank: int, *, tls: Optional[dict] = None, attempts: int = 4,
                  timeout_s: float = 300.0, first_delay_s: float = 1.0,
                  stop: Optional[threading.Event] = None) -> None:
         self.target, self.job, self.rank = target, job, rank
+        self._tls = tls or {}
         self._metadata = [("authorization", "Bearer " + token)] if token else None
         self.attempts, self.timeout_s, self.first_delay_s = attempts, timeout_s, first_delay_s
         self.stop = stop or threading.Event()
@@ -62,7 +64,7 @@ class TraceUploader:
 
     def _once(self, ref: agent_pb2.TraceRef) -> agent_pb2.TraceStored:
         size = os.path.getsize(ref.path)
-        with open(ref.path, "rb") as fh, grpc.insecure_channel(self.target) as channel:
+        with open(ref.path, "rb") as fh, collector_channel(self.target, **self._tls) as channel:
             call = channel.stream_unary(_UPLOAD, request_serializer=agent_pb2.TraceChunk.SerializeToString,
                                         response_deserializer=agent_pb2.TraceStored.FromString)
             return call(self._chunks(fh, ref.request_id, size), timeout=self.timeout_s,

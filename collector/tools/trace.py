@@ -36,6 +36,12 @@ def add_parser(sub) -> None:
                    help="download each rank's uploaded trace from the collector into DIR")
     p.add_argument("--token", default=os.environ.get("STEPWATCH_TOKEN", ""),
                    help="collector auth token (visible in ps; prefer the env var) [env STEPWATCH_TOKEN]")
+    p.add_argument("--tls-ca", default=os.environ.get("STEPWATCH_TLS_CA", ""),
+                   help="PEM CA of the collector's certificate: connect over TLS [env STEPWATCH_TLS_CA]")
+    p.add_argument("--tls-cert", default=os.environ.get("STEPWATCH_TLS_CERT", ""),
+                   help="PEM client certificate for mutual TLS [env STEPWATCH_TLS_CERT]")
+    p.add_argument("--tls-key", default=os.environ.get("STEPWATCH_TLS_KEY", ""),
+                   help="PEM key of --tls-cert [env STEPWATCH_TLS_KEY]")
     p.set_defaults(func=run)
 
 
@@ -94,13 +100,14 @@ def run(args: argparse.Namespace) -> int:
         return 2
     import grpc  # only once we really call
 
+    from stepwatch.agent.support import collector_channel
     from stepwatch.proto.stepwatch.v1 import agent_pb2, agent_pb2_grpc
 
     request = agent_pb2.CaptureRequest(job=args.job, ranks=args.ranks, steps=args.steps, timeout_s=args.timeout)
     metadata = (("authorization", f"Bearer {args.token}"),) if args.token else None
     saved_ok = True
     try:
-        with grpc.insecure_channel(args.collector) as channel:
+        with collector_channel(args.collector, ca=args.tls_ca, cert=args.tls_cert, key=args.tls_key) as channel:
             stub = agent_pb2_grpc.ControlServiceStub(channel)
             reply = stub.Capture(request, timeout=args.timeout + _GRACE_S, metadata=metadata)
             for rank_trace in reply.traces:
@@ -122,5 +129,8 @@ def run(args: argparse.Namespace) -> int:
     except grpc.RpcError as exc:
         print(f"stepwatch trace: error: {exc.code().name}: {exc.details()}", file=sys.stderr)
         return 2 if exc.code() == grpc.StatusCode.INVALID_ARGUMENT else 1
+    except ValueError as exc:  # an unreadable TLS file
+        print(f"stepwatch trace: error: {exc}", file=sys.stderr)
+        return 2
     ok = bool(reply.traces) and all(t.trace.path and not t.trace.error for t in reply.traces)
     return 0 if ok and saved_ok else 1
