@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import ipaddress
 import os
 import tempfile
 from typing import Any, Mapping, Optional
 
-from stepwatch.agent.settings import (SettingsError, between, load, option, parse_duration,
+from stepwatch.agent.settings import (SettingsError, between, load, non_negative, option, parse_duration,
                                       parse_hostport, parse_log_level, parse_size, read_yaml_file,
                                       section)
 
@@ -22,6 +23,17 @@ from .detect import DetectionConfig
 
 __all__ = ["CollectorSettings", "SettingsError", "load_settings", "read_config_file",
            "configure_logging"]
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` (as in HOST:PORT; brackets allowed) only listens on loopback."""
+    host = host.strip("[]")
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False  # a name, or "" / 0.0.0.0 / :: (every interface)
 
 
 def _token(text: Any) -> str:
@@ -40,10 +52,11 @@ class CollectorSettings:
     """Resolved, validated collector settings (units in the names)."""
 
     grpc_listen: str = option(
-        "0.0.0.0:7470", "HOST:PORT the gRPC ingest (agents) listens on; port 0 picks a free port",
+        "127.0.0.1:7470", "HOST:PORT the gRPC ingest (agents) listens on; port 0 picks a free port. "
+        "A non-loopback address needs auth_token or tls_client_ca (or insecure)",
         env="STEPWATCH_GRPC_LISTEN", parse=parse_hostport)
     http_listen: str = option(
-        "0.0.0.0:7471", "HOST:PORT of the HTTP server (/metrics, /healthz, /api/jobs); "
+        "127.0.0.1:7471", "HOST:PORT of the HTTP server (/metrics, /healthz, /api/jobs); "
         "port 0 picks a free port", env="STEPWATCH_HTTP_LISTEN", parse=parse_hostport)
     agent_grace_s: float = option(
         300.0, "seconds a disconnected rank's series are kept before they expire",
@@ -51,6 +64,16 @@ class CollectorSettings:
     auth_token: str = option(
         "", "shared token agents must send as 'authorization: Bearer <token>'; empty disables "
         "auth", env="STEPWATCH_AUTH_TOKEN", parse=_token, secret=True)
+    control_token: str = option(
+        "", "token ControlService callers (stepwatch trace: Capture, DownloadTrace) must send; "
+        "without it only callers on loopback may capture", env="STEPWATCH_CONTROL_TOKEN",
+        parse=_token, secret=True)
+    capture_every_s: float = option(
+        60.0, "at most one ControlService.Capture per job this often (a capture slows every rank)",
+        env="STEPWATCH_CAPTURE_EVERY_S", parse=parse_duration, check=non_negative())
+    insecure: bool = option(
+        False, "allow a non-loopback grpc_listen without auth_token or tls_client_ca (anyone who "
+        "reaches the port could send telemetry)", env="STEPWATCH_INSECURE")
     tls_cert: str = option(
         "", "PEM server certificate: gRPC and HTTP then serve TLS only (with tls_key)",
         env="STEPWATCH_TLS_CERT")
@@ -103,6 +126,11 @@ class CollectorSettings:
         env="STEPWATCH_TRACE_UPLOAD_MAX_BYTES", parse=parse_size, check=between(1024, 1 << 40))
 
     def __post_init__(self) -> None:
+        host = self.grpc_listen.rpartition(":")[0]
+        if not (is_loopback(host) or self.auth_token or self.tls_client_ca or self.insecure):
+            raise ValueError(f"grpc_listen: {self.grpc_listen} is reachable from other hosts, and no "
+                             "credential is set: set auth_token (STEPWATCH_AUTH_TOKEN) or "
+                             "tls_client_ca, or pass --insecure to accept anyone who reaches the port")
         if bool(self.tls_cert) != bool(self.tls_key):
             raise ValueError("tls_cert and tls_key: give both or neither")
         if self.tls_client_ca and not self.tls_cert:

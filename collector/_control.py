@@ -12,6 +12,9 @@ Everything here runs on the event loop thread of the ``grpc.aio`` server.
 from __future__ import annotations
 
 import asyncio
+import urllib.parse
+import ipaddress
+import hmac
 import logging
 import math
 import uuid
@@ -141,20 +144,51 @@ def validate_capture(req: agent_pb2.CaptureRequest) -> Optional[str]:
     return None
 
 
+_REFUSED = ("stepwatch: control call refused: send the collector's control_token, or call from "
+            "the collector's own host (loopback) with its auth token")
+
+
+def peer_is_loopback(peer: str) -> bool:
+    """Whether a gRPC peer string ("ipv4:127.0.0.1:5000", "ipv6:[::1]:5000", "unix:...") is
+    this host."""
+    if peer.startswith("unix:"):
+        return True
+    kind, _, rest = peer.partition(":")
+    host = rest.rpartition(":")[0].strip("[]") if kind in ("ipv4", "ipv6") else ""
+    try:
+        return ipaddress.ip_address(urllib.parse.unquote(host)).is_loopback
+    except ValueError:
+        return False
+
+
 class CaptureService(agent_pb2_grpc.ControlServiceServicer):
     """ControlService on the ingest server. ``authorized(context)`` is the Connect auth check;
     ``clock`` gives Unix seconds for the request's record (waiting uses the loop's clock)."""
 
     def __init__(self, streams: StreamTable, state: CollectorState, *,
                  authorized: Callable[[object], bool], clock: Callable[[], float],
-                 store: Optional[TraceStore] = None):
-        self._streams, self._state, self._authorized, self._clock = streams, state, authorized, clock
+                 store: Optional[TraceStore] = None, control_token: str = "",
+                 capture_every_s: float = 60.0):
+        self._streams, self._state, self._clock = streams, state, clock
+        self._agent_authorized = authorized
         self._store = store
+        self._control_token = control_token
+        self._capture_every_s = capture_every_s
+        self._last_capture: dict[str, float] = {}  # job -> loop time of its last capture
+
+    def _authorized(self, context) -> bool:
+        """A control call: with ``control_token`` set, that token; without it, only a caller on
+        loopback (who also needs the agents' auth_token when one is set): nobody who merely
+        reaches the ingest port may make every rank profile."""
+        if self._control_token:
+            given = dict(context.invocation_metadata() or ()).get("authorization", "")
+            return hmac.compare_digest(given.encode(), f"Bearer {self._control_token}".encode())
+        return peer_is_loopback(context.peer()) and self._agent_authorized(context)
 
     async def DownloadTrace(self, request: agent_pb2.TraceId, context):  # noqa: N802
         """Stream an uploaded trace back in chunks of at most 1 MiB."""
         if not self._authorized(context):
-            await context.abort(grpc.StatusCode.UNAUTHENTICATED, "stepwatch: wrong or missing auth token")
+            await context.abort(grpc.StatusCode.UNAUTHENTICATED, _REFUSED)
         path = self._store.path(request.trace_id) if self._store is not None else None
         if path is None:
             await context.abort(grpc.StatusCode.NOT_FOUND, f"no uploaded trace {request.trace_id!r:.200}")
@@ -171,11 +205,20 @@ class CaptureService(agent_pb2_grpc.ControlServiceServicer):
     async def Capture(self, request: agent_pb2.CaptureRequest, context) -> agent_pb2.CaptureReply:  # noqa: N802
         """Send CaptureTrace to the asked live ranks, wait for their TraceRefs, reply per rank."""
         if not self._authorized(context):
-            log.warning("stepwatch collector: rejected Capture from %s: wrong or missing auth token", context.peer())
-            await context.abort(grpc.StatusCode.UNAUTHENTICATED, "stepwatch: wrong or missing auth token")
+            log.warning("stepwatch collector: rejected Capture from %s: not authorized", context.peer())
+            await context.abort(grpc.StatusCode.UNAUTHENTICATED, _REFUSED)
         problem = validate_capture(request)
         if problem:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, problem)
+        now = asyncio.get_running_loop().time()
+        last = self._last_capture.get(request.job)
+        if last is not None and now - last < self._capture_every_s:
+            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
+                                f"job {request.job!r:.80} was captured {now - last:.0f} s ago; at most one capture "
+                                f"per job every {self._capture_every_s:.0f} s (capture_every_s)")
+        if len(self._last_capture) >= 10_000:
+            self._last_capture.clear()
+        self._last_capture[request.job] = now
         live = self._streams.live(request.job)
         ranks = sorted(set(request.ranks)) or sorted(live)
         if not ranks:

@@ -72,10 +72,11 @@ class IngestServer:
     def __init__(self, pipeline: Pipeline, *, auth_token: str = "", max_message_bytes: int = 4 << 20,
                  clock: Callable[[], float], store: Optional[TraceStore] = None,
                  max_jobs: int = 1000, max_ranks_per_job: int = 16384,
-                 tls: Optional[tuple] = None):
+                 tls: Optional[tuple] = None, control_token: str = "", capture_every_s: float = 60.0):
         self._pipeline, self._token, self._clock = pipeline, auth_token, clock
         self._max_jobs, self._max_ranks = max_jobs, max_ranks_per_job
         self._tls = tls  # (cert PEM, key PEM, client CA PEM or None) or None: plain
+        self._control = {"control_token": control_token, "capture_every_s": capture_every_s}
         self._store = store
         self._state = pipeline.state
         self._max = max_message_bytes
@@ -101,7 +102,7 @@ class IngestServer:
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
         agent_pb2_grpc.add_ControlServiceServicer_to_server(
             CaptureService(self.streams, self._state, authorized=self._authorized, clock=self._clock,
-                           store=self._store), server)
+                           store=self._store, **self._control), server)
         try:
             if self._tls is None:
                 port = server.add_insecure_port(listen)

@@ -66,7 +66,8 @@ def start_collector(tmp_path):
 
     def start(**overrides) -> Running:
         clock = FakeClock()
-        settings = CollectorSettings(**{"grpc_listen": "127.0.0.1:0", "http_listen": "127.0.0.1:0",
+        # capture_every_s 0: tests capture a job many times (the rate limit has its own test)
+        settings = CollectorSettings(**{"grpc_listen": "127.0.0.1:0", "http_listen": "127.0.0.1:0", "capture_every_s": 0,
                                         "trace_store_dir": str(tmp_path / f"collector-traces-{len(started)}"),
                                         **overrides})
         collector = Collector(settings, clock=clock)

@@ -15,18 +15,29 @@ def write(tmp_path, text: str) -> str:
 
 def test_defaults():
     s = load_settings(environ={})
-    assert (s.grpc_listen, s.http_listen, s.agent_grace_s) == ("0.0.0.0:7470", "0.0.0.0:7471", 300.0)
+    assert (s.grpc_listen, s.http_listen, s.agent_grace_s) == ("127.0.0.1:7470", "127.0.0.1:7471", 300.0)
     assert (s.auth_token, s.max_message_bytes, s.record, s.log_level) == ("", 4 << 20, "", "INFO")
 
 
 def test_precedence_argument_env_file_default(tmp_path):
     cfg = write(tmp_path, "grpc_listen: 1.1.1.1:1\nhttp_listen: 1.1.1.1:2\nagent_grace_s: 5\n")
     env = {"STEPWATCH_GRPC_LISTEN": "2.2.2.2:1", "STEPWATCH_HTTP_LISTEN": "2.2.2.2:2"}
-    s = load_settings({"grpc_listen": "3.3.3.3:1", "http_listen": None}, environ=env, config_file=cfg)
+    s = load_settings({"grpc_listen": "3.3.3.3:1", "http_listen": None, "insecure": True}, environ=env,
+                      config_file=cfg)
     assert s.grpc_listen == "3.3.3.3:1"  # argument beats env and file
     assert s.http_listen == "2.2.2.2:2"  # env beats file; None argument means not given
     assert s.agent_grace_s == 5.0  # file beats default
     assert s.record == ""  # default
+
+
+@pytest.mark.parametrize("listen", ["0.0.0.0:7470", "[::]:7470", "10.0.0.5:7470", "node-a:7470"])
+def test_a_non_loopback_ingest_needs_a_credential_or_insecure(listen):
+    with pytest.raises(SettingsError, match=r"reachable from other hosts, and no credential is set: set auth_token"):
+        load_settings({"grpc_listen": listen}, environ={})
+    for extra in ({"auth_token": "t"}, {"insecure": True}):
+        assert load_settings({"grpc_listen": listen, **extra}, environ={}).grpc_listen == listen
+    for loopback in ("127.0.0.1:7470", "localhost:7470", "[::1]:7470", "127.0.0.2:1"):
+        assert load_settings({"grpc_listen": loopback}, environ={}).grpc_listen == loopback
 
 
 def test_bad_port_names_option_and_source():
@@ -64,7 +75,7 @@ def test_invalid_yaml_and_missing_file(tmp_path):
 
 
 def test_empty_file_is_empty_mapping(tmp_path):
-    assert load_settings(environ={}, config_file=write(tmp_path, "")).grpc_listen == "0.0.0.0:7470"
+    assert load_settings(environ={}, config_file=write(tmp_path, "")).grpc_listen == "127.0.0.1:7470"
 
 
 def test_bad_file_value_names_source(tmp_path):

@@ -62,12 +62,18 @@ def test_prometheus_rule_is_the_rule_files(tmp_path):
 
 
 def test_collector_config_map_is_a_valid_collector_config(tmp_path):
+    from stepwatch.agent.settings import SettingsError
     from stepwatch.collector._config import load_settings
 
     (cm,) = _by_kind("ConfigMap")
     (tmp_path / "collector.yaml").write_text(cm["data"]["collector.yaml"])
-    settings = load_settings({}, config_file=str(tmp_path / "collector.yaml"))
-    assert settings.agent_grace_s == 300
+    # the Deployment sets STEPWATCH_AUTH_TOKEN from the stepwatch-auth Secret; without it the
+    # collector refuses the 0.0.0.0 address (secure default)
+    settings = load_settings({}, environ={"STEPWATCH_AUTH_TOKEN": "from-the-secret"},
+                             config_file=str(tmp_path / "collector.yaml"))
+    assert settings.agent_grace_s == 300 and settings.grpc_listen == "0.0.0.0:7470"
+    with pytest.raises(SettingsError, match="no credential is set"):
+        load_settings({}, environ={}, config_file=str(tmp_path / "collector.yaml"))
 
 
 def test_wiring_service_monitor_service_deployment_job():

@@ -40,7 +40,7 @@ def test_help_names_env_and_default(capsys):
     with pytest.raises(SystemExit):
         main(["collector", "--help"])
     out = " ".join(capsys.readouterr().out.split())
-    assert "env STEPWATCH_GRPC_LISTEN, default '0.0.0.0:7470'" in out and "STEPWATCH_AGENT_GRACE_S" in out
+    assert "env STEPWATCH_GRPC_LISTEN, default '127.0.0.1:7470'" in out and "STEPWATCH_AGENT_GRACE_S" in out
 
 
 def wait_for(path, proc, timeout=20.0):
