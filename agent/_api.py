@@ -33,6 +33,7 @@ from .settings import SettingsError, load, to_mapping
 __all__ = ["attach", "step", "detach", "Agent"]
 
 _log = logging.getLogger("stepwatch.agent")
+_MAX_RESTARTS = 5  # sidecar restarts per attach
 _MAX_CONSECUTIVE_ERRORS = 5
 _DRAIN_TIMEOUT_S = 2.0  # bounded wait at exit for a full pipe; never more
 _agent: Optional["Agent"] = None
@@ -76,10 +77,13 @@ class Agent:
         self._writer = PipeWriter(fd, settings.buffer_records, settings.ipc_flush_interval_s)
         self._writer.put(self._config_record())
         self._writer.flush()
+        self._gpu_record: Optional[dict] = None  # resent to a restarted sidecar
+        self._restarts = 0
+        self._dead_since: Optional[float] = None
         self.dataloader = DataLoaderTimer(on_silent=self._on_silent)
         self.dataloader.install()
-        self.windows = WindowScheduler(self._writer.put, torch, settings, self._workdir)
-        self.tracker = StepTracker(self._writer.put, self.dataloader,
+        self.windows = WindowScheduler(self._put, torch, settings, self._workdir)
+        self.tracker = StepTracker(self._put, self.dataloader,
                                    torch.cuda if torch.cuda.is_available() else None,
                                    settings.samples_per_step, settings.tokens_per_step,
                                    settings.memory_stats_interval_s, self.windows.on_boundary,
@@ -116,6 +120,55 @@ class Agent:
             os.set_blocking(fd, False)
             fds.append(fd)
         return fds[0], fds[1]
+
+    def _put(self, record: dict) -> None:
+        """Every record goes through here, so that a restarted sidecar gets a new writer."""
+        if record.get("t") == contract.GPU:
+            self._gpu_record = record
+        self._writer.put(record)
+
+    def _check_sidecar(self) -> None:
+        """The sidecar died (killed, OOM-killed, crashed): start another, at most
+        _MAX_RESTARTS times, waiting 1, 2, 4... s after each death. It takes over the same
+        session and spool, so batches the dead one spooled are still delivered; what the
+        trainer produced in between is counted as dropped, and the restart is reported as a
+        ``sidecar_restarted`` event. Training thread, after a flush."""
+        if not self._writer.closed and self.sidecar.poll() is None:
+            self._dead_since = None
+            return
+        now = time.monotonic()
+        if self._restarts >= _MAX_RESTARTS:
+            return
+        if self._dead_since is None:
+            self._dead_since = now
+        if now - self._dead_since < min(2.0 ** self._restarts, 30.0):
+            return
+        self._dead_since = None
+        code = self.sidecar.poll()
+        if code is None:  # the pipe broke but the process lives on: replace it
+            self.sidecar.kill()
+            code = self.sidecar.wait()
+        self._restarts += 1
+        old = self._writer
+        old.abandon()  # what it still held never reached a sidecar: counted as dropped
+        try:
+            os.close(self._reply_fd)
+        except OSError:
+            pass
+        self.sidecar = self._spawn_sidecar()
+        fd, self._reply_fd = self._own_pipes()
+        self._replies = contract.LineSplitter()
+        self._writer = PipeWriter(fd, self.settings.buffer_records, self.settings.ipc_flush_interval_s)
+        self._writer.dropped = old.dropped  # the gap: records produced while no sidecar read them
+        self._writer.put(self._config_record())
+        if self._gpu_record is not None:
+            self._writer.put(self._gpu_record)
+        self._event("sidecar_restarted", f"sidecar exited with code {code}; restart {self._restarts} of "
+                    f"{_MAX_RESTARTS}; {old.dropped} records dropped so far")
+        self._last_stats = ()  # resend the counters
+        _log.warning("stepwatch: sidecar exited with code %s; restarted it (%d of %d)", code, self._restarts,
+                     _MAX_RESTARTS)
+        self._writer.flush()
 
     def _config_record(self) -> dict:
         s, ident, torch = self.settings, self.identity, self._torch
@@ -192,6 +245,7 @@ class Agent:
             self._writer.put(self._stats_record())
         if self._writer.maybe_flush():
             self._read_replies()
+            self._check_sidecar()
 
     def _check_distributed(self) -> None:
         """torch.distributed got initialised after attach (mp.spawn scripts, launchers that set

@@ -70,7 +70,8 @@ class PipeWriter:
             except BlockingIOError:
                 return
             except OSError as exc:  # BrokenPipeError: the sidecar is gone
-                _log.warning("stepwatch: sidecar pipe closed (%s); telemetry from now on is dropped", exc)
+                _log.warning("stepwatch: sidecar pipe closed (%s); telemetry is dropped until the "
+                             "sidecar is restarted", exc)
                 self._sink()
                 return
             del self._out[:written]

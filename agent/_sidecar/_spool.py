@@ -3,7 +3,10 @@
 Layout: ``<spool_dir>/<job>/rank<rank>-<session_id>/<seq:016d>.pb``, one serialized Batch per
 file, written to a temporary name and renamed so a reader never sees a partial file. The total
 size is bounded by ``max_bytes``: the oldest batches are dropped first (counted in
-``batches_dropped``); the newest batch is always kept.
+``batches_dropped``); the newest batch is always kept. ``<dir>/seq`` holds the highest sequence
+number written, so a sidecar that takes the session over (the trainer restarted a dead one)
+continues the numbering even when everything was acknowledged: the collector drops a batch
+whose number it has seen in that session.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from ._log import LOG
 __all__ = ["Spool", "spool_path"]
 
 _SUFFIX = ".pb"
+_SEQ_FILE = "seq"
 
 
 def spool_path(root: str, job: str, rank: int, session_id: str) -> str:
@@ -42,7 +46,13 @@ class Spool:
         self._sizes: dict = {}
         self._dropped = 0
         self.quarantined = 0  # batches moved aside as unreadable or refused as malformed
+        self._high = 0  # highest sequence number ever written in this session
         os.makedirs(path, exist_ok=True)
+        try:
+            with open(os.path.join(path, _SEQ_FILE)) as fh:
+                self._high = int(fh.read().strip() or 0)
+        except (OSError, ValueError):
+            pass
         for name in os.listdir(path):
             full = os.path.join(path, name)
             if name.endswith(_SUFFIX) and name[:-len(_SUFFIX)].isdigit():
@@ -59,6 +69,12 @@ class Spool:
         with open(tmp, "wb") as fh:
             fh.write(data)
         os.replace(tmp, self._file(seq))
+        if seq > self._high:
+            self._high = seq
+            marker = os.path.join(self.path, _SEQ_FILE)
+            with open(marker + ".tmp", "w") as fh:
+                fh.write(str(seq))
+            os.replace(marker + ".tmp", marker)
         with self._lock:
             self._sizes[seq] = len(data)
             self._enforce_limit()
@@ -125,9 +141,10 @@ class Spool:
 
     @property
     def max_seq(self) -> int:
-        """The highest stored sequence number, 0 when empty."""
+        """The highest sequence number written in this session (stored or acknowledged), 0
+        for a new one."""
         with self._lock:
-            return max(self._sizes, default=0)
+            return max(max(self._sizes, default=0), self._high)
 
     @property
     def bytes(self) -> int:
@@ -150,6 +167,10 @@ class Spool:
         if count or self.quarantined:
             LOG.warning("%d unacknowledged batch(es) left in %s", count, self.path)
             return
+        try:
+            os.unlink(os.path.join(self.path, _SEQ_FILE))
+        except OSError:
+            pass
         try:
             os.rmdir(self.path)
         except OSError:

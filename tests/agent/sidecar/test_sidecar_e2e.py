@@ -151,7 +151,7 @@ def test_collector_down_at_start_then_up(tmp_path):
     port = free_port()
     side = SidecarProc(tmp_path, port)
     side.steps(1, 30)
-    assert wait_for(lambda: os.path.isdir(side.spool) and len(os.listdir(side.spool)) >= 2)
+    assert wait_for(lambda: os.path.isdir(side.spool) and len([n for n in os.listdir(side.spool) if n.endswith(".pb")]) >= 2)
     server = FakeCollector(port)
     try:
         side.steps(31, 60)

@@ -30,7 +30,7 @@ def test_spool_write_ack_pending_and_cleanup(tmp_path):
     spool = Spool(path, max_bytes=1000)
     for seq in (1, 2, 3):
         spool.write(seq, b"x" * 10)
-    assert sorted(os.listdir(path)) == [f"{s:016d}.pb" for s in (1, 2, 3)]
+    assert sorted(os.listdir(path)) == [f"{s:016d}.pb" for s in (1, 2, 3)] + ["seq"]
     assert spool.pending() == [1, 2, 3] and spool.pending(after=1) == [2, 3]
     spool.ack(2)
     spool.ack(99)
@@ -40,6 +40,7 @@ def test_spool_write_ack_pending_and_cleanup(tmp_path):
     assert os.path.isdir(path), "pending batches are kept"
     spool.ack(1)
     spool.ack(3)
+    assert Spool(path, max_bytes=1000).max_seq == 3, "a sidecar taking the session over numbers on"
     spool.close()
     assert not os.path.exists(path)
 
@@ -50,7 +51,7 @@ def test_spool_size_cap_drops_oldest_and_counts(tmp_path):
         spool.write(seq, b"y" * 100)
     assert spool.pending() == [4, 5]
     assert spool.batches_dropped == 3 and spool.bytes == 200
-    assert sorted(os.listdir(tmp_path / "s")) == [f"{s:016d}.pb" for s in (4, 5)]
+    assert sorted(os.listdir(tmp_path / "s")) == [f"{s:016d}.pb" for s in (4, 5)] + ["seq"]
     spool.write(6, b"z" * 1000)  # larger than the cap on its own: the newest is kept
     assert spool.pending() == [6] and spool.batches_dropped == 5
 
