@@ -146,18 +146,16 @@ class Sidecar:
 
     def flush(self, force: bool = False) -> Optional[int]:
         """Seal what was collected into a batch, spool it and wake the sender; returns its
-        sequence number, or None when nothing was due. Disk errors are logged, the batch lost
-        and counted as dropped records."""
+        sequence number, or None when nothing was due. A batch the disk refuses is kept in
+        memory (logged once per error, reported as a ``spool_write_failed`` event)."""
         batch = self.batcher.seal(self.spool.batches_dropped, self.spool.bytes, force=force)
         if batch is None:
             return None
-        try:
-            self.spool.write(batch.seq, batch.SerializeToString())
-        except OSError as exc:
-            self._once.log(logging.ERROR, ("spool", exc.errno), "cannot spool batch to %s: %s",
-                           self.spool.path, exc)
-            self.batcher.count_dropped(_record_count(batch))
-            return None
+        if not self.spool.write(batch.seq, batch.SerializeToString()) and \
+                self._once.log(logging.ERROR, ("spool", self.spool.last_error), "cannot spool to disk (%s): "
+                               "batches are kept in memory until acknowledged (at most spool_max_bytes)",
+                               self.spool.last_error):
+            self.batcher.event("spool_write_failed", f"{self.spool.last_error}; batches kept in memory")
         self.sender.notify()
         return batch.seq
 
@@ -214,7 +212,3 @@ class _Flusher(PeriodicService):
     def _teardown(self) -> None:
         self._sidecar.flush(force=True)
 
-
-def _record_count(batch: agent_pb2.Batch) -> int:
-    return (len(batch.steps) + len(batch.allocator) + len(batch.gpu_samples) + len(batch.host)
-            + len(batch.events) + len(batch.windows) + len(batch.traces))

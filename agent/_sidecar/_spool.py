@@ -7,6 +7,9 @@ size is bounded by ``max_bytes``: the oldest batches are dropped first (counted 
 number written, so a sidecar that takes the session over (the trainer restarted a dead one)
 continues the numbering even when everything was acknowledged: the collector drops a batch
 whose number it has seen in that session.
+
+When the disk refuses (full, read-only, no such directory) a batch is kept in memory instead,
+under the same size bound, and :meth:`write` says so; the disk is tried again for every batch.
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ class Spool:
     """Thread-safe store of pending batches, keyed by sequence number.
 
     Existing ``*.pb`` files in ``path`` (a previous run of the same session) are adopted as
-    pending. Disk errors propagate from :meth:`write` (the caller logs and counts them).
+    pending. A directory that cannot be made or read leaves the spool in memory only.
     """
 
     def __init__(self, path: str, max_bytes: int) -> None:
@@ -47,37 +50,73 @@ class Spool:
         self._dropped = 0
         self.quarantined = 0  # batches moved aside as unreadable or refused as malformed
         self._high = 0  # highest sequence number ever written in this session
-        os.makedirs(path, exist_ok=True)
+        self._mem: dict = {}  # seq -> bytes of batches the disk refused
+        self.write_errors = 0
+        self.last_error = ""
+        try:
+            os.makedirs(path, exist_ok=True)
+            names = os.listdir(path)
+        except OSError as exc:
+            self._refused(exc)
+            names = []
         try:
             with open(os.path.join(path, _SEQ_FILE)) as fh:
                 self._high = int(fh.read().strip() or 0)
         except (OSError, ValueError):
             pass
-        for name in os.listdir(path):
+        for name in names:
             full = os.path.join(path, name)
-            if name.endswith(_SUFFIX) and name[:-len(_SUFFIX)].isdigit():
-                self._sizes[int(name[:-len(_SUFFIX)])] = os.path.getsize(full)
-            elif name.endswith(".tmp"):
-                os.unlink(full)
+            try:
+                if name.endswith(_SUFFIX) and name[:-len(_SUFFIX)].isdigit():
+                    self._sizes[int(name[:-len(_SUFFIX)])] = os.path.getsize(full)
+                elif name.endswith(".tmp"):
+                    os.unlink(full)
+            except OSError:
+                pass
+
+    def _refused(self, exc: OSError) -> None:
+        self.write_errors += 1
+        self.last_error = f"{self.path}: {exc.strerror or exc}"
 
     def _file(self, seq: int) -> str:
         return os.path.join(self.path, f"{seq:016d}{_SUFFIX}")
 
-    def write(self, seq: int, data: bytes) -> None:
-        """Store batch ``seq`` (serialized), then drop the oldest batches over the size limit."""
+    def write(self, seq: int, data: bytes) -> bool:
+        """Store batch ``seq`` (serialized), then drop the oldest batches over the size limit.
+        Returns False when the disk refused it and it is kept in memory (``last_error`` says
+        why)."""
         tmp = self._file(seq) + ".tmp"
-        with open(tmp, "wb") as fh:
-            fh.write(data)
-        os.replace(tmp, self._file(seq))
+        on_disk = True
+        try:
+            with open(tmp, "wb") as fh:
+                fh.write(data)
+            os.replace(tmp, self._file(seq))
+        except OSError as exc:
+            on_disk = False
+            self._refused(exc)
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
         if seq > self._high:
             self._high = seq
-            marker = os.path.join(self.path, _SEQ_FILE)
+            if on_disk:
+                self._mark(seq)
+        with self._lock:
+            if not on_disk:
+                self._mem[seq] = data
+            self._sizes[seq] = len(data)
+            self._enforce_limit()
+        return on_disk
+
+    def _mark(self, seq: int) -> None:
+        marker = os.path.join(self.path, _SEQ_FILE)
+        try:
             with open(marker + ".tmp", "w") as fh:
                 fh.write(str(seq))
             os.replace(marker + ".tmp", marker)
-        with self._lock:
-            self._sizes[seq] = len(data)
-            self._enforce_limit()
+        except OSError as exc:
+            self._refused(exc)
 
     def _enforce_limit(self) -> None:
         """Caller holds the lock."""
@@ -89,6 +128,8 @@ class Spool:
             self._unlink(oldest)
 
     def _unlink(self, seq: int) -> None:
+        if self._mem.pop(seq, None) is not None:
+            return
         try:
             os.unlink(self._file(seq))
         except FileNotFoundError:
@@ -102,6 +143,9 @@ class Spool:
         with self._lock:
             if seq not in self._sizes:
                 return None
+            held = self._mem.get(seq)
+        if held is not None:
+            return held
         try:
             with open(self._file(seq), "rb") as fh:
                 return fh.read()
@@ -119,6 +163,8 @@ class Spool:
                 return
             self._dropped += 1
             self.quarantined += 1
+            if self._mem.pop(seq, None) is not None:
+                return  # a batch in memory: nothing to keep for inspection
         target = os.path.join(self.path, "quarantine")
         try:
             os.makedirs(target, exist_ok=True)
@@ -131,6 +177,8 @@ class Spool:
         """Forget batch ``seq`` (the collector applied it). Unknown numbers are ignored."""
         with self._lock:
             if self._sizes.pop(seq, None) is None:
+                return
+            if self._mem.pop(seq, None) is not None:
                 return
             self._unlink(seq)
 

@@ -331,3 +331,16 @@ def test_spooled_batch_is_framed_without_parsing(steps):
     framed = batch_message(data)
     assert framed == agent_pb2.AgentMessage(batch=batch).SerializeToString()
     assert agent_pb2.AgentMessage.FromString(framed).batch == batch
+
+
+def test_spool_the_disk_refuses_keeps_batches_in_memory_within_the_bound(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    spool = Spool(str(blocker / "spool"), max_bytes=250)  # cannot be made: memory only
+    assert spool.write_errors == 1 and "spool" in spool.last_error
+    assert spool.write(1, b"a" * 100) is False and spool.write(2, b"b" * 100) is False
+    assert spool.pending() == [1, 2] and spool.read(2) == b"b" * 100
+    spool.write(3, b"c" * 100)  # over the bound: the oldest goes, as on disk
+    assert spool.pending() == [2, 3] and spool.batches_dropped == 1
+    spool.ack(2)
+    assert spool.pending() == [3] and spool.read(2) is None and spool.max_seq == 3
