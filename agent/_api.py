@@ -178,7 +178,7 @@ class Agent:
                  "cuda_version": str(torch.version.cuda or ""), "agent_version": _version(),
                  "config": {k: str(v) for k, v in to_mapping(s, public=True).items()},
                  "attach_time_s": time.time()}
-        return contract.config(to_mapping(s), hello, os.getpid())
+        return contract.config(to_mapping(s), hello, os.getpid(), self._workdir)
 
     # -- guarded hook bodies ----------------------------------------------------------------
     def _guard(self, fn, *args) -> None:

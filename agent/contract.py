@@ -180,8 +180,10 @@ def _record(t: str, **fields: Any) -> dict:
     return {"t": t, **{k: v for k, v in fields.items() if v is not None}}
 
 
-def config(settings: dict, hello: dict, trainer_pid: int) -> dict:
-    return _record(CONFIG, settings=settings, hello=hello, trainer_pid=trainer_pid)
+def config(settings: dict, hello: dict, trainer_pid: int, workdir: Optional[str] = None) -> dict:
+    """``workdir``: the trainer's temporary directory (window traces), removed by the sidecar
+    once it has finished with them."""
+    return _record(CONFIG, settings=settings, hello=hello, trainer_pid=trainer_pid, workdir=workdir)
 
 
 def identity(rank: int, world_size: int) -> dict:

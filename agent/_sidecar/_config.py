@@ -30,6 +30,7 @@ class SidecarConfig:
     settings: AgentSettings
     hello: agent_pb2.Hello
     trainer_pid: int = 0
+    workdir: str = ""  # the trainer's temporary directory, removed at shutdown
 
     @classmethod
     def from_record(cls, obj: Any) -> "SidecarConfig":
@@ -48,7 +49,7 @@ class SidecarConfig:
         hello = build_hello(obj.get("hello") or {})
         if not hello.job:
             raise ConfigError("config key 'hello.job' is required and must not be empty")
-        return cls(settings, hello, pid)
+        return cls(settings, hello, pid, str(obj.get("workdir") or ""))
 
     @property
     def log_level_number(self) -> int:

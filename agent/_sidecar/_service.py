@@ -11,6 +11,8 @@ flusher seals the last batch, the sender delivers it. The caller's thread waits 
 from __future__ import annotations
 
 import logging
+import os
+import shutil
 import threading
 import time
 from typing import Iterable, Optional
@@ -185,6 +187,14 @@ class Sidecar:
             else:
                 part.stop(deadline)
         self.spool.close()
+        _remove_workdir(self.config.workdir)
+
+
+def _remove_workdir(path: str) -> None:
+    """The trainer's temporary directory (exported window traces), once nothing reads it: only
+    one of ours (``stepwatch-`` prefix), never anything else a config could name."""
+    if path and os.path.basename(os.path.normpath(path)).startswith("stepwatch-"):
+        shutil.rmtree(path, ignore_errors=True)
 
 
 class _Flusher(PeriodicService):

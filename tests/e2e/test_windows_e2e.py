@@ -120,3 +120,20 @@ def test_windows_print_nothing_on_the_trainers_stderr(collector_factory, tmp_pat
         assert time.monotonic() < deadline, "no windows taken"
         time.sleep(0.2)
     assert "USDT" not in run.stderr and "profiler_start" not in run.stderr, run.stderr[-2000:]
+
+
+def test_the_trainers_temporary_directory_is_removed_after_the_job(collector_factory, tmp_path):
+    """Window traces are exported to a stepwatch-* directory under $TMPDIR; once the sidecar has
+    analysed them and shut down, nothing is left there."""
+    col = collector_factory()
+    tmpdir = tmp_path / "tmpdir"
+    tmpdir.mkdir()
+    env = trainer_env(tmp_path, col.grpc, "tmpclean", STEPWATCH_WINDOW_EVERY_STEPS=16,
+                      STEPWATCH_OVERHEAD_BUDGET=0.5, TMPDIR=tmpdir)
+    run_trainer(env, "--steps", "80")
+    col.wait_value("stepwatch_steps_total", 80, training_job="tmpclean")
+    assert col.value("stepwatch_windows_total", training_job="tmpclean") >= 2
+    deadline = time.monotonic() + 20
+    while list(tmpdir.glob("stepwatch-*")) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not list(tmpdir.glob("stepwatch-*")), list(tmpdir.rglob("*"))
