@@ -82,6 +82,15 @@ class Sender(Service):
         with self._cond:
             self._cond.notify_all()
 
+    @property
+    def spool(self) -> Spool:
+        return self._spool
+
+    def finish_when_delivered(self) -> None:
+        """Deliver what is spooled, then end by itself (a left-over spool, nothing new comes)."""
+        self._stopping.set()
+        self.notify()
+
     def reconnect(self) -> None:
         """End the current stream and open a new one with a fresh Hello (any thread): the
         identity changed. Unacknowledged batches are sent again on the new stream."""

@@ -29,7 +29,7 @@ from ._nvml import NvmlSampler
 from ._reader import Reader
 from ._records import Record
 from ._sender import Sender
-from ._spool import Spool, spool_path
+from ._spool import Spool, orphans, spool_path
 from ._thread import PeriodicService
 from ._traces import TraceArchive
 from ._upload import TraceUploader
@@ -68,6 +68,19 @@ class Sidecar:
         self.sender = Sender(s.collector, self.spool, self._hello, token=s.token, tls=tls,
                              reconnect_max_s=s.reconnect_max_s,
                              on_command=self._on_command)
+        self.spool.claim(os.getpid(), hello.SerializeToString())
+        # Spools an earlier session of this job and rank left on this node (the collector was
+        # down when it ended, or its trainer was killed): delivered under their own Hello.
+        self.leftovers = []
+        for path, raw in orphans(s.spool_dir, hello.job, hello.rank, self.spool.path):
+            try:
+                old_hello = agent_pb2.Hello.FromString(raw)
+            except Exception:  # noqa: BLE001 - a damaged file: leave it for the operator
+                continue
+            old_spool = Spool(path, s.spool_max_bytes)
+            old_spool.claim(os.getpid(), raw)
+            self.leftovers.append(Sender(s.collector, old_spool, lambda h=old_hello: h, token=s.token, tls=tls,
+                                         reconnect_max_s=s.reconnect_max_s))
         self.reader = Reader(stdin, self._on_record, self.batcher.count_dropped, self._on_eof)
         self._gpu: Optional[agent_pb2.GpuIdentity] = hello.gpu if hello.HasField("gpu") else None
         self.flusher = _Flusher(self, s.flush_interval_s)
@@ -77,7 +90,7 @@ class Sidecar:
         self._shut_down = False
         self._once = OnceLog()
         # Start order; stopped in reverse. Consumers first, so nothing produced is unheard.
-        self.parts = [self.sender, self.channel, self.traces, self.windows, self.flusher,
+        self.parts = [self.sender, *self.leftovers, self.channel, self.traces, self.windows, self.flusher,
                       self.host, self.nvml, self.reader]
 
     def start(self) -> None:
@@ -86,6 +99,13 @@ class Sidecar:
             self.nvml.set_gpu(self._gpu.uuid)
         for part in self.parts:
             part.start()
+        for left in self.leftovers:
+            left.finish_when_delivered()
+        if self.leftovers:
+            pending = sum(len(left.spool) for left in self.leftovers)
+            LOG.info("delivering %d batch(es) left by %d earlier session(s)", pending, len(self.leftovers))
+            self.batcher.event("spool_leftovers", f"{pending} batch(es) left by {len(self.leftovers)} earlier "
+                               "session(s) of this rank on this node: delivered now")
 
     def _hello(self) -> agent_pb2.Hello:
         """Hello for a new stream (sender thread): the config's, plus driver and latest GPU."""
@@ -187,6 +207,8 @@ class Sidecar:
             else:
                 part.stop(deadline)
         self.spool.close()
+        for left in self.leftovers:
+            left.spool.close()  # removed when everything was delivered
         _remove_workdir(self.config.workdir)
 
 

@@ -21,10 +21,12 @@ from typing import List, Optional
 from ..contract import safe_name
 from ._log import LOG
 
-__all__ = ["Spool", "spool_path"]
+__all__ = ["Spool", "spool_path", "orphans"]
 
 _SUFFIX = ".pb"
 _SEQ_FILE = "seq"
+_OWNER_FILE = "owner"   # "<pid>": the sidecar writing this session's spool
+_HELLO_FILE = "hello.pb"  # the session's Hello: a later sidecar can deliver what is left
 
 
 def spool_path(root: str, job: str, rank: int, session_id: str) -> str:
@@ -73,6 +75,17 @@ class Spool:
                     os.unlink(full)
             except OSError:
                 pass
+
+    def claim(self, pid: int, hello: bytes) -> None:
+        """Record the owning process and the session's Hello (for :func:`orphans`)."""
+        for name, data in ((_OWNER_FILE, str(pid).encode()), (_HELLO_FILE, hello)):
+            target = os.path.join(self.path, name)
+            try:
+                with open(target + ".tmp", "wb") as fh:
+                    fh.write(data)
+                os.replace(target + ".tmp", target)
+            except OSError as exc:
+                self._refused(exc)
 
     def _refused(self, exc: OSError) -> None:
         self.write_errors += 1
@@ -215,11 +228,50 @@ class Spool:
         if count or self.quarantined:
             LOG.warning("%d unacknowledged batch(es) left in %s", count, self.path)
             return
-        try:
-            os.unlink(os.path.join(self.path, _SEQ_FILE))
-        except OSError:
-            pass
+        for name in (_SEQ_FILE, _OWNER_FILE, _HELLO_FILE):
+            try:
+                os.unlink(os.path.join(self.path, name))
+            except OSError:
+                pass
         try:
             os.rmdir(self.path)
         except OSError:
             pass
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def orphans(root: str, job: str, rank: int, own: str) -> List[tuple]:
+    """``[(path, hello bytes)]``: spools of earlier sessions of ``job``/``rank`` on this node
+    whose sidecar is gone (a run that ended while the collector was down, a killed trainer),
+    with batches left and the session's Hello recorded. Never raises."""
+    parent = os.path.dirname(spool_path(root, job, rank, "x"))
+    prefix = f"rank{int(rank)}-"
+    found = []
+    try:
+        names = os.listdir(parent)
+    except OSError:
+        return found
+    for name in sorted(names):
+        path = os.path.join(parent, name)
+        if not name.startswith(prefix) or os.path.abspath(path) == os.path.abspath(own):
+            continue
+        try:
+            with open(os.path.join(path, _OWNER_FILE)) as fh:
+                if _alive(int(fh.read().strip())):
+                    continue
+            with open(os.path.join(path, _HELLO_FILE), "rb") as fh:
+                hello = fh.read()
+            if any(n.endswith(_SUFFIX) for n in os.listdir(path)):
+                found.append((path, hello))
+        except (OSError, ValueError):
+            continue
+    return found
