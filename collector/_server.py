@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import hmac
 import logging
+import time
 from typing import AsyncIterator, Callable, Optional
 
 import grpc
@@ -32,6 +33,7 @@ log = logging.getLogger("stepwatch.collector")
 SERVICE_NAME = "stepwatch.v1.AgentService"
 _METHOD = "Connect"
 _UPLOAD = "UploadTrace"
+_LOG_EVERY_S = 10.0
 
 
 class _Malformed:
@@ -83,6 +85,7 @@ class IngestServer:
         self._server: Optional[grpc.aio.Server] = None
         self._health = health.aio.HealthServicer()
         self.streams = StreamTable()  # live Connect streams, for commands (ControlService)
+        self._logged: dict[str, tuple] = {}  # refusal reason -> (last logged, refusals since)
 
     async def start(self, listen: str) -> int:
         """Bind ``listen`` (HOST:PORT, port 0 allowed) and start serving; return the bound port.
@@ -179,7 +182,16 @@ class IngestServer:
 
     async def _abort(self, context, reason: str, code: grpc.StatusCode, details: str) -> None:
         self._state.reject(reason)
-        log.warning("stepwatch collector: rejected stream from %s: %s", context.peer(), details)
+        # At most one line per reason every _LOG_EVERY_S: anyone who reaches the port could
+        # otherwise fill the log (the counter has every refusal).
+        now = time.monotonic()
+        last, quiet = self._logged.get(reason, (-_LOG_EVERY_S, 0))
+        if now - last >= _LOG_EVERY_S:
+            more = f" ({quiet} more refusals for {reason} not logged)" if quiet else ""
+            log.warning("stepwatch collector: rejected stream from %s: %s%s", context.peer(), details, more)
+            self._logged[reason] = (now, 0)
+        else:
+            self._logged[reason] = (last, quiet + 1)
         await context.abort(code, details)
 
     def _authorized(self, context) -> bool:
