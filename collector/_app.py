@@ -121,7 +121,7 @@ class Collector:
                                     query_routes={"/api/steps": self._steps},
                                     path_routes={"/api/jobs/{job}/windows": self._windows, "/api/traces": self._traces,
                                                  "/api/traces/{trace_id}": self._trace_file},
-                                    threaded_routes={"/metrics": self._metrics})
+                                    threaded_routes={"/metrics": self._metrics}, token=self.settings.http_token)
             self.http_address = f"{http_host}:{await self._http.start(http_host, http_port, self._ssl_context())}"
         except BaseException:
             await self.stop(grace_s=0)

@@ -64,6 +64,10 @@ class CollectorSettings:
     auth_token: str = option(
         "", "shared token agents must send as 'authorization: Bearer <token>'; empty disables "
         "auth", env="STEPWATCH_AUTH_TOKEN", parse=_token, secret=True)
+    http_token: str = option(
+        "", "token /metrics and /api need ('authorization: Bearer <token>', or basic auth with it "
+        "as the password, as Prometheus and browsers send); /healthz stays open; empty: open",
+        env="STEPWATCH_HTTP_TOKEN", parse=_token, secret=True)
     control_token: str = option(
         "", "token ControlService callers (stepwatch trace: Capture, DownloadTrace) must send; "
         "without it only callers on loopback may capture", env="STEPWATCH_CONTROL_TOKEN",

@@ -7,15 +7,18 @@ query string as a dict (last value wins); path routes are patterns such as
 These run on the event loop thread and must be quick. Threaded routes get the request headers
 (lower-case names) and run on one worker thread, one request at a time: a scrape of a large
 state renders there while the loop keeps acknowledging batches (``/metrics``).
-Bad requests get 400, unknown paths 404, other methods 405. A route that raises answers 500
+Bad requests get 400, unknown paths 404, other methods 405; with a ``token`` every path but
+the open ones (``/healthz``) needs it (bearer, or basic auth with it as the password), else 401. A route that raises answers 500
 and logs; the server keeps going.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import concurrent.futures
 import functools
+import hmac
 import logging
 import re
 import ssl
@@ -30,7 +33,7 @@ Route = Callable[[], tuple]
 QueryRoute = Callable[[Mapping[str, str]], tuple]
 PathRoute = Callable[[Mapping[str, str]], tuple]
 ThreadedRoute = Callable[[Mapping[str, str]], tuple]
-_REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed",
+_REASONS = {200: "OK", 401: "Unauthorized", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed",
             408: "Request Timeout", 500: "Internal Server Error"}
 _MAX_HEAD = 16 * 1024
 _READ_TIMEOUT_S = 10.0
@@ -41,8 +44,10 @@ class HttpServer:
 
     def __init__(self, routes: Mapping[str, Route], query_routes: Optional[Mapping[str, QueryRoute]] = None,
                  path_routes: Optional[Mapping[str, PathRoute]] = None,
-                 threaded_routes: Optional[Mapping[str, ThreadedRoute]] = None):
+                 threaded_routes: Optional[Mapping[str, ThreadedRoute]] = None,
+                 token: str = "", open_paths: frozenset = frozenset({"/healthz"})):
         self._routes = dict(routes)
+        self._token, self._open = token, open_paths
         self._threaded = dict(threaded_routes or {})
         self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="stepwatch-http")
         self._query_routes = dict(query_routes or {})
@@ -95,6 +100,9 @@ class HttpServer:
         if len(parts) != 3 or not parts[2].startswith("HTTP/1.") or not parts[1].startswith("/"):
             return 400, "text/plain; charset=utf-8", b"bad request\n", ()
         method, (target, _, query) = parts[0], parts[1].partition("?")
+        if self._token and target not in self._open and not _authorized(_headers(head), self._token):
+            return (401, "text/plain; charset=utf-8", b"unauthorized: send the collector's http_token\n",
+                    ('WWW-Authenticate: Basic realm="stepwatch", charset="UTF-8"',))
         if target in self._threaded:
             if method != "GET":
                 return 405, "text/plain; charset=utf-8", b"method not allowed\n", ("Allow: GET",)
@@ -128,6 +136,21 @@ class HttpServer:
             if m:
                 return functools.partial(fn, {k: urllib.parse.unquote(v) for k, v in m.groupdict().items()})
         return None
+
+
+def _authorized(headers: Mapping[str, str], token: str) -> bool:
+    """``Authorization: Bearer <token>``, or Basic with any user name and ``token`` as password."""
+    given = headers.get("authorization", "")
+    scheme, _, value = given.partition(" ")
+    if scheme.lower() == "bearer":
+        return hmac.compare_digest(value.strip().encode(), token.encode())
+    if scheme.lower() == "basic":
+        try:
+            password = base64.b64decode(value.strip(), validate=True).decode().partition(":")[2]
+        except (ValueError, UnicodeDecodeError):
+            return False
+        return hmac.compare_digest(password.encode(), token.encode())
+    return False
 
 
 def _headers(head: bytes) -> dict:

@@ -30,17 +30,20 @@ def add_parser(sub) -> None:
                        description=__doc__.split("\n\n")[0])
     p.add_argument("--http", metavar="HOST:PORT", default=os.environ.get("STEPWATCH_HTTP", "127.0.0.1:7471"),
                    help="the collector's HTTP address [env STEPWATCH_HTTP] (default 127.0.0.1:7471)")
+    p.add_argument("--http-token", default=os.environ.get("STEPWATCH_HTTP_TOKEN", ""),
+                   help="the collector's http_token, when it has one [env STEPWATCH_HTTP_TOKEN]")
     p.add_argument("--interval", type=float, default=2.0, help="seconds between reads (default 2)")
     p.add_argument("--once", action="store_true", help="print one table and exit")
     p.set_defaults(func=run)
 
 
-def _get(url: str) -> bytes:
-    with urllib.request.urlopen(url, timeout=5) as resp:
+def _get(url: str, token: str = "") -> bytes:
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=5) as resp:
         return resp.read()
 
 
-def read(http: str) -> dict:
+def read(http: str, token: str = "") -> dict:
     """``{(job, rank): {...}}`` from one scrape, plus firing alerts per rank."""
     from prometheus_client.parser import text_string_to_metric_families
 
@@ -51,7 +54,7 @@ def read(http: str) -> dict:
         return ranks.setdefault(key, {"steps": 0.0, "dur_sum": 0.0, "dur_count": 0.0, "wait": None,
                                       "gpu": None, "alerts": []})
 
-    for fam in text_string_to_metric_families(_get(f"http://{http}/metrics").decode()):
+    for fam in text_string_to_metric_families(_get(f"http://{http}/metrics", token).decode()):
         for s in fam.samples:
             if "training_job" not in s.labels or "rank" not in s.labels:
                 continue
@@ -65,7 +68,7 @@ def read(http: str) -> dict:
                 row(s.labels)["wait"] = s.value
             elif s.name == "stepwatch_gpu_utilization_ratio":
                 row(s.labels)["gpu"] = s.value
-    for a in json.loads(_get(f"http://{http}/api/alerts"))["alerts"]:
+    for a in json.loads(_get(f"http://{http}/api/alerts", token))["alerts"]:
         if a.get("state") == "firing" and (a["job"], a["rank"]) in ranks:
             ranks[(a["job"], a["rank"])]["alerts"].append(a["alertname"].replace("Stepwatch", ""))
     return {"time": time.monotonic(), "ranks": ranks}
@@ -100,7 +103,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         while True:
             try:
-                now = read(args.http)
+                now = read(args.http, args.http_token)
             except (OSError, ValueError) as exc:
                 print(f"stepwatch top: error: cannot read the collector at {args.http}: {exc}", file=sys.stderr)
                 return 1

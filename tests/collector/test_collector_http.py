@@ -10,6 +10,8 @@ import threading
 import time
 import urllib.request
 
+import pytest
+
 
 def raw(running, request: bytes) -> bytes:
     host, port = running.collector.http_address.rsplit(":", 1)
@@ -101,3 +103,20 @@ def test_a_slow_scrape_blocks_neither_acks_nor_healthz(collector):
     assert [a.ack.seq for a in acks] == [1]
     assert time.monotonic() - began >= 3.0, "the scrape really was slow"
     assert healthz_s < 1.0 and ack_s < 1.0, (healthz_s, ack_s)
+
+
+def test_http_token_guards_metrics_and_api_but_not_healthz(start_collector):
+    import base64
+    import urllib.error
+
+    running = start_collector(http_token="scrape-me")
+    assert running.get("/healthz")[0] == 200  # probes stay open
+    for path in ("/metrics", "/api/jobs", "/api/alerts", "/"):
+        status, _, body = running.get(path)
+        assert status == 401 and b"http_token" in body, (path, status)
+    with pytest.raises(urllib.error.HTTPError) as err:
+        _get(running, "/metrics", {"Authorization": "Bearer wrong"})
+    assert err.value.code == 401 and err.value.headers["WWW-Authenticate"].startswith("Basic")
+    assert b"stepwatch_collector" in _get(running, "/metrics", {"Authorization": "Bearer scrape-me"})[1]
+    basic = base64.b64encode(b"prometheus:scrape-me").decode()
+    assert _get(running, "/api/jobs", {"Authorization": f"Basic {basic}"})[1].startswith(b"{")

@@ -36,3 +36,16 @@ def test_top_without_a_collector_is_a_clear_error():
     assert run.returncode == 1 and "cannot read the collector at 127.0.0.1:9" in run.stderr
     run = top("--interval", "0")
     assert run.returncode == 2 and "--interval must be > 0" in run.stderr
+
+
+def test_top_sends_the_http_token(tmp_path):
+    col = Collector(tmp_path, ["--http-token", "t0p"]).start()
+    try:
+        denied = top("--http", col.http, "--once", "--interval", "0.1")
+        assert denied.returncode == 1 and "401" in denied.stderr, denied.stderr
+        env = dict(os.environ, STEPWATCH_HTTP_TOKEN="t0p")
+        run = subprocess.run([sys.executable, "-m", "stepwatch.collector.tools", "top", "--http", col.http, "--once",
+                              "--interval", "0.1"], capture_output=True, text=True, timeout=60, env=env)
+        assert run.returncode == 0 and run.stdout.startswith("JOB"), run.stderr
+    finally:
+        col.kill()
