@@ -1,0 +1,280 @@
+"""Collector throughput and scrape cost at N simulated ranks, with batches recorded from a real
+agent (tests/data/replay/gpu_straggler_h200.jsonl.gz: steps, NVML/GPM, host, allocator and
+window summaries of a real H200 job) replayed as N ranks.
+
+One collector process (pinned with ``--collector-cpus``) and ``--gen-procs`` generator
+processes (pinned to the other CPUs), each holding its share of the ranks as gRPC streams on
+one channel per 100 ranks. Every rank sends a Batch every ``--period-s`` (random phase): 20
+steps, one GPU, host and allocator sample, and every ``--window-every`` batches a window
+summary (one per rank per minute at the defaults). The first half of ``--duration-s`` runs
+without scrapes, the second half scrapes /metrics back to back (gzip, as Prometheus asks).
+Measured: ack latency p50/p99 without and during scrapes, batches sent/acked, stream errors,
+scrape time and size, collector CPU (cores, and seconds per batch and per step, from the
+half without scrapes; the scraping half's CPU apart), collector RSS.
+
+    python bench/collector_scale.py --ranks 100 1000 --out bench/results/collector_scale.json
+
+Bounded: every run stops after ``--duration-s`` (+ start-up), whatever happens.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gzip
+import json
+import multiprocessing as mp
+import os
+import platform
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+RECORDING = os.path.join(HERE, "..", "tests", "data", "replay", "gpu_straggler_h200.jsonl.gz")
+
+
+def templates():
+    """Recorded pieces of a real agent's batches (rank 0 of the recording)."""
+    from google.protobuf import json_format
+
+    from stepwatch.proto.stepwatch.v1 import agent_pb2
+
+    steps, gpu, host, alloc, windows = [], [], [], [], []
+    with gzip.open(RECORDING, "rt") as fh:
+        for line in fh:
+            ev = json.loads(line)
+            if ev["kind"] != "batch" or ev["rank"] != 0:
+                continue
+            b = json_format.ParseDict(ev["batch"], agent_pb2.Batch())
+            steps += [s for s in b.steps if not s.profiled]
+            gpu += list(b.gpu_samples)
+            host += list(b.host)
+            alloc += list(b.allocator)
+            windows += list(b.windows)
+    return steps, gpu, host, alloc, windows
+
+
+def generator(index, ranks, args, port, results, start_at, stop_at, scrape_from):
+    """One generator process: ``ranks`` (job, rank) streams; results into the queue."""
+    if args.gen_cpus:
+        cpus = [int(c) for c in args.gen_cpus.split(",")]
+        os.sched_setaffinity(0, {cpus[index % len(cpus)]})
+    import grpc
+
+    from stepwatch.proto.stepwatch.v1 import agent_pb2
+
+    steps, gpu, host, alloc, windows = templates()
+    rng = random.Random(index)
+    lat = {"quiet": [], "scrape": []}
+    counts = {"sent": 0, "acked": 0, "errors": 0, "connect_failures": 0, "steps": 0}
+
+    def batch(seq, step0, now, with_window):
+        b = agent_pb2.Batch(seq=seq, sealed_time_s=now)
+        for i in range(args.steps_per_batch):
+            s = b.steps.add()
+            s.CopyFrom(steps[(step0 + i) % len(steps)])
+            s.step, s.end_time_s = step0 + i + 1, now - (args.steps_per_batch - i) * 0.01
+        for src, dst in ((gpu, b.gpu_samples), (host, b.host), (alloc, b.allocator)):
+            if src:
+                dst.add().CopyFrom(src[seq % len(src)])
+                dst[-1].time_s = now
+        if with_window and windows:
+            w = b.windows.add()
+            w.CopyFrom(windows[seq % len(windows)])
+            w.first_step, w.last_step, w.start_time_s = step0 + 1, step0 + 3, now
+        return agent_pb2.AgentMessage(batch=b).SerializeToString()
+
+    async def rank_stream(channel, job, rank):
+        queue: asyncio.Queue = asyncio.Queue()
+        hello = agent_pb2.AgentMessage(hello=agent_pb2.Hello(
+            job=job, rank=rank, world_size=args.ranks_per_job, host=f"node-{rank // 8}", pid=rank,
+            session_id=f"{job}-{rank}", agent_version="bench", gpu=agent_pb2.GpuIdentity(
+                index=rank % 8, uuid=f"GPU-{job}-{rank}", name="NVIDIA H200")))
+        await queue.put(hello.SerializeToString())
+        sent_at = {}
+
+        async def requests():
+            while True:
+                item = await queue.get()
+                if item is None:
+                    return
+                yield item
+
+        call = channel.stream_stream("/stepwatch.v1.AgentService/Connect", request_serializer=None,
+                                     response_deserializer=agent_pb2.Command.FromString)(requests())
+
+        async def reader():
+            async for cmd in call:
+                if cmd.HasField("ack") and cmd.ack.seq in sent_at:
+                    t0, kind = sent_at.pop(cmd.ack.seq)
+                    lat[kind].append(time.time() - t0)
+                    counts["acked"] += 1
+
+        read = asyncio.ensure_future(reader())
+        await asyncio.sleep(max(0.0, start_at - time.time()) + rng.uniform(0, args.period_s))
+        seq = 0
+        try:
+            while time.time() < stop_at:
+                seq += 1
+                now = time.time()
+                sent_at[seq] = (now, "scrape" if now >= scrape_from else "quiet")
+                await queue.put(batch(seq, (seq - 1) * args.steps_per_batch, now, seq % args.window_every == 0))
+                counts["sent"] += 1
+                counts["steps"] += args.steps_per_batch
+                await asyncio.sleep(args.period_s)
+            await asyncio.sleep(3.0)  # the last acks
+        finally:
+            await queue.put(None)
+            try:
+                await asyncio.wait_for(read, 5.0)
+            except (asyncio.TimeoutError, grpc.aio.AioRpcError):
+                counts["errors"] += 1
+            except Exception:  # noqa: BLE001 - counted, reported
+                counts["errors"] += 1
+
+    async def main():
+        channels = [grpc.aio.insecure_channel(f"127.0.0.1:{port}") for _ in range(max(1, len(ranks) // 100))]
+        tasks = [rank_stream(channels[i % len(channels)], job, rank) for i, (job, rank) in enumerate(ranks)]
+        for r in await asyncio.gather(*tasks, return_exceptions=True):
+            if isinstance(r, Exception):
+                counts["errors"] += 1
+        for ch in channels:
+            await ch.close()
+
+    asyncio.run(main())
+    results.put({"lat": lat, "counts": counts})
+
+
+def pct(values, q):
+    if not values:
+        return None
+    values = sorted(values)
+    return values[min(len(values) - 1, int(q * len(values)))]
+
+
+def run_once(n, args):
+    tmp = tempfile.mkdtemp(prefix="stepwatch-scale-")
+    ready = os.path.join(tmp, "ready.json")
+    cmd = [sys.executable, "-m", "stepwatch.collector.tools", "collector", "--grpc-listen", "127.0.0.1:0",
+           "--http-listen", "127.0.0.1:0", "--ready-file", ready, "--max-jobs", "100000",
+           "--log-level", "WARNING"]
+    if args.collector_cpus:
+        cmd = ["taskset", "-c", args.collector_cpus] + cmd
+    col = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=open(os.path.join(tmp, "collector.log"), "w"))
+    try:
+        import psutil
+        deadline = time.time() + 60
+        while not os.path.exists(ready):
+            assert time.time() < deadline and col.poll() is None, open(os.path.join(tmp, "collector.log")).read()
+            time.sleep(0.05)
+        addr = json.load(open(ready))
+        port, http = int(addr["grpc"].rsplit(":", 1)[1]), addr["http"]
+        proc = psutil.Process(col.pid)
+        ranks = [(f"job{r // args.ranks_per_job:04d}", r % args.ranks_per_job) for r in range(n)]
+        start_at = time.time() + 5.0 + n / 2000.0  # time to open the streams
+        stop_at = start_at + args.duration_s
+        scrape_from = start_at + args.duration_s / 2
+        results = mp.Queue()
+        procs = [mp.Process(target=generator, args=(i, ranks[i::args.gen_procs], args, port, results, start_at,
+                                                     stop_at, scrape_from)) for i in range(args.gen_procs)]
+        for p in procs:
+            p.start()
+        while time.time() < start_at:
+            time.sleep(0.1)
+        cpu0 = proc.cpu_times()
+        scrapes = []
+
+        def scraper():
+            while time.time() < scrape_from:
+                time.sleep(0.1)
+            while time.time() < stop_at:
+                t0 = time.time()
+                req = urllib.request.Request(f"http://{http}/metrics", headers={"Accept-Encoding": "gzip"})
+                with urllib.request.urlopen(req, timeout=120) as resp:
+                    body = resp.read()
+                raw = gzip.decompress(body) if resp.headers.get("Content-Encoding") == "gzip" else body
+                scrapes.append((time.time() - t0, len(raw), len(body), raw.count(b"\n") - raw.count(b"\n#")))
+
+        th = threading.Thread(target=scraper, daemon=True)
+        th.start()
+        while time.time() < scrape_from:
+            time.sleep(0.05)
+        cpu_mid = proc.cpu_times()
+        while time.time() < stop_at:
+            time.sleep(0.2)
+        cpu1 = proc.cpu_times()
+        rss = proc.memory_info().rss
+        got = [results.get(timeout=60 + n / 100) for _ in procs]
+        for p in procs:
+            p.join(30)
+        th.join(150)
+    finally:
+        col.terminate()
+        try:
+            col.wait(20)
+        except subprocess.TimeoutExpired:
+            col.kill()
+    counts = {k: sum(g["counts"][k] for g in got) for k in got[0]["counts"]}
+    quiet = [x for g in got for x in g["lat"]["quiet"]]
+    during = [x for g in got for x in g["lat"]["scrape"]]
+    cpu = (cpu_mid.user + cpu_mid.system) - (cpu0.user + cpu0.system)  # ingest only (no scrapes)
+    cpu_scraping = (cpu1.user + cpu1.system) - (cpu_mid.user + cpu_mid.system)
+    quiet_batches = max(1, len(quiet))
+    return {"ranks": n, "period_s": args.period_s, "duration_s": args.duration_s, **counts,
+            "ack_ms_quiet": {"p50": 1e3 * (pct(quiet, 0.5) or 0), "p99": 1e3 * (pct(quiet, 0.99) or 0)},
+            "ack_ms_scrape": {"p50": 1e3 * (pct(during, 0.5) or 0), "p99": 1e3 * (pct(during, 0.99) or 0)},
+            "collector_cpu_cores": cpu / (args.duration_s / 2),
+            "collector_cpu_cores_scraping": cpu_scraping / (args.duration_s / 2),
+            "collector_cpu_us_per_batch": 1e6 * cpu / quiet_batches,
+            "collector_cpu_us_per_step": 1e6 * cpu / (quiet_batches * args.steps_per_batch),
+            "collector_rss_mb": rss / 1e6,
+            "scrapes": len(scrapes),
+            "scrape_s": {"p50": pct([s[0] for s in scrapes], 0.5), "max": max((s[0] for s in scrapes), default=None)},
+            "scrape_mb": max((s[1] for s in scrapes), default=0) / 1e6,
+            "scrape_gzip_mb": max((s[2] for s in scrapes), default=0) / 1e6,
+            "series": max((s[3] for s in scrapes), default=0)}
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--ranks", type=int, nargs="+", default=[100, 1000])
+    p.add_argument("--ranks-per-job", type=int, default=64)
+    p.add_argument("--period-s", type=float, default=5.0)
+    p.add_argument("--steps-per-batch", type=int, default=20)
+    p.add_argument("--window-every", type=int, default=12, help="a window summary every this many batches")
+    p.add_argument("--duration-s", type=float, default=40.0)
+    p.add_argument("--gen-procs", type=int, default=4)
+    p.add_argument("--collector-cpus", default="", help="taskset CPU list for the collector, e.g. 0")
+    p.add_argument("--gen-cpus", default="", help="CPUs for the generators, comma-separated")
+    p.add_argument("--out", default="")
+    args = p.parse_args()
+    rows = []
+    for n in args.ranks:
+        row = run_once(n, args)
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    doc = {"command": " ".join(sys.argv), "python": platform.python_version(), "cpus": os.cpu_count(),
+           "machine": platform.platform(), "rows": rows}
+    if args.out:
+        with open(args.out, "w") as fh:
+            json.dump(doc, fh, indent=1)
+    print("\n| ranks | batches sent/acked | errors | ack p50/p99 ms (no scrape) | ack p50/p99 ms (scraping) | "
+          "collector CPU (ingest; while scraping) | CPU us/step | scrape s (p50/max) | MB (gzip) | series | RSS MB |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        print(f"| {r['ranks']} | {r['sent']}/{r['acked']} | {r['errors']} | {r['ack_ms_quiet']['p50']:.1f} / "
+              f"{r['ack_ms_quiet']['p99']:.1f} | {r['ack_ms_scrape']['p50']:.1f} / {r['ack_ms_scrape']['p99']:.1f} | "
+              f"{r['collector_cpu_cores']:.2f} core ({r['collector_cpu_cores_scraping']:.2f} scraping) | "
+              f"{r['collector_cpu_us_per_step']:.1f} | "
+              f"{(r['scrape_s']['p50'] or 0):.2f} / {(r['scrape_s']['max'] or 0):.2f} | {r['scrape_mb']:.1f} "
+              f"({r['scrape_gzip_mb']:.1f}) | {r['series']} | {r['collector_rss_mb']:.0f} |")
+
+
+if __name__ == "__main__":
+    main()
