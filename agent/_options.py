@@ -112,6 +112,10 @@ class AgentSettings:
     overhead_budget: float = option(
         0.005, "Largest share of wall time the windows may cost (0.005 = 0.5%).",
         env="STEPWATCH_OVERHEAD_BUDGET", check=(lambda v: 0 < v < 1, "between 0 and 1"))
+    capture_budget: float = option(
+        0.02, "A capture asked by the collector (stepwatch trace, a slowdown alert) is refused, "
+        "with the reason in its reply, while windows and captures have cost more than this share "
+        "of the wall time since attach.", env="STEPWATCH_CAPTURE_BUDGET", check=between(0.0, 1.0))
     window_backoff_s: float = option(
         3 * 3600.0, "Pause after a window that saw no GPU events (another CUPTI subscriber).",
         env="STEPWATCH_WINDOW_BACKOFF_S", parse=parse_duration, check=non_negative())

@@ -76,6 +76,7 @@ class WindowScheduler:
         self._warmup, self._active = settings.window_warmup_steps, settings.window_active_steps
         self._activities = settings.window_activities
         self._budget = settings.overhead_budget
+        self._capture_budget = settings.capture_budget
         self._backoff_s = settings.window_backoff_s
         self._attach_clock = clock()
         self._baseline: collections.deque = collections.deque(maxlen=64)
@@ -239,6 +240,13 @@ class WindowScheduler:
 
     def _start_capture(self, step: int, cuda: bool) -> None:
         request_id, steps = self._captures.popleft()
+        if self._sessions and self.overhead_ratio > self._capture_budget:
+            # Captures come on request (a person, an alert); they must not be able to make
+            # profiling the job's main cost: refused, and the reply says why.
+            self._emit(contract.trace(request_id, "", step, step, (
+                f"refused: profiling has cost {self.overhead_ratio:.1%} of the wall time since attach, "
+                f"above capture_budget {self._capture_budget:.1%}")))
+            return
         self._open("trace", step, cuda, 1, steps, request_id)
 
     def _advance(self, step: int) -> None:

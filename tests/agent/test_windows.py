@@ -149,6 +149,24 @@ def test_an_early_costly_capture_is_the_warm_up_and_does_not_starve_windows(tmp_
     assert len(windows(out)) >= 3 and sched.overhead_ratio <= 0.005
 
 
+def test_captures_beyond_the_capture_budget_are_refused_with_the_reason(tmp_path):
+    """A capture costs what it costs (it is asked for), but once profiling has cost more than
+    capture_budget of the time since attach the next one is refused, and the reply says so."""
+    sched, out, clock = make(tmp_path, windows=False, capture_budget=0.02)
+    run_steps(sched, clock, 1, 5)
+    sched.on_message({"t": "capture", "request_id": "first", "steps": 2})  # the warm-up session
+    run_steps(sched, clock, 6, 12)
+    sched.on_message({"t": "capture", "request_id": "second", "steps": 2})
+    run_steps(sched, clock, 13, 20, step_s=0.5)  # slow profiled steps: a costly capture
+    assert sched.overhead_ratio > 0.02
+    sched.on_message({"t": "capture", "request_id": "third", "steps": 2})
+    run_steps(sched, clock, 21, 25)
+    traces = {r["request_id"]: r for r in out if r["t"] == "trace"}
+    assert traces["first"]["error"] == "" and traces["second"]["error"] == ""
+    assert traces["third"]["path"] == "" and traces["third"]["error"].startswith("refused: profiling has cost")
+    assert "above capture_budget 2.0%" in traces["third"]["error"]
+
+
 def test_zero_gpu_events_backs_off(tmp_path):
     sched, out, clock = make(tmp_path, window_every_steps=16, overhead_budget=0.9,
                              window_backoff_s=100)
