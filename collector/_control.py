@@ -189,6 +189,8 @@ class CaptureService(agent_pb2_grpc.ControlServiceServicer):
         """Stream an uploaded trace back in chunks of at most 1 MiB."""
         if not self._authorized(context):
             await context.abort(grpc.StatusCode.UNAUTHENTICATED, _REFUSED)
+        if not isinstance(request, agent_pb2.TraceId):
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"malformed TraceId: {request.reason}"[:300])
         path = self._store.path(request.trace_id) if self._store is not None else None
         if path is None:
             await context.abort(grpc.StatusCode.NOT_FOUND, f"no uploaded trace {request.trace_id!r:.200}")
@@ -205,8 +207,9 @@ class CaptureService(agent_pb2_grpc.ControlServiceServicer):
     async def Capture(self, request: agent_pb2.CaptureRequest, context) -> agent_pb2.CaptureReply:  # noqa: N802
         """Send CaptureTrace to the asked live ranks, wait for their TraceRefs, reply per rank."""
         if not self._authorized(context):
-            log.warning("stepwatch collector: rejected Capture from %s: not authorized", context.peer())
             await context.abort(grpc.StatusCode.UNAUTHENTICATED, _REFUSED)
+        if not isinstance(request, agent_pb2.CaptureRequest):
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"malformed CaptureRequest: {request.reason}"[:300])
         problem = validate_capture(request)
         if problem:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, problem)

@@ -19,7 +19,7 @@ from google.protobuf.message import DecodeError
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from stepwatch.agent.contract import label_problem
-from stepwatch.proto.stepwatch.v1 import agent_pb2, agent_pb2_grpc
+from stepwatch.proto.stepwatch.v1 import agent_pb2
 
 from ._control import CONTROL_SERVICE_NAME, CaptureService, StreamTable
 from ._pipeline import Pipeline
@@ -34,6 +34,16 @@ SERVICE_NAME = "stepwatch.v1.AgentService"
 _METHOD = "Connect"
 _UPLOAD = "UploadTrace"
 _LOG_EVERY_S = 10.0
+
+
+def _decoder(cls):
+    """A request deserializer that returns a :class:`_Malformed` instead of raising."""
+    def decode(data: bytes):
+        try:
+            return cls.FromString(data)
+        except DecodeError as exc:
+            return _Malformed(str(exc) or "cannot decode")
+    return decode
 
 
 class _Malformed:
@@ -103,9 +113,17 @@ class IngestServer:
         server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(
             SERVICE_NAME, {_METHOD: handler, _UPLOAD: upload}),))
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
-        agent_pb2_grpc.add_ControlServiceServicer_to_server(
-            CaptureService(self.streams, self._state, authorized=self._authorized, clock=self._clock,
-                           store=self._store, **self._control), server)
+        control = CaptureService(self.streams, self._state, authorized=self._authorized, clock=self._clock,
+                                 store=self._store, **self._control)
+        # By hand, like Connect: undecodable request bytes become INVALID_ARGUMENT naming the
+        # problem (grpc's generated handler answered UNKNOWN with the decoder's exception).
+        server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(CONTROL_SERVICE_NAME, {
+            "Capture": grpc.unary_unary_rpc_method_handler(
+                control.Capture, request_deserializer=_decoder(agent_pb2.CaptureRequest),
+                response_serializer=agent_pb2.CaptureReply.SerializeToString),
+            "DownloadTrace": grpc.unary_stream_rpc_method_handler(
+                control.DownloadTrace, request_deserializer=_decoder(agent_pb2.TraceId),
+                response_serializer=agent_pb2.TraceChunk.SerializeToString)}),))
         try:
             if self._tls is None:
                 port = server.add_insecure_port(listen)

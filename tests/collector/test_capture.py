@@ -225,3 +225,18 @@ def test_abort_mid_stream_still_ends_the_stream(collector):
         list(agent_pb2_grpc.AgentServiceStub(chan).Connect(iter([hello(), batch(1), hello()]), timeout=10))
     assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert "Hello is only allowed as the first AgentMessage" in err.value.details()
+
+
+def test_undecodable_control_requests_are_invalid_argument(collector):
+    with collector.channel() as chan:
+        for method in ("Capture", "DownloadTrace"):
+            call = chan.unary_unary(f"/stepwatch.v1.ControlService/{method}", request_serializer=lambda b: b,
+                                    response_deserializer=lambda b: b)
+            if method == "DownloadTrace":
+                call = chan.unary_stream(f"/stepwatch.v1.ControlService/{method}", request_serializer=lambda b: b,
+                                         response_deserializer=lambda b: b)
+            with pytest.raises(grpc.RpcError) as err:
+                result = call(b"\xff\xff\xff\xff", timeout=10)
+                list(result) if method == "DownloadTrace" else result
+            assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT, (method, err.value)
+            assert err.value.details().startswith("malformed "), err.value.details()
