@@ -19,6 +19,18 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 BIN = os.path.dirname(sys.executable)
 
 
+def wait_steps(col, ranks: int, steps: int) -> dict:
+    """``{(job, rank): steps_total}`` once ``ranks`` ranks reported ``steps`` each (or after 30 s)."""
+    got: dict = {}
+    for _ in range(150):
+        got = {(x.labels["training_job"], int(x.labels["rank"])): x.value for x in col.samples()
+               if x.name == "stepwatch_steps_total"}
+        if len(got) == ranks and all(v == steps for v in got.values()):
+            break
+        time.sleep(0.2)
+    return got
+
+
 def test_stepwatch_run_profiles_an_unmodified_torchrun_job(tmp_path):
     col = Collector(tmp_path).start()
     try:
@@ -33,13 +45,7 @@ def test_stepwatch_run_profiles_an_unmodified_torchrun_job(tmp_path):
         # rank 0 says where it reports, once; rank 1 says nothing
         said = [line for line in (run.stdout + run.stderr).splitlines() if "stepwatch: reporting job" in line]
         assert len(said) == 1 and "(rank 0 of 2) to collector " + col.grpc in said[0], said
-        steps = {}
-        for _ in range(150):
-            steps = {(x.labels["training_job"], int(x.labels["rank"])): x.value for x in col.samples()
-                     if x.name == "stepwatch_steps_total"}
-            if len(steps) == 2 and all(v == 100 for v in steps.values()):
-                break
-            time.sleep(0.2)
+        steps = wait_steps(col, 2, 100)
         names = {job for job, _ in steps}
         assert len(names) == 1 and re.fullmatch(r"unmodified_job-[0-9a-f]{8}", names.pop()), steps
         assert sorted(rank for _, rank in steps) == [0, 1]
@@ -132,13 +138,7 @@ def test_stepwatch_run_under_a_real_srun(tmp_path):
                               "srun", "-n", "2", "-J", "swjob", sys.executable, os.path.join(HERE, "srun_job.py"),
                               "29735"], env=env, capture_output=True, text=True, timeout=240, cwd=str(tmp_path))
         assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-3000:] + slurm.logs()
-        steps = {}
-        for _ in range(150):
-            steps = {(x.labels["training_job"], int(x.labels["rank"])): x.value for x in col.samples()
-                     if x.name == "stepwatch_steps_total"}
-            if len(steps) == 2 and all(v == 50 for v in steps.values()):
-                break
-            time.sleep(0.2)
+        steps = wait_steps(col, 2, 50)
         assert sorted(rank for _, rank in steps) == [0, 1], steps
         (job,) = {job for job, _ in steps}
         assert re.fullmatch(r"swjob-\d+", job), steps
