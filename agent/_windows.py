@@ -185,8 +185,8 @@ class WindowScheduler:
         """Would the reported ratio end above the budget if a window of the usual cost ran now?
         (The period keeps the long-run ratio under budget; this keeps the figure itself there
         early in a job, when the time since attach is still short.)"""
-        if self.windows == 0:
-            return False  # the warm-up window's cost is kept apart from the figure
+        if self._sessions == 0:
+            return False  # the warm-up session's cost (a window or a capture) is kept apart
         # Before any window was measured: as if the profiler doubled the window's steps.
         cost = self._cost_ewma or (self._warmup + self._active) * self._step_s()
         elapsed = self._clock() - self._attach_clock
