@@ -38,6 +38,7 @@ from ._window_jobs import TraceJobs, WindowJobs
 __all__ = ["Sidecar"]
 
 _LIVENESS_EVERY_S = 1.0
+_ADOPT_EVERY_S = 30.0  # look for spools earlier sessions left this often
 _HELLO_WAIT_S = 2.0
 
 
@@ -69,18 +70,9 @@ class Sidecar:
                              reconnect_max_s=s.reconnect_max_s,
                              on_command=self._on_command)
         self.spool.claim(os.getpid(), hello.SerializeToString())
-        # Spools an earlier session of this job and rank left on this node (the collector was
-        # down when it ended, or its trainer was killed): delivered under their own Hello.
-        self.leftovers = []
-        for path, raw in orphans(s.spool_dir, hello.job, hello.rank, self.spool.path):
-            try:
-                old_hello = agent_pb2.Hello.FromString(raw)
-            except Exception:  # noqa: BLE001 - a damaged file: leave it for the operator
-                continue
-            old_spool = Spool(path, s.spool_max_bytes)
-            old_spool.claim(os.getpid(), raw)
-            self.leftovers.append(Sender(s.collector, old_spool, lambda h=old_hello: h, token=s.token, tls=tls,
-                                         reconnect_max_s=s.reconnect_max_s))
+        self._tls = tls
+        self.leftovers: list = []  # Senders delivering spools earlier sessions left (adopt_leftovers)
+        self._leftover_paths: set = set()
         self.reader = Reader(stdin, self._on_record, self.batcher.count_dropped, self._on_eof)
         self._gpu: Optional[agent_pb2.GpuIdentity] = hello.gpu if hello.HasField("gpu") else None
         self.flusher = _Flusher(self, s.flush_interval_s)
@@ -90,7 +82,7 @@ class Sidecar:
         self._shut_down = False
         self._once = OnceLog()
         # Start order; stopped in reverse. Consumers first, so nothing produced is unheard.
-        self.parts = [self.sender, *self.leftovers, self.channel, self.traces, self.windows, self.flusher,
+        self.parts = [self.sender, self.channel, self.traces, self.windows, self.flusher,
                       self.host, self.nvml, self.reader]
 
     def start(self) -> None:
@@ -99,12 +91,35 @@ class Sidecar:
             self.nvml.set_gpu(self._gpu.uuid)
         for part in self.parts:
             part.start()
-        for left in self.leftovers:
-            left.finish_when_delivered()
-        if self.leftovers:
-            pending = sum(len(left.spool) for left in self.leftovers)
-            LOG.info("delivering %d batch(es) left by %d earlier session(s)", pending, len(self.leftovers))
-            self.batcher.event("spool_leftovers", f"{pending} batch(es) left by {len(self.leftovers)} earlier "
+        self.adopt_leftovers()
+
+    def adopt_leftovers(self) -> None:
+        """Deliver the spools earlier sessions of this job and rank left on this node (their
+        sidecar is gone: the collector was down when they ended, or the trainer was killed),
+        each under its own Hello, then remove them. At start and then about every 30 s (the
+        flusher), so a spool whose sidecar was still finishing at our start is taken later."""
+        s, hello = self.config.settings, self.config.hello
+        found = []
+        for path, raw in orphans(s.spool_dir, hello.job, hello.rank, self.spool.path):
+            if path in self._leftover_paths:
+                continue
+            try:
+                old_hello = agent_pb2.Hello.FromString(raw)
+            except Exception:  # noqa: BLE001 - a damaged file: left for the operator
+                continue
+            self._leftover_paths.add(path)
+            old_spool = Spool(path, s.spool_max_bytes)
+            old_spool.claim(os.getpid(), raw)
+            sender = Sender(s.collector, old_spool, lambda h=old_hello: h, token=s.token, tls=self._tls,
+                            reconnect_max_s=s.reconnect_max_s)
+            sender.start()
+            sender.finish_when_delivered()
+            found.append(sender)
+        if found:
+            self.leftovers.extend(found)
+            pending = sum(len(left.spool) for left in found)
+            LOG.info("delivering %d batch(es) left by %d earlier session(s)", pending, len(found))
+            self.batcher.event("spool_leftovers", f"{pending} batch(es) left by {len(found)} earlier "
                                "session(s) of this rank on this node: delivered now")
 
     def _hello(self) -> agent_pb2.Hello:
@@ -206,6 +221,8 @@ class Sidecar:
                     LOG.info("collector did not acknowledge everything within %.1f s", timeout_s)
             else:
                 part.stop(deadline)
+        for left in self.leftovers:
+            left.stop(deadline)
         self.spool.close()
         for left in self.leftovers:
             left.spool.close()  # removed when everything was delivered
@@ -226,14 +243,18 @@ class _Flusher(PeriodicService):
     def __init__(self, sidecar: Sidecar, interval_s: float) -> None:
         super().__init__("stepwatch-flusher", interval_s)
         self._sidecar = sidecar
-        self._last_check = time.monotonic()
+        self._last_check = self._last_adopt = time.monotonic()
 
     def _tick(self) -> None:
         self._sidecar.flush()
-        if time.monotonic() - self._last_check >= _LIVENESS_EVERY_S:
-            self._last_check = time.monotonic()
+        now = time.monotonic()
+        if now - self._last_check >= _LIVENESS_EVERY_S:
+            self._last_check = now
             if not trainer_alive(self._sidecar.config.trainer_pid):
                 self._sidecar.request_stop("trainer exited")
+        if now - self._last_adopt >= _ADOPT_EVERY_S:
+            self._last_adopt = now
+            self._sidecar.adopt_leftovers()
 
     def stop(self, deadline: float) -> bool:
         ended = super().stop(deadline)

@@ -240,13 +240,18 @@ class Spool:
 
 
 def _alive(pid: int) -> bool:
+    """Whether process ``pid`` runs (a zombie nobody reaped, as under a container's init, does not)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         return True
-    return True
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rpartition(")")[2].split()[0] != "Z"
+    except (OSError, IndexError):
+        return True
 
 
 def orphans(root: str, job: str, rank: int, own: str) -> List[tuple]:

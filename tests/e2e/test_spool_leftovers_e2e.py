@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import time
 
+import psutil
+
 from _procs import Collector, free_port, run_trainer, trainer_env
 
 
@@ -16,6 +18,12 @@ def test_the_next_run_delivers_what_a_run_left_in_the_spool(tmp_path):
     spool_root = tmp_path / "spool" / "leftover"
     left = [p for p in spool_root.iterdir() if list(p.glob("*.pb"))]
     assert len(left) == 1, list(spool_root.rglob("*"))
+    owner = int((left[0] / "owner").read_text())
+    deadline = time.monotonic() + 30
+    while psutil.pid_exists(owner) and psutil.Process(owner).status() != psutil.STATUS_ZOMBIE:
+        # its sidecar may still be finishing (1 s shutdown timeout)
+        assert time.monotonic() < deadline, "the first run's sidecar did not exit"
+        time.sleep(0.1)
     col = Collector(tmp_path, grpc_port=port).start()
     try:
         run_trainer(env, "--steps", "25")
