@@ -11,6 +11,13 @@ import psutil
 from _procs import Collector, free_port, run_trainer, trainer_env
 
 
+def _running(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
 def test_the_next_run_delivers_what_a_run_left_in_the_spool(tmp_path):
     port = free_port()
     env = trainer_env(tmp_path, f"127.0.0.1:{port}", "leftover", STEPWATCH_WINDOWS=0, STEPWATCH_SHUTDOWN_TIMEOUT_S=1)
@@ -20,8 +27,7 @@ def test_the_next_run_delivers_what_a_run_left_in_the_spool(tmp_path):
     assert len(left) == 1, list(spool_root.rglob("*"))
     owner = int((left[0] / "owner").read_text())
     deadline = time.monotonic() + 30
-    while psutil.pid_exists(owner) and psutil.Process(owner).status() != psutil.STATUS_ZOMBIE:
-        # its sidecar may still be finishing (1 s shutdown timeout)
+    while _running(owner):  # its sidecar may still be finishing (1 s shutdown timeout)
         assert time.monotonic() < deadline, "the first run's sidecar did not exit"
         time.sleep(0.1)
     col = Collector(tmp_path, grpc_port=port).start()
