@@ -115,11 +115,6 @@ class DetectionEngine:
             if s.window(rank, w) or s.conditions:
                 self._sync(s, s.conditions.values())
 
-    def skew(self, job: str) -> Optional[dict]:
-        """Per-rank compute and wait per step of ``job``'s last judged window group."""
-        s = self._stragglers.get(job)
-        return s.last_group if s is not None else None
-
     def allocator(self, job: str, rank: int, p: AllocatorPoint) -> None:
         r = self._rank(job, rank)
         if self.cfg.enabled and self.cfg.memory.enabled and (r.memory.allocator(p) or r.memory.conditions):

@@ -55,8 +55,6 @@ class StragglerDetector:
         self._by_steps: dict[int, Condition] = {}
         self._by_windows: dict[int, Condition] = {}
         self.conditions: dict[int, Condition] = {}
-        # job-wide figures of the last judged window group, for /api and the summary
-        self.last_group: Optional[dict] = None
 
     def feed(self, rank: int, step: int, time: float, step_time: float, wait: float) -> bool:
         if not finite_positive(step_time):
@@ -115,10 +113,6 @@ class StragglerDetector:
         comm_seen = any(w.communication_s > 0 for w in vals.values())
         wait = {r: (w.communication_s / w.steps if comm_seen else max(w.step_time_s - per_step[r], 0.0))
                 for r, w in vals.items()}
-        slowest = max(per_step.values())
-        self.last_group = {"first_step": next(iter(vals.values())).first_step, "compute_s": per_step,
-                           "wait_s": wait, "wait_kind": "collectives" if comm_seen else "outside compute",
-                           "skew_ratio": slowest / median(per_step.values()) if median(per_step.values()) > 0 else None}
         changed = False
         for rank, w in vals.items():
             others = [r for r in vals if r != rank]

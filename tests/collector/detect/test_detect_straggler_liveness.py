@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import random
 
-import pytest
-
 from hypothesis import given, settings, strategies as st
 
 from stepwatch.collector.detect import DetectionEngine, parse_detection
@@ -142,8 +140,6 @@ def test_slow_compute_hidden_in_collectives_is_named_from_three_of_four_windows_
     assert "others wait +8.2 ms/step longer in collectives (10.0 vs 18.2 ms)" in s, s
     assert "in 3 of the last 4 profiler windows since step 1,100" in s, s
     assert got[3].step == 1100
-    skew = e.skew("j")
-    assert skew["first_step"] == 1300 and skew["skew_ratio"] == pytest.approx(41.2 / 33.0, rel=1e-3)
     feed_windows(e, 2, first=1400)  # recovered: 2 of the last 4 windows skewed is not below half of 3
     assert set(stragglers(e)) == {3}
     feed_windows(e, 1, first=1600)
@@ -184,7 +180,7 @@ def test_a_window_only_some_ranks_took_is_never_judged_alone():
     for i in range(6):
         e.window("j", 1, WindowPoint(T0 + i, 1000 + 7 * i, 5, 5.0, 0.0, 1.0))
         e.window("j", 0, WindowPoint(T0 + i, 2000 + 7 * i, 5, 0.1, 0.4, 1.0))
-    assert not stragglers(e) and e.skew("j") is None
+    assert not stragglers(e)
 
 
 def test_step_and_window_evidence_share_one_alert_per_rank():
