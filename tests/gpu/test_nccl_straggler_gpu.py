@@ -61,7 +61,7 @@ def _run(tmp_path, collector_factory, job, extra):
 def test_nccl_straggler_variants(tmp_path, collector_factory):
     out = pathlib.Path(os.environ.get("OUT") or tmp_path)
     result = {"devices": [torch.cuda.get_device_name(i) for i in range(2)], "torch": torch.__version__,
-              "nccl": ".".join(map(str, torch.cuda.nccl.version()))}
+              "nccl": str(torch.cuda.nccl.version())}
     found = {}
     for name, extra in VARIANTS.items():
         steps, windows, alerts = _run(tmp_path, collector_factory, f"nccl-{name}", extra)
