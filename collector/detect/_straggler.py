@@ -17,9 +17,9 @@ Windows are grouped by their first step; a group is judged once every rank seen 
 window (older groups first, with the ranks they have), or when more than ``_MAX_OPEN_GROUPS``
 are open; a group with one rank (an early window asked of that rank) is never judged. A rank's window is skewed when its
 compute per step is >= ``compute_ratio`` x the other ranks' median and the others' median
-wait exceeds its own by >= ``wait_share`` x the compute excess; wait is communication time
-per step where the trace shows collectives on any rank, else step time - compute (collectives
-the trace does not show, e.g. gloo on CUDA tensors). Flagged after ``min_compute_windows`` of
+wait exceeds its own by >= ``wait_share`` x the compute excess; wait is the step outside
+compute (collectives, and the idle time before a collective is launched: NCCL kernel time
+alone undercounted it on two H200s). Flagged after ``min_compute_windows`` of
 the rank's last ``compute_windows`` judged windows were skewed, cleared below half that.
 One ``StepwatchStragglerRank`` condition per rank carries whichever evidence holds (both
 joined when both do). Not thread-safe.
@@ -110,9 +110,12 @@ class StragglerDetector:
     def _judge_windows(self, vals: dict) -> bool:
         cfg = self.cfg
         per_step = {r: w.compute_s / w.steps for r, w in vals.items()}
-        comm_seen = any(w.communication_s > 0 for w in vals.values())
-        wait = {r: (w.communication_s / w.steps if comm_seen else max(w.step_time_s - per_step[r], 0.0))
-                for r, w in vals.items()}
+        # Waiting = the step outside compute. NCCL kernel time alone undercounts it: measured on two
+        # H200s, the fast rank spent 11.7 ms/step outside compute but only 1.5-6 ms in NCCL kernels
+        # (the rest idle before the collective was launched).
+        wait = {r: max(w.step_time_s - per_step[r], 0.0) for r, w in vals.items()}
+        comm = {r: w.communication_s / w.steps for r, w in vals.items()}
+        comm_seen = any(c > 0 for c in comm.values())
         changed = False
         for rank, w in vals.items():
             others = [r for r in vals if r != rank]
@@ -130,11 +133,13 @@ class StragglerDetector:
                 continue  # keep the figures of the last skewed window
             step, since = (old.step, old.since) if old is not None else \
                 next((st, tm) for s, st, tm in hist if s)
-            kind = "in collectives" if comm_seen else "outside compute"
+            in_comm = (f"; in collectives {comm[rank] * 1e3:.1f} vs {median(comm[r] for r in others) * 1e3:.1f} ms"
+                       if comm_seen else "")
             summary = (f"rank {rank} compute {per_step[rank] * 1e3:.1f} ms/step vs median "
                        f"{mc * 1e3:.1f} ms of the other ranks ({per_step[rank] / mc:.2f}x); others wait "
-                       f"{(mw - wait[rank]) * 1e3:+.1f} ms/step longer {kind} ({wait[rank] * 1e3:.1f} vs "
-                       f"{mw * 1e3:.1f} ms), in {n} of the last {len(hist)} profiler windows since step {step:,}")
+                       f"{(mw - wait[rank]) * 1e3:+.1f} ms/step longer outside compute ({wait[rank] * 1e3:.1f} vs "
+                       f"{mw * 1e3:.1f} ms{in_comm}), in {n} of the last {len(hist)} profiler windows since "
+                       f"step {step:,}")
             self._by_windows[rank] = Condition("StepwatchStragglerRank", self.job, rank, WARNING, summary,
                                                since, step, cfg.for_s)
             changed |= old is None

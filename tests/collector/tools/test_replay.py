@@ -157,3 +157,19 @@ def test_recorded_balanced_gpu_job_raises_nothing(tmp_path, capsys):
     assert main(["replay", str(f), "--format", "json"]) == 0
     docs = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert docs == [{"kind": "count", "episodes": 0}], docs
+
+
+def test_recorded_two_gpu_nccl_runs_name_rank_1_for_its_gemms_and_for_its_data_loader(tmp_path, capsys):
+    """Two H200s, NCCL DDP (tests/gpu/test_nccl_straggler_gpu.py): +8 ms of GEMMs in rank 1's
+    backward from step 150 is named from the windows (rank 0 idles before its all-reduce, so
+    NCCL kernel time alone showed 1.5 ms of its 13.6 ms outside compute); a slowed data loader
+    on rank 1 from its data-loader wait."""
+    got = {}
+    for variant in ("gemm", "dataloader"):
+        f = _gpu_recording(tmp_path, f"nccl_{variant}_h200x2.jsonl.gz")
+        assert main(["replay", str(f), "--format", "json"]) == 0
+        docs = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+        got[variant] = [d for d in docs if d.get("alertname") == "StepwatchStragglerRank"]
+        assert [d["rank"] for d in got[variant]] == [1], docs
+    assert got["gemm"][0]["step"] == 194 and "; in collectives" in got["gemm"][0]["summary"], got["gemm"]
+    assert "data-loader wait" in got["dataloader"][0]["summary"], got["dataloader"]
