@@ -19,43 +19,14 @@ pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.device_count() < 2,
                                  reason="needs two CUDA devices")]
 
-from test_straggler_gpu import _table  # noqa: E402
+from test_straggler_gpu import STEPS, _run, _table  # noqa: E402
 
-import time  # noqa: E402
-
-import yaml  # noqa: E402
-
-from _procs import start_trainer, trainer_env  # noqa: E402
-
-from stepwatch.collector._record import read_record  # noqa: E402
-
-STEPS, FROM = 900, 150
+FROM = 150
 VARIANTS = {
     "healthy": (),
     "gemm": ("--cause", "backward", "--cause-ms", "8", "--cause-rank", "1", "--cause-from-step", str(FROM)),
     "dataloader": ("--slow-from-step", str(FROM), "--slow-factor", "1.5", "--slow-rank", "1"),
 }
-
-
-def _run(tmp_path, collector_factory, job, extra):
-    record = tmp_path / f"{job}.jsonl"
-    cfg = tmp_path / f"{job}.yml"
-    cfg.write_text(yaml.safe_dump({"record": str(record), "detection": {"eval_interval_s": 0.5}}))
-    col = collector_factory("--config", str(cfg))
-    env = trainer_env(tmp_path, col.grpc, job, STEPWATCH_WINDOW_EVERY_STEPS=64, STEPWATCH_OVERHEAD_BUDGET=0.5)
-    proc = start_trainer(env, "--device", "cuda", "--steps", str(STEPS), *extra, nproc=2)
-    out, _ = proc.communicate(timeout=400)
-    assert proc.returncode == 0, out[-4000:]
-    for rank in (0, 1):
-        col.wait_value("stepwatch_steps_total", STEPS, training_job=job, rank=str(rank))
-    time.sleep(2)
-    events = [ev for ev in read_record(record.read_text().splitlines()) if ev.kind == "batch"]
-    steps = {(ev.hello.rank, s.step): s for ev in events for s in ev.batch.steps}
-    windows = sorted(((ev.hello.rank, w) for ev in events for w in ev.batch.windows), key=lambda x: x[1].first_step)
-    alerts = [a for a in col.api("/api/alerts")["alerts"] if a["job"] == job]
-    if os.environ.get("OUT"):
-        (pathlib.Path(os.environ["OUT"]) / record.name).write_bytes(record.read_bytes())
-    return steps, windows, alerts
 
 
 def test_nccl_straggler_variants(tmp_path, collector_factory):
@@ -64,7 +35,8 @@ def test_nccl_straggler_variants(tmp_path, collector_factory):
               "nccl": str(torch.cuda.nccl.version())}
     found = {}
     for name, extra in VARIANTS.items():
-        steps, windows, alerts = _run(tmp_path, collector_factory, f"nccl-{name}", extra)
+        _, steps, windows, alerts, _ = _run(tmp_path, collector_factory, f"nccl-{name}", *extra,
+                                            base=("--device", "cuda", "--steps", str(STEPS)))
         rows = _table(name, steps, windows)
         onset = steps[(1, FROM)].end_time_s
         strag = [a for a in alerts if a["alertname"] == "StepwatchStragglerRank"]

@@ -29,14 +29,15 @@ ARGS = ("--device", "cuda", "--backend", "gloo", "--same-gpu", "--steps", str(ST
 CAUSE = ("--cause", "backward", "--cause-ms", "8", "--cause-rank", "1", "--cause-from-step", str(CAUSE_FROM))
 
 
-def _run(tmp_path, collector_factory, job, *extra):
+def _run(tmp_path, collector_factory, job, *extra, base=ARGS):
+    """Run the 2-rank job ``base + extra`` (STEPS steps) against its own recording collector."""
     record = tmp_path / f"{job}.jsonl"
     cfg = tmp_path / f"{job}.yml"
     cfg.write_text(yaml.safe_dump({"record": str(record), "detection": {"eval_interval_s": 0.5}}))
     col = collector_factory("--config", str(cfg))
     env = trainer_env(tmp_path, col.grpc, job, STEPWATCH_WINDOW_EVERY_STEPS=64, STEPWATCH_OVERHEAD_BUDGET=0.5)
     began = time.time()
-    proc = start_trainer(env, *ARGS, *extra, nproc=2)
+    proc = start_trainer(env, *base, *extra, nproc=2)
     out, _ = proc.communicate(timeout=420)
     assert proc.returncode == 0, out[-4000:]
     for rank in (0, 1):
