@@ -71,8 +71,8 @@ class StragglerConfig:
     # host compute per window (GPU ranks: 1.00x, bench/results/straggler_gpu_h200.txt).
     compute_ratio: float = _n(1.2, "profiler windows: a rank's compute per step / median of the "
                               "other ranks' at or above this ...")
-    wait_share: float = _n(0.5, "... while the others spend at least this share of the excess longer "
-                           "outside compute (in collectives; the slow rank waits least)")
+    wait_share: float = _n(0.5, "... while the others spend between this share and its inverse of the "
+                           "excess longer outside compute (in collectives; the slow rank waits least)")
     # 3 of 4, not 2 of 3: two skewed windows out of three came from the scheduler alone on a
     # loaded 2-core machine (a healthy CPU job, 1.67x for a few ms of compute).
     compute_windows: int = _count(4, "judged over the last this many aligned windows ...")

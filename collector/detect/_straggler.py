@@ -17,7 +17,8 @@ Windows are grouped by their first step; a group is judged once every rank seen 
 window (older groups first, with the ranks they have), or when more than ``_MAX_OPEN_GROUPS``
 are open; a group with one rank (an early window asked of that rank) is never judged. A rank's window is skewed when its
 compute per step is >= ``compute_ratio`` x the other ranks' median and the others' median
-wait exceeds its own by >= ``wait_share`` x the compute excess; wait is the step outside
+wait exceeds its own by between ``wait_share`` x and 1 / ``wait_share`` x the compute excess
+(equal step periods make the two equal); wait is the step outside
 compute (collectives, and the idle time before a collective is launched: NCCL kernel time
 alone undercounted it on two H200s). Flagged after ``min_compute_windows`` of
 the rank's last ``compute_windows`` judged windows were skewed, cleared below half that.
@@ -121,7 +122,12 @@ class StragglerDetector:
             others = [r for r in vals if r != rank]
             mc, mw = median(per_step[r] for r in others), median(wait[r] for r in others)
             excess = per_step[rank] - mc
-            skewed = mc > 0 and per_step[rank] >= cfg.compute_ratio * mc and mw - wait[rank] >= cfg.wait_share * excess
+            # Under a synchronous collective every rank's step period is the same, so the others'
+            # extra wait equals the excess; one far larger than the excess is not explained by it
+            # (a healthy CPU job on a loaded 2-core machine: 1.32x compute, +0.7 ms, others +3.7 ms).
+            extra = mw - wait[rank]
+            skewed = (mc > 0 and per_step[rank] >= cfg.compute_ratio * mc
+                      and cfg.wait_share * excess <= extra <= excess / cfg.wait_share)
             hist = self._whist.setdefault(rank, collections.deque(maxlen=cfg.compute_windows))
             hist.append((skewed, w.first_step, w.time))
             n = sum(1 for s, _, _ in hist if s)

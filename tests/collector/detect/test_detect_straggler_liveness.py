@@ -173,6 +173,25 @@ def test_more_compute_without_less_waiting_is_not_a_straggler():
     assert not stragglers(e)
 
 
+def test_a_wait_gap_far_larger_than_the_compute_excess_is_not_the_ranks_doing():
+    """Equal step periods make the others' extra wait equal the compute excess. The figures of a
+    healthy two-rank CPU job that CI once flagged: 3.2 vs 2.5 ms/step compute (1.32x) while the
+    other rank spent 3.7 ms/step longer outside compute (4.3 vs 8.0): the gap is the host's
+    scheduling, not rank 1's 0.7 ms. Twice the excess still counts; more does not."""
+    from stepwatch.collector.detect import WindowPoint
+
+    def run(other_wait):
+        e = DetectionEngine(parse_detection({"warmup_steps": 0}))
+        for i in range(4):
+            e.window("j", 1, WindowPoint(T0 + i, 100 * (i + 1), 5, 0.0032 * 5, 0.0, 0.0075))
+            e.window("j", 0, WindowPoint(T0 + i, 100 * (i + 1), 5, 0.0025 * 5, 0.0, 0.0025 + other_wait))
+        return stragglers(e)
+
+    assert not run(0.0080)
+    assert set(run(0.0043 + 0.0013)) == {1}  # +1.3 ms: under twice the excess
+    assert not run(0.0043 + 0.0016)
+
+
 def test_a_window_only_some_ranks_took_is_never_judged_alone():
     """An early window asked of one rank (a slowdown's diagnosis) has no peers at its steps."""
     from stepwatch.collector.detect import WindowPoint
