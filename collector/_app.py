@@ -34,9 +34,10 @@ from stepwatch.agent.support import read_pem
 
 from ._api import jobs_json, steps_json
 from ._config import CollectorSettings
+from ._exposition import render
 from ._http import HttpServer
 from .alerting import AlertmanagerClient, AlertMetrics, Detection
-from ._metrics import StepwatchMetrics
+from ._metrics import RankMetrics
 from ._page import page
 from ._pipeline import Pipeline
 from ._record import Recorder
@@ -44,7 +45,6 @@ from ._server import IngestServer
 from ._state import CollectorState
 from ._trace_store import TraceStore, TraceStoreMetrics
 from ._windows_api import traces_json, windows_json
-from ._windows_metrics import WindowMetrics
 from stepwatch.proto.stepwatch.v1 import agent_pb2
 
 __all__ = ["Collector", "run"]
@@ -75,9 +75,9 @@ class Collector:
                                    request_trace=self._request_trace)
         self.pipeline = Pipeline(self.state, [self.detection])
         self.registry = registry if registry is not None else CollectorRegistry(auto_describe=False)
-        StepwatchMetrics(self.state, self.registry)
-        WindowMetrics(self.state, self.registry, top_k=settings.metrics_top_k)
-        AlertMetrics(self.detection.book, self.registry, client, pauses=self.detection.engine.pauses)
+        self.rank_metrics = RankMetrics(self.state, settings.metrics_per_rank, settings.metrics_top_k)
+        AlertMetrics(self.detection.book, self.registry, client, pauses=self.detection.engine.pauses,
+                     per_rank=settings.metrics_per_rank == "full")
         self.grpc_address: Optional[str] = None
         self.http_address: Optional[str] = None
         self._recorder: Optional[Recorder] = None
@@ -208,9 +208,13 @@ class Collector:
         """The scrape, on the HTTP worker thread (never the event loop): OpenMetrics when the
         scraper asks for it, gzip when it accepts it (Prometheus does)."""
         if "application/openmetrics-text" in headers.get("accept", ""):
-            ctype, body = OPENMETRICS_CONTENT_TYPE, openmetrics_latest(self.registry)
+            small = openmetrics_latest(self.registry)
+            assert small.endswith(b"# EOF\n")
+            ctype, body = OPENMETRICS_CONTENT_TYPE, b"".join(
+                (small[:-6], render(self.rank_metrics.families(), openmetrics=True).encode(), b"# EOF\n"))
         else:
-            ctype, body = CONTENT_TYPE_LATEST, generate_latest(self.registry)
+            ctype, body = CONTENT_TYPE_LATEST, (generate_latest(self.registry)
+                                                + render(self.rank_metrics.families()).encode())
         if "gzip" in headers.get("accept-encoding", ""):
             return 200, ctype, gzip.compress(body, 1), ("Content-Encoding: gzip",)
         return 200, ctype, body

@@ -43,6 +43,13 @@ def _token(text: Any) -> str:
     return value
 
 
+def _per_rank_mode(raw: Any) -> str:
+    value = str(raw).strip().lower()
+    if value not in ("full", "summary", "off"):
+        raise ValueError("expected full, summary or off")
+    return value
+
+
 def _finite_positive() -> tuple:
     return (lambda v: 0 < v < float("inf"), "a finite number > 0")
 
@@ -115,6 +122,11 @@ class CollectorSettings:
     windows_kept: int = option(
         5, "profiler window summaries kept per rank for /api/jobs/<job>/windows",
         env="STEPWATCH_WINDOWS_KEPT", check=between(1, 100))
+    metrics_per_rank: str = option(
+        "summary", "per-rank series on /metrics: full (every series, ~110-150 per GPU rank), summary "
+        "(at most 33 per rank; per-job aggregates carry the distributions) or off (per-job "
+        "aggregates only); /api has every rank's detail in any mode",
+        env="STEPWATCH_METRICS_PER_RANK", parse=_per_rank_mode)
     metrics_top_k: int = option(
         5, "top kernels and ops per rank exported as stepwatch_window_top_*_seconds",
         env="STEPWATCH_METRICS_TOP_K", check=between(0, 50))

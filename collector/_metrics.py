@@ -1,25 +1,55 @@
-"""Prometheus export of :class:`CollectorState` as a custom collector.
+"""Prometheus export of :class:`CollectorState`: per-job aggregates and per-rank series.
 
-``StepwatchMetrics(state, registry)`` registers itself on the registry it is given (never the
-global one). ``collect`` runs on whichever thread scrapes; it reads a snapshot, so it never
-blocks ingest for longer than a copy. A metric with no sample source for a rank is not
+``RankMetrics(state, mode, top_k).families()`` runs on whichever thread scrapes; it reads one
+snapshot, so it never blocks ingest for longer than a copy. Per-rank detail by ``mode``:
+
+* ``full``: every series (about 110-150 per GPU rank with windows).
+* ``summary`` (default): at most 33 per rank (``SUMMARY``; 32 + the clock event reasons active
+  now, usually none): step, allocator, the main GPU and host counters, agent health,
+  compute/communication per step; histograms keep only their +Inf bucket (rate of _sum / _count
+  is the mean) and GPU series carry the GPU index, with UUID and model in
+  ``stepwatch_gpu_info``. Everything else stays on ``/api``.
+* ``off``: no per-rank series.
+
+Per-job aggregates are always there: merged step-time and data-loader-wait histograms, ranks
+connected, min/median/max across ranks of recent step time, wait ratio, GPU utilisation, SM
+activity and reserved memory, the slowest rank. A metric with no sample source for a rank is not
 emitted for that rank. Base units only, no timestamps, labels per ARCHITECTURE.md.
 """
 
 from __future__ import annotations
 
-from typing import Iterator
+import statistics
+from typing import Callable, Iterator
 
-from prometheus_client.core import (CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily,
-                                    InfoMetricFamily, Metric)
-from prometheus_client.registry import Collector, CollectorRegistry
+from ._exposition import Family, labels_text
+from ._state import STEP_BUCKETS, WAIT_BUCKETS, CollectorState, RankState
+from ._windows_metrics import aligned_compute, window_families
 
-from ._state import CollectorState, RankState
+__all__ = ["RankMetrics", "MODES", "SUMMARY", "CLOCK_EVENT_REASONS", "RANK_LABELS"]
 
-__all__ = ["StepwatchMetrics", "CLOCK_EVENT_REASONS"]
-
+MODES = ("full", "summary", "off")
 RANK_LABELS = ("training_job", "rank", "local_rank", "node")
+SUMMARY_LABELS = ("training_job", "rank")
 GPU_LABELS = RANK_LABELS + ("gpu", "UUID", "modelName")
+
+# Family names kept per rank in summary mode (counters without _total).
+SUMMARY = frozenset((
+    "stepwatch_rank", "stepwatch_steps", "stepwatch_step_duration_seconds", "stepwatch_dataloader_wait_ratio",
+    "stepwatch_last_step_timestamp_seconds", "stepwatch_samples", "stepwatch_tokens",
+    "stepwatch_allocator_allocated_bytes", "stepwatch_allocator_reserved_bytes",
+    "stepwatch_allocator_inactive_split_bytes", "stepwatch_allocator_alloc_retries",
+    "stepwatch_allocator_ooms", "stepwatch_allocator_device_total_bytes",
+    "stepwatch_gpu_utilization_ratio", "stepwatch_gpu_memory_used_bytes", "stepwatch_gpu_power_watts",
+    "stepwatch_gpu_temperature_celsius", "stepwatch_gpu_sm_clock_hertz", "stepwatch_gpu_clock_event_active",
+    "stepwatch_gpu_sm_active_ratio", "stepwatch_gpu_tensor_active_ratio",
+    "stepwatch_process_cpu_seconds", "stepwatch_process_resident_memory_bytes",
+    "stepwatch_host_memory_available_bytes",
+    "stepwatch_agent_connected", "stepwatch_agent_records_dropped", "stepwatch_agent_hook_errors",
+    "stepwatch_agent_spool_batches_dropped",
+    "stepwatch_rank_compute_seconds_per_step", "stepwatch_rank_communication_seconds_per_step",
+    "stepwatch_agent_overhead_ratio",
+))
 
 # NVML nvmlClocksEventReason* bits (nvml.h).
 CLOCK_EVENT_REASONS = (
@@ -83,153 +113,272 @@ _STATS = (
 )
 
 
-def _family(name: str, doc: str, kind: str, labels) -> Metric:
-    cls = CounterMetricFamily if kind == "c" else GaugeMetricFamily
-    return cls(name, doc, labels=list(labels))
+
+_KIND = {"c": "counter", "g": "gauge"}
 
 
-def rank_labels(st: RankState) -> list[str]:
-    return [st.job, str(st.rank), str(st.hello.local_rank), st.hello.host]
+class RankMetrics:
+    """The per-rank and per-job families of ``state`` for one scrape."""
+
+    def __init__(self, state: CollectorState, mode: str = "summary", top_k: int = 5):
+        if mode not in MODES:
+            raise ValueError(f"metrics per-rank mode: expected one of {', '.join(MODES)}, got {mode!r}")
+        self._state, self.mode, self._top_k = state, mode, top_k
+        self._labels: dict = {}
+
+    def families(self) -> list[Family]:
+        ranks = self._state.snapshot(light=True)
+        mode = Family("stepwatch_collector_per_rank_series", "1 for the collector's per-rank series mode "
+                      "(full, summary: a bounded set, off: per-job aggregates only).", "gauge")
+        mode.add(f'mode="{self.mode}"', 1)
+        fams = [mode, *_collector(self._state), *job_families(ranks)]
+        if self.mode == "off":
+            return fams
+        if len(self._labels) > 2 * len(ranks) + 1024:
+            self._labels.clear()  # ranks that left
+        full = self.mode == "full"
+        rows = [(st, *self._texts(st, full)) for st in ranks]
+        keep: Callable[[str], bool] = (lambda name: True) if full else SUMMARY.__contains__
+        fams += _info(rows, full)
+        fams += _steps(rows, keep, full)
+        fams += _samples(rows, _ALLOCATOR, "allocator", False, keep)
+        fams += _samples(rows, _GPU, "gpu_sample", True, keep)
+        fams += _gpu_extra(rows, full)
+        fams += _samples(rows, _HOST, "host", False, keep)
+        fams += _agent(rows, full)
+        fams += window_families(rows, full, self._top_k)
+        return fams
+
+    def _texts(self, st: RankState, full: bool) -> tuple[str, str, str]:
+        """(rank labels, GPU series labels, the rank's full label set for stepwatch_rank_info),
+        rendered once per rank. Summary series carry training_job and rank only."""
+        gpu = st.gpu
+        key = (st.job, st.rank, st.hello.local_rank, st.hello.host, gpu.index if gpu else "",
+               gpu.uuid if gpu else "", gpu.name if gpu else "", full)
+        texts = self._labels.get(key)
+        if texts is None:
+            every = labels_text(GPU_LABELS, key[:7])
+            ident = labels_text(RANK_LABELS, key[:4])
+            if full:
+                texts = (ident, every, every)
+            else:
+                short = labels_text(SUMMARY_LABELS, key[:2])
+                texts = (short, f'{short},gpu="{key[4]}"', every)
+            self._labels[key] = texts
+        return texts
 
 
-def gpu_labels(st: RankState) -> list[str]:
-    gpu = st.gpu
-    if gpu is None:
-        return rank_labels(st) + ["", "", ""]
-    return rank_labels(st) + [str(gpu.index), gpu.uuid, gpu.name]
+def _collector(state: CollectorState) -> list[Family]:
+    c = state.counters()
+    fams = []
+    for name, doc, kind, value in (
+            ("stepwatch_collector_connected_agents", "Agent streams (ranks) connected now.", "gauge",
+             state.connected_agents()),
+            ("stepwatch_collector_streams", "Agent streams accepted (valid Hello).", "counter", c["streams_accepted"]),
+            ("stepwatch_collector_batches_received", "Batches received from agents, duplicates included.", "counter",
+             c["batches_received"]),
+            ("stepwatch_collector_batches_duplicate", "Batches received again (already applied), acked and ignored.",
+             "counter", c["batches_duplicate"]),
+            ("stepwatch_collector_decode_errors", "Agent messages that failed protobuf decoding.", "counter",
+             c["decode_errors"]),
+            ("stepwatch_collector_nonfinite_records", "Agent records dropped at ingest for a NaN or infinite number.",
+             "counter", c["nonfinite_records"]),
+            ("stepwatch_collector_records_dropped", "Records dropped by agents, summed over all agents seen.",
+             "counter", c["records_dropped"])):
+        fam = Family(name, doc, kind)
+        fam.add("", value)
+        fams.append(fam)
+    rejected = Family("stepwatch_collector_streams_rejected", "Agent streams rejected, by reason.", "counter")
+    for reason, n in sorted(c["streams_rejected"].items()):
+        rejected.add(labels_text(("reason",), (reason,)), n)
+    trimmed = Family("stepwatch_collector_trimmed", "Agent data cut to the collector's bounds, by what: "
+                     "label (a Hello label value over 256 characters), event_message (over 1,024), "
+                     "window_names (a window's kernel/op list over 50 entries or a name over 256).", "counter")
+    for what, n in sorted(c["trimmed"].items()):
+        trimmed.add(labels_text(("what",), (what,)), n)
+    return [*fams, rejected, trimmed]
 
 
-class StepwatchMetrics(Collector):
-    """Custom collector exporting every rank of ``state``; registers itself on ``registry``."""
-
-    def __init__(self, state: CollectorState, registry: CollectorRegistry):
-        self._state = state
-        registry.register(self)
-
-    def describe(self) -> list:
-        return []  # families vary with the data; nothing to check at registration
-
-    def collect(self) -> Iterator[Metric]:
-        ranks = self._state.snapshot()
-        yield from self._collect_self()
-        per_rank = (self._collect_steps(ranks),
-                    _collect_samples(ranks, _ALLOCATOR, lambda st: st.allocator, rank_labels),
-                    _collect_samples(ranks, _GPU, lambda st: st.gpu_sample, gpu_labels),
-                    _collect_gpu_extra(ranks),
-                    _collect_samples(ranks, _HOST, lambda st: st.host, rank_labels),
-                    _collect_agent(ranks))
-        for families in per_rank:
-            yield from (fam for fam in families if fam.samples)  # no source, no metric
-
-    def _collect_self(self) -> Iterator[Metric]:
-        c = self._state.counters()
-        yield GaugeMetricFamily("stepwatch_collector_connected_agents", "Agent streams (ranks) connected now.",
-                                value=self._state.connected_agents())
-        yield CounterMetricFamily("stepwatch_collector_streams", "Agent streams accepted (valid Hello).",
-                                  value=c["streams_accepted"])
-        yield CounterMetricFamily("stepwatch_collector_batches_received", "Batches received from agents, duplicates included.",
-                                  value=c["batches_received"])
-        yield CounterMetricFamily("stepwatch_collector_batches_duplicate", "Batches received again (already applied), acked and ignored.",
-                                  value=c["batches_duplicate"])
-        yield CounterMetricFamily("stepwatch_collector_decode_errors", "Agent messages that failed protobuf decoding.",
-                                  value=c["decode_errors"])
-        yield CounterMetricFamily("stepwatch_collector_nonfinite_records",
-                                  "Agent records dropped at ingest for a NaN or infinite number.",
-                                  value=c["nonfinite_records"])
-        rejected = CounterMetricFamily("stepwatch_collector_streams_rejected", "Agent streams rejected, by reason.",
-                                       labels=["reason"])
-        for reason, n in sorted(c["streams_rejected"].items()):
-            rejected.add_metric([reason], n)
-        yield rejected
-        trimmed = CounterMetricFamily("stepwatch_collector_trimmed", "Agent data cut to the collector's bounds, by what: "
-                                      "label (a Hello label value over 256 characters), event_message (over 1,024), "
-                                      "window_names (a window's kernel/op list over 50 entries or a name over 256).",
-                                      labels=["what"])
-        for what, n in sorted(c["trimmed"].items()):
-            trimmed.add_metric([what], n)
-        yield trimmed
-        yield CounterMetricFamily("stepwatch_collector_records_dropped", "Records dropped by agents, summed over all agents seen.",
-                                  value=c["records_dropped"])
-
-    @staticmethod
-    def _collect_steps(ranks: list[RankState]) -> Iterator[Metric]:
-        steps = CounterMetricFamily("stepwatch_steps", "Training steps completed (cumulative agent count).", labels=RANK_LABELS)
-        dur = HistogramMetricFamily("stepwatch_step_duration_seconds", "Duration of training steps in seconds.", labels=RANK_LABELS)
-        wait = HistogramMetricFamily("stepwatch_dataloader_wait_seconds", "Seconds per step spent waiting for the DataLoader.",
-                                     labels=RANK_LABELS)
-        ratio = GaugeMetricFamily("stepwatch_dataloader_wait_ratio", "Share of step time spent waiting for data, last 100 steps.",
-                                  labels=RANK_LABELS)
-        last = GaugeMetricFamily("stepwatch_last_step_timestamp_seconds", "Unix time at which the last step ended.",
-                                 labels=RANK_LABELS)
-        samples = CounterMetricFamily("stepwatch_samples", "Training samples processed.", labels=RANK_LABELS)
-        tokens = CounterMetricFamily("stepwatch_tokens", "Training tokens processed.", labels=RANK_LABELS)
-        for st in ranks:
-            labels = rank_labels(st)
-            steps.add_metric(labels, st.steps_total)
-            if st.step_hist.count:
-                dur.add_metric(labels, st.step_hist.cumulative(), st.step_hist.sum)
-                wait.add_metric(labels, st.wait_hist.cumulative(), st.wait_hist.sum)
-            if st.dataloader_wait_ratio is not None:
-                ratio.add_metric(labels, st.dataloader_wait_ratio)
-            if st.last_step_time is not None:
-                last.add_metric(labels, st.last_step_time)
-            if st.samples_known:
-                samples.add_metric(labels, st.samples_total)
-            if st.tokens_known:
-                tokens.add_metric(labels, st.tokens_total)
-        yield from (steps, dur, wait, ratio, last, samples, tokens)
+def _info(rows, full: bool) -> list[Family]:
+    """Summary mode: ``stepwatch_rank_info`` carries local_rank, node and the GPU for joins."""
+    info = Family("stepwatch_rank", "The rank's local rank, node and GPU (summary mode: the other "
+                  "per-rank series carry training_job and rank only; join on them).", "info")
+    if not full:
+        for _, _, _, every in rows:
+            info.add(every, 1)
+    return [info]
 
 
-def _collect_samples(ranks, table, pick, labeller) -> Iterator[Metric]:
-    """One family per ``table`` row; a rank lacking the sample or the optional field is skipped."""
+def _steps(rows, keep, full: bool) -> list[Family]:
+    steps = Family("stepwatch_steps", "Training steps completed (cumulative agent count).", "counter")
+    dur = Family("stepwatch_step_duration_seconds", "Duration of training steps in seconds (summary mode: "
+                 "the +Inf bucket only; stepwatch_job_step_duration_seconds has the buckets).", "histogram")
+    wait = Family("stepwatch_dataloader_wait_seconds", "Seconds per step spent waiting for the DataLoader.",
+                  "histogram")
+    ratio = Family("stepwatch_dataloader_wait_ratio", "Share of step time spent waiting for data, last 100 steps.",
+                   "gauge")
+    last = Family("stepwatch_last_step_timestamp_seconds", "Unix time at which the last step ended.", "gauge")
+    samples = Family("stepwatch_samples", "Training samples processed.", "counter")
+    tokens = Family("stepwatch_tokens", "Training tokens processed.", "counter")
+    waits = keep(wait.name)
+    for st, labels, _, _ in rows:
+        steps.add(labels, st.steps_total)
+        if st.step_hist.count:
+            dur.add_histogram(labels, st.step_hist.cumulative(), st.step_hist.sum, full)
+            if waits:
+                wait.add_histogram(labels, st.wait_hist.cumulative(), st.wait_hist.sum, full)
+        r = st.dataloader_wait_ratio
+        if r is not None:
+            ratio.add(labels, r)
+        if st.last_step_time is not None:
+            last.add(labels, st.last_step_time)
+        if st.samples_known:
+            samples.add(labels, st.samples_total)
+        if st.tokens_known:
+            tokens.add(labels, st.tokens_total)
+    return [steps, dur, wait, ratio, last, samples, tokens]
+
+
+def _samples(rows, table, attr: str, gpu: bool, keep) -> list[Family]:
+    """One family per kept ``table`` row; a rank lacking the sample or the optional field is skipped."""
+    fams = []
     for name, doc, kind, field in table:
-        fam = _family(name, doc, kind, GPU_LABELS if labeller is gpu_labels else RANK_LABELS)
-        for st in ranks:
-            sample = pick(st)
-            if sample is None or (sample.DESCRIPTOR.fields_by_name[field].has_presence
-                                  and not sample.HasField(field)):
+        if not keep(name):
+            continue
+        fam = Family(name, doc, _KIND[kind])
+        optional = None
+        for row in rows:
+            sample = getattr(row[0], attr)
+            if sample is None:
                 continue
-            fam.add_metric(labeller(st), float(getattr(sample, field)))
-        yield fam
+            if optional is None:
+                optional = sample.DESCRIPTOR.fields_by_name[field].has_presence
+            if optional and not sample.HasField(field):
+                continue
+            fam.add(row[2] if gpu else row[1], float(getattr(sample, field)))
+        fams.append(fam)
+    return fams
 
 
-def _collect_gpu_extra(ranks: list[RankState]) -> Iterator[Metric]:
-    active = GaugeMetricFamily("stepwatch_gpu_clock_event_active", "1 while the NVML clock event reason is active.",
-                               labels=list(GPU_LABELS) + ["reason"])
-    ecc = CounterMetricFamily("stepwatch_gpu_ecc_errors", "Volatile ECC errors since the last driver reload.",
-                              labels=list(GPU_LABELS) + ["type"])
-    for st in ranks:
+def _gpu_extra(rows, full: bool) -> list[Family]:
+    """Every clock event reason (0 or 1) and the ECC counters; summary mode: only the reasons
+    active now (usually none; the throttling rules test == 1)."""
+    active = Family("stepwatch_gpu_clock_event_active", "1 while the NVML clock event reason is active (summary "
+                    "mode: only the active ones are exported).", "gauge")
+    ecc = Family("stepwatch_gpu_ecc_errors", "Volatile ECC errors since the last driver reload.", "counter")
+    for st, _, labels, _ in rows:
         g = st.gpu_sample
         if g is None:
             continue
-        labels = gpu_labels(st)
         if g.HasField("clock_event_reasons"):
             for reason, bit in CLOCK_EVENT_REASONS:
-                active.add_metric(labels + [reason], 1.0 if g.clock_event_reasons & bit else 0.0)
+                if full or g.clock_event_reasons & bit:
+                    active.add(labels, 1 if g.clock_event_reasons & bit else 0, f'reason="{reason}"')
+        if not full:
+            continue
         if g.HasField("ecc_corrected_errors"):
-            ecc.add_metric(labels + ["corrected"], g.ecc_corrected_errors)
+            ecc.add(labels, g.ecc_corrected_errors, 'type="corrected"')
         if g.HasField("ecc_uncorrected_errors"):
-            ecc.add_metric(labels + ["uncorrected"], g.ecc_uncorrected_errors)
-    yield from (active, ecc)
+            ecc.add(labels, g.ecc_uncorrected_errors, 'type="uncorrected"')
+    return [active, ecc]
 
 
-def _collect_agent(ranks: list[RankState]) -> Iterator[Metric]:
-    connected = GaugeMetricFamily("stepwatch_agent_connected", "1 while the rank's agent is connected, 0 during the grace period.",
-                                  labels=RANK_LABELS)
-    info = InfoMetricFamily("stepwatch_agent", "Versions reported by the rank's agent.", labels=RANK_LABELS)
-    stats = [CounterMetricFamily(name, doc, labels=RANK_LABELS) for name, doc, _ in _STATS]
-    spool = GaugeMetricFamily("stepwatch_agent_spool_bytes", "Bytes held in the agent's disk spool.", labels=RANK_LABELS)
-    events = CounterMetricFamily("stepwatch_agent_events", "Agent events by kind (at most 32 kinds, then 'other').",
-                                 labels=list(RANK_LABELS) + ["kind"])
-    for st in ranks:
-        labels, h = rank_labels(st), st.hello
-        connected.add_metric(labels, 1.0 if st.connected else 0.0)
-        info.add_metric(labels, {"agent_version": h.agent_version, "torch_version": h.torch_version,
-                                 "cuda_version": h.cuda_version, "driver_version": h.driver_version})
+def _agent(rows, full: bool) -> list[Family]:
+    connected = Family("stepwatch_agent_connected", "1 while the rank's agent is connected, 0 during the grace period.",
+                       "gauge")
+    info = Family("stepwatch_agent", "Versions reported by the rank's agent.", "info")
+    stats = [Family(name, doc, "counter") for name, doc, _ in _STATS]
+    spool = Family("stepwatch_agent_spool_bytes", "Bytes held in the agent's disk spool.", "gauge")
+    events = Family("stepwatch_agent_events", "Agent events by kind (at most 32 kinds, then 'other').", "counter")
+    for st, labels, _, _ in rows:
+        connected.add(labels, 1 if st.connected else 0)
         if st.stats is not None:
             for fam, (_, _, field) in zip(stats, _STATS):
-                fam.add_metric(labels, getattr(st.stats, field))
-            spool.add_metric(labels, st.stats.spool_bytes)
+                fam.add(labels, getattr(st.stats, field))
+        if not full:
+            continue
+        h = st.hello
+        info.add(labels, 1, labels_text(("agent_version", "torch_version", "cuda_version", "driver_version"),
+                                        (h.agent_version, h.torch_version, h.cuda_version, h.driver_version)))
+        if st.stats is not None:
+            spool.add(labels, st.stats.spool_bytes)
         for kind, n in sorted(st.event_counts.items()):
-            events.add_metric(labels + [kind], n)
-    yield from (connected, info, *stats, spool, events)
+            events.add(labels, n, labels_text(("kind",), (kind,)))
+    return [connected, info, *stats, spool, events]
+
+
+# -- per-job aggregates -----------------------------------------------------------------------
+
+_STATS3 = ("min", "median", "max")
+
+
+def _field(pick, field):
+    def get(st):
+        sample = pick(st)
+        if sample is None or (sample.DESCRIPTOR.fields_by_name[field].has_presence and not sample.HasField(field)):
+            return None
+        return float(getattr(sample, field))
+    return get
+
+
+# (name, HELP, value of one rank or None)
+_JOB_SPREAD = (
+    ("stepwatch_job_rank_step_seconds", "Mean step time over each rank's last 100 steps: min, median and max "
+     "across the job's ranks.", lambda st: st.recent_step_s),
+    ("stepwatch_job_rank_dataloader_wait_ratio", "Data-loader wait share of each rank's last 100 steps: min, median "
+     "and max across the job's ranks.", lambda st: st.dataloader_wait_ratio),
+    ("stepwatch_job_gpu_utilization_ratio", "GPU utilisation (NVML): min, median and max across the job's ranks.",
+     _field(lambda st: st.gpu_sample, "utilization_ratio")),
+    ("stepwatch_job_gpu_sm_active_ratio", "SM activity (GPM): min, median and max across the job's ranks.",
+     _field(lambda st: st.gpu_sample, "sm_active_ratio")),
+    ("stepwatch_job_allocator_reserved_bytes", "CUDA allocator reserved bytes: min, median and max across the "
+     "job's ranks.", _field(lambda st: st.allocator, "reserved_bytes")),
+)
+
+
+def job_families(ranks: list[RankState]) -> Iterator[Family]:
+    """Per-job aggregates across ranks (``ranks`` sorted by job, as the snapshot is)."""
+    count = Family("stepwatch_job_ranks", "Ranks of the job the collector holds, by state (connected, "
+                   "disconnected: in the grace period).", "gauge")
+    dur = Family("stepwatch_job_step_duration_seconds", "Duration of training steps of all the job's ranks.",
+                 "histogram")
+    wait = Family("stepwatch_job_dataloader_wait_seconds", "Seconds per step waiting for the DataLoader, all the "
+                  "job's ranks.", "histogram")
+    spread = [Family(name, doc, "gauge") for name, doc, _ in _JOB_SPREAD]
+    skew = Family("stepwatch_job_rank_skew_ratio", "Slowest rank's compute per step / the median rank's, in the "
+                  "job's latest profiler windows (1 = balanced).", "gauge")
+    slowest = Family("stepwatch_job_slowest_rank", "The rank with the longest mean step time over its last "
+                     "100 steps.", "gauge")
+    jobs: dict[str, list] = {}
+    for st in ranks:
+        jobs.setdefault(st.job, []).append(st)
+    for job, states in jobs.items():
+        labels = labels_text(("training_job",), (job,))
+        up = sum(1 for st in states if st.connected)
+        count.add(labels, up, 'state="connected"')
+        count.add(labels, len(states) - up, 'state="disconnected"')
+        for fam, hist, bounds in ((dur, "step_hist", STEP_BUCKETS), (wait, "wait_hist", WAIT_BUCKETS)):
+            counts, total = [0] * (len(bounds) + 1), 0.0
+            for st in states:
+                h = getattr(st, hist)
+                total += h.sum
+                for i, n in enumerate(h.counts):
+                    counts[i] += n
+            if any(counts):
+                running, cum = 0, []
+                for le, n in zip((*map(repr, map(float, bounds)), "+Inf"), counts):
+                    running += n
+                    cum.append((le, running))
+                fam.add_histogram(labels, cum, total)
+        for fam, (_, _, value) in zip(spread, _JOB_SPREAD):
+            vals = [v for v in map(value, states) if v is not None]
+            if vals:
+                for stat, v in zip(_STATS3, (min(vals), statistics.median(vals), max(vals))):
+                    fam.add(labels, v, f'stat="{stat}"')
+        steps = [(s, st.rank) for st in states if (s := st.recent_step_s) is not None]
+        if steps:
+            slowest.add(labels, max(steps)[1])
+        aligned = aligned_compute(states)
+        if aligned is not None:
+            skew.add(labels, aligned["skew_ratio"])
+    yield from (count, dur, wait, *spread, skew, slowest)

@@ -1,25 +1,21 @@
 """Prometheus export of profiler-window results and the agent's window accounting.
 
-``WindowMetrics(state, registry, top_k=5)`` registers itself on the registry it is given.
+``window_families`` gives the families for one scrape (the per-rank mode's ``keep`` picks).
 Window gauges describe the latest WindowSummary of each rank (arrival order); cumulative
 window counts and the overhead ratio come from the latest AgentStats. Cardinality stays
 bounded: kernel and op names appear only as the top ``top_k`` by position, truncated to 120
-characters, and skip reasons are capped at ``MAX_SKIP_REASONS`` per rank. ``collect`` runs
-on the scraping thread and reads a state snapshot.
+characters, and skip reasons are capped at ``MAX_SKIP_REASONS`` per rank.
 """
 
 from __future__ import annotations
 
 import statistics
-from typing import Iterator, Optional
+from typing import Optional
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
-from prometheus_client.registry import Collector, CollectorRegistry
+from ._exposition import Family, labels_text
+from ._state import RankState
 
-from ._metrics import RANK_LABELS, rank_labels
-from ._state import CollectorState, RankState
-
-__all__ = ["WindowMetrics", "MAX_NAME_CHARS", "MAX_SKIP_REASONS", "PHASES", "aligned_compute", "window_steps"]
+__all__ = ["window_families", "MAX_NAME_CHARS", "MAX_SKIP_REASONS", "PHASES", "aligned_compute", "window_steps"]
 
 MAX_NAME_CHARS = 120
 MAX_SKIP_REASONS = 16
@@ -50,43 +46,31 @@ _WINDOW = (
 )
 
 
-class WindowMetrics(Collector):
-    """Custom collector for window metrics; registers itself on ``registry``."""
-
-    def __init__(self, state: CollectorState, registry: CollectorRegistry, top_k: int = 5):
-        self._state, self._top_k = state, top_k
-        registry.register(self)
-
-    def describe(self) -> list:
-        return []  # families vary with the data
-
-    def collect(self) -> Iterator[Metric]:
-        ranks = self._state.snapshot()
-        families = (*_collect_stats(ranks), *_collect_window(ranks, self._top_k), *_collect_skew(ranks))
-        yield from (fam for fam in families if fam.samples)  # no source, no metric
+def window_families(rows, full: bool, top_k: int) -> list[Family]:
+    """The window families; ``rows`` = [(rank state, rank labels, ...)] (:class:`RankMetrics`).
+    Summary mode: the overhead ratio, compute and total communication per step, and the job skew."""
+    fams = [*_stats(rows, full), *_skew(rows, full)]
+    return fams + list(_window(rows, top_k)) if full else fams
 
 
-def _collect_stats(ranks: list[RankState]) -> tuple:
-    overhead = GaugeMetricFamily("stepwatch_agent_overhead_ratio",
-                                 "Share of wall time since attach spent on profiler windows (after the "
-                                 "warm-up one), captures and their export, 0-1.",
-                                 labels=RANK_LABELS)
-    windows = CounterMetricFamily("stepwatch_windows", "Profiler windows taken by the agent (warm-up window included).",
-                                  labels=RANK_LABELS)
-    skips = CounterMetricFamily("stepwatch_window_skips", "Profiler windows the agent did not take, by reason.",
-                                labels=list(RANK_LABELS) + ["reason"])
-    warmup = GaugeMetricFamily("stepwatch_agent_window_warmup_seconds",
-                               "One-time cost of the agent's warm-up profiler window (not in the overhead ratio).",
-                               labels=RANK_LABELS)
-    for st in ranks:
+def _stats(rows, full: bool) -> tuple:
+    overhead = Family("stepwatch_agent_overhead_ratio",
+                      "Share of wall time since attach spent on profiler windows (after the "
+                      "warm-up one), captures and their export, 0-1.", "gauge")
+    windows = Family("stepwatch_windows", "Profiler windows taken by the agent (warm-up window included).", "counter")
+    skips = Family("stepwatch_window_skips", "Profiler windows the agent did not take, by reason.", "counter")
+    warmup = Family("stepwatch_agent_window_warmup_seconds",
+                    "One-time cost of the agent's warm-up profiler window (not in the overhead ratio).", "gauge")
+    for st, labels, *_ in rows:
         if st.stats is None:
             continue
-        labels = rank_labels(st)
-        overhead.add_metric(labels, st.stats.overhead_ratio)
-        warmup.add_metric(labels, st.stats.window_warmup_s)
-        windows.add_metric(labels, st.stats.windows)
+        overhead.add(labels, st.stats.overhead_ratio)
+        if not full:
+            continue
+        warmup.add(labels, st.stats.window_warmup_s)
+        windows.add(labels, st.stats.windows)
         for reason, n in skip_reasons(dict(st.stats.window_skips)):
-            skips.add_metric(labels + [reason], n)
+            skips.add(labels, n, labels_text(("reason",), (reason,)))
     return overhead, warmup, windows, skips
 
 
@@ -101,38 +85,33 @@ def skip_reasons(skips: dict) -> list[tuple[str, int]]:
     return sorted(out.items())
 
 
-def _collect_window(ranks: list[RankState], top_k: int) -> tuple:
-    scalars = [GaugeMetricFamily(name, doc, labels=RANK_LABELS) for name, doc, _ in _WINDOW]
-    phase = GaugeMetricFamily("stepwatch_window_step_phase_seconds",
-                              "Device seconds of one average step by phase in the last profiler window.",
-                              labels=list(RANK_LABELS) + ["phase"])
-    kernels = GaugeMetricFamily("stepwatch_window_top_kernel_seconds",
-                                "Device seconds of the top kernels in the last profiler window (position 1 = most).",
-                                labels=list(RANK_LABELS) + ["kernel", "position"])
-    ops = GaugeMetricFamily("stepwatch_window_top_op_seconds",
-                            "Self device seconds of the top operators in the last profiler window (position 1 = most).",
-                            labels=list(RANK_LABELS) + ["op", "position"])
+def _window(rows, top_k: int) -> tuple:
+    scalars = [Family(name, doc, "gauge") for name, doc, _ in _WINDOW]
+    phase = Family("stepwatch_window_step_phase_seconds",
+                   "Device seconds of one average step by phase in the last profiler window.", "gauge")
+    kernels = Family("stepwatch_window_top_kernel_seconds",
+                     "Device seconds of the top kernels in the last profiler window (position 1 = most).", "gauge")
+    ops = Family("stepwatch_window_top_op_seconds",
+                 "Self device seconds of the top operators in the last profiler window (position 1 = most).", "gauge")
     compile_health = [
-        GaugeMetricFamily("stepwatch_window_graph_breaks", "torch.compile graph breaks between the "
-                          "last two profiler windows (only for jobs that use torch.compile).",
-                          labels=RANK_LABELS),
-        GaugeMetricFamily("stepwatch_window_recompiles", "Graphs torch.compile compiled between the "
-                          "last two profiler windows (only for jobs that use torch.compile).",
-                          labels=RANK_LABELS)]
-    for st in ranks:
+        Family("stepwatch_window_graph_breaks", "torch.compile graph breaks between the "
+               "last two profiler windows (only for jobs that use torch.compile).", "gauge"),
+        Family("stepwatch_window_recompiles", "Graphs torch.compile compiled between the "
+               "last two profiler windows (only for jobs that use torch.compile).", "gauge")]
+    for st, labels, *_ in rows:
         if not st.windows:
             continue
-        win, labels = st.windows[-1], rank_labels(st)
+        win = st.windows[-1]
         for fam, field in zip(compile_health, ("graph_breaks", "recompiles")):
             if win.HasField(field):
-                fam.add_metric(labels, float(getattr(win, field)))
+                fam.add(labels, float(getattr(win, field)))
         for fam, (_, _, field) in zip(scalars, _WINDOW):
-            fam.add_metric(labels, float(getattr(win, field)))
+            fam.add(labels, float(getattr(win, field)))
         if win.HasField("breakdown"):
             for name, field in PHASES:
-                phase.add_metric(labels + [name], getattr(win.breakdown, field))
-        _add_top(kernels, labels, win.top_kernels, top_k)
-        _add_top(ops, labels, win.top_ops, top_k)
+                phase.add(labels, getattr(win.breakdown, field), f'phase="{name}"')
+        _add_top(kernels, labels, win.top_kernels, top_k, "kernel")
+        _add_top(ops, labels, win.top_ops, top_k, "op")
     return (*scalars, phase, kernels, ops, *compile_health)
 
 
@@ -169,38 +148,27 @@ def aligned_compute(states: list[RankState]) -> Optional[dict]:
                       for r, w in sorted(wins.items())]}
 
 
-def _collect_skew(ranks: list[RankState]) -> tuple:
-    """Per-rank compute and communication per profiled step (latest window), and each job's
-    rank skew (:func:`aligned_compute`)."""
-    compute = GaugeMetricFamily("stepwatch_rank_compute_seconds_per_step",
-                                "Compute seconds per step in the rank's last profiler window (device kernels; "
-                                "host operators for CPU training).", labels=RANK_LABELS)
-    comm = GaugeMetricFamily("stepwatch_rank_communication_seconds_per_step",
-                             "Communication seconds per step in the rank's last profiler window: total, or "
-                             "exposed (not overlapped by compute).", labels=list(RANK_LABELS) + ["kind"])
-    skew = GaugeMetricFamily("stepwatch_job_rank_skew_ratio",
-                             "Slowest rank's compute per step / the median rank's, in the job's latest "
-                             "profiler windows (1 = balanced).", labels=["training_job"])
-    jobs: dict[str, list] = {}
-    for st in ranks:
-        jobs.setdefault(st.job, []).append(st)
+def _skew(rows, full: bool) -> tuple:
+    """Per-rank compute and communication per profiled step (latest window)."""
+    compute = Family("stepwatch_rank_compute_seconds_per_step",
+                     "Compute seconds per step in the rank's last profiler window (device kernels; "
+                     "host operators for CPU training).", "gauge")
+    comm = Family("stepwatch_rank_communication_seconds_per_step",
+                  "Communication seconds per step in the rank's last profiler window: total, or "
+                  "exposed (not overlapped by compute).", "gauge")
+    for st, labels, *_ in rows:
         win = st.windows[-1] if st.windows else None
         steps = window_steps(win) if win is not None else 0
         if not steps:
             continue
-        labels = rank_labels(st)
-        compute.add_metric(labels, win.compute_s / steps)
-        comm.add_metric(labels + ["total"], win.communication_s / steps)
-        if win.HasField("breakdown"):
-            comm.add_metric(labels + ["exposed"], win.breakdown.communication_s)
-    for job, states in sorted(jobs.items()):
-        aligned = aligned_compute(states)
-        if aligned is not None:
-            skew.add_metric([job], aligned["skew_ratio"])
-    return compute, comm, skew
+        compute.add(labels, win.compute_s / steps)
+        comm.add(labels, win.communication_s / steps, 'kind="total"')
+        if full and win.HasField("breakdown"):
+            comm.add(labels, win.breakdown.communication_s, 'kind="exposed"')
+    return compute, comm
 
 
-def _add_top(fam: GaugeMetricFamily, labels: list, named, top_k: int) -> None:
+def _add_top(fam: Family, labels: str, named, top_k: int, what: str) -> None:
     """Add the ``top_k`` largest entries; a name repeated after truncation keeps its first position."""
     seen = set()
     for item in sorted(named, key=lambda n: -n.seconds if n.seconds == n.seconds else 0.0):  # NaN ranks as 0 s
@@ -210,4 +178,4 @@ def _add_top(fam: GaugeMetricFamily, labels: list, named, top_k: int) -> None:
         if name in seen:
             continue
         seen.add(name)
-        fam.add_metric(labels + [name, str(len(seen))], item.seconds)
+        fam.add(labels, item.seconds, labels_text((what, "position"), (name, len(seen))))

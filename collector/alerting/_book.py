@@ -169,8 +169,8 @@ class AlertMetrics(Collector):
     ``stepwatch_collector_alertmanager_alerts_total{outcome}`` (sent, failed, dropped).
     Registers itself on ``registry``."""
 
-    def __init__(self, book: AlertBook, registry, client=None, pauses=None):
-        self._book = book
+    def __init__(self, book: AlertBook, registry, client=None, pauses=None, per_rank: bool = True):
+        self._book, self._per_rank = book, per_rank
         self._client = client
         self._pauses = pauses  # () -> {(job, rank): {kind: count}}
         registry.register(self)
@@ -187,11 +187,18 @@ class AlertMetrics(Collector):
                 "stepwatch_pauses", "Step-time outliers the drift detector recognised and left out, by "
                 "kind: stall (one slow step), pause (a run of slow steps: evaluation, checkpoint), "
                 "profiler (steps inside the agent's own profiler windows), or the kind the user or an "
-                "integration marked (agent.pause(\"eval\"), agent.mark(\"checkpoint\")).",
-                labels=("training_job", "rank", "kind"))
+                "integration marked (agent.pause(\"eval\"), agent.mark(\"checkpoint\")). Per rank "
+                "with per-rank series full, else summed over the job's ranks.",
+                labels=("training_job", "rank", "kind") if self._per_rank else ("training_job", "kind"))
+            summed: dict = {}
             for (job, rank), kinds in sorted(self._pauses().items()):
                 for kind, n in sorted(kinds.items()):
-                    pauses.add_metric((job, str(rank), kind), n)
+                    if self._per_rank:
+                        pauses.add_metric((job, str(rank), kind), n)
+                    else:
+                        summed[job, kind] = summed.get((job, kind), 0) + n
+            for key, n in sorted(summed.items()):
+                pauses.add_metric(key, n)
             yield pauses
         if self._client is not None:
             sent = CounterMetricFamily(

@@ -6,6 +6,7 @@ import asyncio
 import threading
 import urllib.error
 import urllib.request
+from typing import Optional
 
 import grpc
 import pytest
@@ -50,9 +51,10 @@ class Running:
     def channel(self, **options) -> grpc.Channel:
         return grpc.insecure_channel(self.collector.grpc_address, options=list(options.items()))
 
-    def get(self, path: str) -> tuple[int, str, bytes]:
+    def get(self, path: str, headers: Optional[dict] = None) -> tuple[int, str, bytes]:
+        req = urllib.request.Request(f"http://{self.collector.http_address}{path}", headers=headers or {})
         try:
-            with urllib.request.urlopen(f"http://{self.collector.http_address}{path}", timeout=5) as resp:
+            with urllib.request.urlopen(req, timeout=5) as resp:
                 return resp.status, resp.headers.get("Content-Type"), resp.read()
         except urllib.error.HTTPError as exc:
             return exc.code, exc.headers.get("Content-Type"), exc.read()

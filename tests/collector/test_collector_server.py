@@ -54,7 +54,8 @@ RANK = {"training_job": "j", "rank": "0", "local_rank": "0", "node": "node-a"}
 GPU = {**RANK, "gpu": "0", "UUID": "GPU-0", "modelName": "NVIDIA H200"}
 
 
-def test_acks_dedup_and_metrics(collector):
+def test_acks_dedup_and_metrics(start_collector):
+    collector = start_collector(metrics_per_rank="full")
     with collector.channel() as chan:
         acks = converse(chan, [hello(), rich_batch(1), rich_batch(1), batch(2, steps=[step(3)])])
     assert [c.ack.seq for c in acks] == [1, 1, 2]
@@ -109,7 +110,8 @@ def test_connected_while_stream_lives(collector):
 
 
 @pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool not installed")
-def test_promtool_check_metrics_is_clean(collector):
+def test_promtool_check_metrics_is_clean(start_collector):
+    collector = start_collector(metrics_per_rank="full")
     with collector.channel() as chan:
         converse(chan, [hello(), rich_batch(1)])
     body = collector.get("/metrics")[2]

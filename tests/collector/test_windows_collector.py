@@ -90,7 +90,8 @@ def test_skip_reasons_are_bounded():
 
 # --- metrics ---------------------------------------------------------------------------------
 
-def test_window_metrics_from_latest_window(collector):
+def test_window_metrics_from_latest_window(start_collector):
+    collector = start_collector(metrics_per_rank="full")
     send(collector, [hello(), batch(1, windows=[window(1, busy=0.5)]),
                      batch(2, windows=[window(2, busy=0.75)], stats=stats())])
     text = collector.get("/metrics")[2].decode()
@@ -119,7 +120,7 @@ def test_window_metrics_from_latest_window(collector):
 
 
 def test_no_window_no_window_metrics_and_top_k_setting(start_collector):
-    running = start_collector(metrics_top_k=2)
+    running = start_collector(metrics_top_k=2, metrics_per_rank="full")
     send(running, [hello(rank=1), batch(1)])
     assert "stepwatch_window_" not in running.get("/metrics")[2].decode()
     send(running, [hello(rank=1), batch(2, windows=[window(1, breakdown=None)])])
@@ -130,7 +131,8 @@ def test_no_window_no_window_metrics_and_top_k_setting(start_collector):
     assert "stepwatch_window_graph_breaks" not in text  # job without torch.compile
 
 
-def test_compile_health_metrics(collector):
+def test_compile_health_metrics(start_collector):
+    collector = start_collector(metrics_per_rank="full")
     send(collector, [hello(), batch(1, windows=[window(1, graph_breaks=3, recompiles=1)])])
     text = collector.get("/metrics")[2].decode()
     assert samples(text, "stepwatch_window_graph_breaks") == {frozenset(): 3.0}
@@ -138,7 +140,8 @@ def test_compile_health_metrics(collector):
 
 
 @pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool not installed")
-def test_promtool_check_metrics_with_windows(collector):
+def test_promtool_check_metrics_with_windows(start_collector):
+    collector = start_collector(metrics_per_rank="full")
     send(collector, [hello(), batch(1, windows=[window(1, top_ops=[agent_pb2.NamedTime(name='say "hi"\\n', seconds=1)])],
                                     stats=stats())])
     body = collector.get("/metrics")[2]

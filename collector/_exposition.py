@@ -1,0 +1,89 @@
+"""Prometheus text exposition (0.0.4 and OpenMetrics 1.0) written line by line.
+
+prometheus_client builds a ``Sample`` with a label dict per series and escapes every label on
+every scrape: about 25 us per series on a loaded core, 7-11 s for 10,000 ranks. Here a rank's
+label pairs are rendered once (``labels_text``, cached by value) and each series is one
+f-string. :class:`Family` keeps finished lines; :func:`render` adds the HELP/TYPE headers.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable, Sequence
+
+__all__ = ["Family", "render", "labels_text", "number"]
+
+_INF = float("inf")
+
+
+def _escape(value: str) -> str:
+    if "\\" in value or "\n" in value or '"' in value:
+        value = value.replace("\\", r"\\").replace("\n", r"\n").replace('"', r"\"")
+    return value
+
+
+def labels_text(names: Sequence[str], values: Sequence) -> str:
+    """``a="x",b="y"`` (values escaped), to be joined inside braces."""
+    return ",".join(f'{n}="{_escape(str(v))}"' for n, v in zip(names, values))
+
+
+def number(value) -> str:
+    kind = type(value)
+    if kind is float and value - value == 0.0:  # finite
+        return repr(value)
+    if kind is int:
+        return str(value)
+    value = float(value)
+    if value != value:
+        return "NaN"
+    if value == _INF:
+        return "+Inf"
+    if value == -_INF:
+        return "-Inf"
+    return repr(value)
+
+
+class Family:
+    """One metric family. ``kind``: counter, gauge, histogram or info. Counter samples are
+    named ``<name>_total`` and info samples ``<name>_info``, as both formats want."""
+
+    __slots__ = ("name", "doc", "kind", "lines", "_sample")
+
+    def __init__(self, name: str, doc: str, kind: str):
+        self.name, self.doc, self.kind, self.lines = name, doc, kind, []
+        self._sample = name + {"counter": "_total", "info": "_info"}.get(kind, "")
+
+    def add(self, labels: str, value, extra: str = "") -> None:
+        """One series; ``labels`` as from :func:`labels_text`, ``extra`` more pairs after them."""
+        if extra:
+            labels = f"{labels},{extra}" if labels else extra
+        self.lines.append(f"{self._sample}{{{labels}}} {number(value)}\n" if labels
+                          else f"{self._sample} {number(value)}\n")
+
+    def add_histogram(self, labels: str, cumulative: Iterable[tuple[str, int]], total: float,
+                      buckets: bool = True) -> None:
+        """``cumulative`` = ``[(le, count)]`` ending with ``("+Inf", n)``; ``buckets=False``
+        keeps only the +Inf bucket (a valid histogram, three series)."""
+        pre = f"{labels}," if labels else ""
+        out, count = self.lines, 0
+        for le, count in cumulative:
+            if buckets or le == "+Inf":
+                out.append(f'{self.name}_bucket{{{pre}le="{le}"}} {count}\n')
+        br = f"{{{labels}}}" if labels else ""
+        out.append(f"{self.name}_count{br} {count}\n")
+        out.append(f"{self.name}_sum{br} {number(total)}\n")
+
+
+def render(families: Iterable[Family], openmetrics: bool = False) -> str:
+    """The families with samples, headers first; no ``# EOF`` (the caller ends the body)."""
+    out = []
+    for fam in families:
+        if not fam.lines:
+            continue
+        if openmetrics:
+            head, kind = fam.name, fam.kind
+        else:
+            head, kind = fam._sample, "gauge" if fam.kind == "info" else fam.kind
+        doc = fam.doc.replace("\\", r"\\").replace("\n", r"\n")
+        out.append(f"# HELP {head} {doc}\n# TYPE {head} {kind}\n")
+        out.extend(fam.lines)
+    return "".join(out)
