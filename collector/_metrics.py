@@ -139,7 +139,7 @@ class RankMetrics:
         full = self.mode == "full"
         rows = [(st, *self._texts(st, full)) for st in ranks]
         keep: Callable[[str], bool] = (lambda name: True) if full else SUMMARY.__contains__
-        fams += _info(rows, full)
+        fams += _info(rows)
         fams += _steps(rows, keep, full)
         fams += _samples(rows, _ALLOCATOR, "allocator", False, keep)
         fams += _samples(rows, _GPU, "gpu_sample", True, keep)
@@ -199,13 +199,13 @@ def _collector(state: CollectorState) -> list[Family]:
     return [*fams, rejected, trimmed]
 
 
-def _info(rows, full: bool) -> list[Family]:
-    """Summary mode: ``stepwatch_rank_info`` carries local_rank, node and the GPU for joins."""
+def _info(rows) -> list[Family]:
+    """``stepwatch_rank_info``: local_rank, node and the GPU, for joins (summary mode's other
+    series carry training_job and rank only)."""
     info = Family("stepwatch_rank", "The rank's local rank, node and GPU (summary mode: the other "
                   "per-rank series carry training_job and rank only; join on them).", "info")
-    if not full:
-        for _, _, _, every in rows:
-            info.add(every, 1)
+    for _, _, _, every in rows:
+        info.add(every, 1)
     return [info]
 
 

@@ -10,13 +10,21 @@ tests in tests/deploy and tests/gpu:
   [feeds: cuda]    a job on a CUDA device: must return data in the GPU test;
   [feeds: events]  only after something happened (alerts, OOMs, an hour of history):
                    checked for validity only.
+Before it, panels that read per-rank series say which collector ``metrics_per_rank`` mode they
+need, worked out from the metric names in their queries (``SUMMARY`` lists what summary keeps):
+  [per-rank: summary]  summary or full;   [per-rank: full]  full only.
+Panels without it read per-job aggregates and work in every mode; the others show a "no data"
+text naming the mode they need.
 """
 
 from __future__ import annotations
 
 import json
 import pathlib
+import re
 import sys
+
+from stepwatch.collector._metrics import SUMMARY
 
 OUT = pathlib.Path(__file__).resolve().parent / "dashboards"
 DATASOURCE = {"type": "prometheus", "uid": "stepwatch-prometheus"}
@@ -27,11 +35,37 @@ STEP_MEAN = (f"rate(stepwatch_step_duration_seconds_sum{{{R}}}[{RI}]) "
              f"/ rate(stepwatch_step_duration_seconds_count{{{R}}}[{RI}])")
 
 
+_METRIC = re.compile(r"\bstepwatch_[a-z0-9_]+")
+# Families that are not per rank: per-job aggregates, the collector's own, alerts, and pauses
+# (summed per job unless per-rank series are full).
+_NOT_PER_RANK = ("stepwatch_job_", "stepwatch_collector_", "stepwatch_alert_active", "stepwatch_pauses")
+NO_VALUE = {"full": "Per-rank detail: needs the collector's metrics_per_rank: full (see Per-rank series on the "
+                    "job overview); /api/jobs/<job>/windows has it in every mode",
+            "summary": "No per-rank series: the collector's metrics_per_rank is off (see Per-rank series on the "
+                       "job overview); the per-job panels still work"}
+
+
+def per_rank_level(exprs) -> str:
+    """"full", "summary" (per-rank series summary mode keeps) or "" (per-job only)."""
+    level = ""
+    for name in _METRIC.findall(" ".join(exprs)):
+        if name.startswith(_NOT_PER_RANK):
+            continue
+        family = re.sub(r"_(total|bucket|sum|count|info)$", "", name)
+        if family not in SUMMARY:
+            return "full"
+        level = "summary"
+    return level
+
+
 def panel(title, desc, feeds, targets, unit="short", kind="timeseries", **opts):
     """One panel; ``targets`` is a list of (expr, legend)."""
     assert feeds in ("any", "cuda", "events")
-    p = {"type": kind, "title": title, "description": f"{desc} [feeds: {feeds}]", "datasource": DATASOURCE,
-         "fieldConfig": {"defaults": {"unit": unit, **opts.pop("defaults", {})},
+    level = per_rank_level([e for e, _ in targets])
+    tag = f" [per-rank: {level}]" if level else ""
+    no_value = {"noValue": NO_VALUE[level]} if level else {}
+    p = {"type": kind, "title": title, "description": f"{desc}{tag} [feeds: {feeds}]", "datasource": DATASOURCE,
+         "fieldConfig": {"defaults": {"unit": unit, **no_value, **opts.pop("defaults", {})},
                          "overrides": opts.pop("overrides", [])},
          "options": opts.pop("options", {}),
          "targets": [{"refId": chr(65 + i), "datasource": DATASOURCE, "expr": e, "legendFormat": lg,
@@ -47,7 +81,7 @@ def variables(rank=True):
                 "query": {"query": query, "refId": name}, "definition": query, "refresh": 2,
                 "includeAll": True, "allValue": ".*", "multi": multi, "sort": 3 if name == "rank" else 1,
                 "current": {}, "options": []}
-    out = [var("training_job", "label_values(stepwatch_steps_total, training_job)", False)]
+    out = [var("training_job", "label_values(stepwatch_job_ranks, training_job)", False)]
     if rank:
         out.append(var("rank", 'label_values(stepwatch_steps_total{training_job=~"$training_job"}, rank)', True))
     return out
@@ -85,13 +119,24 @@ def job_overview():
                (f"sum by (training_job) (rate(stepwatch_tokens_total{{{J}}}[{RI}]))", "tokens/s")]),
         panel("Step time per rank", "Mean step time of each rank (CUDA events on GPU, host clock on CPU).",
               "any", [(per_rank, "rank {{rank}}")], "s"),
-        panel("Step time quantiles", "Step time quantiles over the selected ranks, from the histogram.", "any",
-              [(f"histogram_quantile({q}, sum by (le) (rate(stepwatch_step_duration_seconds_bucket{{{R}}}[{RI}])))",
+        panel("Step time quantiles", "Step time quantiles over all the job's ranks, from the job's "
+              "histogram.", "any",
+              [(f"histogram_quantile({q}, sum by (le) (rate(stepwatch_job_step_duration_seconds_bucket{{{J}}}[{RI}])))",
                 f"p{int(q * 100)}") for q in (0.5, 0.9, 0.99)], "s"),
-        panel("Rank skew", "Slowest rank's mean step time over the fastest's, and over the median "
-              "(1 = balanced; a straggler shows above 1.2).", "any",
-              [(f"max by (training_job) {per_rank} / min by (training_job) {per_rank}", "max / min"),
-               (f"max by (training_job) {per_rank} / quantile by (training_job) (0.5, {per_rank})", "max / median")]),
+        panel("Step time across ranks", "Mean step time over each rank's last 100 steps: the fastest, "
+              "median and slowest rank, and which rank is slowest.", "any",
+              [(f"stepwatch_job_rank_step_seconds{{{J}}}", "{{stat}}")], "s"),
+        panel("Rank skew", "Slowest rank's mean step time (last 100 steps) over the fastest's, and over "
+              "the median (1 = balanced; a straggler shows above 1.2).", "any",
+              [(f'stepwatch_job_rank_step_seconds{{{J}, stat="max"}} / ignoring (stat) '
+                f'stepwatch_job_rank_step_seconds{{{J}, stat="min"}}', "max / min"),
+               (f'stepwatch_job_rank_step_seconds{{{J}, stat="max"}} / ignoring (stat) '
+                f'stepwatch_job_rank_step_seconds{{{J}, stat="median"}}', "max / median")]),
+        panel("Per-rank series", "The collector's metrics_per_rank mode: full (every series), summary "
+              "(a bounded set per rank: panels tagged [per-rank: full] stay empty) or off (per-job "
+              "aggregates only).", "any",
+              [("max by (mode) (stepwatch_collector_per_rank_series)", "{{mode}}")], kind="stat",
+              options={"textMode": "name", "reduceOptions": {"calcs": ["lastNotNull"]}}),
         panel("Data loader wait", "Share of step time spent waiting for the DataLoader, last 100 steps.", "any",
               [(f"stepwatch_dataloader_wait_ratio{{{R}}}", "rank {{rank}}")], "percentunit"),
         panel("Time since last step", "Seconds since each rank finished a step (a stall grows this).", "any",
@@ -132,7 +177,7 @@ def memory():
         panel("Trainer resident memory", "Resident host memory of each trainer process.", "any",
               [(f"stepwatch_process_resident_memory_bytes{{{R}}}", "rank {{rank}}")], "bytes"),
         panel("Host memory available", "Available memory of each rank's host.", "any",
-              [(f"stepwatch_host_memory_available_bytes{{{R}}}", "{{node}} rank {{rank}}")], "bytes"),
+              [(f"stepwatch_host_memory_available_bytes{{{R}}}", "rank {{rank}}")], "bytes"),
     ])
 
 

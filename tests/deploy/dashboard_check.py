@@ -16,15 +16,19 @@ import urllib.request
 DEPLOY = pathlib.Path(__file__).resolve().parents[2] / "deploy"
 DASHBOARDS = DEPLOY / "grafana" / "dashboards"
 _FEEDS = re.compile(r"\[feeds: (any|cuda|events)\]$")
+_LEVEL = re.compile(r"\[per-rank: (full|summary)\] \[feeds")
+# Which panel levels ("" = per-job only) each collector metrics_per_rank mode feeds.
+FED_BY = {"full": {"", "summary", "full"}, "summary": {"", "summary"}, "off": {""}}
 
 
 def panels():
-    """(dashboard file, panel title, feeds, [expr, ...]) for every panel of every dashboard."""
+    """(dashboard file, panel title, feeds, per-rank level, [expr, ...]) for every panel."""
     out = []
     for path in sorted(DASHBOARDS.glob("*.json")):
         for p in json.loads(path.read_text())["panels"]:
             m = _FEEDS.search(p.get("description", ""))
-            out.append((path.name, p["title"], m.group(1) if m else None,
+            level = _LEVEL.search(p.get("description", ""))
+            out.append((path.name, p["title"], m.group(1) if m else None, level.group(1) if level else "",
                         [t["expr"] for t in p.get("targets", [])]))
     return out
 
@@ -53,15 +57,21 @@ def query_range(prom_url: str, expr: str, start: float, end: float, step: float 
         return json.loads(exc.read())
 
 
-def check_panels(prom_url: str, training_job: str, start: float, end: float, required: set) -> list:
-    """Problems found; empty when every query is valid and every ``required`` feed has data."""
+def check_panels(prom_url: str, training_job: str, start: float, end: float, required: set,
+                 mode: str = "full") -> list:
+    """Problems found; empty when every query is valid and every ``required`` feed has data.
+    With the collector in ``mode`` (metrics_per_rank), panels that mode does not feed must come
+    back empty instead (their tag says what they need)."""
     problems = []
-    for dash, title, feeds, exprs in panels():
+    for dash, title, feeds, level, exprs in panels():
         for expr in exprs:
             concrete = substitute(expr, training_job)
             body = query_range(prom_url, concrete, start, end)
             if body.get("status") != "success":
                 problems.append(f"{dash} / {title}: invalid: {body.get('error')}: {concrete}")
-            elif feeds in required and not body["data"]["result"]:
+            elif feeds in required and level in FED_BY[mode] and not body["data"]["result"]:
                 problems.append(f"{dash} / {title}: no data: {concrete}")
+            elif level not in FED_BY[mode] and body["data"]["result"]:
+                problems.append(f"{dash} / {title}: tagged [per-rank: {level}] but has data in mode {mode}: "
+                                f"{concrete}")
     return problems

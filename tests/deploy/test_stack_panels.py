@@ -13,7 +13,7 @@ import urllib.request
 import pytest
 
 from _procs import run_trainer, trainer_env
-from dashboard_check import annotations, check_panels, panels, query_range, substitute
+from dashboard_check import FED_BY, annotations, check_panels, panels, query_range, substitute
 
 pytestmark = pytest.mark.skipif(
     not (shutil.which("prometheus") and shutil.which("prometheus-alertmanager")),
@@ -25,11 +25,13 @@ def _get(url: str):
         return json.loads(resp.read())
 
 
-@pytest.fixture
-def stack(tmp_path):
+@pytest.fixture(params=["summary", "full", "off"])
+def stack(tmp_path, request):
     from stepwatch.collector.tools.stack import LocalStack
 
-    s = LocalStack(str(tmp_path / "stack"), scrape_interval="1s").start()
+    s = LocalStack(str(tmp_path / "stack"), scrape_interval="1s",
+                   collector_args=["--metrics-per-rank", request.param]).start()
+    s.mode = request.param
     yield s
     s.stop()
 
@@ -37,9 +39,11 @@ def stack(tmp_path):
 def test_panels_have_feed_tags():
     found = panels()
     assert len(found) >= 25
-    untagged = [(d, t) for d, t, feeds, _ in found if feeds is None]
+    untagged = [(d, t) for d, t, feeds, _, _ in found if feeds is None]
     assert not untagged, f"panels without [feeds: ...] in their description: {untagged}"
-    assert {f for _, _, f, _ in found} == {"any", "cuda", "events"}
+    assert {f for _, _, f, _, _ in found} == {"any", "cuda", "events"}
+    # Every mode has panels: per-job ones for off, summary ones, and full-only detail.
+    assert {level for _, _, _, level, _ in found} == {"", "summary", "full"}
 
 
 def test_stack_scrapes_collector_and_every_cpu_panel_has_data(stack, tmp_path):
@@ -54,9 +58,8 @@ def test_stack_scrapes_collector_and_every_cpu_panel_has_data(stack, tmp_path):
     run_trainer(env, "--steps", "120", "--workers", "1", "--step-sleep-s", "0.05", "--eval-every", "40",
                 "--eval-s", "0.3", timeout=120)
     time.sleep(3)  # a few more scrapes after the last step
-    query = urllib.parse.quote('stepwatch_windows_total{training_job="paneljob"}')
-    windows = _get(f"{prom}/api/v1/query?query={query}")["data"]["result"]
-    assert windows and float(windows[0]["value"][1]) >= 3, windows  # warm-up window + 2
+    (rank,) = _get(f"http://{stack.collector_http}/api/jobs/paneljob/windows")["ranks"]  # every mode
+    assert len(rank["windows"]) >= 2, rank  # the windows at steps 64 and 96
     target = _get(f"{prom}/api/v1/targets")["data"]["activeTargets"][0]
     assert target["health"] == "up", target
     ams = _get(f"{prom}/api/v1/alertmanagers")["data"]["activeAlertmanagers"]
@@ -65,11 +68,12 @@ def test_stack_scrapes_collector_and_every_cpu_panel_has_data(stack, tmp_path):
     assert len(groups) == 4 and all(r["health"] != "err" for g in groups for r in g["rules"])
 
     end = time.time()
-    problems = check_panels(prom, "paneljob", start, end, required={"any"})
+    problems = check_panels(prom, "paneljob", start, end, required={"any"}, mode=stack.mode)
     assert not problems, "\n".join(problems)
-    # The check can see emptiness: on CPU every GPU-only panel comes back empty.
-    gpu_only = check_panels(prom, "paneljob", start, end, required={"cuda"})
-    n_cuda = sum(len(exprs) for _, _, feeds, exprs in panels() if feeds == "cuda")
+    # The check can see emptiness: on CPU every GPU-only panel the mode feeds comes back empty.
+    gpu_only = check_panels(prom, "paneljob", start, end, required={"cuda"}, mode=stack.mode)
+    n_cuda = sum(len(exprs) for _, _, feeds, level, exprs in panels()
+                 if feeds == "cuda" and level in FED_BY[stack.mode])
     assert len(gpu_only) == n_cuda and all(": no data: " in p for p in gpu_only), gpu_only
     (found,) = annotations()
     body = query_range(prom, substitute(found[2], "paneljob"), start, time.time())

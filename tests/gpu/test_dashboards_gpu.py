@@ -25,7 +25,9 @@ from dashboard_check import check_panels  # noqa: E402
 def test_every_gpu_panel_has_data(tmp_path):
     from stepwatch.collector.tools.stack import LocalStack
 
-    stack = LocalStack(str(tmp_path / "stack"), scrape_interval="1s").start()
+    # Per-rank series full: every panel must have data (tests/deploy checks the other modes on CPU).
+    stack = LocalStack(str(tmp_path / "stack"), scrape_interval="1s",
+                       collector_args=["--metrics-per-rank", "full"]).start()
     try:
         start = time.time()
         # Profiler windows every 32 steps feed the window panels (the first one is discarded).
