@@ -13,8 +13,9 @@ import tempfile
 from typing import Optional
 
 from .contract import label_problem
-from .settings import (at_least, between, non_negative, option, parse_duration, parse_hostport,
-                       parse_log_level, parse_size, positive)
+from .placement import parse_collectors
+from .settings import (at_least, between, non_negative, option, parse_duration, parse_log_level,
+                       parse_size, positive)
 
 __all__ = ["AgentSettings"]
 
@@ -39,8 +40,11 @@ class AgentSettings:
     """Resolved agent settings (units in the names: ``_s`` seconds, ``_bytes`` bytes)."""
 
     collector: str = option(
-        "localhost:7470", "gRPC address HOST:PORT of the stepwatch collector.",
-        env="STEPWATCH_COLLECTOR", parse=parse_hostport)
+        "localhost:7470", "gRPC address HOST:PORT of the stepwatch collector; several collector "
+        "replicas: HOST:PORT entries separated by commas, or a name with one address per replica "
+        "(a Kubernetes headless Service): each job goes to one replica by rendezvous hashing of "
+        "its name, and on to the next one while its replica is down.",
+        env="STEPWATCH_COLLECTOR", parse=parse_collectors)
     job: Optional[str] = option(
         None, "Training job name (label training_job); default from torchrun/SLURM/Kubernetes "
         "environment, else the script name.", env="STEPWATCH_JOB", parse=_job)

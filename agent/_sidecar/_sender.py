@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import random
 import threading
+import time
 
 from typing import Callable, Iterator, Optional
 
@@ -16,6 +17,7 @@ import grpc
 
 from stepwatch.proto.stepwatch.v1 import agent_pb2
 
+from ..placement import Placement
 from ..support import backoff_delay, collector_channel
 from ._log import LOG
 from ._thread import Service, remaining
@@ -59,9 +61,11 @@ class Sender(Service):
     def __init__(self, target: str, spool: Spool, hello: Callable[[], agent_pb2.Hello],
                  token: str = "", reconnect_max_s: float = 30.0, tls: Optional[dict] = None,
                  rng: Optional[random.Random] = None,
-                 on_command: Optional[Callable[[agent_pb2.Command], None]] = None) -> None:
+                 on_command: Optional[Callable[[agent_pb2.Command], None]] = None,
+                 placement_refresh_s: float = 30.0) -> None:
         super().__init__("stepwatch-sender")
-        self._target = target
+        self._placement = Placement(target, refresh_s=placement_refresh_s, down_s=placement_refresh_s)
+        self._target = target  # the replica of the current (or last) stream
         self._tls = tls or {}  # collector_channel's tls / ca / cert / key
         self._spool = spool
         self._hello = hello
@@ -177,25 +181,35 @@ class Sender(Service):
         options = [("grpc.initial_reconnect_backoff_ms", 500),
                    ("grpc.max_reconnect_backoff_ms", int(self._cap * 1000))]
         answered = False
-        with collector_channel(self._target, options=options, **self._tls) as channel:
+        hello = self._hello()
+        target = self._placement.choose(hello.job)
+        if target != self._target:
+            LOG.info("job %s: collector replica %s (of %d)", hello.job, target, len(self._placement.candidates()))
+            self._target = target
+        with collector_channel(target, options=options, **self._tls) as channel:
             # Requests go out as bytes: a spooled batch is framed, never parsed again.
             connect = channel.stream_stream(_CONNECT, request_serializer=None,
                                             response_deserializer=agent_pb2.Command.FromString)
             ended = threading.Event()
-            requests = self._requests(self._hello(), ended)
+            requests = self._requests(hello, ended, target)
             self._call = connect(requests, metadata=self._metadata)
             try:
                 for command in self._call:
                     if not answered:
                         answered = self.connected = True
+                        self._placement.reached(target)
                         self._once.clear()  # the next outage is logged again, once
-                        LOG.info("connected to collector %s", self._target)
+                        LOG.info("connected to collector %s", target)
                     if command.HasField("ack"):
                         self._spool.ack(command.ack.seq)
                         self.delivered += 1
                         self.notify()
                     elif self._on_command is not None:
                         self._on_command(command)
+            except grpc.RpcError as exc:
+                if not answered and exc.code() == grpc.StatusCode.UNAVAILABLE:
+                    self._placement.failed(target)  # the job's next replica, if there is one
+                raise
             finally:
                 ended.set()
                 self._call = None
@@ -204,13 +218,21 @@ class Sender(Service):
                            self._target)
         return answered
 
-    def _requests(self, hello: agent_pb2.Hello, ended: threading.Event) -> Iterator[bytes]:
+    def _requests(self, hello: agent_pb2.Hello, ended: threading.Event, target: str) -> Iterator[bytes]:
         """Request iterator, consumed by a gRPC thread: the Hello, then every pending batch in
         sequence order from the lowest unacknowledged one, then new ones as they are spooled.
-        Returns (half-closing the stream) once the sender is done or the call has ended."""
+        Returns (half-closing the stream) once the sender is done or the call has ended. With
+        several collector replicas it ends the stream when the job's replica changed (one
+        joined, or the job's own came back): unacked batches go to the new one."""
         yield agent_pb2.AgentMessage(hello=hello).SerializeToString()
         sent = 0
+        check_at = time.monotonic() + self._placement.refresh_s
         while not ended.is_set() and not self._done():
+            if time.monotonic() >= check_at:
+                check_at = time.monotonic() + self._placement.refresh_s
+                if not self._placement.single and self._placement.choose(hello.job) != target:
+                    self.reconnect()
+                    return
             for seq in self._spool.pending(after=sent):
                 data = self._spool.read(seq)
                 sent = seq

@@ -17,6 +17,7 @@ import grpc
 
 from stepwatch.proto.stepwatch.v1 import agent_pb2
 
+from ..placement import Placement
 from ..support import collector_channel
 from ._log import LOG
 
@@ -33,6 +34,7 @@ class TraceUploader:
                  timeout_s: float = 300.0, first_delay_s: float = 1.0,
                  stop: Optional[threading.Event] = None) -> None:
         self.target, self.job, self.rank = target, job, rank
+        self._placement = Placement(target)
         self._tls = tls or {}
         self._metadata = [("authorization", "Bearer " + token)] if token else None
         self.attempts, self.timeout_s, self.first_delay_s = attempts, timeout_s, first_delay_s
@@ -64,7 +66,8 @@ class TraceUploader:
 
     def _once(self, ref: agent_pb2.TraceRef) -> agent_pb2.TraceStored:
         size = os.path.getsize(ref.path)
-        with open(ref.path, "rb") as fh, collector_channel(self.target, **self._tls) as channel:
+        target = self._placement.choose(self.job)  # the job's replica, where its trace was asked
+        with open(ref.path, "rb") as fh, collector_channel(target, **self._tls) as channel:
             call = channel.stream_unary(_UPLOAD, request_serializer=agent_pb2.TraceChunk.SerializeToString,
                                         response_deserializer=agent_pb2.TraceStored.FromString)
             return call(self._chunks(fh, ref.request_id, size), timeout=self.timeout_s,

@@ -15,6 +15,8 @@ import math
 import os
 import sys
 
+from stepwatch.agent.placement import parse_collectors
+
 __all__ = ["add_parser", "run"]
 
 _GRACE_S = 10.0  # the collector answers before the RPC deadline; this covers the network
@@ -25,7 +27,8 @@ def add_parser(sub) -> None:
                        description="Ask the collector to have the job's ranks write a trace of the next "
                                    "steps, wait until they report where it is, and print the paths.")
     p.add_argument("--collector", metavar="HOST:PORT", default=os.environ.get("STEPWATCH_COLLECTOR"),
-                   help="collector gRPC address [env STEPWATCH_COLLECTOR]")
+                   help="collector gRPC address, or the agents' list of replicas (the job's replica is "
+                        "chosen as the agents choose it) [env STEPWATCH_COLLECTOR]")
     p.add_argument("--job", required=True, help="training job name (label training_job)")
     p.add_argument("--rank", dest="ranks", type=int, action="extend", nargs="+", metavar="R", default=[],
                    help="rank(s) to capture; repeatable; default: every connected rank")
@@ -48,8 +51,10 @@ def add_parser(sub) -> None:
 def _problem(args: argparse.Namespace) -> str:
     if not args.collector:
         return "--collector (or STEPWATCH_COLLECTOR) is required"
-    if ":" not in args.collector:
-        return f"--collector must be HOST:PORT, got {args.collector!r}"
+    try:
+        parse_collectors(args.collector)
+    except ValueError as exc:
+        return f"--collector: {exc}"
     if not args.job:
         return "--job must not be empty"
     if not 1 <= args.steps <= 1000:
@@ -100,6 +105,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     import grpc  # only once we really call
 
+    from stepwatch.agent.placement import Placement
     from stepwatch.agent.support import collector_channel
     from stepwatch.proto.stepwatch.v1 import agent_pb2, agent_pb2_grpc
 
@@ -107,7 +113,8 @@ def run(args: argparse.Namespace) -> int:
     metadata = (("authorization", f"Bearer {args.token}"),) if args.token else None
     saved_ok = True
     try:
-        with collector_channel(args.collector, ca=args.tls_ca, cert=args.tls_cert, key=args.tls_key) as channel:
+        target = Placement(args.collector).choose(args.job)  # the replica that holds the job
+        with collector_channel(target, ca=args.tls_ca, cert=args.tls_cert, key=args.tls_key) as channel:
             stub = agent_pb2_grpc.ControlServiceStub(channel)
             reply = stub.Capture(request, timeout=args.timeout + _GRACE_S, metadata=metadata)
             for rank_trace in reply.traces:
