@@ -16,7 +16,7 @@ from dashboard_check import DEPLOY
 
 kv = pytest.importorskip("kubernetes_validate")
 K8S = DEPLOY / "kubernetes"
-OPERATOR_KINDS = {"ServiceMonitor", "PrometheusRule"}
+OPERATOR_KINDS = {"ServiceMonitor", "PodMonitor", "PrometheusRule"}
 
 
 def _docs():
@@ -34,15 +34,15 @@ def test_core_resources_match_the_kubernetes_schemas():
             continue
         kv.validate(doc, kv.latest_version(), strict=True)  # raises ValidationError
         kinds.add(doc["kind"])
-    assert kinds == {"Namespace", "ConfigMap", "Deployment", "Service", "Job"}
+    assert kinds == {"Namespace", "ConfigMap", "StatefulSet", "Service", "Job"}
 
 
 def test_validator_rejects_a_broken_manifest():
-    dep = copy.deepcopy(_by_kind("Deployment")[0])
+    dep = copy.deepcopy(_by_kind("StatefulSet")[0])
     dep["spec"]["template"]["spec"]["containers"][0]["ports"][0]["containerPort"] = "http"
     with pytest.raises(kv.ValidationError):
         kv.validate(dep, kv.latest_version(), strict=True)
-    dep = copy.deepcopy(_by_kind("Deployment")[0])
+    dep = copy.deepcopy(_by_kind("StatefulSet")[0])
     dep["spec"]["template"]["spec"]["containers"][0]["imagePullPolicyy"] = "Always"
     with pytest.raises(kv.ValidationError):
         kv.validate(dep, kv.latest_version(), strict=True)
@@ -76,15 +76,22 @@ def test_collector_config_map_is_a_valid_collector_config(tmp_path):
         load_settings({}, environ={}, config_file=str(tmp_path / "collector.yaml"))
 
 
-def test_wiring_service_monitor_service_deployment_job():
+def test_wiring_service_monitor_service_statefulset_job():
     (svc,) = _by_kind("Service")
-    (dep,) = _by_kind("Deployment")
+    (sts,) = _by_kind("StatefulSet")
     (mon,) = _by_kind("ServiceMonitor")
+    (pmon,) = _by_kind("PodMonitor")
     (cm,) = _by_kind("ConfigMap")
     (job,) = _by_kind("Job")
-    pod = dep["spec"]["template"]
+    pod = sts["spec"]["template"]
     assert svc["spec"]["selector"].items() <= pod["metadata"]["labels"].items()
+    # Headless, so the agents resolve one address per replica and place their job on one.
+    assert svc["spec"]["clusterIP"] == "None" and sts["spec"]["serviceName"] == svc["metadata"]["name"]
     assert mon["spec"]["selector"]["matchLabels"].items() <= svc["metadata"]["labels"].items()
+    assert pmon["spec"]["selector"]["matchLabels"].items() <= pod["metadata"]["labels"].items()
+    assert pod["metadata"]["labels"][pmon["spec"]["jobLabel"]] == "stepwatch-collector"  # the rules' job
+    pod_ports = {p["name"] for p in pod["spec"]["containers"][0]["ports"]}
+    assert {e["port"] for e in pmon["spec"]["podMetricsEndpoints"]} <= pod_ports
     assert svc["metadata"]["name"] == "stepwatch-collector"  # becomes job="stepwatch-collector"
     port_names = {p["name"] for p in svc["spec"]["ports"]}
     assert {e["port"] for e in mon["spec"]["endpoints"]} <= port_names
