@@ -2,9 +2,9 @@
 agent (tests/data/replay/gpu_straggler_h200.jsonl.gz: steps, NVML/GPM, host, allocator and
 window summaries of a real H200 job) replayed as N ranks.
 
-One collector process (pinned with ``--collector-cpus``) and ``--gen-procs`` generator
-processes (pinned to the other CPUs), each holding its share of the ranks as gRPC streams on
-one channel per 100 ranks. Every rank sends a Batch every ``--period-s`` (random phase): 20
+One collector process, or ``--replicas`` with the jobs placed as the agents place them
+(pinned with ``--collector-cpus``), and ``--gen-procs`` generator processes (pinned to the
+other CPUs), each holding its share of the ranks as gRPC streams on one channel per 100 ranks. Every rank sends a Batch every ``--period-s`` (random phase): 20
 steps, one GPU, host and allocator sample, and every ``--window-every`` batches a window
 summary (one per rank per minute at the defaults). The first half of ``--duration-s`` runs
 without scrapes, the second half scrapes /metrics back to back (gzip, as Prometheus asks).
@@ -13,6 +13,7 @@ scrape time and size, collector CPU (cores, and seconds per batch and per step, 
 half without scrapes; the scraping half's CPU apart), collector RSS.
 
     python bench/collector_scale.py --ranks 100 1000 --out bench/results/collector_scale.json
+    python bench/collector_scale.py --ranks 10000 --replicas 3 --collector-cpus "0;1;2" --gen-cpus 4,5,...
 
 Bounded: every run stops after ``--duration-s`` (+ start-up), whatever happens.
 """
@@ -60,8 +61,8 @@ def templates():
     return steps, gpu, host, alloc, windows
 
 
-def generator(index, ranks, args, port, results, start_at, stop_at, scrape_from):
-    """One generator process: ``ranks`` (job, rank) streams; results into the queue."""
+def generator(index, ranks, args, ports, results, start_at, stop_at, scrape_from):
+    """One generator process: ``ranks`` (job, rank, replica index) streams; results into the queue."""
     if args.gen_cpus:
         cpus = [int(c) for c in args.gen_cpus.split(",")]
         os.sched_setaffinity(0, {cpus[index % len(cpus)]})
@@ -90,7 +91,7 @@ def generator(index, ranks, args, port, results, start_at, stop_at, scrape_from)
             w.first_step, w.last_step, w.start_time_s = step0 + 1, step0 + 3, now
         return agent_pb2.AgentMessage(batch=b).SerializeToString()
 
-    async def rank_stream(channel, job, rank):
+    async def rank_stream(channel, job, rank, rep):
         queue: asyncio.Queue = asyncio.Queue()
         hello = agent_pb2.AgentMessage(hello=agent_pb2.Hello(
             job=job, rank=rank, world_size=args.ranks_per_job, host=f"node-{rank // 8}", pid=rank,
@@ -113,7 +114,7 @@ def generator(index, ranks, args, port, results, start_at, stop_at, scrape_from)
             async for cmd in call:
                 if cmd.HasField("ack") and cmd.ack.seq in sent_at:
                     t0, kind = sent_at.pop(cmd.ack.seq)
-                    lat[kind].append(time.time() - t0)
+                    lat[kind].append((rep, time.time() - t0))
                     counts["acked"] += 1
 
         read = asyncio.ensure_future(reader())
@@ -139,13 +140,15 @@ def generator(index, ranks, args, port, results, start_at, stop_at, scrape_from)
                 counts["errors"] += 1
 
     async def main():
-        channels = [grpc.aio.insecure_channel(f"127.0.0.1:{port}") for _ in range(max(1, len(ranks) // 100))]
-        tasks = [rank_stream(channels[i % len(channels)], job, rank) for i, (job, rank) in enumerate(ranks)]
+        per = max(1, len(ranks) // 100 // len(ports))  # about one channel per 100 ranks
+        channels = [[grpc.aio.insecure_channel(f"127.0.0.1:{port}") for _ in range(per)] for port in ports]
+        tasks = [rank_stream(channels[rep][i % per], job, rank, rep) for i, (job, rank, rep) in enumerate(ranks)]
         for r in await asyncio.gather(*tasks, return_exceptions=True):
             if isinstance(r, Exception):
                 counts["errors"] += 1
-        for ch in channels:
-            await ch.close()
+        for chs in channels:
+            for ch in chs:
+                await ch.close()
 
     asyncio.run(main())
     results.put({"lat": lat, "counts": counts})
@@ -158,30 +161,50 @@ def pct(values, q):
     return values[min(len(values) - 1, int(q * len(values)))]
 
 
-def run_once(n, args):
-    tmp = tempfile.mkdtemp(prefix="stepwatch-scale-")
-    ready = os.path.join(tmp, "ready.json")
+def start_collector(tmp, i, args):
+    """Collector replica ``i``, pinned to the i-th entry of ``--collector-cpus`` (``;``-separated
+    lists, one per replica); returns (process, grpc port, http address)."""
+    ready = os.path.join(tmp, f"ready-{i}.json")
     cmd = [sys.executable, "-m", "stepwatch.collector.tools", "collector", "--grpc-listen", "127.0.0.1:0",
            "--http-listen", "127.0.0.1:0", "--ready-file", ready, "--max-jobs", "100000",
-           "--log-level", "WARNING"]
+           "--log-level", "WARNING", "--metrics-per-rank", args.per_rank]
     if args.collector_cpus:
-        cmd = ["taskset", "-c", args.collector_cpus] + cmd
-    col = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=open(os.path.join(tmp, "collector.log"), "w"))
+        cmd = ["taskset", "-c", args.collector_cpus.split(";")[i % len(args.collector_cpus.split(";"))]] + cmd
+    log = os.path.join(tmp, f"collector-{i}.log")
+    col = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=open(log, "w"))
+    deadline = time.time() + 60
+    while not os.path.exists(ready):
+        assert time.time() < deadline and col.poll() is None, open(log).read()
+        time.sleep(0.05)
+    addr = json.load(open(ready))
+    return col, int(addr["grpc"].rsplit(":", 1)[1]), addr["http"]
+
+
+def run_once(n, args):
+    """One run at ``n`` ranks over ``args.replicas`` collectors; jobs placed as the agents place
+    them (rendezvous hashing, stepwatch.agent.placement)."""
+    from stepwatch.agent.placement import Placement
+
+    tmp = tempfile.mkdtemp(prefix="stepwatch-scale-")
+    cols = []
     try:
         import psutil
-        deadline = time.time() + 60
-        while not os.path.exists(ready):
-            assert time.time() < deadline and col.poll() is None, open(os.path.join(tmp, "collector.log")).read()
-            time.sleep(0.05)
-        addr = json.load(open(ready))
-        port, http = int(addr["grpc"].rsplit(":", 1)[1]), addr["http"]
+        for i in range(args.replicas):
+            cols.append(start_collector(tmp, i, args))
+        ports = [port for _, port, _ in cols]
+        placement = Placement(",".join(f"127.0.0.1:{p}" for p in ports))
+        replica = {f"127.0.0.1:{p}": i for i, p in enumerate(ports)}
+        jobs = [f"job{j:04d}" for j in range((n + args.ranks_per_job - 1) // args.ranks_per_job)]
+        owner = {job: replica[placement.choose(job)] for job in jobs}
+        ranks = [(f"job{r // args.ranks_per_job:04d}", r % args.ranks_per_job,
+                  owner[f"job{r // args.ranks_per_job:04d}"]) for r in range(n)]
+        col, _, http = cols[0]  # measured: replica 0 (CPU, RSS, scrapes); acks: every replica
         proc = psutil.Process(col.pid)
-        ranks = [(f"job{r // args.ranks_per_job:04d}", r % args.ranks_per_job) for r in range(n)]
         start_at = time.time() + 5.0 + n / 2000.0  # time to open the streams
         stop_at = start_at + args.duration_s
         scrape_from = start_at + args.duration_s / 2
         results = mp.Queue()
-        procs = [mp.Process(target=generator, args=(i, ranks[i::args.gen_procs], args, port, results, start_at,
+        procs = [mp.Process(target=generator, args=(i, ranks[i::args.gen_procs], args, ports, results, start_at,
                                                      stop_at, scrape_from)) for i in range(args.gen_procs)]
         for p in procs:
             p.start()
@@ -194,12 +217,14 @@ def run_once(n, args):
             while time.time() < scrape_from:
                 time.sleep(0.1)
             while time.time() < stop_at:
+                if scrapes and args.scrape_every_s:
+                    time.sleep(max(0.0, scrapes[-1][4] + args.scrape_every_s - time.time()))
                 t0 = time.time()
                 req = urllib.request.Request(f"http://{http}/metrics", headers={"Accept-Encoding": "gzip"})
                 with urllib.request.urlopen(req, timeout=120) as resp:
                     body = resp.read()
                 raw = gzip.decompress(body) if resp.headers.get("Content-Encoding") == "gzip" else body
-                scrapes.append((time.time() - t0, len(raw), len(body), raw.count(b"\n") - raw.count(b"\n#")))
+                scrapes.append((time.time() - t0, len(raw), len(body), raw.count(b"\n") - raw.count(b"\n#"), t0))
 
         th = threading.Thread(target=scraper, daemon=True)
         th.start()
@@ -215,24 +240,31 @@ def run_once(n, args):
             p.join(30)
         th.join(150)
     finally:
-        col.terminate()
-        try:
-            col.wait(20)
-        except subprocess.TimeoutExpired:
-            col.kill()
+        for col, _, _ in cols:
+            col.terminate()
+        for col, _, _ in cols:
+            try:
+                col.wait(20)
+            except subprocess.TimeoutExpired:
+                col.kill()
     counts = {k: sum(g["counts"][k] for g in got) for k in got[0]["counts"]}
-    quiet = [x for g in got for x in g["lat"]["quiet"]]
-    during = [x for g in got for x in g["lat"]["scrape"]]
+    quiet = [x for g in got for _, x in g["lat"]["quiet"]]
+    during = [x for g in got for rep, x in g["lat"]["scrape"] if rep == 0]  # the scraped replica's acks
     cpu = (cpu_mid.user + cpu_mid.system) - (cpu0.user + cpu0.system)  # ingest only (no scrapes)
     cpu_scraping = (cpu1.user + cpu1.system) - (cpu_mid.user + cpu_mid.system)
-    quiet_batches = max(1, len(quiet))
-    return {"ranks": n, "period_s": args.period_s, "duration_s": args.duration_s, **counts,
+    # Batches the measured replica took in the half without scrapes (its share of the ranks).
+    measured_batches = max(1, len(quiet) * on_measured / max(1, n))
+    on_measured = sum(1 for _, _, rep in ranks if rep == 0)
+    return {"ranks": n, "replicas": args.replicas, "ranks_on_measured_replica": on_measured,
+            "ranks_per_replica": [sum(1 for _, _, rep in ranks if rep == i) for i in range(args.replicas)],
+            "per_rank": args.per_rank, "scrape_every_s": args.scrape_every_s,
+            "period_s": args.period_s, "duration_s": args.duration_s, **counts,
             "ack_ms_quiet": {"p50": 1e3 * (pct(quiet, 0.5) or 0), "p99": 1e3 * (pct(quiet, 0.99) or 0)},
             "ack_ms_scrape": {"p50": 1e3 * (pct(during, 0.5) or 0), "p99": 1e3 * (pct(during, 0.99) or 0)},
             "collector_cpu_cores": cpu / (args.duration_s / 2),
             "collector_cpu_cores_scraping": cpu_scraping / (args.duration_s / 2),
-            "collector_cpu_us_per_batch": 1e6 * cpu / quiet_batches,
-            "collector_cpu_us_per_step": 1e6 * cpu / (quiet_batches * args.steps_per_batch),
+            "collector_cpu_us_per_batch": 1e6 * cpu / measured_batches,
+            "collector_cpu_us_per_step": 1e6 * cpu / (measured_batches * args.steps_per_batch),
             "collector_rss_mb": rss / 1e6,
             "scrapes": len(scrapes),
             "scrape_s": {"p50": pct([s[0] for s in scrapes], 0.5), "max": max((s[0] for s in scrapes), default=None)},
@@ -250,7 +282,14 @@ def main():
     p.add_argument("--window-every", type=int, default=12, help="a window summary every this many batches")
     p.add_argument("--duration-s", type=float, default=40.0)
     p.add_argument("--gen-procs", type=int, default=4)
-    p.add_argument("--collector-cpus", default="", help="taskset CPU list for the collector, e.g. 0")
+    p.add_argument("--collector-cpus", default="", help="taskset CPU list for the collector, e.g. 0; with "
+                   "--replicas, one list per replica separated by ';' (0;1;2)")
+    p.add_argument("--replicas", type=int, default=1, help="collector replicas, jobs placed by rendezvous hashing "
+                   "(CPU, RSS and scrapes are measured on replica 0)")
+    p.add_argument("--per-rank", default="summary", choices=("full", "summary", "off"),
+                   help="the collectors' metrics_per_rank")
+    p.add_argument("--scrape-every-s", type=float, default=0.0,
+                   help="scrape every this many seconds in the second half (0: back to back)")
     p.add_argument("--gen-cpus", default="", help="CPUs for the generators, comma-separated")
     p.add_argument("--out", default="")
     args = p.parse_args()
@@ -264,11 +303,11 @@ def main():
     if args.out:
         with open(args.out, "w") as fh:
             json.dump(doc, fh, indent=1)
-    print("\n| ranks | batches sent/acked | errors | ack p50/p99 ms (no scrape) | ack p50/p99 ms (scraping) | "
+    print("\n| ranks (replicas) | batches sent/acked | errors | ack p50/p99 ms (no scrape) | ack p50/p99 ms (scraping) | "
           "collector CPU (ingest; while scraping) | CPU us/step | scrape s (p50/max) | MB (gzip) | series | RSS MB |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r['ranks']} | {r['sent']}/{r['acked']} | {r['errors']} | {r['ack_ms_quiet']['p50']:.1f} / "
+        print(f"| {r['ranks']} ({r['replicas']}) | {r['sent']}/{r['acked']} | {r['errors']} | {r['ack_ms_quiet']['p50']:.1f} / "
               f"{r['ack_ms_quiet']['p99']:.1f} | {r['ack_ms_scrape']['p50']:.1f} / {r['ack_ms_scrape']['p99']:.1f} | "
               f"{r['collector_cpu_cores']:.2f} core ({r['collector_cpu_cores_scraping']:.2f} scraping) | "
               f"{r['collector_cpu_us_per_step']:.1f} | "

@@ -157,8 +157,8 @@ class RankMetrics:
                gpu.uuid if gpu else "", gpu.name if gpu else "", full)
         texts = self._labels.get(key)
         if texts is None:
-            every = labels_text(GPU_LABELS, key[:7])
             ident = labels_text(RANK_LABELS, key[:4])
+            every = labels_text(GPU_LABELS, key[:7]) if gpu else ident  # a CPU rank: no GPU labels
             if full:
                 texts = (ident, every, every)
             else:

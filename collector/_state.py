@@ -8,6 +8,7 @@ negative durations are skipped in histograms, older samples never replace newer 
 
 from __future__ import annotations
 
+import bisect
 import collections
 import dataclasses
 import math
@@ -48,12 +49,7 @@ class Histogram:
     def observe(self, value: float) -> None:
         if not math.isfinite(value) or value < 0:
             return
-        for i, bound in enumerate(self.bounds):
-            if value <= bound:
-                break
-        else:
-            i = len(self.bounds)
-        self.counts[i] += 1
+        self.counts[bisect.bisect_left(self.bounds, value)] += 1  # first bound >= value; past the last: +Inf
         self.sum += value
         self.count += 1
 

@@ -27,13 +27,18 @@ def free_port() -> int:
 
 
 class Collector:
-    """A collector subprocess; ``start()`` may be called again after ``kill()`` (same ports)."""
+    """A collector subprocess; ``start()`` may be called again after ``kill()`` (same ports).
+    Per-rank series are ``full`` unless ``--metrics-per-rank`` is among ``extra_args``: these
+    tests read per-rank detail (events, windows, wait histograms) from /metrics; the default
+    summary mode is tested in tests/collector/test_metrics_modes.py, the stack and replica tests."""
 
     _instances = 0  # unique ready/log file names when a test starts several collectors
 
     def __init__(self, tmp_path, extra_args=(), grpc_port: Optional[int] = None):
         self.tmp = tmp_path
         self.extra = list(extra_args)
+        if "--metrics-per-rank" not in self.extra:
+            self.extra += ["--metrics-per-rank", "full"]
         self.grpc_port = grpc_port or free_port()
         self.proc: Optional[subprocess.Popen] = None
         self.http = ""

@@ -122,7 +122,7 @@ def test_promtool_check_metrics_is_clean(start_collector):
     assert proc.stdout + proc.stderr == b"" and proc.returncode == 0
     proc = subprocess.run(["promtool", "check", "metrics"], input=body, capture_output=True, timeout=30)
     findings = set((proc.stdout + proc.stderr).decode().splitlines())
-    assert all(f.startswith("stepwatch_gpu_") and f.endswith("label names should be written in 'snake_case' not "
+    assert all(f.startswith(("stepwatch_gpu_", "stepwatch_rank_info")) and f.endswith("label names should be written in 'snake_case' not "
                                                                "'camelCase'") for f in findings), findings
 
 

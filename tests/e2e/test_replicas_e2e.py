@@ -35,7 +35,7 @@ def _jobs(col) -> dict:
 
 def test_jobs_are_sharded_and_move_to_the_surviving_replica(collector_factory, tmp_path):
     records = [tmp_path / "a.jsonl", tmp_path / "b.jsonl"]
-    cols = [collector_factory("--record", str(r)) for r in records]
+    cols = [collector_factory("--record", str(r), "--metrics-per-rank", "summary") for r in records]
     targets = ",".join(c.grpc for c in cols)
     expect = {job: Placement(targets).choose(job) for job in JOBS}
     owner_of = {c.grpc: c for c in cols}
