@@ -252,9 +252,9 @@ def run_once(n, args):
     during = [x for g in got for rep, x in g["lat"]["scrape"] if rep == 0]  # the scraped replica's acks
     cpu = (cpu_mid.user + cpu_mid.system) - (cpu0.user + cpu0.system)  # ingest only (no scrapes)
     cpu_scraping = (cpu1.user + cpu1.system) - (cpu_mid.user + cpu_mid.system)
+    on_measured = sum(1 for _, _, rep in ranks if rep == 0)
     # Batches the measured replica took in the half without scrapes (its share of the ranks).
     measured_batches = max(1, len(quiet) * on_measured / max(1, n))
-    on_measured = sum(1 for _, _, rep in ranks if rep == 0)
     return {"ranks": n, "replicas": args.replicas, "ranks_on_measured_replica": on_measured,
             "ranks_per_replica": [sum(1 for _, _, rep in ranks if rep == i) for i in range(args.replicas)],
             "per_rank": args.per_rank, "scrape_every_s": args.scrape_every_s,
