@@ -167,7 +167,7 @@ def start_collector(tmp, i, args):
     ready = os.path.join(tmp, f"ready-{i}.json")
     cmd = [sys.executable, "-m", "stepwatch.collector.tools", "collector", "--grpc-listen", "127.0.0.1:0",
            "--http-listen", "127.0.0.1:0", "--ready-file", ready, "--max-jobs", "100000",
-           "--log-level", "WARNING", "--metrics-per-rank", args.per_rank]
+           "--log-level", "WARNING"] + (["--metrics-per-rank", args.per_rank] if args.per_rank != "unset" else [])
     if args.collector_cpus:
         cmd = ["taskset", "-c", args.collector_cpus.split(";")[i % len(args.collector_cpus.split(";"))]] + cmd
     log = os.path.join(tmp, f"collector-{i}.log")
@@ -286,8 +286,8 @@ def main():
                    "--replicas, one list per replica separated by ';' (0;1;2)")
     p.add_argument("--replicas", type=int, default=1, help="collector replicas, jobs placed by rendezvous hashing "
                    "(CPU, RSS and scrapes are measured on replica 0)")
-    p.add_argument("--per-rank", default="summary", choices=("full", "summary", "off"),
-                   help="the collectors' metrics_per_rank")
+    p.add_argument("--per-rank", default="summary", choices=("full", "summary", "off", "unset"),
+                   help="the collectors' metrics_per_rank (unset: not passed, for a collector older than it)")
     p.add_argument("--scrape-every-s", type=float, default=0.0,
                    help="scrape every this many seconds in the second half (0: back to back)")
     p.add_argument("--gen-cpus", default="", help="CPUs for the generators, comma-separated")

@@ -24,15 +24,41 @@ def _repeated(field: FieldDescriptor) -> bool:
     return flag if flag is not None else field.label == FieldDescriptor.LABEL_REPEATED
 
 
+_PLANS: dict = {}
+
+
+def _plan(desc) -> tuple:
+    """(singular float fields, repeated float fields, [(message field, repeated)]) of a type."""
+    plan = _PLANS.get(desc)
+    if plan is None:
+        floats, rep_floats, msgs = [], [], []
+        for field in desc.fields:
+            if field.type in _FLOATS:
+                (rep_floats if _repeated(field) else floats).append(field.name)
+            elif field.type == FieldDescriptor.TYPE_MESSAGE and not field.message_type.GetOptions().map_entry:
+                msgs.append((field.name, _repeated(field)))
+        plan = _PLANS[desc] = (tuple(floats), tuple(rep_floats), tuple(msgs))
+    return plan
+
+
 def _finite(msg: Message) -> bool:
-    for field, value in msg.ListFields():
-        values = value if _repeated(field) else (value,)
-        if field.type in _FLOATS:
-            if not all(math.isfinite(v) for v in values):
+    floats, rep_floats, msgs = _plan(msg.DESCRIPTOR)
+    total = 0.0
+    for name in floats:  # unset fields read 0.0
+        total += getattr(msg, name)
+    # A NaN or an infinity makes the sum non-finite; so could (in theory) an overflow of
+    # finite values, hence the exact check before dropping anything.
+    if total - total != 0.0 and not all(math.isfinite(getattr(msg, name)) for name in floats):
+        return False
+    for name in rep_floats:
+        if not all(map(math.isfinite, getattr(msg, name))):
+            return False
+    for name, repeated in msgs:
+        if repeated:
+            if not all(map(_finite, getattr(msg, name))):
                 return False
-        elif field.type == FieldDescriptor.TYPE_MESSAGE and not field.message_type.GetOptions().map_entry:
-            if not all(_finite(v) for v in values):
-                return False
+        elif msg.HasField(name) and not _finite(getattr(msg, name)):
+            return False
     return True
 
 
@@ -41,6 +67,8 @@ def drop_nonfinite(batch: agent_pb2.Batch) -> int:
     dropped = 0
     for name in _RECORDS:
         records = getattr(batch, name)
+        if all(map(_finite, records)):
+            continue
         kept = [r for r in records if _finite(r)]
         if len(kept) != len(records):
             dropped += len(records) - len(kept)

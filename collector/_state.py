@@ -297,21 +297,25 @@ class CollectorState:
 
     @staticmethod
     def _apply_step(st: RankState, sess: _Session, rec: agent_pb2.StepRecord) -> None:
-        sess.max_step = max(sess.max_step, rec.step)
-        st.step_hist.observe(rec.duration_s)
-        st.wait_hist.observe(rec.dataloader_wait_s)
-        if math.isfinite(rec.duration_s) and rec.duration_s >= 0 and math.isfinite(rec.dataloader_wait_s):
-            st.add_recent(max(0.0, rec.dataloader_wait_s), rec.duration_s)
-        if math.isfinite(rec.duration_s) and rec.duration_s >= 0 and math.isfinite(rec.end_time_s):
-            st.trend.append((rec.step, rec.end_time_s, rec.duration_s))  # arrival order
+        # Each protobuf field read once: attribute access on a message is the cost here.
+        step, dur, wait, end = rec.step, rec.duration_s, rec.dataloader_wait_s, rec.end_time_s
+        if step > sess.max_step:
+            sess.max_step = step
+        st.step_hist.observe(dur)
+        st.wait_hist.observe(wait)
+        good = dur >= 0 and math.isfinite(dur)
+        if good and math.isfinite(wait):
+            st.add_recent(wait if wait > 0.0 else 0.0, dur)
+        if good and math.isfinite(end):
+            st.trend.append((step, end, dur))  # arrival order
         if rec.HasField("samples"):
             st.samples_total += rec.samples
             st.samples_known = True
         if rec.HasField("tokens"):
             st.tokens_total += rec.tokens
             st.tokens_known = True
-        if st.last_step_time is None or rec.end_time_s > st.last_step_time:
-            st.last_step_time = rec.end_time_s
+        if st.last_step_time is None or end > st.last_step_time:
+            st.last_step_time = end
 
     def expire(self, now: float) -> list[RankKey]:
         """Remove ranks disconnected for longer than ``agent_grace_s``; return their keys."""

@@ -57,7 +57,9 @@ class Evidence:
         return self._ranks.get((job, rank))
 
     def on_batch(self, hello: agent_pb2.Hello, batch: agent_pb2.Batch, now: float) -> None:
-        r = self._ranks.setdefault((hello.job, hello.rank), _Rank())
+        r = self._ranks.get((hello.job, hello.rank))
+        if r is None:
+            r = self._ranks[hello.job, hello.rank] = _Rank()
         for s in batch.steps:
             if s.profiled or not s.duration_s > 0:
                 continue
