@@ -183,8 +183,6 @@ def start_collector(tmp, i, args):
 def run_once(n, args):
     """One run at ``n`` ranks over ``args.replicas`` collectors; jobs placed as the agents place
     them (rendezvous hashing, stepwatch.agent.placement)."""
-    from stepwatch.agent.placement import Placement
-
     tmp = tempfile.mkdtemp(prefix="stepwatch-scale-")
     cols = []
     try:
@@ -192,10 +190,14 @@ def run_once(n, args):
         for i in range(args.replicas):
             cols.append(start_collector(tmp, i, args))
         ports = [port for _, port, _ in cols]
-        placement = Placement(",".join(f"127.0.0.1:{p}" for p in ports))
-        replica = {f"127.0.0.1:{p}": i for i, p in enumerate(ports)}
         jobs = [f"job{j:04d}" for j in range((n + args.ranks_per_job - 1) // args.ranks_per_job)]
-        owner = {job: replica[placement.choose(job)] for job in jobs}
+        owner = {job: 0 for job in jobs}
+        if len(ports) > 1:
+            from stepwatch.agent.placement import Placement
+
+            placement = Placement(",".join(f"127.0.0.1:{p}" for p in ports))
+            replica = {f"127.0.0.1:{p}": i for i, p in enumerate(ports)}
+            owner = {job: replica[placement.choose(job)] for job in jobs}
         ranks = [(f"job{r // args.ranks_per_job:04d}", r % args.ranks_per_job,
                   owner[f"job{r // args.ranks_per_job:04d}"]) for r in range(n)]
         col, _, http = cols[0]  # measured: replica 0 (CPU, RSS, scrapes); acks: every replica
