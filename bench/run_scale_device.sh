@@ -1,0 +1,33 @@
+#!/bin/bash
+# The runs behind bench/results/collector_scale_*.{json,md}, on the lent GPU machine's host
+# (16 CPU cores; no GPU used). Collector replicas pinned to CPUs 0-2, generators to 4-15;
+# py-spy (carried as .bin/py-spy.xz) samples the one-replica collector for 15 s of its
+# scrape-free half at 10,000 ranks, once with the code before the fleet work (.bin/prev.tar,
+# `git archive b4c54ce --prefix=prev/`) and once with this one. Writes under $OUT.
+set -u
+P="python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade"
+$P --target /tmp/site .whl/*.whl
+$P --no-build-isolation --target /tmp/sw .
+mkdir -p /tmp/prev && tar -xf .bin/prev.tar -C /tmp/prev && $P --no-build-isolation --target /tmp/sw_old /tmp/prev/prev
+xz -dc .bin/py-spy.xz > /tmp/py-spy && chmod +x /tmp/py-spy
+GEN=(--gen-procs 12 --gen-cpus 4,5,6,7,8,9,10,11,12,13,14,15 --duration-s 40)
+export PYTHONUNBUFFERED=1
+
+profiled() {  # NAME PYTHONPATH bench-args...: one run, the collector sampled by py-spy
+    local name=$1 path=$2; shift 2
+    PYTHONPATH=$path:/tmp/site python3 bench/collector_scale.py "${GEN[@]}" --out "$OUT/$name.json" "$@" \
+        > "$OUT/$name.log" 2>&1 &
+    local bench=$! pid=""
+    for _ in $(seq 200); do pid=$(pgrep -f "stepwatch.collector.tools collector" | head -1); [ -n "$pid" ] && break; sleep 0.1; done
+    sleep 12
+    /tmp/py-spy record --format raw -r 200 -d 15 -o "$OUT/$name.pyspy.txt" -p "$pid" > "$OUT/$name.pyspy.log" 2>&1
+    wait $bench
+}
+
+profiled before_10000 /tmp/sw_old --ranks 10000 --per-rank unset --collector-cpus 0
+profiled after_10000 /tmp/sw --ranks 10000 --collector-cpus 0
+PYTHONPATH=/tmp/sw:/tmp/site python3 bench/collector_scale.py "${GEN[@]}" --ranks 100 1000 3000 \
+    --collector-cpus 0 --out "$OUT/after_small.json" > "$OUT/after_small.log" 2>&1
+PYTHONPATH=/tmp/sw:/tmp/site python3 bench/collector_scale.py "${GEN[@]}" --ranks 10000 --replicas 3 \
+    --collector-cpus "0;1;2" --out "$OUT/after_3replicas.json" > "$OUT/after_3replicas.log" 2>&1
+for f in before_10000 after_small after_10000 after_3replicas; do tail -n +3 "$OUT/$f.log" | grep "^| [0-9]" | sed "s/^/$f /"; done
