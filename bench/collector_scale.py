@@ -4,7 +4,8 @@ window summaries of a real H200 job) replayed as N ranks.
 
 One collector process, or ``--replicas`` with the jobs placed as the agents place them
 (pinned with ``--collector-cpus``), and ``--gen-procs`` generator processes (pinned to the
-other CPUs), each holding its share of the ranks as gRPC streams on one channel per 100 ranks. Every rank sends a Batch every ``--period-s`` (random phase): 20
+other CPUs), each holding its share of the ranks as gRPC streams, one TCP connection per
+``--ranks-per-connection`` ranks (10). Every rank sends a Batch every ``--period-s`` (random phase): 20
 steps, one GPU, host and allocator sample, and every ``--window-every`` batches a window
 summary (one per rank per minute at the defaults). The first half of ``--duration-s`` runs
 without scrapes, the second half scrapes /metrics back to back (gzip, as Prometheus asks).
@@ -72,8 +73,10 @@ def generator(index, ranks, args, ports, results, start_at, stop_at, scrape_from
 
     steps, gpu, host, alloc, windows = templates()
     rng = random.Random(index)
+    seen_errors: set = set()
     lat = {"quiet": [], "scrape": []}
-    counts = {"sent": 0, "acked": 0, "errors": 0, "connect_failures": 0, "steps": 0}
+    counts = {"sent": 0, "acked": 0, "errors": 0, "connect_failures": 0, "steps": 0,
+              "unacked_quiet": 0, "unacked_scrape": 0, "streams_never_acked": 0}
 
     def batch(seq, step0, now, with_window):
         b = agent_pb2.Batch(seq=seq, sealed_time_s=now)
@@ -134,14 +137,30 @@ def generator(index, ranks, args, ports, results, start_at, stop_at, scrape_from
             await queue.put(None)
             try:
                 await asyncio.wait_for(read, 5.0)
-            except (asyncio.TimeoutError, grpc.aio.AioRpcError):
+            except asyncio.TimeoutError:
                 counts["errors"] += 1
+                counts["error_timeout"] = counts.get("error_timeout", 0) + 1
+            except grpc.aio.AioRpcError as exc:
+                counts["errors"] += 1
+                key = f"error_{exc.code().name.lower()}"
+                counts[key] = counts.get(key, 0) + 1
+                if key not in seen_errors:
+                    seen_errors.add(key)
+                    print(f"generator {index}: stream {job}/{rank}: {exc.code().name}: {exc.details()}",
+                          file=sys.stderr, flush=True)
             except Exception:  # noqa: BLE001 - counted, reported
                 counts["errors"] += 1
+            for _, kind in sent_at.values():  # never acked while the stream lived
+                counts["unacked_" + kind] += 1
+            counts["streams_never_acked"] += len(sent_at) == seq
 
     async def main():
-        per = max(1, len(ranks) // 100 // len(ports))  # about one channel per 100 ranks
-        channels = [[grpc.aio.insecure_channel(f"127.0.0.1:{port}") for _ in range(per)] for port in ports]
+        # One TCP connection per --ranks-per-connection ranks (a local subchannel pool per
+        # channel: channels to one address would otherwise share one connection). Real agents
+        # have one each; all ranks of a generator on one connection left acks seconds late.
+        per = max(1, len(ranks) // args.ranks_per_connection // len(ports))
+        channels = [[grpc.aio.insecure_channel(f"127.0.0.1:{port}", options=[("grpc.use_local_subchannel_pool", 1)])
+                     for _ in range(per)] for port in ports]
         tasks = [rank_stream(channels[rep][i % per], job, rank, rep) for i, (job, rank, rep) in enumerate(ranks)]
         for r in await asyncio.gather(*tasks, return_exceptions=True):
             if isinstance(r, Exception):
@@ -249,7 +268,7 @@ def run_once(n, args):
                 col.wait(20)
             except subprocess.TimeoutExpired:
                 col.kill()
-    counts = {k: sum(g["counts"][k] for g in got) for k in got[0]["counts"]}
+    counts = {k: sum(g["counts"].get(k, 0) for g in got) for k in sorted({k for g in got for k in g["counts"]})}
     quiet = [x for g in got for _, x in g["lat"]["quiet"]]
     during = [x for g in got for rep, x in g["lat"]["scrape"] if rep == 0]  # the scraped replica's acks
     cpu = (cpu_mid.user + cpu_mid.system) - (cpu0.user + cpu0.system)  # ingest only (no scrapes)
@@ -257,7 +276,7 @@ def run_once(n, args):
     on_measured = sum(1 for _, _, rep in ranks if rep == 0)
     # Batches the measured replica took in the half without scrapes (its share of the ranks).
     measured_batches = max(1, len(quiet) * on_measured / max(1, n))
-    return {"ranks": n, "replicas": args.replicas, "ranks_on_measured_replica": on_measured,
+    return {"ranks": n, "replicas": args.replicas, "ranks_per_connection": args.ranks_per_connection, "ranks_on_measured_replica": on_measured,
             "ranks_per_replica": [sum(1 for _, _, rep in ranks if rep == i) for i in range(args.replicas)],
             "per_rank": args.per_rank, "scrape_every_s": args.scrape_every_s,
             "period_s": args.period_s, "duration_s": args.duration_s, **counts,
@@ -279,6 +298,8 @@ def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--ranks", type=int, nargs="+", default=[100, 1000])
     p.add_argument("--ranks-per-job", type=int, default=64)
+    p.add_argument("--ranks-per-connection", type=int, default=10,
+                   help="simulated ranks sharing one gRPC connection (real agents: 1 each)")
     p.add_argument("--period-s", type=float, default=5.0)
     p.add_argument("--steps-per-batch", type=int, default=20)
     p.add_argument("--window-every", type=int, default=12, help="a window summary every this many batches")

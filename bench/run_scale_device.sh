@@ -31,3 +31,4 @@ PYTHONPATH=/tmp/sw:/tmp/site python3 bench/collector_scale.py "${GEN[@]}" --rank
 PYTHONPATH=/tmp/sw:/tmp/site python3 bench/collector_scale.py "${GEN[@]}" --ranks 10000 --replicas 3 \
     --collector-cpus "0;1;2" --out "$OUT/after_3replicas.json" > "$OUT/after_3replicas.log" 2>&1
 for f in before_10000 after_small after_10000 after_3replicas; do tail -n +3 "$OUT/$f.log" | grep "^| [0-9]" | sed "s/^/$f /"; done
+tar -czf "$OUT/scale_runs.tgz" -C "$OUT" $(cd "$OUT" && ls | grep -v scale_runs.tgz) && (cd "$OUT" && ls | grep -v scale_runs.tgz | xargs rm -f)
