@@ -17,6 +17,8 @@ from typing import Any, Iterable, Optional
 
 from stepwatch.proto.stepwatch.v1 import agent_pb2
 
+from ._ring import Ring
+
 from ._traces import TraceBook
 
 __all__ = ["Histogram", "RankKey", "RankState", "CollectorState", "STEP_BUCKETS", "WAIT_BUCKETS", "TREND_POINTS"]
@@ -87,11 +89,11 @@ class RankState:
     tokens_known: bool = False
     step_hist: Histogram = dataclasses.field(default_factory=lambda: Histogram(STEP_BUCKETS))
     wait_hist: Histogram = dataclasses.field(default_factory=lambda: Histogram(WAIT_BUCKETS))
-    recent: collections.deque = dataclasses.field(default_factory=lambda: collections.deque(maxlen=RATIO_WINDOW))
+    recent: Ring = dataclasses.field(default_factory=lambda: Ring("dd", RATIO_WINDOW))  # (wait, duration)
     recent_wait_s: float = 0.0  # running sums over ``recent`` (add_recent keeps them)
     recent_duration_s: float = 0.0
     recent_added: int = 0
-    trend: collections.deque = dataclasses.field(default_factory=lambda: collections.deque(maxlen=TREND_POINTS))
+    trend: Ring = dataclasses.field(default_factory=lambda: Ring("Qdd", TREND_POINTS))  # (step, end, duration)
     last_step_time: Optional[float] = None
     allocator: Optional[agent_pb2.AllocatorSample] = None
     gpu_sample: Optional[agent_pb2.GpuSample] = None
@@ -130,7 +132,7 @@ class RankState:
             w0, d0 = self.recent[0]
             self.recent_wait_s -= w0
             self.recent_duration_s -= d0
-        self.recent.append((wait, duration))
+        self.recent.append(wait, duration)
         self.recent_added += 1
         if self.recent_added % RATIO_WINDOW == 0:
             self.recent_wait_s = sum(w for w, _ in self.recent)
@@ -307,7 +309,7 @@ class CollectorState:
         if good and math.isfinite(wait):
             st.add_recent(wait if wait > 0.0 else 0.0, dur)
         if good and math.isfinite(end):
-            st.trend.append((step, end, dur))  # arrival order
+            st.trend.append(step, end, dur)  # arrival order
         if rec.HasField("samples"):
             st.samples_total += rec.samples
             st.samples_known = True
@@ -380,8 +382,8 @@ def _copy(st: RankState, light: bool = False) -> RankState:
         h = _clone(getattr(st, name))
         h.counts = list(h.counts)
         setattr(dup, name, h)
-    dup.recent = collections.deque(() if light else st.recent, maxlen=RATIO_WINDOW)
-    dup.trend = collections.deque(() if light else st.trend, maxlen=TREND_POINTS)
+    dup.recent = Ring("dd", RATIO_WINDOW) if light else st.recent.copy()
+    dup.trend = Ring("Qdd", TREND_POINTS) if light else st.trend.copy()
     dup.event_counts = dict(st.event_counts)
     dup.events = collections.deque(() if light else st.events, maxlen=KEPT_EVENTS)
     dup.windows = collections.deque(st.windows, maxlen=st.windows.maxlen)

@@ -46,6 +46,7 @@ import collections
 import math
 from typing import Optional
 
+from .._ring import Ring
 from ._config import DriftConfig
 from ._types import CRITICAL, INFO, WARNING, Condition, finite_positive, median
 
@@ -80,14 +81,14 @@ class DriftDetector:
         self._min_base = max(2, math.ceil(cfg.min_baseline_steps / b))
         self._recent: collections.deque = collections.deque(maxlen=self._n)  # log block medians
         self._n_jump_warn = 2 * self._n
-        self._history: collections.deque = collections.deque(maxlen=_MAX_RUN_BLOCKS)
+        self._history = Ring("Qdd", _MAX_RUN_BLOCKS)  # (first step, time, log block median)
         self._block: list[float] = []
         self._block_start: Optional[tuple[int, float]] = None
         self._k = math.log1p(cfg.info_ratio) / 2
         self._clip = math.log(cfg.pause_ratio)
         self._cusum = 0.0
         # (step, time, clipped d, d) of the blocks of the current CUSUM run / episode
-        self._run: collections.deque = collections.deque(maxlen=_MAX_RUN_BLOCKS)
+        self._run = Ring("Qddd", _MAX_RUN_BLOCKS)
         self._mu: Optional[float] = None
         self._sigma = _SIGMA_FLOOR
         self._held: list[tuple[int, float, float]] = []  # the current pause run's steps
@@ -150,7 +151,7 @@ class DriftDetector:
             if self.condition is None:
                 self._base.append(old)
                 self._mu = None  # recomputed below
-        self._history.append((start[0], start[1], y))
+        self._history.append(start[0], start[1], y)
         if self.condition is not None:
             self._since.append(y)
         if len(self._base) < self._min_base:
@@ -165,7 +166,7 @@ class DriftDetector:
         if self._cusum == 0.0 and self.condition is None:
             self._run.clear()
         else:
-            self._run.append((start[0], start[1], d, raw))
+            self._run.append(start[0], start[1], d, raw)
         self._recent.append(y)
         return self._judge()
 
