@@ -24,11 +24,20 @@ profiled() {  # NAME PYTHONPATH bench-args...: one run, the collector sampled by
     wait $bench
 }
 
-profiled before_10000 /tmp/sw_old --ranks 10000 --per-rank unset --collector-cpus 0
+run() {  # NAME bench-args...
+    local name=$1; shift
+    PYTHONPATH=/tmp/sw:/tmp/site python3 bench/collector_scale.py "${GEN[@]}" --out "$OUT/$name.json" "$@" \
+        > "$OUT/$name.log" 2>&1
+}
+
+[ -n "${SKIP_BEFORE:-}" ] || profiled before_10000 /tmp/sw_old --ranks 10000 --per-rank unset --collector-cpus 0
 profiled after_10000 /tmp/sw --ranks 10000 --collector-cpus 0
-PYTHONPATH=/tmp/sw:/tmp/site python3 bench/collector_scale.py "${GEN[@]}" --ranks 100 1000 3000 \
-    --collector-cpus 0 --out "$OUT/after_small.json" > "$OUT/after_small.log" 2>&1
-PYTHONPATH=/tmp/sw:/tmp/site python3 bench/collector_scale.py "${GEN[@]}" --ranks 10000 --replicas 3 \
-    --collector-cpus "0;1;2" --out "$OUT/after_3replicas.json" > "$OUT/after_3replicas.log" 2>&1
-for f in before_10000 after_small after_10000 after_3replicas; do tail -n +3 "$OUT/$f.log" | grep "^| [0-9]" | sed "s/^/$f /"; done
+run after_small --ranks 100 1000 3000 --collector-cpus 0
+run after_3replicas --ranks 10000 --replicas 3 --collector-cpus "0;1;2"
+# As Prometheus scrapes (every 15 s) rather than back to back:
+run after_3000_scrape15 --ranks 3000 --collector-cpus 0 --scrape-every-s 15
+run after_3replicas_scrape15 --ranks 10000 --replicas 3 --collector-cpus "0;1;2" --scrape-every-s 15
+for f in before_10000 after_small after_10000 after_3replicas after_3000_scrape15 after_3replicas_scrape15; do
+    [ -f "$OUT/$f.log" ] && tail -n +3 "$OUT/$f.log" | grep "^| [0-9]" | sed "s/^/$f /"
+done
 tar -czf "$OUT/scale_runs.tgz" -C "$OUT" $(cd "$OUT" && ls | grep -v scale_runs.tgz) && (cd "$OUT" && ls | grep -v scale_runs.tgz | xargs rm -f)
