@@ -77,7 +77,7 @@ def steps_document(state: CollectorState, job: str) -> dict[str, Any]:
     job has no ranks.
     """
     return {"job": job, "ranks": [{"rank": st.rank, "points": [list(p) for p in st.trend]}
-                                  for st in state.snapshot() if st.job == job]}
+                                  for st in state.snapshot(job=job)]}
 
 
 def steps_json(state: CollectorState, job: str) -> bytes:

@@ -238,7 +238,7 @@ class CaptureService(agent_pb2_grpc.ControlServiceServicer):
         asked = [r for r in ranks if r not in errors]
         log.info("stepwatch collector: capture %s: job=%s ranks=%s steps=%d", request_id, request.job, asked, request.steps)
         refs = await self._wait(request_id, asked, self._timeout(request, context))
-        hosts = {st.rank: st.hello.host for st in self._state.snapshot() if st.job == request.job}
+        hosts = {st.rank: st.hello.host for st in self._state.snapshot(job=request.job)}
         reply = agent_pb2.CaptureReply(request_id=request_id)
         for rank in ranks:
             if rank in refs and rank not in errors:

@@ -333,12 +333,13 @@ class CollectorState:
                     self._job_ranks.pop(key[0], None)
         return gone
 
-    def snapshot(self, light: bool = False) -> list[RankState]:
+    def snapshot(self, light: bool = False, job: Optional[str] = None) -> list[RankState]:
         """Shallow copies of all rank states, sorted by (job, rank); safe to read without the lock.
         Copied in chunks (each rank consistent in itself; a rank gone meanwhile is left out).
-        ``light`` (a scrape): the step lists and the event list are left empty."""
+        ``light`` (a scrape): the step lists and the event list are left empty. ``job``: only
+        that job's ranks."""
         with self._lock:
-            keys = sorted(self._ranks)
+            keys = sorted(k for k in self._ranks if job is None or k[0] == job)
         out = []
         for i in range(0, len(keys), _SNAPSHOT_CHUNK):  # the lock is let go between chunks: ingest goes on
             with self._lock:

@@ -50,7 +50,7 @@ def windows_document(state: CollectorState, job: str) -> Optional[dict[str, Any]
     "aligned": {...} or null}``, ranks sorted, windows oldest first (at most ``windows_kept``);
     ``aligned`` compares the ranks' compute and communication per step at the same steps
     (:func:`._windows_metrics.aligned_compute`). None when no rank of ``job`` is known."""
-    states = [st for st in state.snapshot() if st.job == job]
+    states = state.snapshot(job=job)
     ranks = [{"rank": st.rank, "host": st.hello.host, "connected": st.connected,
               "windows": [message_dict(w) for w in st.windows]} for st in states]
     return {"job": job, "ranks": ranks, "aligned": aligned_compute(states)} if ranks else None
