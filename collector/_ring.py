@@ -14,23 +14,35 @@ from typing import Iterable, Iterator
 __all__ = ["Ring"]
 
 
+_NONE = {"d": float("nan"), "q": -1}  # what stands for None in a nullable ring's column
+
+
 class Ring:
-    """Like ``deque(maxlen=...)`` of equal-length numeric tuples: ``append(*row)``, ``len``,
-    iteration oldest first, ``ring[i]`` (negative too), ``clear``, ``copy``. ``types`` gives
-    each column's array type code ("Q": uint64 as the wire's steps, "d": float)."""
+    """Like ``deque(maxlen=...)`` of equal-length numeric tuples: ``append(*row)``, ``extend``,
+    ``len``, iteration oldest first, ``ring[i]`` (negative too), ``clear``, ``copy``. ``types``
+    gives each column's array type code ("Q": uint64 as the wire's steps, "q": int64, "d":
+    float). ``nullable``: None is kept as NaN ("d") or -1 ("q"), and read back as None (the
+    values themselves are finite and non-negative: non-finite records stop at ingest)."""
 
-    __slots__ = ("maxlen", "_types", "_cols", "_start")
+    __slots__ = ("maxlen", "_types", "_cols", "_start", "_nullable")
 
-    def __init__(self, types: str, maxlen: int, rows: Iterable[tuple] = ()):
+    def __init__(self, types: str, maxlen: int, rows: Iterable[tuple] = (), nullable: bool = False):
         if maxlen < 1:
             raise ValueError("maxlen must be >= 1")
-        self.maxlen, self._types = maxlen, types
+        if nullable and not set(types) <= set(_NONE):
+            raise ValueError("a nullable ring takes only 'd' and 'q' columns")
+        self.maxlen, self._types, self._nullable = maxlen, types, nullable
         self._cols = [array(t) for t in types]
         self._start = 0
+        self.extend(rows)
+
+    def extend(self, rows: Iterable[tuple]) -> None:
         for row in rows:
             self.append(*row)
 
     def append(self, *row) -> None:
+        if self._nullable:
+            row = tuple(_NONE[t] if v is None else v for t, v in zip(self._types, row))
         cols = self._cols
         if len(cols[0]) < self.maxlen:
             for col, value in zip(cols, row):
@@ -51,15 +63,19 @@ class Ring:
         if not 0 <= index < n:
             raise IndexError("ring index out of range")
         j = (self._start + index) % self.maxlen if n == self.maxlen else index
-        return tuple(col[j] for col in self._cols)
+        return self._row(j)
+
+    def _row(self, j: int) -> tuple:
+        row = tuple(col[j] for col in self._cols)
+        if self._nullable:
+            row = tuple(None if (v != v if t == "d" else v == -1) else v for t, v in zip(self._types, row))
+        return row
 
     def __iter__(self) -> Iterator[tuple]:
         n = len(self._cols[0])
         start = self._start if n == self.maxlen else 0
-        order = list(range(start, n)) + list(range(0, start))
-        cols = self._cols
-        for j in order:
-            yield tuple(col[j] for col in cols)
+        for j in list(range(start, n)) + list(range(0, start)):
+            yield self._row(j)
 
     def __bool__(self) -> bool:
         return len(self._cols[0]) > 0
@@ -69,7 +85,7 @@ class Ring:
         self._start = 0
 
     def copy(self) -> "Ring":
-        dup = Ring(self._types, self.maxlen)
+        dup = Ring(self._types, self.maxlen, nullable=self._nullable)
         dup._cols = [array(t, col) for t, col in zip(self._types, self._cols)]
         dup._start = self._start
         return dup

@@ -23,6 +23,8 @@ from typing import Optional
 
 from stepwatch.proto.stepwatch.v1 import agent_pb2
 
+from .._ring import Ring
+
 __all__ = ["Evidence", "Diagnosis", "diagnose", "compare_windows", "fmt"]
 
 _BLOCK = 10
@@ -39,11 +41,15 @@ _EXPLAINED = 0.3          # a top contributor below this share of the change exp
 
 @dataclasses.dataclass
 class _Rank:
-    blocks: collections.deque = dataclasses.field(default_factory=lambda: collections.deque(maxlen=_BLOCKS_KEPT))
+    # Typed-array rings, not deques of tuples: 900 GPU samples of 10,000 ranks were 9 million
+    # tuples for the garbage collector to walk (collector/_ring.py).
+    # (first step, last step, end time, median step time, median wait) per 10 steps
+    blocks: Ring = dataclasses.field(default_factory=lambda: Ring("QQddd", _BLOCKS_KEPT))
     pending: list = dataclasses.field(default_factory=list)
-    host: collections.deque = dataclasses.field(default_factory=lambda: collections.deque(maxlen=_SAMPLES_KEPT))
-    gpu: collections.deque = dataclasses.field(default_factory=lambda: collections.deque(maxlen=_SAMPLES_KEPT))
-    alloc: collections.deque = dataclasses.field(default_factory=lambda: collections.deque(maxlen=_SAMPLES_KEPT))
+    host: Ring = dataclasses.field(default_factory=lambda: Ring("dd", _SAMPLES_KEPT))  # (time, cpu s)
+    # (time, *_GPU_FIELDS); clock_event_reasons is an integer bitmask
+    gpu: Ring = dataclasses.field(default_factory=lambda: Ring("dddqddd", _SAMPLES_KEPT, nullable=True))
+    alloc: Ring = dataclasses.field(default_factory=lambda: Ring("dQ", _SAMPLES_KEPT))  # (time, retries)
     windows: collections.deque = dataclasses.field(default_factory=lambda: collections.deque(maxlen=_WINDOWS_KEPT))
 
 
@@ -66,8 +72,8 @@ class Evidence:
             r.pending.append((s.step, s.end_time_s, s.duration_s, max(0.0, s.dataloader_wait_s)))
             if len(r.pending) == _BLOCK:
                 steps, times, durs, waits = zip(*r.pending)
-                r.blocks.append((steps[0], steps[-1], times[-1], statistics.median(durs),
-                                 statistics.median(waits)))
+                r.blocks.append(steps[0], steps[-1], times[-1], statistics.median(durs),
+                                statistics.median(waits))
                 r.pending = []
         r.host.extend((h.time_s, h.cpu_seconds) for h in batch.host)
         r.gpu.extend((g.time_s, *(getattr(g, f) if g.HasField(f) else None for f in _GPU_FIELDS))
