@@ -47,6 +47,19 @@ def test_slow_rank_is_named_after_8_of_10_blocks_and_cleared_after_it_recovers()
     assert not stragglers(e)
 
 
+def test_a_job_of_300_ranks_names_its_one_slow_rank_from_steps_and_windows():
+    """Past 64 ranks the spread is the MAD of all ranks and the others' medians come from one
+    sort per block (per-rank recomputation was O(n^2 log n)); the result is the same rank."""
+    e = DetectionEngine(parse_detection({"warmup_steps": 0}))
+    first = run_job(e, 160, ranks=300, slow_rank=123, slow_wait_s=0.04, slow_from=60, jitter=0.02)
+    assert set(stragglers(e)) == {123} and 60 + 70 <= first <= 60 + 90, first
+    e = DetectionEngine(parse_detection({"warmup_steps": 0}))
+    feed_windows(e, 4, ranks=300, slow_rank=7, jitter=0.02)
+    got = stragglers(e)
+    assert set(got) == {7}, sorted(got)[:5]
+    assert "others wait +8." in got[7].summary and "(1.2" in got[7].summary, got[7].summary
+
+
 def test_a_rank_expired_by_the_collector_takes_its_straggler_alert_with_it():
     e = DetectionEngine(parse_detection({"warmup_steps": 0}))
     run_job(e, 300, slow_rank=1, slow_wait_s=0.05, slow_from=1)

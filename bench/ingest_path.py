@@ -1,0 +1,78 @@
+"""The collector's ingest path without the network: recorded agent batches (the real H200
+recording, as bench/collector_scale.py sends them) applied through ``Pipeline.batch`` (non-finite
+check, state, detection, diagnosis evidence) for N ranks, in this process. Measures Python CPU
+per step on the path gRPC hands a parsed batch to, which is what the collector's own code costs
+(gRPC and asyncio come on top: bench/collector_scale.py).
+
+    python bench/ingest_path.py --ranks 1000 --batches 24
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import platform
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from collector_scale import templates  # noqa: E402
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--ranks", type=int, default=1000)
+    p.add_argument("--batches", type=int, default=24, help="batches per rank (20 steps each)")
+    p.add_argument("--ranks-per-job", type=int, default=64)
+    p.add_argument("--repeat", type=int, default=3)
+    args = p.parse_args()
+
+    from stepwatch.collector._pipeline import Pipeline
+    from stepwatch.collector._state import CollectorState
+    from stepwatch.collector.alerting import Detection
+    from stepwatch.collector.detect import DetectionConfig
+    from stepwatch.proto.stepwatch.v1 import agent_pb2
+
+    steps, gpu, host, alloc, windows = templates()
+    results = []
+    for _ in range(args.repeat):
+        state = CollectorState(300.0)
+        pipe = Pipeline(state, [Detection(DetectionConfig(), log_changes=False)])
+        hellos = []
+        for r in range(args.ranks):
+            h = agent_pb2.Hello(job=f"job{r // args.ranks_per_job:04d}", rank=r % args.ranks_per_job,
+                                world_size=args.ranks_per_job, host=f"node-{r // 8}", session_id=f"s{r}",
+                                gpu=agent_pb2.GpuIdentity(index=r % 8, uuid=f"GPU-{r}", name="NVIDIA H200"))
+            hellos.append((pipe.connect(h, 0.0), h))
+        payloads = []
+        for seq in range(1, args.batches + 1):
+            b = agent_pb2.Batch(seq=seq, sealed_time_s=1.7e9 + seq * 5)
+            for i in range(20):
+                s = b.steps.add()
+                s.CopyFrom(steps[(seq * 20 + i) % len(steps)])
+                s.step, s.end_time_s = (seq - 1) * 20 + i + 1, 1.7e9 + seq * 5 - (20 - i) * 0.01
+            for src, dst in ((gpu, b.gpu_samples), (host, b.host), (alloc, b.allocator)):
+                dst.add().CopyFrom(src[seq % len(src)])
+                dst[-1].time_s = 1.7e9 + seq * 5
+            if seq % 12 == 0 and windows:
+                w = b.windows.add()
+                w.CopyFrom(windows[seq % len(windows)])
+                w.first_step, w.last_step = (seq - 1) * 20 + 1, (seq - 1) * 20 + 3
+            payloads.append(b.SerializeToString())
+        gc.collect()
+        cpu0 = time.process_time()
+        for data in payloads:  # a batch of every rank, then the next: the order they arrive in
+            for key, h in hellos:
+                pipe.batch(key, h, agent_pb2.Batch.FromString(data), 1.7e9)
+        cpu = time.process_time() - cpu0
+        n_steps = args.ranks * args.batches * 20
+        results.append(1e6 * cpu / n_steps)
+    out = {"ranks": args.ranks, "batches_per_rank": args.batches, "us_per_step": sorted(results),
+           "python": platform.python_version(), "machine": platform.platform(), "cpus": os.cpu_count()}
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()
