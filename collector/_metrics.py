@@ -23,7 +23,7 @@ import statistics
 from typing import Callable, Iterator
 
 from ._exposition import Family, labels_text
-from ._state import STEP_BUCKETS, WAIT_BUCKETS, CollectorState, RankState
+from ._state import STEP_BUCKETS, WAIT_BUCKETS, CollectorState, Histogram, RankState
 from ._windows_metrics import aligned_compute, window_families
 
 __all__ = ["RankMetrics", "MODES", "SUMMARY", "CLOCK_EVENT_REASONS", "RANK_LABELS"]
@@ -137,10 +137,10 @@ class RankMetrics:
         if len(self._labels) > 2 * len(ranks) + 1024:
             self._labels.clear()  # ranks that left
         full = self.mode == "full"
-        rows = [(st, *self._texts(st, full)) for st in ranks]
+        rows = [(st, *self._texts(st)) for st in ranks]
         keep: Callable[[str], bool] = (lambda name: True) if full else SUMMARY.__contains__
         fams += _info(rows)
-        fams += _steps(rows, keep, full)
+        fams += _steps(rows, full)
         fams += _samples(rows, _ALLOCATOR, "allocator", False, keep)
         fams += _samples(rows, _GPU, "gpu_sample", True, keep)
         fams += _gpu_extra(rows, full)
@@ -149,17 +149,17 @@ class RankMetrics:
         fams += window_families(rows, full, self._top_k)
         return fams
 
-    def _texts(self, st: RankState, full: bool) -> tuple[str, str, str]:
+    def _texts(self, st: RankState) -> tuple[str, str, str]:
         """(rank labels, GPU series labels, the rank's full label set for stepwatch_rank_info),
         rendered once per rank. Summary series carry training_job and rank only."""
         gpu = st.gpu
         key = (st.job, st.rank, st.hello.local_rank, st.hello.host, gpu.index if gpu else "",
-               gpu.uuid if gpu else "", gpu.name if gpu else "", full)
+               gpu.uuid if gpu else "", gpu.name if gpu else "")
         texts = self._labels.get(key)
         if texts is None:
             ident = labels_text(RANK_LABELS, key[:4])
             every = labels_text(GPU_LABELS, key[:7]) if gpu else ident  # a CPU rank: no GPU labels
-            if full:
+            if self.mode == "full":
                 texts = (ident, every, every)
             else:
                 short = labels_text(SUMMARY_LABELS, key[:2])
@@ -209,7 +209,8 @@ def _info(rows) -> list[Family]:
     return [info]
 
 
-def _steps(rows, keep, full: bool) -> list[Family]:
+def _steps(rows, full: bool) -> list[Family]:
+    """Summary mode: histograms as their +Inf bucket; the wait histogram only in full mode."""
     steps = Family("stepwatch_steps", "Training steps completed (cumulative agent count).", "counter")
     dur = Family("stepwatch_step_duration_seconds", "Duration of training steps in seconds (summary mode: "
                  "the +Inf bucket only; stepwatch_job_step_duration_seconds has the buckets).", "histogram")
@@ -220,12 +221,11 @@ def _steps(rows, keep, full: bool) -> list[Family]:
     last = Family("stepwatch_last_step_timestamp_seconds", "Unix time at which the last step ended.", "gauge")
     samples = Family("stepwatch_samples", "Training samples processed.", "counter")
     tokens = Family("stepwatch_tokens", "Training tokens processed.", "counter")
-    waits = keep(wait.name)
     for st, labels, _, _ in rows:
         steps.add(labels, st.steps_total)
         if st.step_hist.count:
             dur.add_histogram(labels, st.step_hist.cumulative(), st.step_hist.sum, full)
-            if waits:
+            if full:
                 wait.add_histogram(labels, st.wait_hist.cumulative(), st.wait_hist.sum, full)
         r = st.dataloader_wait_ratio
         if r is not None:
@@ -358,18 +358,11 @@ def job_families(ranks: list[RankState]) -> Iterator[Family]:
         count.add(labels, up, 'state="connected"')
         count.add(labels, len(states) - up, 'state="disconnected"')
         for fam, hist, bounds in ((dur, "step_hist", STEP_BUCKETS), (wait, "wait_hist", WAIT_BUCKETS)):
-            counts, total = [0] * (len(bounds) + 1), 0.0
+            merged = Histogram(bounds)
             for st in states:
-                h = getattr(st, hist)
-                total += h.sum
-                for i, n in enumerate(h.counts):
-                    counts[i] += n
-            if any(counts):
-                running, cum = 0, []
-                for le, n in zip((*map(repr, map(float, bounds)), "+Inf"), counts):
-                    running += n
-                    cum.append((le, running))
-                fam.add_histogram(labels, cum, total)
+                merged.add(getattr(st, hist))
+            if merged.count:
+                fam.add_histogram(labels, merged.cumulative(), merged.sum)
         for fam, (_, _, value) in zip(spread, _JOB_SPREAD):
             vals = [v for v in map(value, states) if v is not None]
             if vals:

@@ -55,6 +55,12 @@ class Histogram:
         self.sum += value
         self.count += 1
 
+    def add(self, other: "Histogram") -> None:
+        """Add ``other``'s observations (same bounds): a job's histogram from its ranks'."""
+        self.counts = [a + b for a, b in zip(self.counts, other.counts)]
+        self.sum += other.sum
+        self.count += other.count
+
     def cumulative(self) -> list[tuple[str, int]]:
         """``[(le, cumulative count)]`` ending with ``("+Inf", count)``."""
         out, running = [], 0
