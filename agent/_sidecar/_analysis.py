@@ -20,13 +20,16 @@ on two streams at once counts once):
   (see :func:`._trace_model.own_phase`; launches on the autograd thread are backward,
   other launches inside a ProfilerStep forward); communication is NCCL time not overlapped
   by any non-communication GPU work. GPU idle time while the host was inside an explicit
-  optimizer, backward or forward range is charged to that phase (the host held the GPU up
+  optimizer, backward or forward range (explicit, or the implicit forward operators of a plain
+  model) is charged to that phase (the host held the GPU up
   there: host work in Optimizer.step, a launch-bound backward); other = step_time - the rest
   (idle during data loading or syncs, and unattributed work), clamped at 0, so the parts add
   up. CUDA-only traces (no CPU ranges) leave the phases 0: other is step_time - communication.
 * **CPU-only traces** (no GPU events): gpu_event_count 0, busy and idle ratios 0 (there is
   no device timeline), span and step_time from the ProfilerStep ranges, top_ops by **CPU**
-  self time of ``cpu_op`` ranges, phases from the host time of the phase ranges. The CPU is
+  self time of ``cpu_op`` ranges, phases from the host time of the phase ranges (a model
+  without a "forward" annotation: the operators directly under a ProfilerStep before its first
+  backward range, see :func:`._trace_model._implicit_forward`). The CPU is
   the device there, so **compute** is the host time in operators inside the steps (union of
   ``cpu_op`` ranges in a step or phase, communication ops left out) and **communication** the
   host time in collectives (``gloo:``/``nccl:`` work ranges on the backend's threads,

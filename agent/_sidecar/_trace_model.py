@@ -9,6 +9,7 @@ Times stay in the trace's microseconds here. Called on the sidecar's analysis th
 
 from __future__ import annotations
 
+import bisect
 import gzip
 import json
 import os
@@ -130,11 +131,41 @@ def build_model(events: List[dict]) -> TraceModel:
     phase_ranges: List[Tuple[float, float, int]] = []
     cpu_ops: List[Tuple[float, float]] = []
     comm: List[Tuple[float, float]] = []
+    top_level: List[Tuple[float, float]] = []
     for thread in set(ranges) | set(launches):
         _sweep(ranges.get(thread, []), launches.get(thread, []), thread in autograd,
-               linked, cpu_self, phase_ranges, (cpu_ops, comm))
+               linked, cpu_self, phase_ranges, (cpu_ops, comm), top_level)
     steps.sort()
+    phase_ranges.extend(_implicit_forward(steps, top_level, phase_ranges))
     return TraceModel(gpu, linked, steps, bool(ranges), cpu_self, phase_ranges, cpu_ops, comm)
+
+
+def _implicit_forward(steps: List[Tuple[float, float]], top_level: List[Tuple[float, float]],
+                      phase_ranges: List[Tuple[float, float, int]]) -> List[Tuple[float, float, int]]:
+    """Forward ranges of models without a "forward" annotation: the operators directly under a
+    ``ProfilerStep#N`` range (a plain ``model(x)`` and the loss; record_function ranges such as
+    the DataLoader's are not operators) that start before the step's first backward range. With
+    no backward in the step (evaluation) every such operator is forward. Steps that carry an
+    explicit forward range keep only that."""
+    if not steps or not top_level:
+        return []
+    starts = [s for s, _ in steps]
+    cut = [e for _, e in steps]  # per step: the first backward start, else the step's end
+    explicit = [False] * len(steps)
+    for s, _, phase in phase_ranges:
+        i = bisect.bisect_right(starts, s) - 1
+        if i < 0 or s > steps[i][1]:
+            continue
+        if phase == BACKWARD:
+            cut[i] = min(cut[i], s)
+        elif phase == FORWARD:
+            explicit[i] = True
+    out = []
+    for s, e in top_level:
+        i = bisect.bisect_right(starts, s) - 1
+        if i >= 0 and not explicit[i] and s < cut[i] and s <= steps[i][1]:
+            out.append((s, min(e, cut[i]), FORWARD))
+    return out
 
 
 def _gpu_event(ev: dict, ts: float, end: float) -> GpuEvent:
@@ -182,14 +213,16 @@ def _classify(name: str, annotation: bool) -> int:
 
 
 def _sweep(ranges: list, launches: list, autograd_thread: bool, linked: Dict[int, Launch],
-           cpu_self: Dict[str, List[float]], phase_ranges: list, host: Tuple[list, list]) -> None:
+           cpu_self: Dict[str, List[float]], phase_ranges: list, host: Tuple[list, list],
+           top_level: list) -> None:
     """One thread: walk ranges (outer before inner) and launches in time order with a stack.
 
     Ranges that start at a launch's timestamp enclose it (sort key ``(ts, 0, -end)`` before
     ``(ts, 1, ...)``). A range's phase is its own (:func:`own_phase`) or its parent's; on an
     autograd engine thread everything is backward. Self time of a ``cpu_op`` is its duration
     minus that of its direct children. ``host`` = (compute ops, communication ranges) to
-    append to (see :class:`TraceModel`).
+    append to (see :class:`TraceModel`); ``top_level`` gets (start, end) of the operators whose
+    parent is a ``ProfilerStep#N`` range (candidates for :func:`_implicit_forward`).
     """
     items = ranges + launches
     items.sort()
@@ -208,6 +241,9 @@ def _sweep(ranges: list, launches: list, autograd_thread: bool, linked: Dict[int
         phase = BACKWARD if autograd_thread else (own_phase(name, annotation) or parent_phase)
         if phase in PHASES and phase != parent_phase:
             phase_ranges.append((ts, end, phase))
+        if not annotation and not autograd_thread and phase == STEP and stack \
+                and stack[-1][2] == STEP and stack[-1][1].startswith(_STEP_PREFIX):
+            top_level.append((ts, end))
         if name.startswith(COMM_PREFIXES):
             host[1].append((ts, end))
         elif not annotation and phase != NONE:

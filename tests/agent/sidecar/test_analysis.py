@@ -141,6 +141,56 @@ def test_cpu_only_trace_uses_host_timeline():
         ("aten::add", 5)], "CPU self time"
 
 
+def test_plain_model_forward_is_the_operators_before_backward():
+    """No "forward" annotation (a plain model(x)): operators directly under a ProfilerStep that
+    start before its first backward range are forward; the DataLoader's record_function range,
+    an operator after backward (loss.item()) and the optimizer's are not. A step without
+    backward (evaluation) is all forward; a step with an explicit forward range keeps only it."""
+    s = summarize(trace(
+        note(0, 100, "ProfilerStep#1"), note(100, 100, "ProfilerStep#2"), note(200, 100, "ProfilerStep#3"),
+        note(2, 6, "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"), op(3, 4, "aten::stack"),
+        op(10, 20, "aten::linear"), op(12, 15, "aten::addmm"), op(32, 8, "aten::mse_loss"),
+        op(45, 30, "autograd::engine::evaluate_function: AddmmBackward0"),
+        op(76, 4, "aten::item"), note(85, 10, "Optimizer.step#SGD.step"), op(86, 5, "aten::add_"),
+        op(110, 30, "aten::linear"),                      # step 2: evaluation, no backward
+        note(205, 20, "## forward ##"), op(206, 10, "aten::linear"), op(230, 10, "aten::mse_loss"),
+        op(250, 20, "autograd::engine::evaluate_function: AddmmBackward0")))
+    b = s.breakdown
+    assert b.forward_s == approx((20 + 8 + 30 + 20) / 3 * US)
+    assert b.backward_s == approx(50 / 3 * US) and b.optimizer_s == approx(10 / 3 * US)
+
+
+def test_plain_cpu_model_forward_from_a_real_profiler_trace(tmp_path):
+    """torch.profiler on CPU, an nn.Sequential with an extra matmul in forward: the forward
+    phase carries it (it used to land in "other")."""
+    torch = pytest.importorskip("torch")
+    model = torch.nn.Sequential(torch.nn.Linear(256, 256), torch.nn.ReLU(), torch.nn.Linear(256, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+    data = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.randn(320, 256), torch.randn(320, 1)),
+                                       batch_size=32)
+    w = torch.randn(256, 256)
+
+    def run(extra: int):
+        path = tmp_path / f"t{extra}.json"
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU],
+                                    schedule=torch.profiler.schedule(wait=0, warmup=1, active=6),
+                                    on_trace_ready=lambda p: p.export_chrome_trace(str(path))) as prof:
+            for x, y in data:
+                for _ in range(extra):
+                    x = torch.tanh(x @ w)
+                loss = torch.nn.functional.mse_loss(model(x), y)
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+                prof.step()
+        return summarize(str(path)).breakdown
+
+    plain, heavy = run(0), run(40)
+    assert plain.forward_s > 0
+    grew = {f: getattr(heavy, f) - getattr(plain, f) for f in ("forward_s", "backward_s", "optimizer_s", "other_s")}
+    assert max(grew, key=grew.get) == "forward_s", grew
+
+
 def test_cpu_only_trace_compute_and_collectives_on_the_host():
     """CPU training: compute is operator time inside the steps (the c10d op and anything outside
     a step left out), communication the collectives on any thread (gloo runs them on its own)."""
