@@ -66,13 +66,15 @@ def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--causes", nargs="+", default=list(EXPECTED), choices=list(EXPECTED))
     p.add_argument("--ms", type=float, nargs="+", default=[4.0, 12.0], help="cause sizes, ms per step")
-    p.add_argument("--steps", type=int, default=700)
+    p.add_argument("--steps", type=int, help="default 700 on CPU, 1,200 on CUDA (min_duration_s "
+                   "5 s is ~500 GPU steps)")
     p.add_argument("--at", type=int, default=400)
     p.add_argument("--device", default="cpu")
     p.add_argument("--parallel", type=int, default=2)
     p.add_argument("--out")
     p.add_argument("--md")
     a = p.parse_args(argv)
+    a.steps = a.steps or (700 if a.device == "cpu" else 1200)
     a.model = SMALL if a.device == "cpu" else ["--d-model", "512", "--layers", "4", "--batch", "16", "--seq", "256"]
     tmp = tempfile.mkdtemp(prefix="stepwatch-diagnosis-")
     col, ready = start_collector(tmp)

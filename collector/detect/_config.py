@@ -42,6 +42,11 @@ class DriftConfig:
     baseline_lag_steps: int = _n(100, "... ending this many steps before the newest")
     min_baseline_steps: int = _n(200, "no verdict before the baseline holds this many steps")
     min_duration_steps: int = _n(50, "a shift must last this long before it alarms")
+    # Seconds as well as steps: a machine's own speed wobbles over seconds whatever the step
+    # length (the lent H100 host: medians of 1 s of steps +21..53% above the job's median, of
+    # 5 s +8..20%, with no profiler at all; bench/results/window_aftereffect_h100.json), so 100
+    # steps of 8 ms are no trend. Steps of 25 ms and longer are not affected at the default.
+    min_duration_s: float = _n(5.0, "... and at least this many seconds (fast steps)")
     info_ratio: float = _n(0.03, "+3% sustained step time: info (the lowest level raised)")
     info_duration_steps: int = _n(200, "a shift below warning_ratio must last this long")
     warning_ratio: float = _n(0.05, "+5% step time: warning")

@@ -33,6 +33,10 @@ is flagged, so a lasting regression does not become the new normal. Two tests ra
   change in a wobble's trough (small against the baseline) still jumps. The reference is then the level before the jump (the summary says "vs
   the level before"), which the alert's ratio and its clearing use.
 
+Both tests also need ``min_duration_s`` of steps (at the baseline's step time) since the onset,
+and the jump test compares windows at least that long: a machine's speed wobbles over seconds
+whatever the step length, so with 8 ms steps 100 steps are no trend.
+
 Severity (info / warning / critical) follows the sustained level with hysteresis: it goes
 down a level only below 0.8x that level's threshold, and only after ``clear_steps`` of blocks
 in a row said so (up at once). The condition clears once the level of
@@ -63,6 +67,7 @@ _BEFORE_BLOCKS = 20  # the local jump test's reference: this many blocks before 
 # a 1.6% wobble raised +3.3% "vs the level before" (a 3.2-sigma jump; Hypothesis found it).
 _JUMP_EXTRA_Z = 0.5
 _SUSTAINED_BLOCKS = 50  # the sustained level: median of at most this many blocks since onset
+_MAX_TIME_BLOCKS = 900  # min_duration_s in blocks is capped here (steps under ~0.6 ms at 5 s)
 
 
 class DriftDetector:
@@ -81,6 +86,8 @@ class DriftDetector:
         self._min_base = max(2, math.ceil(cfg.min_baseline_steps / b))
         self._recent: collections.deque = collections.deque(maxlen=self._n)  # log block medians
         self._n_jump_warn = 2 * self._n
+        self._n_time = 0  # min_duration_s in blocks at the baseline's step time (0: no baseline)
+        self._jump_stride = 1
         self._history = Ring("Qdd", _MAX_RUN_BLOCKS)  # (first step, time, log block median)
         self._block: list[float] = []
         self._block_start: Optional[tuple[int, float]] = None
@@ -146,7 +153,9 @@ class DriftDetector:
     # -- blocks ---------------------------------------------------------------------------------
     def _on_block(self, y: float, start: tuple[int, float]) -> bool:
         self._lag.append(y)
-        if len(self._lag) > self._lag_blocks:
+        # A shift must be able to raise (min_duration_s included) before its blocks could
+        # reach the baseline.
+        if len(self._lag) > max(self._lag_blocks, self._n_time + self._n):
             old = self._lag.popleft()
             if self.condition is None:
                 self._base.append(old)
@@ -159,6 +168,10 @@ class DriftDetector:
         if self._mu is None:
             self._mu = median(self._base)
             self._sigma = max(1.4826 * median(abs(v - self._mu) for v in self._base), _SIGMA_FLOOR)
+            block_s = math.exp(self._mu) * self.cfg.block_steps
+            self._n_time = min(_MAX_TIME_BLOCKS, math.ceil(self.cfg.min_duration_s / block_s))
+            # Wide windows are tested every few blocks, not every block (cost per rank bounded).
+            self._jump_stride = max(1, self._n_time // (4 * self._n_info))
         self.baseline_s = math.exp(self._mu)
         raw = y - self._mu
         d = min(raw, self._clip)
@@ -217,7 +230,7 @@ class DriftDetector:
         # The onset is chosen where the shift looks largest, so a few noisy blocks can look like
         # one: the level's lower confidence bound must clear info_ratio as well.
         bound = level - cfg.z_min * 1.25 * self._sigma / math.sqrt(blocks)
-        if blocks < self._n or level < math.log1p(cfg.warning_ratio) * _RAISE \
+        if blocks < max(self._n, self._n_time) or level < math.log1p(cfg.warning_ratio) * _RAISE \
                 or bound < math.log1p(cfg.info_ratio):
             return None
         return mu, run[onset][:2]
@@ -226,14 +239,18 @@ class DriftDetector:
         """(level before, onset) of a local step up, or None: the last blocks' median against
         the median of the _BEFORE_BLOCKS before them (two blocks running)."""
         cfg, hist, hit = self.cfg, self._history, None
-        for after, ratio in ((self._n_jump_warn, cfg.warning_ratio), (self._n_info, cfg.info_ratio)):
-            if len(hist) < after + _BEFORE_BLOCKS:
+        if self._jump_stride > 1 and len(hist) % self._jump_stride:
+            return None
+        before = max(_BEFORE_BLOCKS, self._n_time)
+        for after, ratio in ((max(self._n_jump_warn, self._n_time), cfg.warning_ratio),
+                             (max(self._n_info, self._n_time), cfg.info_ratio)):
+            if len(hist) < after + before:
                 continue
-            items = [hist[i] for i in range(-(after + _BEFORE_BLOCKS), 0)]  # the tail only
-            ref = median(y for _, _, y in items[:_BEFORE_BLOCKS])
-            level = median(y for _, _, y in items[_BEFORE_BLOCKS:])
+            items = [hist[i] for i in range(-(after + before), 0)]  # the tail only
+            ref = median(y for _, _, y in items[:before])
+            level = median(y for _, _, y in items[before:])
             jump = level - ref
-            se = 1.25 * self._sigma * math.sqrt(1 / after + 1 / _BEFORE_BLOCKS)
+            se = 1.25 * self._sigma * math.sqrt(1 / after + 1 / before)
             if jump < _JUMP_RAISE * math.log1p(ratio) or jump < (cfg.z_min + _JUMP_EXTRA_Z) * se \
                     or level - self._mu < math.log1p(cfg.info_ratio) / 3:
                 continue

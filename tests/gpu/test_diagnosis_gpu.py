@@ -1,5 +1,6 @@
 """Explained alerts on a real GPU: a transformer job (d_model 512, 4 layers, batch 16 x 256
-tokens, loss.item() every step) gets slower from step 400 for a known reason; the drift
+tokens, loss.item() every step, 1,200 steps: with ~10 ms steps the detector's min_duration_s
+of 5 s is ~500 steps) gets slower from step 400 for a known reason; the drift
 alert's diagnosis names that reason first:
   backward    extra 2048^2 GEMMs queued in the backward pass (GPU work; the kernel is named)
   dataloader  a sleep in the DataLoader's collate (the trainer waits for data)
@@ -28,7 +29,7 @@ DETECTION = {"warmup_steps": 10, "resolve_hold_s": 600, "trace_steps": 0,
              "drift": {"baseline_steps": 300, "baseline_lag_steps": 50, "min_baseline_steps": 150}}
 MODEL = ("--device", "cuda", "--d-model", "512", "--layers", "4", "--batch", "16", "--seq", "256", "--item")
 CAUSES = {"backward": ("backward", 6.0), "dataloader": ("data-loader wait", 6.0), "optimizer": ("optimizer", 6.0)}
-STEPS, FROM = 800, 400
+STEPS, FROM = 1200, 400
 GEMM_NAMES = ("gemm", "nvjet", "cutlass", "xmma", "sm90", "aten::mm")
 
 

@@ -1,7 +1,8 @@
 """Drift detector properties (Hypothesis): stationary noisy series stay quiet; sustained
-shifts of 8-35% are flagged within the documented delay (min_duration_steps + 3 blocks after
-the shift, at default block size and up to 2% per-step noise), larger ones (which noise can
-carry past the pause ratio) within max_pause_steps + 3 blocks."""
+shifts of 8-35% are flagged within the documented delay (min_duration_steps, or
+min_duration_s of steps when that is longer, + 3 blocks after the shift, at default block size
+and up to 2% per-step noise), larger ones (which noise can carry past the pause ratio) within
+max_pause_steps + 3 blocks. Fast steps: a burst of a second is no drift."""
 
 from __future__ import annotations
 
@@ -15,13 +16,17 @@ from stepwatch.collector.detect import DetectionEngine, parse_detection
 CFG = parse_detection({"warmup_steps": 10, "drift": {"baseline_steps": 300, "baseline_lag_steps": 50,
                                                      "min_baseline_steps": 200}})
 SHIFT_AT = 400
+STEP_S = 0.035
+# the documented delay: min_duration_steps, or min_duration_s worth of steps when longer
+DELAY = max(CFG.drift.min_duration_steps, math.ceil(CFG.drift.min_duration_s / STEP_S))
 
 
-def _run(seed: int, noise: float, shift: float, steps: int, wobble: float = 0.0, pauses: bool = True):
+def _run(seed: int, noise: float, shift: float, steps: int, wobble: float = 0.0, pauses: bool = True,
+         step_s: float = STEP_S, until: int = 0):
     rng, engine, first = random.Random(seed), DetectionEngine(CFG), None
     for s in range(1, steps + 1):
-        level = (1 + shift if s >= SHIFT_AT else 1.0) * (1 + wobble * math.sin(s / 400))
-        t = 0.035 * level * math.exp(rng.gauss(0, noise))
+        level = (1 + shift if SHIFT_AT <= s < (until or steps + 1) else 1.0) * (1 + wobble * math.sin(s / 400))
+        t = step_s * level * math.exp(rng.gauss(0, noise))
         if s == 1 or (pauses and rng.random() < 0.01):
             t *= 200  # compilation, checkpoint or evaluation pause: one very long step
         engine.step("j", 0, s, 1e9 + s, t)
@@ -39,8 +44,18 @@ def test_stationary_noisy_series_raise_no_alert(seed, noise, wobble):
 @settings(max_examples=25, deadline=None)
 @given(seed=st.integers(0, 2**32), noise=st.floats(0.0, 0.02), shift=st.floats(0.08, 0.35))
 def test_sustained_shift_is_detected_within_documented_delay(seed, noise, shift):
-    first = _run(seed, noise, shift, SHIFT_AT + 200)
-    assert first is not None and SHIFT_AT <= first <= SHIFT_AT + 50 + 30, first
+    first = _run(seed, noise, shift, SHIFT_AT + DELAY + 60)
+    assert first is not None and SHIFT_AT <= first <= SHIFT_AT + DELAY + 30, first
+
+
+@settings(max_examples=10, deadline=None)
+@given(seed=st.integers(0, 2**32), noise=st.floats(0.0, 0.02), shift=st.floats(0.08, 0.35))
+def test_fast_steps_a_burst_of_a_second_is_no_drift_a_lasting_shift_is(seed, noise, shift):
+    """8 ms steps: +8..35% for 125 steps (1 s) raises nothing; the same shift for good raises
+    once min_duration_s (5 s, 625 steps) has passed, and not before."""
+    assert _run(seed, noise, shift, 2000, step_s=0.008, until=SHIFT_AT + 125) is None
+    first = _run(seed, noise, shift, 2000, step_s=0.008)
+    assert first is not None and SHIFT_AT + 5.0 / 0.008 <= first <= SHIFT_AT + 5.0 / 0.008 + 60, first
 
 
 @settings(max_examples=15, deadline=None)
