@@ -31,8 +31,11 @@ def test_a_one_minute_job_reports_windows_within_budget(collector_factory, tmp_p
     ratio = col.value("stepwatch_agent_overhead_ratio", **labels)
     warmup = col.value("stepwatch_agent_window_warmup_seconds", **labels)
     analysed = col.api("/api/jobs/short/windows")["ranks"][0]["windows"]
+    skips = {s.labels["reason"]: s.value for s in col.samples()
+             if s.name == "stepwatch_window_skips_total" and s.labels.get("training_job") == "short"}
+    alerts = [f"{a['alertname']} {a.get('summary', '')}" for a in col.api("/api/alerts")["alerts"]]
     table = (f"windows taken {windows:.0f}, analysed {len(analysed)}, overhead ratio {ratio:.4%}, "
-             f"warm-up window {warmup * 1e3:.0f} ms")
+             f"warm-up window {warmup * 1e3:.0f} ms; skips {skips}; alerts {alerts}")
     print("\n" + table)
     out = os.environ.get("OUT")
     if out:
