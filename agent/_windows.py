@@ -138,21 +138,36 @@ class WindowScheduler:
     def period(self) -> int:
         """Steps between window starts: interval and budget both only ever stretch it."""
         step_s = self._step_s()
-        span = self._warmup + self._active + 1
         by_interval = self._every or _pow2_at_least(self._interval_s / step_s)
         by_budget = 1
         if self._cost_ewma:
             by_budget = _pow2_at_least(self._cost_ewma / (self._budget * step_s))
-        return max(by_interval, by_budget, _pow2_at_least(2 * span))
+        return max(by_interval, by_budget, self._shortest_period())
+
+    def _shortest_period(self) -> int:
+        return _pow2_at_least(2 * (self._warmup + self._active + 1))
 
     # -- scheduling ---------------------------------------------------------------------------
     def _step_s(self) -> float:
-        return max(statistics.median(self._baseline), 1e-6) if self._baseline else 1e-6
+        """Wall seconds per step: the mean of the recent host step durations without their top
+        and bottom tenth. Not the median: a GPU job's host steps are bimodal when the host
+        runs ahead of the device and then blocks on a full launch queue, and the median of
+        such steps is well below the wall time per step; the trimming keeps a pause out."""
+        if not self._baseline:
+            return 1e-6
+        ordered = sorted(self._baseline)
+        cut = len(ordered) // 10
+        kept = ordered[cut:len(ordered) - cut] or ordered
+        return max(sum(kept) / len(kept), 1e-6)
 
     def _due(self, step: int) -> bool:
         if len(self._baseline) < min(_MIN_BASELINE_STEPS, self._baseline.maxlen):
             return False
-        if step % self.period():
+        # The warm-up window (discarded: CUPTI and profiler start-up) comes as soon as the
+        # baseline is there (at the shortest period, the same step on every rank), so the
+        # first window on the schedule is one that is analysed: a one-minute job at
+        # window_interval_s=10 got none when the warm-up took that place.
+        if step % (self.period() if self._sessions else self._shortest_period()):
             return False
         if self._over_budget_after():
             # Deferred, not an event: the next due step tries again (counted).

@@ -24,7 +24,9 @@ on two streams at once counts once):
   model) is charged to that phase (the host held the GPU up
   there: host work in Optimizer.step, a launch-bound backward); other = step_time - the rest
   (idle during data loading or syncs, and unattributed work), clamped at 0, so the parts add
-  up. CUDA-only traces (no CPU ranges) leave the phases 0: other is step_time - communication.
+  up. ``forward_gpu_s`` etc. are the same unions before any idle time is charged: the GPU
+  work launched in each phase. CUDA-only traces (no CPU ranges) leave the phases 0: other is
+  step_time - communication.
 * **CPU-only traces** (no GPU events): gpu_event_count 0, busy and idle ratios 0 (there is
   no device timeline), span and step_time from the ProfilerStep ranges, top_ops by **CPU**
   self time of ``cpu_op`` ranges, phases from the host time of the phase ranges (a model
@@ -57,6 +59,7 @@ __all__ = ["TraceError", "summarize"]
 _US = 1e-6
 MAX_NAME_CHARS = 256
 _FIELD = {FORWARD: "forward_s", BACKWARD: "backward_s", OPTIMIZER: "optimizer_s"}
+_GPU_FIELD = {FORWARD: "forward_gpu_s", BACKWARD: "backward_gpu_s", OPTIMIZER: "optimizer_gpu_s"}
 
 
 def summarize(source: Union[str, os.PathLike, dict, bytes], top_k: int = 10,
@@ -146,6 +149,8 @@ def _device_breakdown(out: agent_pb2.StepBreakdown, model: TraceModel, events: L
         # autograd engine, a "forward" annotation): the host held the GPU up there, so that
         # phase is charged for the gap (host work before the optimizer's kernels, a
         # launch-bound backward). Idle elsewhere (data loading, a sync) stays "other".
+        for phase, field in _GPU_FIELD.items():  # GPU work alone, before idle is charged
+            setattr(out, field, iv.length(iv.clip(iv.union(by_phase[phase]), lo, hi)) * _US / n_steps)
         covered = iv.union(non_comm + unions[COMM])  # every GPU event, already clipped
         for phase in (OPTIMIZER, BACKWARD, FORWARD):
             host = iv.clip(iv.union((s, e) for s, e, p in model.phase_ranges if p == phase), lo, hi)

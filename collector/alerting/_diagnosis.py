@@ -31,6 +31,7 @@ _BLOCK = 10
 _BLOCKS_KEPT = 600        # 6,000 steps of step-time blocks
 _SAMPLES_KEPT = 900       # 15 min of 1 Hz host / NVML / allocator samples
 _WINDOWS_KEPT = 16
+_RECENT_WINDOWS = 8
 # GpuSample fields kept per sample, after its time: (time, sm clock, power, clock-event reasons,
 # SM activity, tensor activity, DRAM bandwidth)
 _GPU_FIELDS = ("sm_clock_hertz", "power_watts", "clock_event_reasons", "sm_active_ratio",
@@ -50,7 +51,9 @@ class _Rank:
     # (time, *_GPU_FIELDS); clock_event_reasons is an integer bitmask
     gpu: Ring = dataclasses.field(default_factory=lambda: Ring("dddqddd", _SAMPLES_KEPT, nullable=True))
     alloc: Ring = dataclasses.field(default_factory=lambda: Ring("dQ", _SAMPLES_KEPT))  # (time, retries)
-    windows: collections.deque = dataclasses.field(default_factory=lambda: collections.deque(maxlen=_WINDOWS_KEPT))
+    # The newest _RECENT_WINDOWS windows, and older ones thinned to keep the time they span
+    # (an onset dated 5 s or minutes back still has a window before it).
+    windows: list = dataclasses.field(default_factory=list)
 
 
 class Evidence:
@@ -79,11 +82,25 @@ class Evidence:
         r.gpu.extend((g.time_s, *(getattr(g, f) if g.HasField(f) else None for f in _GPU_FIELDS))
                      for g in batch.gpu_samples)
         r.alloc.extend((a.time_s, a.alloc_retries) for a in batch.allocator)
-        r.windows.extend(w for w in batch.windows if w.last_step >= w.first_step)
+        for w in batch.windows:
+            if w.last_step >= w.first_step:
+                _keep_window(r.windows, w)
 
     def forget(self, keys) -> None:
         for key in keys:
             self._ranks.pop(key, None)
+
+
+def _keep_window(kept: list, w: agent_pb2.WindowSummary) -> None:
+    """Append ``w``; beyond _WINDOWS_KEPT drop, among the older ones (the newest
+    _RECENT_WINDOWS stay), the one whose neighbours are closest in time: the spacing of what is
+    kept grows with age, so it reaches back roughly geometrically."""
+    kept.append(w)
+    if len(kept) <= _WINDOWS_KEPT:
+        return
+    older = len(kept) - _RECENT_WINDOWS
+    drop = min(range(1, older), key=lambda i: kept[i + 1].start_time_s - kept[i - 1].start_time_s)
+    del kept[drop]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -157,27 +174,48 @@ def diagnose(r: Optional[_Rank], since: float) -> Optional[Diagnosis]:
     if step_delta <= 0 or ranked[0][1] < _EXPLAINED * step_delta:
         text = f"no measured contributor explains the {step_delta:+.1f} ms/step; " + text
     tail = [_clocks(r.gpu, since), _activity(r.gpu, since), _retries(r.alloc, since)]
-    if not complete:
+    if not w_before:
+        tail.append("phases: no profiler window from before the onset")
+    elif not w_after:
         tail.append("phases: no profiler window after the onset yet")
     text = "; ".join([text] + [t for t in tail if t])
     return Diagnosis(text, tuple(ranked), step_delta, complete)
 
 
 def compare_windows(wb: agent_pb2.WindowSummary, wa: agent_pb2.WindowSummary) -> list[tuple[str, float, str]]:
-    """Phase changes per step (ms) from window ``wb`` to ``wa``, largest first; the phase that
-    grew most names the kernel/op that grew most when it accounts for >= 25% of it (windows
-    do not say which phase a kernel ran in)."""
+    """Phase changes per step (ms) from window ``wb`` to ``wa``, largest first: a phase's wall
+    share, or the GPU work launched in it when that grew more ("GPU work" in the detail); the
+    phase that grew most names the kernel/op that grew most when it accounts for >= 25% of it
+    (windows do not say which phase a kernel ran in)."""
     pb, pa = _phases(wb), _phases(wa)
+    gb, ga = _gpu_work(wb), _gpu_work(wa)
     nb, na = _named(wb), _named(wa)
     top = max(na, key=lambda n: na[n] - nb.get(n, 0.0), default=None)
     grew = (na[top] - nb.get(top, 0.0)) * 1e3 if top is not None else 0.0
+    deltas, by_work = [], set()
+    for p in _PHASES:
+        d = (pa[p] - pb[p]) * 1e3
+        if p in gb and p in ga and (ga[p] - gb[p]) * 1e3 > d:
+            # Profiled steps are slower on the host: extra GPU work can fill idle time the phase
+            # was already charged for, so its wall share hardly moves while its GPU work grows.
+            d = (ga[p] - gb[p]) * 1e3
+            by_work.add(p)
+        deltas.append((p, d))
     out = []
-    for i, (p, d) in enumerate(sorted(((p, (pa[p] - pb[p]) * 1e3) for p in _PHASES), key=lambda x: -x[1])):
-        detail = ""
+    for i, (p, d) in enumerate(sorted(deltas, key=lambda x: -x[1])):
+        parts = ["GPU work"] if p in by_work and d >= 0.1 else []
         if i == 0 and grew > 0 and grew >= 0.25 * d:
-            detail = f"{_short(top)} +{grew:.1f} ms" + ("" if top in nb else ", new")
-        out.append((p, d, detail))
+            parts.append(f"{_short(top)} +{grew:.1f} ms" + ("" if top in nb else ", new"))
+        out.append((p, d, ", ".join(parts)))
     return out
+
+
+def _gpu_work(w: agent_pb2.WindowSummary) -> dict[str, float]:
+    """GPU work per step launched in each phase (windows with a device timeline only)."""
+    b = w.breakdown
+    if not w.gpu_event_count or not (b.forward_gpu_s or b.backward_gpu_s or b.optimizer_gpu_s):
+        return {}
+    return {"forward": b.forward_gpu_s, "backward": b.backward_gpu_s, "optimizer": b.optimizer_gpu_s}
 
 
 def _gpu_work_per_step(w: agent_pb2.WindowSummary) -> Optional[float]:

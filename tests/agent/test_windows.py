@@ -117,6 +117,30 @@ def test_the_reported_ratio_never_ends_a_window_above_the_budget(tmp_path):
     assert max(ratios) <= 0.005, max(ratios)
 
 
+def test_the_warm_up_window_comes_first_at_the_shortest_period(tmp_path):
+    """Windows every 10 s at 40 ms steps (period 256): the discarded warm-up window is taken at
+    step 32, once the baseline is there, so the first window on the schedule is analysed: at
+    step 1,024, the first at which the reported ratio stays under the 0.5% budget (256, 512
+    and 768 wait: a window of 4 steps at 40 ms is 0.5% of 32 s)."""
+    sched, out, clock = make(tmp_path, window_interval_s=10)
+    run_steps(sched, clock, 1, 1100, step_s=0.04)
+    got = windows(out)
+    assert [(w["first_step"], w["discard"]) for w in got] == [(34, True), (1026, False)], got
+    assert sched.skips == {"over_budget": 3}
+
+
+def test_step_time_is_a_trimmed_mean_of_host_steps(tmp_path):
+    """A GPU job's host steps are bimodal (runs ahead, then blocks on a full launch queue): 2 ms
+    and 30 ms alternating is 16 ms of wall time per step (the median said 2 or 30); one pause of
+    20 s among 64 steps is trimmed away."""
+    sched, _, clock = make(tmp_path, window_interval_s=10)
+    for step in range(1, 65):
+        s = 20.0 if step == 40 else (0.002 if step % 2 else 0.030)
+        clock.now += s
+        sched.on_boundary(step, s, False)
+    assert sched._step_s() == pytest.approx(0.016, rel=0.05)
+
+
 def test_interval_sets_the_period_from_step_time(tmp_path):
     sched, _, clock = make(tmp_path, window_interval_s=60)
     run_steps(sched, clock, 1, 30, step_s=0.035)
@@ -181,8 +205,8 @@ def test_zero_gpu_events_backs_off(tmp_path):
 
 def test_lasting_slowdown_after_a_window_is_reported(tmp_path):
     sched, out, clock = make(tmp_path, window_every_steps=64, overhead_budget=0.9)
-    run_steps(sched, clock, 1, 68)  # window at 64 closes at 68
-    assert len(windows(out)) == 1
+    run_steps(sched, clock, 1, 68)  # the warm-up window at 32, the window at 64 closes at 68
+    assert len(windows(out)) == 2
     run_steps(sched, clock, 69, 100, step_s=0.0105)  # 5% slower from now on
     events = [r for r in out if r["t"] == "event" and r["kind"] == "post_window_slowdown"]
     assert len(events) == 1 and "+5.0% slower" in events[0]["message"]

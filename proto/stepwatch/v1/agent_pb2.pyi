@@ -274,20 +274,26 @@ class NamedTime(_message.Message):
     def __init__(self, name: _Optional[str] = ..., seconds: _Optional[float] = ..., count: _Optional[int] = ...) -> None: ...
 
 class StepBreakdown(_message.Message):
-    __slots__ = ("step_time_s", "forward_s", "backward_s", "optimizer_s", "communication_s", "other_s")
+    __slots__ = ("step_time_s", "forward_s", "backward_s", "optimizer_s", "communication_s", "other_s", "forward_gpu_s", "backward_gpu_s", "optimizer_gpu_s")
     STEP_TIME_S_FIELD_NUMBER: _ClassVar[int]
     FORWARD_S_FIELD_NUMBER: _ClassVar[int]
     BACKWARD_S_FIELD_NUMBER: _ClassVar[int]
     OPTIMIZER_S_FIELD_NUMBER: _ClassVar[int]
     COMMUNICATION_S_FIELD_NUMBER: _ClassVar[int]
     OTHER_S_FIELD_NUMBER: _ClassVar[int]
+    FORWARD_GPU_S_FIELD_NUMBER: _ClassVar[int]
+    BACKWARD_GPU_S_FIELD_NUMBER: _ClassVar[int]
+    OPTIMIZER_GPU_S_FIELD_NUMBER: _ClassVar[int]
     step_time_s: float
     forward_s: float
     backward_s: float
     optimizer_s: float
     communication_s: float
     other_s: float
-    def __init__(self, step_time_s: _Optional[float] = ..., forward_s: _Optional[float] = ..., backward_s: _Optional[float] = ..., optimizer_s: _Optional[float] = ..., communication_s: _Optional[float] = ..., other_s: _Optional[float] = ...) -> None: ...
+    forward_gpu_s: float
+    backward_gpu_s: float
+    optimizer_gpu_s: float
+    def __init__(self, step_time_s: _Optional[float] = ..., forward_s: _Optional[float] = ..., backward_s: _Optional[float] = ..., optimizer_s: _Optional[float] = ..., communication_s: _Optional[float] = ..., other_s: _Optional[float] = ..., forward_gpu_s: _Optional[float] = ..., backward_gpu_s: _Optional[float] = ..., optimizer_gpu_s: _Optional[float] = ...) -> None: ...
 
 class WindowSummary(_message.Message):
     __slots__ = ("window_id", "first_step", "last_step", "start_time_s", "activities", "span_s", "gpu_busy_ratio", "gpu_idle_ratio", "compute_s", "communication_s", "memcpy_s", "overlap_ratio", "kernel_count", "short_kernel_ratio", "top_kernels", "top_ops", "breakdown", "overhead_s", "export_s", "trace_bytes", "analysis_s", "gpu_event_count", "graph_breaks", "recompiles")

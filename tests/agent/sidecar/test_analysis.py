@@ -116,6 +116,8 @@ def test_cpu_cuda_nested_ops_phases_and_span():
     assert b.optimizer_s == approx(5 * US)
     assert b.communication_s == approx(10 * US), "[65,70) and [75,80)"
     assert b.other_s == approx(8 * US), "idle while the host was in no phase"
+    assert (b.forward_gpu_s, b.backward_gpu_s, b.optimizer_gpu_s) == (
+        approx(17 * US), approx(20 * US), approx(5 * US)), "GPU work alone: no idle charged"
 
 
 def test_top_k_bounds_lists():

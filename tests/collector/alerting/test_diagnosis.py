@@ -90,3 +90,40 @@ def test_host_cpu_spent_waiting_for_a_busier_gpu_is_not_the_cause():
     # (the phase grew less than its kernels: they filled GPU idle time; ranked by the phase)
     assert d.text.startswith("backward +2.7 ms/step (ampere_bf16_gemm +6.0 ms)"), d.text
     assert "host CPU +1.8 ms/step (after 4.8 ms of waiting for the GPU)" in d.text, d.text
+
+
+def test_gpu_work_that_filled_idle_time_names_its_phase():
+    """Profiled steps are slower on the host: extra GEMMs queued in backward fill GPU idle time
+    that backward was already charged for, so its wall share moves little (here +0.3 ms) while
+    its GPU work grows by the GEMMs (+6 ms, as measured on the H100 with bench/phase_attribution.py)."""
+    ev = Evidence()
+    wb, wa = window(2, T0 + 200 * 0.04, 14.1, 3.0), window(5, T0 + 500 * 0.04, 14.4, 9.1, other_ms=3.0)
+    for w, bwd_gpu in ((wb, 6.7), (wa, 12.8)):
+        w.gpu_event_count = 1000
+        w.breakdown.forward_gpu_s, w.breakdown.backward_gpu_s, w.breakdown.optimizer_gpu_s = 0.0031, bwd_gpu / 1e3, 0.0004
+    feed(ev, extra_ms=6.0, windows=[wb, wa])
+    d = diagnose(ev.rank("j", 3), T0 + 500 * 0.04)
+    assert d.text.startswith("backward +6.1 ms/step (GPU work, ampere_bf16_gemm +6.1 ms)"), d.text
+    assert "forward +0.0 ms/step;" in d.text + ";", "an unchanged phase is not tagged"
+
+
+def test_windows_from_before_an_old_onset_are_kept():
+    """A window every 14 steps for 600 steps (40 windows) and an onset at step 100: the
+    newest 8 are kept whole, older ones thinned, and one from before the onset is still there
+    (the newest 16 alone start at step 336)."""
+    ev = Evidence()
+    windows = [window(w, T0 + (w * 14 - 12) * 0.04, 8.0 if w * 14 - 12 < 100 else 12.0, 3.0) for w in range(1, 41)]
+    for w in windows:
+        w.first_step, w.last_step = w.window_id * 14 - 12, w.window_id * 14 - 10
+    feed(ev, onset_step=100, extra_ms=4.0, windows=windows)
+    kept = ev.rank("j", 3).windows
+    assert len(kept) == 16 and [w.window_id for w in kept[-8:]] == list(range(33, 41))
+    d = diagnose(ev.rank("j", 3), T0 + 100 * 0.04)
+    assert d.complete and d.text.startswith("backward +4.0 ms/step"), d.text
+
+
+def test_no_window_from_before_the_onset_is_said_as_such():
+    ev = Evidence()
+    feed(ev, extra_ms=5.0, windows=[window(5, T0 + 21, 12.0, 3.0)])
+    d = diagnose(ev.rank("j", 3), T0 + 500 * 0.04)
+    assert not d.complete and "no profiler window from before the onset" in d.text, d.text
