@@ -11,7 +11,7 @@ for b in prometheus prometheus-alertmanager; do
     [ -f .bin/$b.xz ] && xz -dc .bin/$b.xz > /usr/local/bin/$b && chmod +x /usr/local/bin/$b
 done
 mkdir -p /usr/share/prometheus/alertmanager && cp .bin/*.tmpl /usr/share/prometheus/alertmanager/ 2>/dev/null
-export PYTHONPATH=/tmp/sw:/tmp/site PYTHONUNBUFFERED=1
+export PYTHONPATH=/tmp/sw:/tmp/site PYTHONUNBUFFERED=1 STEPWATCH_DEPLOY_DIR=$PWD/deploy
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 python3 -c "import torch, sys; print('torch', torch.__version__, 'python', sys.version.split()[0])"
 what=$1; shift
