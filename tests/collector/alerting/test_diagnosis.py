@@ -127,3 +127,18 @@ def test_no_window_from_before_the_onset_is_said_as_such():
     feed(ev, extra_ms=5.0, windows=[window(5, T0 + 21, 12.0, 3.0)])
     d = diagnose(ev.rank("j", 3), T0 + 500 * 0.04)
     assert not d.complete and "no profiler window from before the onset" in d.text, d.text
+
+
+def test_a_phase_delayed_by_gpu_work_launched_in_another_is_not_the_cause():
+    """GEMMs queued in forward (its GPU work +2.0 ms) run while the host is in backward and
+    delay backward's kernels: backward's wall share grows +2.5 ms with no GPU work of its own
+    (the H100 diagnosis backtest, forward at 2 ms). Forward is named; backward keeps 0.5 ms."""
+    ev = Evidence()
+    wb, wa = window(2, T0 + 200 * 0.04, 8.0, 3.0), window(5, T0 + 500 * 0.04, 10.5, 5.0)
+    for w, fwd_gpu in ((wb, 3.1), (wa, 5.1)):
+        w.gpu_event_count = 1000
+        w.breakdown.forward_gpu_s, w.breakdown.backward_gpu_s, w.breakdown.optimizer_gpu_s = fwd_gpu / 1e3, 0.0067, 0.0004
+    feed(ev, extra_ms=2.0, windows=[wb, wa])
+    d = diagnose(ev.rank("j", 3), T0 + 500 * 0.04)
+    assert d.text.startswith("forward +2.0 ms/step (GPU work, ampere_bf16_gemm +2.0 ms)"), d.text
+    assert "backward +0.5 ms/step (after 2.0 ms of delay by other phases' GPU work)" in d.text, d.text
