@@ -4,6 +4,7 @@ collector's own pipeline on its own clock (:mod:`stepwatch.collector._replay`)."
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import os
 import sys
@@ -39,11 +40,18 @@ def _json(a: Alert) -> str:
                        "diagnosis": a.diagnosis})
 
 
+def _open(path: str) -> IO[str]:
+    """A record file, plain or gzip (told by its first two bytes, not its name)."""
+    with open(path, "rb") as fh:
+        gz = fh.read(2) == b"\x1f\x8b"
+    return gzip.open(path, "rt", encoding="utf-8") if gz else open(path, encoding="utf-8")
+
+
 def _run(args: argparse.Namespace, out: Optional[IO[str]] = None) -> int:
     out = out or sys.stdout  # looked up per call: the default is not bound at import
     try:
         settings = load_settings({"detection": args.detection}, environ={}, config_file=args.config)
-        with open(args.file, encoding="utf-8") as fh:
+        with _open(args.file) as fh:
             alerts = replay(read_record(fh), settings.detection, settings.agent_grace_s)
     except (OSError, ValueError) as exc:
         print(f"stepwatch replay: error: {exc}", file=sys.stderr)

@@ -173,3 +173,12 @@ def test_recorded_two_gpu_nccl_runs_name_rank_1_for_its_gemms_and_for_its_data_l
         assert [d["rank"] for d in got[variant]] == [1], docs
     assert got["gemm"][0]["step"] == 194 and "; in collectives" in got["gemm"][0]["summary"], got["gemm"]
     assert "data-loader wait" in got["dataloader"][0]["summary"], got["dataloader"]
+
+
+def test_the_healthy_two_gpu_nccl_run_raises_nothing_and_gzip_is_read_as_is(capsys):
+    """The healthy variant of the same two-H200 run (900 steps of ~8 ms): its step time rose
+    ~10% for its last 140 steps (1.1 s), which raised two drift alerts before min_duration_s;
+    the recording is read gzipped, as stored."""
+    assert main(["replay", str(REPLAY_DATA / "nccl_healthy_h200x2.jsonl.gz"), "--format", "json"]) == 0
+    docs = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert docs == [{"kind": "count", "episodes": 0}], docs
