@@ -88,6 +88,7 @@ class DriftDetector:
         self._n_jump_warn = 2 * self._n
         self._n_time = 0  # min_duration_s in blocks at the baseline's step time (0: no baseline)
         self._jump_stride = 1
+        self._blocks = 0  # blocks seen (the history ring stops growing at its size)
         self._history = Ring("Qdd", _MAX_RUN_BLOCKS)  # (first step, time, log block median)
         self._block: list[float] = []
         self._block_start: Optional[tuple[int, float]] = None
@@ -152,6 +153,7 @@ class DriftDetector:
 
     # -- blocks ---------------------------------------------------------------------------------
     def _on_block(self, y: float, start: tuple[int, float]) -> bool:
+        self._blocks += 1
         self._lag.append(y)
         # A shift must be able to raise (min_duration_s included) before its blocks could
         # reach the baseline.
@@ -171,7 +173,7 @@ class DriftDetector:
             block_s = math.exp(self._mu) * self.cfg.block_steps
             self._n_time = min(_MAX_TIME_BLOCKS, math.ceil(self.cfg.min_duration_s / block_s))
             # Wide windows are tested every few blocks, not every block (cost per rank bounded).
-            self._jump_stride = max(1, self._n_time // (4 * self._n_info))
+            self._jump_stride = max(1, self._n_time // 16)
         self.baseline_s = math.exp(self._mu)
         raw = y - self._mu
         d = min(raw, self._clip)
@@ -200,7 +202,9 @@ class DriftDetector:
             return False
         if old is None:
             found = self._by_cusum() or self._by_jump()
-            if found is None:
+            if found is None or self._history[-1][1] - found[1][1] < cfg.min_duration_s:
+                # (the jump test's median turns once most of its window has moved: the change
+                # itself must also have lasted min_duration_s of data time)
                 return False
             self._ref, self._onset = found
             self._since = collections.deque((y for s, _, y in self._history if s >= self._onset[0]),
@@ -239,7 +243,7 @@ class DriftDetector:
         """(level before, onset) of a local step up, or None: the last blocks' median against
         the median of the _BEFORE_BLOCKS before them (two blocks running)."""
         cfg, hist, hit = self.cfg, self._history, None
-        if self._jump_stride > 1 and len(hist) % self._jump_stride:
+        if self._jump_stride > 1 and self._blocks % self._jump_stride:
             return None
         before = max(_BEFORE_BLOCKS, self._n_time)
         for after, ratio in ((max(self._n_jump_warn, self._n_time), cfg.warning_ratio),

@@ -79,7 +79,11 @@ def test_warning_to_critical_is_one_episode_with_its_history():
     base = series(5, AT + 3000, Phenomena(), ("step", 0.07), AT)
     steps = [t * (1.15 / 1.07 if i >= AT + 1500 else 1.0) for i, t in enumerate(base, 1)]
     (episode,) = drift(run(steps)[1])
-    assert [sev for _, sev in episode.history] == ["warning", "critical"]
+    history = [sev for _, sev in episode.history]
+    # (raised once the change has lasted min_duration_s; the level of its first blocks may
+    # still read +4.8%, info, for a block: the severity only ever goes up)
+    order = ["info", "warning", "critical"]
+    assert history[-2:] == ["warning", "critical"] and history == sorted(history, key=order.index), history
     assert episode.state == "firing" and episode.ratio > 1.12
 
 
@@ -159,12 +163,14 @@ def test_phase_kinds_per_rank_are_bounded():
 def test_severity_does_not_swing_back_and_forth_early_in_an_episode():
     # Right after the onset the sustained level is the median of a few blocks: +16% for 60
     # steps, +6% for 80, +16% again. Going down a level needs clear_steps (100) in a row, so
-    # the episode stays critical instead of critical -> warning -> critical.
+    # the episode never goes critical -> warning -> critical. (Raised after min_duration_s, 125
+    # steps, it may open at warning while the blocks since the onset are still mixed.)
     import random
     rng = random.Random(3)
     steps = [0.04 * (1 + 0.005 * rng.gauss(0, 1)) for _ in range(3000)]
     for size, n in ((0.16, 60), (0.06, 80), (0.16, 80), (0.16, 400)):
         steps += [0.04 * (1 + size) * (1 + 0.005 * rng.gauss(0, 1)) for _ in range(n)]
     (episode,) = drift(run(steps)[1])
-    assert [sev for _, sev in episode.history] == ["critical"], episode.history
+    history = [sev for _, sev in episode.history]
+    assert history[-1] == "critical" and history in (["critical"], ["warning", "critical"]), history
 
