@@ -28,6 +28,7 @@ log = logging.getLogger("stepwatch.collector")
 
 # Alerts about a rank getting slower get a diagnosis (what changed before/after the onset).
 SLOWDOWNS = ("StepwatchThroughputDrift", "StepwatchStragglerRank", "StepwatchGpuThrottled")
+_SEVERITIES = ("info", "warning", "critical")
 
 
 def _opt(msg, name):
@@ -84,6 +85,7 @@ class Detection:
         self._request_trace = request_trace
         self._traced_at: dict[str, float] = {}      # job -> data time of its last alert trace
         self._trace_alerts: dict[str, tuple] = {}   # request id -> alert key
+        self._trace_episodes: set = set()           # alert keys a trace was asked for
         # (job, rank) -> {session_id: ["host pid N", open streams]} (a reconnect overlaps streams)
         self._live: dict[tuple, dict] = {}
         # ranks with a firing slowdown whose diagnosis still lacks a window after its onset: only
@@ -167,8 +169,11 @@ class Detection:
         self.engine.changed = False
         changes = self.book.update(now, self.engine.conditions())
         for a in changes:
-            if a.state == "firing" and len(a.history) == 1 and a.alertname in SLOWDOWNS:
-                self._on_slowdown(a, now)
+            if a.state == "firing" and a.alertname in SLOWDOWNS:
+                if len(a.history) == 1:
+                    self._on_slowdown(a, now)
+                elif a.key not in self._trace_episodes:
+                    self._maybe_trace(a, now)  # an episode that has grown to the trace severity
         changes = self._diagnose([a for a in changes if a.state == "firing"], changes)
         for a in changes if self._log_changes else ():
             log.warning("stepwatch alert %s %s: %s job=%s rank=%d: %s%s", a.state, a.severity, a.alertname,
@@ -182,10 +187,20 @@ class Detection:
         self._incomplete.add((a.job, a.rank))
         if self._request_window is not None:
             self._request_window(a.job, a.rank, a.alertname)
+        self._maybe_trace(a, now)
+
+    def _maybe_trace(self, a: Alert, now: float) -> None:
+        """A full trace for an episode at or above ``trace_min_severity``, at most once per
+        job per ``trace_every_s`` (and once per episode)."""
+        if _SEVERITIES.index(a.severity) < _SEVERITIES.index(self.cfg.trace_min_severity):
+            return
         last = self._traced_at.get(a.job)
         if self._request_trace is None or not self.cfg.trace_steps or \
                 (last is not None and now - last < self.cfg.trace_every_s):
             return
+        self._trace_episodes.add(a.key)
+        if len(self._trace_episodes) > 10_000:
+            self._trace_episodes.clear()
         request_id = self._request_trace(a.job, a.rank, int(self.cfg.trace_steps))
         if request_id:
             self._traced_at[a.job] = now
