@@ -162,6 +162,7 @@ def test_plain_model_forward_is_the_operators_before_backward():
     assert b.backward_s == approx(50 / 3 * US) and b.optimizer_s == approx(10 / 3 * US)
 
 
+@pytest.mark.filterwarnings("ignore:Warning. Profiler clears events")
 def test_plain_cpu_model_forward_from_a_real_profiler_trace(tmp_path):
     """torch.profiler on CPU, an nn.Sequential with an extra matmul in forward: the forward
     phase carries it (it used to land in "other")."""
