@@ -44,12 +44,13 @@ def jobs(tmp_path_factory):
         # The CPU-burning jobs one after the other: side by side, the backward job's burning from
         # its step 400 slowed the early job from its step ~400 on 2 cores, so the early job's
         # onset could be dated before its last scheduled window (a CI run). "early": windows only
-        # every 256 steps (the first, at 256, is the discarded warm-up one; 512 is the last before
-        # the onset at 560): the collector's request after the alert brings one before 768.
+        # every 512 steps (the discarded warm-up one at 32, then 512, the last before the onset
+        # at 560): the collector's request after the alert (raised once the change has lasted
+        # min_duration_s, 5 s, ~95 steps here; 739 in a CI run) brings one before 1,024.
         for name in ("backward", "early"):
             procs[name] = cause_job("backward") if name == "backward" else start_trainer(
-                trainer_env(tmp, col.grpc, "early", STEPWATCH_WINDOW_EVERY_STEPS=256, STEPWATCH_OVERHEAD_BUDGET=0.5),
-                "--steps", "760", *SMALL, "--cause", "backward", "--cause-from-step", "560", "--cause-ms", "12")
+                trainer_env(tmp, col.grpc, "early", STEPWATCH_WINDOW_EVERY_STEPS=512, STEPWATCH_OVERHEAD_BUDGET=0.5),
+                "--steps", "900", *SMALL, "--cause", "backward", "--cause-from-step", "560", "--cause-ms", "12")
             out, _ = procs[name].communicate(timeout=240)
             assert procs[name].returncode == 0, f"{name}: {out[-3000:]}"
         # The healthy job runs alone too.
@@ -92,12 +93,12 @@ def test_a_healthy_job_raises_nothing(jobs):
 def test_a_slowdown_alert_brings_an_early_window_that_completes_the_diagnosis(jobs):
     (alert,) = drift_alert(jobs, "early")
     windows = jobs.api("/api/jobs/early/windows")["ranks"][0]["windows"]
-    off_schedule = [w for w in windows if (w["first_step"] - 2) % 256]  # scheduled: 256k + 2
+    off_schedule = [w for w in windows if (w["first_step"] - 2) % 512]  # scheduled: 512k + 2
     assert off_schedule, [w["first_step"] for w in windows]
     # The request travels collector -> sidecar -> trainer (read at its 0.2 s pipe flushes) and the
     # raise step itself lags the trainer by a flush or two: a few seconds at most, well before
-    # the next scheduled window at 768.
-    assert alert["raised_step"] <= off_schedule[0]["first_step"] <= alert["raised_step"] + 60 < 768, \
+    # the next scheduled window at 1,024.
+    assert alert["raised_step"] <= off_schedule[0]["first_step"] <= alert["raised_step"] + 60 < 1024, \
         (alert, off_schedule)
     assert alert["diagnosis"].startswith("backward +"), (alert, windows)
     assert "no profiler window after the onset" not in alert["diagnosis"]
