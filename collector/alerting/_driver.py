@@ -17,7 +17,8 @@ from stepwatch.agent.contract import phase_name
 from stepwatch.agent.support import OnceLog
 from stepwatch.proto.stepwatch.v1 import agent_pb2
 
-from ..detect import AllocatorPoint, DetectionConfig, DetectionEngine, GpuPoint, HostPoint, WindowPoint
+from ..detect import (SEVERITIES, AllocatorPoint, DetectionConfig, DetectionEngine, GpuPoint, HostPoint,
+                      WindowPoint)
 from ._alertmanager import AlertmanagerClient
 from ._book import Alert, AlertBook
 from ._diagnosis import Evidence, diagnose
@@ -28,7 +29,6 @@ log = logging.getLogger("stepwatch.collector")
 
 # Alerts about a rank getting slower get a diagnosis (what changed before/after the onset).
 SLOWDOWNS = ("StepwatchThroughputDrift", "StepwatchStragglerRank", "StepwatchGpuThrottled")
-_SEVERITIES = ("info", "warning", "critical")
 
 
 def _opt(msg, name):
@@ -192,7 +192,7 @@ class Detection:
     def _maybe_trace(self, a: Alert, now: float) -> None:
         """A full trace for an episode at or above ``trace_min_severity``, at most once per
         job per ``trace_every_s`` (and once per episode)."""
-        if _SEVERITIES.index(a.severity) < _SEVERITIES.index(self.cfg.trace_min_severity):
+        if SEVERITIES.index(a.severity) < SEVERITIES.index(self.cfg.trace_min_severity):
             return
         last = self._traced_at.get(a.job)
         if self._request_trace is None or not self.cfg.trace_steps or \

@@ -6,8 +6,8 @@ from ._config import (DetectionConfig, DriftConfig, GpuConfig, LivenessConfig, M
 from ._drift import DriftDetector
 from ._engine import DetectionEngine
 from ._straggler import StragglerDetector
-from ._types import CRITICAL, WARNING, AllocatorPoint, Condition, GpuPoint, HostPoint, WindowPoint
+from ._types import CRITICAL, SEVERITIES, WARNING, AllocatorPoint, Condition, GpuPoint, HostPoint, WindowPoint
 
 __all__ = ["DetectionConfig", "DriftConfig", "StragglerConfig", "MemoryConfig", "GpuConfig", "LivenessConfig",
            "parse_detection", "describe_options", "DetectionEngine", "DriftDetector", "StragglerDetector",
-           "Condition", "AllocatorPoint", "GpuPoint", "HostPoint", "WindowPoint", "WARNING", "CRITICAL"]
+           "Condition", "AllocatorPoint", "GpuPoint", "HostPoint", "WindowPoint", "WARNING", "CRITICAL", "SEVERITIES"]

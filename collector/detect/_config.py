@@ -15,6 +15,8 @@ from typing import Any
 from stepwatch.agent.settings import (at_least, describe, load_section,
                                       non_negative, option, section)
 
+from ._types import SEVERITIES
+
 __all__ = ["DetectionConfig", "DriftConfig", "StragglerConfig", "MemoryConfig", "GpuConfig",
            "LivenessConfig", "parse_detection", "describe_options"]
 
@@ -30,7 +32,7 @@ def _count(default: int, help: str) -> Any:
 
 def _severity_name(value: Any) -> str:
     name = str(value).strip().lower()
-    if name not in ("info", "warning", "critical"):
+    if name not in SEVERITIES:
         raise ValueError("expected info, warning or critical")
     return name
 

@@ -52,7 +52,7 @@ from typing import Optional
 
 from .._ring import Ring
 from ._config import DriftConfig
-from ._types import CRITICAL, INFO, WARNING, Condition, finite_positive, median
+from ._types import CRITICAL, INFO, SEVERITIES, WARNING, Condition, finite_positive, median
 
 __all__ = ["DriftDetector"]
 
@@ -271,7 +271,7 @@ class DriftDetector:
         cfg = self.cfg
         shift = math.expm1(max(level, 0.0))
         severity = _severity(shift, cfg, old.severity if old is not None else None)
-        if old is not None and _LEVELS.index(severity) < _LEVELS.index(old.severity):
+        if old is not None and SEVERITIES.index(severity) < SEVERITIES.index(old.severity):
             # Down a level only once the level has stayed below it for clear_steps: early in an
             # episode the median of a few blocks swings (one GPU job went critical -> warning
             # -> critical -> warning -> info within 4 s).
@@ -292,17 +292,14 @@ class DriftDetector:
         return self.condition != old
 
 
-_LEVELS = (INFO, WARNING, CRITICAL)
-
-
 def _severity(shift: float, cfg: DriftConfig, old: Optional[str]) -> str:
     """The level whose threshold ``shift`` reaches; staying at ``old`` down to 0.8x its threshold."""
     thresholds = {INFO: cfg.info_ratio, WARNING: cfg.warning_ratio, CRITICAL: cfg.critical_ratio}
     level = INFO
-    for name in _LEVELS:
+    for name in SEVERITIES:
         if shift >= thresholds[name]:
             level = name
-    if old in thresholds and _LEVELS.index(old) > _LEVELS.index(level) \
+    if old in thresholds and SEVERITIES.index(old) > SEVERITIES.index(level) \
             and shift >= 0.8 * thresholds[old]:
         return old
     return level

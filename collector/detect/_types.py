@@ -14,6 +14,7 @@ __all__ = ["Condition", "AllocatorPoint", "GpuPoint", "HostPoint", "WindowPoint"
            "fmt_bytes", "median"]
 
 INFO, WARNING, CRITICAL = "info", "warning", "critical"
+SEVERITIES = (INFO, WARNING, CRITICAL)  # lowest first
 
 
 @dataclasses.dataclass(frozen=True)
