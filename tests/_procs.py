@@ -155,6 +155,37 @@ def run_script(script, env: dict, timeout: float = 120) -> subprocess.CompletedP
     return run
 
 
+# A gloo job whose rank 0 hosts the TCPStore aborted *after* its last line of work and after
+# destroy_process_group() twice in ~2,000 multi-process runs (tests/e2e/test_run_e2e.py, CI on a
+# 2-core machine; never in 126 runs looped here, with or without load, with or without
+# profiler windows): libstdc++'s std::terminate from a C++ thread still joinable at exit.
+# torch's own tracker of this message is pytorch/pytorch#190489.
+TEARDOWN_ABORT = "terminate called without an active exception"
+
+
+def run_gloo_job(cmd: list, env: dict, *, ranks: int, restart=None, timeout: float = 240,
+                 cwd=None) -> subprocess.CompletedProcess:
+    """Run a multi-process gloo job that prints ``done <rank>`` per rank; it must exit 0.
+
+    Once, and only for that abort after every rank printed ``done``, the job runs again
+    (``restart()`` first resets what the first run left behind, e.g. a fresh collector); the
+    abort is reported as a warning with the Python stacks faulthandler printed. Any other
+    failure, or the abort twice, fails the test.
+    """
+    env = dict(env, PYTHONFAULTHANDLER="1")
+    run = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout, cwd=cwd)
+    out = run.stdout + run.stderr
+    if (run.returncode != 0 and TEARDOWN_ABORT in out
+            and all(f"done {rank}" in run.stdout for rank in range(ranks))):
+        import warnings
+        warnings.warn(f"gloo teardown abort after all ranks finished; running the job again:\n{out[-4000:]}")
+        if restart is not None:
+            restart()
+        run = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout, cwd=cwd)
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-3000:]
+    return run
+
+
 def start_trainer(env: dict, *args: str, nproc: int = 1) -> subprocess.Popen:
     return subprocess.Popen(_trainer_cmd(args, nproc), env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)

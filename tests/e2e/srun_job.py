@@ -17,3 +17,4 @@ for _ in range(50):
     opt.zero_grad()
 dist.destroy_process_group()
 sys.stdout.write(f"done {dist.get_rank() if dist.is_initialized() else os.environ['SLURM_PROCID']}\n")
+sys.stdout.flush()

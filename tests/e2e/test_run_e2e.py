@@ -13,7 +13,7 @@ import time
 import pytest
 
 import _slurm
-from _procs import Collector
+from _procs import Collector, run_gloo_job
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 BIN = os.path.dirname(sys.executable)
@@ -86,8 +86,7 @@ def _spawn_ranks(col, tmp_path, cmd):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("STEPWATCH_", "RANK", "LOCAL_RANK", "WORLD_SIZE"))}
     env.update(STEPWATCH_SPOOL_DIR=str(tmp_path / "spool"), STEPWATCH_FLUSH_INTERVAL_S="0.2", OMP_NUM_THREADS="1",
                STEPWATCH_COLLECTOR=col.grpc, STEPWATCH_JOB="spawned")
-    run = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=240, cwd=str(tmp_path))
-    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-3000:]
+    run = run_gloo_job(cmd, env, ranks=2, restart=lambda: (col.kill(), col.start()), cwd=str(tmp_path))
     assert "done 0" in run.stdout and "done 1" in run.stdout, run.stdout
     steps = {}
     for _ in range(150):
@@ -134,10 +133,12 @@ def test_stepwatch_run_under_a_real_srun(tmp_path):
     try:
         env = {k: v for k, v in slurm.env.items() if not k.startswith(("STEPWATCH_", "RANK", "LOCAL_RANK"))}
         env.update(STEPWATCH_SPOOL_DIR=str(tmp_path / "spool"), STEPWATCH_FLUSH_INTERVAL_S="0.2", OMP_NUM_THREADS="1")
-        run = subprocess.run([os.path.join(BIN, "stepwatch"), "run", "--collector", col.grpc, "--",
-                              "srun", "-n", "2", "-J", "swjob", sys.executable, os.path.join(HERE, "srun_job.py"),
-                              "29735"], env=env, capture_output=True, text=True, timeout=240, cwd=str(tmp_path))
-        assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-3000:] + slurm.logs()
+        try:
+            run_gloo_job([os.path.join(BIN, "stepwatch"), "run", "--collector", col.grpc, "--",
+                          "srun", "-n", "2", "-J", "swjob", sys.executable, os.path.join(HERE, "srun_job.py"),
+                          "29735"], env, ranks=2, restart=lambda: (col.kill(), col.start()), cwd=str(tmp_path))
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}\n{slurm.logs()}") from None
         steps = wait_steps(col, 2, 50)
         assert sorted(rank for _, rank in steps) == [0, 1], steps
         (job,) = {job for job, _ in steps}
