@@ -9,7 +9,8 @@
 The live collector and ``stepwatch replay`` build the same Pipeline; live, ``now`` is the
 collector's clock, in replay the recording's. One caller at a time (the event loop thread, or
 the replay loop). A listener is any object with some of ``on_connect(hello, now)``,
-``on_batch(hello, batch, now)``, ``on_disconnect(hello, now)``, ``forget(keys)`` and
+``on_batch(hello, batch, now, steps)`` (``steps``: the batch's step records as columns, read
+once for everyone: collector/_columns.py), ``on_disconnect(hello, now)``, ``forget(keys)`` and
 ``tick(now, connections)``; the methods it lacks are skipped.
 """
 
@@ -20,6 +21,7 @@ from typing import Sequence
 
 from stepwatch.proto.stepwatch.v1 import agent_pb2
 
+from ._columns import step_columns
 from ._sanitize import drop_nonfinite
 from ._state import CollectorState, RankKey
 
@@ -46,13 +48,17 @@ class Pipeline:
     def batch(self, key: RankKey, hello: agent_pb2.Hello, batch: agent_pb2.Batch, now: float) -> bool:
         """Apply one batch; listeners see it only when it was new (not a resent duplicate).
         Records with non-finite numbers are dropped and counted first."""
-        dropped = drop_nonfinite(batch)
+        steps = step_columns(batch)
+        finite = steps.finite()
+        dropped = drop_nonfinite(batch, ("steps",) if finite else ())
         if dropped:
             self.state.count_nonfinite(dropped)
-        if not self.state.apply_batch(key, hello.session_id, batch, now):
+            if not finite:
+                steps = step_columns(batch)  # without the dropped steps
+        if not self.state.apply_batch(key, hello.session_id, batch, now, steps):
             return False
         for call in self._each("on_batch"):
-            call(hello, batch, now)
+            call(hello, batch, now, steps)
         return True
 
     def disconnect(self, key: RankKey, hello: agent_pb2.Hello, now: float) -> None:

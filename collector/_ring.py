@@ -40,6 +40,51 @@ class Ring:
         for row in rows:
             self.append(*row)
 
+    def extend_columns(self, *columns: list) -> None:
+        """Append rows given column by column (equal-length lists): the same ring as
+        ``append`` row by row, written with array slices."""
+        k = len(columns[0])
+        if not k:
+            return
+        if self._nullable:
+            self.extend(zip(*columns))
+            return
+        cols, m = self._cols, self.maxlen
+        room = m - len(cols[0])
+        if room > 0:  # not full yet: the ring starts at 0
+            take = min(room, k)
+            for col, values in zip(cols, columns):
+                col.extend(values[:take])
+            if take == k:
+                return
+            columns, k = tuple(values[take:] for values in columns), k - take
+        if k >= m:
+            self._cols = [array(t, values[k - m:]) for t, values in zip(self._types, columns)]
+            self._start = 0
+            return
+        i = self._start
+        first = min(k, m - i)
+        for t, col, values in zip(self._types, cols, columns):
+            col[i:i + first] = array(t, values[:first])
+            if first < k:
+                col[:k - first] = array(t, values[first:])
+        self._start = (i + k) % m
+
+    def column(self, index: int) -> array:
+        """Column ``index`` as stored (rotated: for sums and extremes, not for order)."""
+        return self._cols[index]
+
+    def tail(self, index: int, n: int) -> list:
+        """The newest ``n`` values of column ``index``, oldest first."""
+        col, size = self._cols[index], len(self._cols[index])
+        n = min(n, size)
+        if size < self.maxlen or self._start == 0:
+            return col[size - n:].tolist()
+        end = self._start  # the newest value sits just before the start
+        if n <= end:
+            return col[end - n:end].tolist()
+        return col[size - (n - end):].tolist() + col[:end].tolist()
+
     def append(self, *row) -> None:
         if self._nullable:
             row = tuple(_NONE[t] if v is None else v for t, v in zip(self._types, row))
@@ -67,15 +112,17 @@ class Ring:
 
     def _row(self, j: int) -> tuple:
         row = tuple(col[j] for col in self._cols)
-        if self._nullable:
-            row = tuple(None if (v != v if t == "d" else v == -1) else v for t, v in zip(self._types, row))
-        return row
+        return self._nulls(row) if self._nullable else row
+
+    def _nulls(self, row: tuple) -> tuple:
+        return tuple(None if (v != v if t == "d" else v == -1) else v for t, v in zip(self._types, row))
 
     def __iter__(self) -> Iterator[tuple]:
-        n = len(self._cols[0])
-        start = self._start if n == self.maxlen else 0
-        for j in list(range(start, n)) + list(range(0, start)):
-            yield self._row(j)
+        start = self._start  # 0 until the ring is full
+        columns = [col[start:].tolist() + col[:start].tolist() if start else col.tolist() for col in self._cols]
+        if not self._nullable:
+            return zip(*columns)  # rows made in C
+        return (self._nulls(row) for row in zip(*columns))
 
     def __bool__(self) -> bool:
         return len(self._cols[0]) > 0

@@ -62,10 +62,13 @@ def _finite(msg: Message) -> bool:
     return True
 
 
-def drop_nonfinite(batch: agent_pb2.Batch) -> int:
-    """Remove, in place, every record of ``batch`` with a non-finite number; return how many."""
+def drop_nonfinite(batch: agent_pb2.Batch, checked: tuple = ()) -> int:
+    """Remove, in place, every record of ``batch`` with a non-finite number; return how many.
+    ``checked``: record fields the caller already found finite."""
     dropped = 0
     for name in _RECORDS:
+        if name in checked:
+            continue
         records = getattr(batch, name)
         if all(map(_finite, records)):
             continue

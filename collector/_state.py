@@ -17,6 +17,7 @@ from typing import Any, Iterable, Optional
 
 from stepwatch.proto.stepwatch.v1 import agent_pb2
 
+from ._columns import StepColumns, step_columns
 from ._ring import Ring
 
 from ._traces import TraceBook
@@ -54,6 +55,18 @@ class Histogram:
         self.counts[bisect.bisect_left(self.bounds, value)] += 1  # first bound >= value; past the last: +Inf
         self.sum += value
         self.count += 1
+
+    def observe_many(self, values: Iterable[float]) -> None:
+        """``observe`` each of ``values`` (one batch's worth, without a call per value)."""
+        counts, bounds, left = self.counts, self.bounds, bisect.bisect_left
+        total, n = 0.0, 0
+        for value in values:
+            if 0 <= value < math.inf:  # NaN fails both
+                counts[left(bounds, value)] += 1
+                total += value
+                n += 1
+        self.sum += total
+        self.count += n
 
     def add(self, other: "Histogram") -> None:
         """Add ``other``'s observations (same bounds): a job's histogram from its ranks'."""
@@ -131,21 +144,13 @@ class RankState:
         n = min(self.recent_added, RATIO_WINDOW)
         return self.recent_duration_s / n if n else None
 
-    def add_recent(self, wait: float, duration: float) -> None:
-        """Append to ``recent`` keeping the running sums (summed afresh once per full turn, so
-        rounding cannot build up)."""
-        if len(self.recent) == self.recent.maxlen:
-            w0, d0 = self.recent[0]
-            self.recent_wait_s -= w0
-            self.recent_duration_s -= d0
-        self.recent.append(wait, duration)
-        self.recent_added += 1
-        if self.recent_added % RATIO_WINDOW == 0:
-            self.recent_wait_s = sum(w for w, _ in self.recent)
-            self.recent_duration_s = sum(d for _, d in self.recent)
-        else:
-            self.recent_wait_s += wait
-            self.recent_duration_s += duration
+    def add_recent(self, waits: list, durations: list) -> None:
+        """Append (wait, duration) pairs to ``recent`` and sum it afresh (two sums over 100
+        numbers in C: cheaper than keeping running sums step by step)."""
+        self.recent.extend_columns(waits, durations)
+        self.recent_added += len(waits)
+        self.recent_wait_s = sum(self.recent.column(0))
+        self.recent_duration_s = sum(self.recent.column(1))
 
     def session(self, session_id: str) -> _Session:
         if session_id not in self.sessions:
@@ -245,8 +250,12 @@ class CollectorState:
             if st.streams == 0:
                 st.disconnected_at = now
 
-    def apply_batch(self, key: RankKey, session_id: str, batch: agent_pb2.Batch, now: float) -> bool:
-        """Apply ``batch``; return False (and change nothing but counters) for a duplicate seq."""
+    def apply_batch(self, key: RankKey, session_id: str, batch: agent_pb2.Batch, now: float,
+                    steps: Optional[StepColumns] = None) -> bool:
+        """Apply ``batch``; return False (and change nothing but counters) for a duplicate seq.
+        ``steps``: the batch's step columns when the caller read them already."""
+        if steps is None:
+            steps = step_columns(batch)
         with self._lock:
             self.batches_received += 1
             st = self._ranks.get(key)
@@ -258,14 +267,14 @@ class CollectorState:
                 self.batches_duplicate += 1
                 return False
             sess.max_seq = batch.seq
-            self._apply(st, sess, batch)
+            self._apply(st, sess, batch, steps)
             return True
 
-    def _apply(self, st: RankState, sess: _Session, batch: agent_pb2.Batch) -> None:
+    def _apply(self, st: RankState, sess: _Session, batch: agent_pb2.Batch, steps: StepColumns) -> None:
         if batch.HasField("gpu"):
             st.gpu = batch.gpu
-        for rec in batch.steps:
-            self._apply_step(st, sess, rec)
+        if len(steps):
+            self._apply_steps(st, sess, steps)
         st.allocator = _latest(st.allocator, batch.allocator)
         st.gpu_sample = _latest(st.gpu_sample, batch.gpu_samples)
         st.host = _latest(st.host, batch.host)
@@ -304,26 +313,36 @@ class CollectorState:
                     self.trimmed["window_names"] += 1
 
     @staticmethod
-    def _apply_step(st: RankState, sess: _Session, rec: agent_pb2.StepRecord) -> None:
-        # Each protobuf field read once: attribute access on a message is the cost here.
-        step, dur, wait, end = rec.step, rec.duration_s, rec.dataloader_wait_s, rec.end_time_s
-        if step > sess.max_step:
-            sess.max_step = step
-        st.step_hist.observe(dur)
-        st.wait_hist.observe(wait)
-        good = dur >= 0 and math.isfinite(dur)
-        if good and math.isfinite(wait):
-            st.add_recent(wait if wait > 0.0 else 0.0, dur)
-        if good and math.isfinite(end):
-            st.trend.append(step, end, dur)  # arrival order
-        if rec.HasField("samples"):
-            st.samples_total += rec.samples
+    def _apply_steps(st: RankState, sess: _Session, c: StepColumns) -> None:
+        top = max(c.step)
+        if top > sess.max_step:
+            sess.max_step = top
+        st.step_hist.observe_many(c.dur)
+        st.wait_hist.observe_many(c.wait)
+        total = sum(c.dur) + sum(c.wait) + sum(c.end)
+        if math.isfinite(total) and min(c.dur) >= 0:  # every record usable (the usual case)
+            waits = c.wait if min(c.wait) >= 0.0 else [w if w > 0.0 else 0.0 for w in c.wait]
+            st.add_recent(waits, c.dur)
+            st.trend.extend_columns(c.step, c.end, c.dur)  # arrival order
+            last = max(c.end)
+        else:  # non-finite or negative numbers: skipped where they would count
+            rows = [(s, e, d, w) for s, e, d, w in zip(c.step, c.end, c.dur, c.wait)
+                    if d >= 0 and math.isfinite(d)]
+            recent = [(w, d) for _, _, d, w in rows if math.isfinite(w)]
+            if recent:
+                st.add_recent([w if w > 0.0 else 0.0 for w, _ in recent], [d for _, d in recent])
+            rows = [r for r in rows if math.isfinite(r[1])]
+            if rows:
+                st.trend.extend_columns([r[0] for r in rows], [r[1] for r in rows], [r[2] for r in rows])
+            last = max((r[1] for r in rows), default=None)
+        if last is not None and (st.last_step_time is None or last > st.last_step_time):
+            st.last_step_time = last
+        if c.samples is not None:
+            st.samples_total += sum(v for v in c.samples if v is not None)
             st.samples_known = True
-        if rec.HasField("tokens"):
-            st.tokens_total += rec.tokens
+        if c.tokens is not None:
+            st.tokens_total += sum(v for v in c.tokens if v is not None)
             st.tokens_known = True
-        if st.last_step_time is None or end > st.last_step_time:
-            st.last_step_time = end
 
     def expire(self, now: float) -> list[RankKey]:
         """Remove ranks disconnected for longer than ``agent_grace_s``; return their keys."""

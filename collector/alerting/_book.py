@@ -153,8 +153,12 @@ class AlertBook:
         with self._lock:
             return [_copy(a) for a in (*self._live.values(), *self._resolved)]
 
-    def firing(self) -> list[Alert]:
-        return [a for a in self.snapshot() if a.state == "firing"]
+    def firing(self, rank: Optional[tuple] = None) -> list[Alert]:
+        """Copies of the firing alerts, of one ``(job, rank)`` only when given (a fleet-wide
+        alert storm would otherwise copy every alert for each rank's window batch)."""
+        with self._lock:
+            return [_copy(a) for a in self._live.values()
+                    if a.state == "firing" and (rank is None or (a.job, a.rank) == rank)]
 
     def json(self) -> bytes:
         return json.dumps({"alerts": [a.to_json() for a in self.snapshot()]}).encode()

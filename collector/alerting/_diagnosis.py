@@ -23,6 +23,7 @@ from typing import Optional
 
 from stepwatch.proto.stepwatch.v1 import agent_pb2
 
+from .._columns import StepColumns, step_columns
 from .._ring import Ring
 
 __all__ = ["Evidence", "Diagnosis", "diagnose", "compare_windows", "fmt"]
@@ -65,19 +66,23 @@ class Evidence:
     def rank(self, job: str, rank: int) -> Optional[_Rank]:
         return self._ranks.get((job, rank))
 
-    def on_batch(self, hello: agent_pb2.Hello, batch: agent_pb2.Batch, now: float) -> None:
+    def on_batch(self, hello: agent_pb2.Hello, batch: agent_pb2.Batch, now: float,
+                 steps: Optional[StepColumns] = None) -> None:
         r = self._ranks.get((hello.job, hello.rank))
         if r is None:
             r = self._ranks[hello.job, hello.rank] = _Rank()
-        for s in batch.steps:
-            if s.profiled or not s.duration_s > 0:
-                continue
-            r.pending.append((s.step, s.end_time_s, s.duration_s, max(0.0, s.dataloader_wait_s)))
-            if len(r.pending) == _BLOCK:
-                steps, times, durs, waits = zip(*r.pending)
-                r.blocks.append(steps[0], steps[-1], times[-1], statistics.median(durs),
-                                statistics.median(waits))
-                r.pending = []
+        c = steps if steps is not None else step_columns(batch)
+        if len(c):
+            rows = zip(c.step, c.end, c.dur, c.wait)
+            if c.profiled or not min(c.dur) > 0:
+                skip = set(c.profiled)
+                rows = [row for i, row in enumerate(rows) if i not in skip and row[2] > 0]
+            r.pending.extend(rows)
+            while len(r.pending) >= _BLOCK:
+                block, r.pending = r.pending[:_BLOCK], r.pending[_BLOCK:]
+                steps_, times, durs, waits = zip(*block)
+                r.blocks.append(steps_[0], steps_[-1], times[-1], statistics.median(durs),
+                                statistics.median([w if w > 0.0 else 0.0 for w in waits]))
         r.host.extend((h.time_s, h.cpu_seconds) for h in batch.host)
         r.gpu.extend((g.time_s, *(getattr(g, f) if g.HasField(f) else None for f in _GPU_FIELDS))
                      for g in batch.gpu_samples)
@@ -150,8 +155,10 @@ def diagnose(r: Optional[_Rank], since: float) -> Optional[Diagnosis]:
     """Compare before and after data time ``since``; None without step data on both sides."""
     if r is None:
         return None
-    before = [b for b in r.blocks if b[2] < since]
-    after = [b for b in r.blocks if b[2] >= since]
+    # each ring made into rows once (they are read several times below)
+    blocks, host, gpu, alloc = list(r.blocks), list(r.host), list(r.gpu), list(r.alloc)
+    before = [b for b in blocks if b[2] < since]
+    after = [b for b in blocks if b[2] >= since]
     if len(before) < 3 or len(after) < 3:
         return None
     step_delta = (_median(b[3] for b in after) - _median(b[3] for b in before)) * 1e3
@@ -159,8 +166,8 @@ def diagnose(r: Optional[_Rank], since: float) -> Optional[Diagnosis]:
     wait = (_median(b[4] for b in after) - _median(b[4] for b in before)) * 1e3
     found.append(("data-loader wait", wait, ""))
     lo = before[max(0, len(before) - 60)][2]
-    cpu_b = _cpu_per_step(r.host, r.blocks, lo, since)
-    cpu_a = _cpu_per_step(r.host, r.blocks, since, after[-1][2])
+    cpu_b = _cpu_per_step(host, blocks, lo, since)
+    cpu_a = _cpu_per_step(host, blocks, since, after[-1][2])
     if cpu_b is not None and cpu_a is not None:
         found.append(("host CPU", (cpu_a - cpu_b) * 1e3, ""))
     w_before = [w for w in r.windows if w.start_time_s < since]
@@ -173,7 +180,7 @@ def diagnose(r: Optional[_Rank], since: float) -> Optional[Diagnosis]:
     text = "; ".join(fmt(c) for c in ranked[:3])
     if step_delta <= 0 or ranked[0][1] < _EXPLAINED * step_delta:
         text = f"no measured contributor explains the {step_delta:+.1f} ms/step; " + text
-    tail = [_clocks(r.gpu, since), _activity(r.gpu, since), _retries(r.alloc, since)]
+    tail = [_clocks(gpu, since), _activity(gpu, since), _retries(alloc, since)]
     if not w_before:
         tail.append("phases: no profiler window from before the onset")
     elif not w_after:

@@ -17,6 +17,7 @@ from stepwatch.agent.contract import phase_name
 from stepwatch.agent.support import OnceLog
 from stepwatch.proto.stepwatch.v1 import agent_pb2
 
+from .._columns import StepColumns, step_columns
 from ..detect import (SEVERITIES, AllocatorPoint, DetectionConfig, DetectionEngine, GpuPoint, HostPoint,
                       WindowPoint)
 from ._alertmanager import AlertmanagerClient
@@ -45,11 +46,13 @@ def _trace_text(host: str, ref) -> str:
     return f"{host}:{ref.path}{upload}"
 
 
-def feed_batch(engine: DetectionEngine, job: str, rank: int, batch: agent_pb2.Batch) -> None:
+def feed_batch(engine: DetectionEngine, job: str, rank: int, batch: agent_pb2.Batch,
+               steps: Optional[StepColumns] = None) -> None:
     """Hand one batch's step, allocator, NVML and host samples to ``engine``."""
-    for r in batch.steps:
-        engine.step(job, rank, r.step, r.end_time_s, r.duration_s, _opt(r, "tokens"), r.dataloader_wait_s,
-                    profiled=r.profiled, phase=phase_name(r.phase) if r.phase else "")
+    c = steps if steps is not None else step_columns(batch)
+    if len(c):
+        engine.steps(job, rank, c.step, c.end, c.dur, c.wait, c.tokens, c.profiled,
+                     {i: phase_name(p) for i, p in c.phase.items()} if c.phase else None)
     for a in batch.allocator:
         engine.allocator(job, rank, AllocatorPoint(a.time_s, a.allocated_bytes, a.reserved_bytes,
                                                    a.inactive_split_bytes, a.alloc_retries, a.ooms,
@@ -123,22 +126,24 @@ class Detection:
         except Exception as exc:  # noqa: BLE001 - detection must never break ingest
             self._log(exc)
 
-    def on_batch(self, hello: agent_pb2.Hello, batch: agent_pb2.Batch, now: float) -> None:
+    def on_batch(self, hello: agent_pb2.Hello, batch: agent_pb2.Batch, now: float,
+                 steps: Optional[StepColumns] = None) -> None:
         try:
-            self.evidence.on_batch(hello, batch, now)
+            if steps is None:
+                steps = step_columns(batch)
+            self.evidence.on_batch(hello, batch, now, steps)
             for ref in batch.traces:
                 key = self._trace_alerts.pop(ref.request_id, None)
                 if key is not None:
                     self.book.annotate(key, trace=_trace_text(hello.host, ref))
-            feed_batch(self.engine, hello.job, hello.rank, batch)
+            feed_batch(self.engine, hello.job, hello.rank, batch, steps)
             if self.engine.changed:
                 self._update(now)
             rank = (hello.job, hello.rank)
             if batch.windows and rank in self._incomplete:  # a window after an onset completes it
-                mine = [a for a in self.book.firing() if (a.job, a.rank) == rank and a.alertname in SLOWDOWNS]
+                mine = [a for a in self.book.firing(rank) if a.alertname in SLOWDOWNS]
                 self._diagnose(mine)
-                if all(a.diagnosis_complete for a in self.book.firing()
-                       if (a.job, a.rank) == rank and a.alertname in SLOWDOWNS):
+                if all(a.diagnosis_complete for a in self.book.firing(rank) if a.alertname in SLOWDOWNS):
                     self._incomplete.discard(rank)
         except Exception as exc:  # noqa: BLE001 - detection must never break ingest
             self._log(exc)

@@ -135,6 +135,33 @@ class DriftDetector:
             return any([self._add(*h) for h in held])
         return self._add(step, time, value)
 
+    def feed_many(self, steps: list, times: list, values: list) -> bool:
+        """:meth:`feed` for each (a batch, as columns); True when ``condition`` changed.
+
+        Up to the next block boundary the baseline stands still, so a run of steps that are
+        all plain (finite, positive, below the pause limit, no pause being held) goes into the
+        block at once; anything else takes the step-by-step path."""
+        changed, i, n, size = False, 0, len(values), self.cfg.block_steps
+        while i < n:
+            j = min(n, i + size - len(self._block))
+            part = values[i:j]
+            low, high, total = min(part), max(part), sum(part)
+            if (self._held or self._level_moved or not low > 0 or not math.isfinite(total)
+                    or (self._mu is not None and math.log(high) - self._mu >= self._clip)):
+                for k in range(i, j):
+                    changed |= self.feed(steps[k], times[k], values[k])
+                i = j
+                continue
+            if self._block_start is None:
+                self._block_start = (steps[i], times[i])
+            self._block.extend(part)
+            i = j
+            if len(self._block) >= size:
+                y, start = math.log(median(self._block)), self._block_start
+                self._block, self._block_start = [], None
+                changed |= self._on_block(y, start)
+        return changed
+
     def _end_pause(self) -> None:
         if self._held:
             kind = "stall" if len(self._held) == 1 else "pause"
@@ -185,13 +212,13 @@ class DriftDetector:
         self._recent.append(y)
         return self._judge()
 
-    def _estimate_onset(self, items: list, ref: float, level: float) -> int:
-        """Index in ``items`` ((step, time, y) blocks) of the maximum-likelihood start of a
-        shift of ``level`` above ``ref`` (log units)."""
+    def _estimate_onset(self, ys: list, ref: float, level: float) -> int:
+        """Index in ``ys`` (log block medians) of the maximum-likelihood start of a shift of
+        ``level`` above ``ref`` (log units)."""
         best, best_i, total = -math.inf, 0, 0.0
         level = min(level, self._clip)
-        for i in range(len(items) - 1, -1, -1):
-            total += min(items[i][2] - ref, self._clip) - level / 2
+        for i in range(len(ys) - 1, -1, -1):
+            total += min(ys[i] - ref, self._clip) - level / 2
             if total > best:
                 best, best_i = total, i
         return best_i
@@ -226,7 +253,7 @@ class DriftDetector:
         if len(self._run) < self._n or median(self._recent) - mu < _RAISE * math.log1p(cfg.info_ratio) / 2:
             return None
         run = [(s, t, raw + mu) for s, t, _, raw in self._run]
-        onset = self._estimate_onset(run, mu, median(self._recent) - mu)
+        onset = self._estimate_onset([y for _, _, y in run], mu, median(self._recent) - mu)
         level = median(y for _, _, y in run[onset:][-_SUSTAINED_BLOCKS:]) - mu
         blocks = len(run) - onset
         # Below the warning level the baseline test does not raise: a slow wobble of the job's
@@ -250,9 +277,8 @@ class DriftDetector:
                              (max(self._n_info, self._n_time), cfg.info_ratio)):
             if len(hist) < after + before:
                 continue
-            items = [hist[i] for i in range(-(after + before), 0)]  # the tail only
-            ref = median(y for _, _, y in items[:before])
-            level = median(y for _, _, y in items[before:])
+            ys = hist.tail(2, after + before)  # the tail only, one column
+            ref, level = median(ys[:before]), median(ys[before:])
             jump = level - ref
             se = 1.25 * self._sigma * math.sqrt(1 / after + 1 / before)
             if jump < _JUMP_RAISE * math.log1p(ratio) or jump < (cfg.z_min + _JUMP_EXTRA_Z) * se \
@@ -262,7 +288,7 @@ class DriftDetector:
             # small one within the window, the onset is the larger change's (a +5% shift at
             # step 331 then +45% at 400 is "since 400", measured against the level before 331).
             now = max(jump, median(self._recent) - ref)
-            hit = ref, items[self._estimate_onset(items, ref, now)][:2]
+            hit = ref, hist[len(hist) - len(ys) + self._estimate_onset(ys, ref, now)][:2]
             break
         self._jump_hits = self._jump_hits + 1 if hit else 0
         return hit if self._jump_hits >= 2 else None

@@ -8,7 +8,7 @@ Unix time ``now``. ``conditions()`` lists what holds now; it never raises.
 
 from __future__ import annotations
 
-from typing import Iterable, Optional
+from typing import Iterable, Optional, Sequence
 
 from ._config import DetectionConfig
 from ._drift import DriftDetector
@@ -98,6 +98,61 @@ class DetectionEngine:
         if self.cfg.straggler.enabled:
             s = self._straggler(job)
             if s.feed(rank, step, time, step_time_s, wait_s) or s.conditions:
+                self._sync(s, s.conditions.values())
+
+    def steps(self, job: str, rank: int, steps: list, times: list, durations: list, waits: list,
+              tokens: Optional[list] = None, profiled: Sequence[int] = (),
+              phases: Optional[dict] = None) -> None:
+        """A batch of ``rank``'s steps as columns (equal-length lists, in arrival order):
+        the same as :meth:`step` for each, with the detectors fed a batch at a time.
+        ``tokens``: per step or None; ``profiled``: indices of profiled steps; ``phases``:
+        {index: marked phase name}."""
+        n = len(steps)
+        if not n:
+            return
+        r = self._rank(job, rank)
+        r.live.steps(steps, times, durations)
+        r.memory.step = steps[-1]
+        warm = max(0, self.cfg.warmup_steps - r.seen)  # rows before this index are warm-up
+        r.seen += n
+        if not profiled and not phases and not r.last_phase and tokens is None:
+            keep = None if warm == 0 else range(warm, n)  # the usual batch: every step counts
+        else:
+            keep = []
+            skip = set(profiled)
+            for i in range(n):
+                phase = phases.get(i, "") if phases else ""
+                if phase != r.last_phase:
+                    if phase:
+                        if phase not in r.marked and len(r.marked) >= _MAX_PHASE_KINDS:
+                            phase = "other"
+                        r.marked[phase] = r.marked.get(phase, 0) + 1
+                    r.last_phase = phase
+                if i in skip:
+                    r.profiled += 1
+                elif not phase and i >= warm:
+                    keep.append(i)
+        if not self.cfg.enabled:
+            return
+        if keep is not None:
+            if not keep:
+                return
+            steps, times = [steps[i] for i in keep], [times[i] for i in keep]
+            waits, tokens = [waits[i] for i in keep], [tokens[i] for i in keep] if tokens else None
+            durations = [durations[i] for i in keep]
+        values = durations
+        if tokens:
+            values = []
+            for d, t in zip(durations, tokens):
+                if t:
+                    r.ref_tokens = r.ref_tokens or t
+                    d = d * r.ref_tokens / t
+                values.append(d)
+        if self.cfg.drift.enabled and (r.drift.feed_many(steps, times, values) or r.drift.condition):
+            self._sync(r.drift, [r.drift.condition] if r.drift.condition else [])
+        if self.cfg.straggler.enabled:
+            s = self._straggler(job)
+            if s.feed_many(rank, steps, times, durations, waits) or s.conditions:
                 self._sync(s, s.conditions.values())
 
     def _straggler(self, job: str) -> StragglerDetector:

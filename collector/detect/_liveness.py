@@ -52,6 +52,15 @@ class RankLiveness:
         if step_time > 0:
             self._recent.append(step_time)
 
+    def steps(self, steps: list, times: list, step_times: list) -> None:
+        """:meth:`step` for each (a batch, as columns)."""
+        latest = max(times)
+        if self.last_time is None or latest >= self.last_time:
+            # the last of the steps with the latest time (as step by step)
+            i = len(times) - 1 - times[::-1].index(latest)
+            self.last_step, self.last_time = steps[i], latest
+        self._recent.extend(t for t in step_times if t > 0)
+
     def stalled(self, now: float) -> Optional[Condition]:
         if not self.cfg.enabled or self.last_time is None or not self.connected:
             return None

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import math
 from typing import Optional
 
 from ._config import StragglerConfig
@@ -75,6 +76,35 @@ class StragglerDetector:
             self._close(rank, cur)
             del self._cur[rank]
         return self._judge_ready()
+
+    def feed_many(self, rank: int, steps: list, times: list, step_times: list, waits: list) -> bool:
+        """:meth:`feed` for each (a batch of ``rank``'s steps, as columns). Ready blocks are
+        judged after each block this closes, as step by step (nothing else changes between)."""
+        size, cur, changed, fed = self.cfg.block_steps, self._cur.get(rank), False, False
+        for step, time, step_time, wait in zip(steps, times, step_times, waits):
+            if not 0 < step_time < math.inf:
+                continue
+            if not fed:
+                fed = True
+                self._ranks.add(rank)
+            bid = step // size
+            if cur is not None and cur[0] != bid:
+                self._close(rank, cur)
+                cur = None
+                changed |= self._judge_ready()
+            if cur is None:
+                cur = (bid, [], [], step, time)
+            cur[1].append(step_time)
+            cur[2].append(wait if wait > 0.0 else 0.0)
+            if len(cur[1]) >= size:
+                self._close(rank, cur)
+                cur = None
+                changed |= self._judge_ready()
+        if cur is None:
+            self._cur.pop(rank, None)
+        else:
+            self._cur[rank] = cur
+        return changed
 
     def window(self, rank: int, w: WindowPoint) -> bool:
         """One profiler window of ``rank``; True when ``conditions`` changed."""
@@ -220,7 +250,10 @@ class StragglerDetector:
         cfg, old = self.cfg, self._by_steps.get(rank)
         slow = sum(1 for s, _, _ in hist if s)
         if (old is None and slow < cfg.min_blocks) or (old is not None and slow * 2 < cfg.min_blocks):
-            return (self._by_steps.pop(rank, None) is not None) | self._merge()
+            if self._by_steps.pop(rank, None) is None:
+                return False  # nothing held for it: nothing to merge again
+            self._merge()
+            return True
         first: Optional[tuple] = next(((st, tm) for s, st, tm in hist if s), None)
         step, since = (old.step, old.since) if old is not None else first
         summary = (f"rank {rank} is a straggler: {ratio:.2f}x the other ranks' step time "

@@ -32,3 +32,19 @@ def test_nan_and_inf_records_are_dropped_and_counted(start_collector):
     assert st.stats.windows == 1 and math.isfinite(st.stats.overhead_ratio)
     assert collector.collector.state.counters()["nonfinite_records"] == 5
     assert "stepwatch_collector_nonfinite_records_total 5\n" in text
+
+
+def test_the_step_columns_finiteness_check_covers_every_float_of_a_step_record():
+    """The pipeline skips the generic check of step records when their columns sum finite:
+    that holds only while a step record's float fields are exactly the three columns."""
+    from stepwatch.collector._columns import step_columns
+    from stepwatch.collector._sanitize import _plan
+    from stepwatch.proto.stepwatch.v1 import agent_pb2
+
+    floats, repeated, messages = _plan(agent_pb2.StepRecord.DESCRIPTOR)
+    assert sorted(floats) == ["dataloader_wait_s", "duration_s", "end_time_s"] and not repeated and not messages
+    for field in floats:
+        batch = agent_pb2.Batch(steps=[agent_pb2.StepRecord(step=1, duration_s=0.1, end_time_s=5.0)])
+        assert step_columns(batch).finite()
+        setattr(batch.steps[0], field, float("nan"))
+        assert not step_columns(batch).finite(), field

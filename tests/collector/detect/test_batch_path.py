@@ -1,0 +1,129 @@
+"""The batch path (a batch's steps as columns) gives what feeding step by step gives: the
+same conditions after every batch, the same pauses and counts, the same rings. Random jobs
+with pauses, shifts, profiled and marked steps, tokens, warm-up, non-finite and non-positive
+durations; batches of random sizes."""
+
+from __future__ import annotations
+
+import math
+import random
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from stepwatch.collector._ring import Ring
+from stepwatch.collector.detect import DetectionConfig, DetectionEngine
+from stepwatch.collector.detect._config import DriftConfig, StragglerConfig
+from stepwatch.collector.detect._drift import DriftDetector
+from stepwatch.collector.detect._straggler import StragglerDetector
+
+
+@settings(max_examples=200, deadline=None)
+@given(types=st.sampled_from(["d", "Qdd", "qd"]), maxlen=st.integers(1, 12),
+       chunks=st.lists(st.integers(0, 30), max_size=12), tail=st.integers(0, 15))
+def test_ring_extend_columns_and_tail_match_rows_appended_one_by_one(types, maxlen, chunks, tail):
+    by_rows, by_columns, value = Ring(types, maxlen), Ring(types, maxlen), 0
+    for k in chunks:
+        rows = [tuple(value + i + c for c in range(len(types))) for i in range(k)]
+        value += k
+        for row in rows:
+            by_rows.append(*row)
+        by_columns.extend_columns(*([row[c] for row in rows] for c in range(len(types))))
+        assert list(by_columns) == list(by_rows)
+        for c in range(len(types)):
+            want = [row[c] for row in by_rows][-tail:] if tail else []
+            assert by_columns.tail(c, tail) == want
+
+
+def _job(seed: int, n: int) -> list:
+    """(step, time, seconds) of a job with noise, pauses, a shift, bad values."""
+    rng = random.Random(seed)
+    out, t, level = [], 1.7e9, 0.02
+    for step in range(1, n + 1):
+        if step == n // 2:
+            level *= rng.choice([1.0, 1.04, 1.08, 1.3])
+        value = level * math.exp(rng.gauss(0, 0.03))
+        roll = rng.random()
+        if roll < 0.01:
+            value *= rng.choice([3.0, 20.0])       # an evaluation pause, a stall
+        elif roll < 0.012:
+            value = rng.choice([0.0, -1.0, math.nan, math.inf])
+        if 0.6 * n < step < 0.6 * n + 120 and seed % 3 == 0:
+            value = level * 1.7                     # a long run of slow steps (a level change)
+        t += value if math.isfinite(value) and value > 0 else level
+        out.append((step, t, value))
+    return out
+
+
+def _batches(rows: list, rng: random.Random) -> list:
+    out, i = [], 0
+    while i < len(rows):
+        k = rng.choice([1, 3, 10, 20, 37])
+        out.append(rows[i:i + k])
+        i += k
+    return out
+
+
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 10_000))
+def test_drift_feed_many_matches_feed(seed):
+    cfg = DriftConfig(baseline_steps=300, baseline_lag_steps=50, min_baseline_steps=150, min_duration_s=1.0)
+    one, many = DriftDetector(cfg, "j", 0), DriftDetector(cfg, "j", 0)
+    rows = _job(seed, 3000)
+    for batch in _batches(rows, random.Random(seed)):
+        for step, t, v in batch:
+            one.feed(step, t, v)
+        many.feed_many([r[0] for r in batch], [r[1] for r in batch], [r[2] for r in batch])
+        assert many.condition == one.condition
+    assert many.pauses == one.pauses
+    assert list(many._history) == list(one._history)
+    assert many._block == one._block
+
+
+@settings(max_examples=15, deadline=None)
+@given(seed=st.integers(0, 10_000), ranks=st.integers(2, 9))
+def test_straggler_feed_many_matches_feed(seed, ranks):
+    cfg = StragglerConfig()
+    one, many = StragglerDetector(cfg, "j"), StragglerDetector(cfg, "j")
+    rng = random.Random(seed)
+    slow = rng.randrange(ranks)
+    jobs = {r: [(s, t, v * (1.5 if r == slow and s > 200 else 1.0)) for s, t, v in _job(seed + r, 600)]
+            for r in range(ranks)}
+    batches = {r: _batches(jobs[r], random.Random(seed * 31 + r)) for r in range(ranks)}
+    while any(batches.values()):
+        r = rng.choice([r for r in range(ranks) if batches[r]])
+        batch = batches[r].pop(0)
+        for step, t, v in batch:
+            one.feed(r, step, t, v, 0.001 * v)
+        many.feed_many(r, [x[0] for x in batch], [x[1] for x in batch], [x[2] for x in batch],
+                       [0.001 * x[2] for x in batch])
+        assert many.conditions == one.conditions
+
+
+@settings(max_examples=15, deadline=None)
+@given(seed=st.integers(0, 10_000))
+def test_engine_steps_matches_step(seed):
+    cfg = DetectionConfig(warmup_steps=37)
+    one, many = DetectionEngine(cfg), DetectionEngine(cfg)
+    rng = random.Random(seed)
+    phases = ["", "", "", "eval", "checkpoint"]
+    for rank in range(3):
+        rows = _job(seed + rank, 1500)
+        extra = [(rng.random() < 0.02, rng.choice(phases) if rng.random() < 0.05 else "",
+                  rng.choice([None, 512, 1024]) if seed % 2 else None) for _ in rows]
+        rows = [r + e for r, e in zip(rows, extra)]
+        for batch in _batches(rows, random.Random(seed + 7 * rank)):
+            for step, t, v, profiled, phase, tokens in batch:
+                one.step("j", rank, step, t, v, tokens, 0.0, profiled=profiled, phase=phase)
+            tokens = [b[5] for b in batch]
+            many.steps("j", rank, [b[0] for b in batch], [b[1] for b in batch], [b[2] for b in batch],
+                       [0.0] * len(batch), tokens if any(x is not None for x in tokens) else None,
+                       tuple(i for i, b in enumerate(batch) if b[3]),
+                       {i: b[4] for i, b in enumerate(batch) if b[4]} or None)
+            assert sorted(map(repr, many.conditions())) == sorted(map(repr, one.conditions()))
+        a, b = one._rank("j", rank), many._rank("j", rank)
+        assert (a.seen, a.profiled, a.marked, a.last_phase, a.ref_tokens) == \
+            (b.seen, b.profiled, b.marked, b.last_phase, b.ref_tokens)
+        assert (a.live.last_step, a.live.last_time, list(a.live._recent)) == \
+            (b.live.last_step, b.live.last_time, list(b.live._recent))
+        assert a.drift.pauses == b.drift.pauses and list(a.drift._history) == list(b.drift._history)
