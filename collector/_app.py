@@ -117,8 +117,8 @@ class Collector:
             self.grpc_address = f"{grpc_host}:{await self._ingest.start(self.settings.grpc_listen)}"
             http_host, http_port = _split(self.settings.http_listen)
             self._http = HttpServer({"/healthz": _healthz,
-                                     "/api/jobs": self._jobs, "/api/alerts": self._alerts, "/": page, "/api": self._index},
-                                    query_routes={"/api/steps": self._steps},
+                                     "/api/alerts": self._alerts, "/": page, "/api": self._index},
+                                    query_routes={"/api/jobs": self._jobs, "/api/steps": self._steps},
                                     path_routes={"/api/jobs/{job}/windows": self._windows, "/api/traces": self._traces,
                                                  "/api/traces/{trace_id}": self._trace_file},
                                     threaded_routes={"/metrics": self._metrics}, token=self.settings.http_token)
@@ -222,8 +222,8 @@ class Collector:
     def _alerts(self):
         return 200, "application/json", self.detection.book.json()
 
-    def _jobs(self):
-        return 200, "application/json", jobs_json(self.state)
+    def _jobs(self, query):
+        return 200, "application/json", jobs_json(self.state, query.get("job"))
 
     def _index(self):
         """``{"routes": [path, ...]}``: the page fetches only what is listed (a 404 is a console error)."""

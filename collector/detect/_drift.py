@@ -52,7 +52,7 @@ from typing import Optional
 
 from .._ring import Ring
 from ._config import DriftConfig
-from ._types import CRITICAL, INFO, SEVERITIES, WARNING, Condition, finite_positive, median
+from ._types import CRITICAL, INFO, SEVERITIES, WARNING, Condition, SortedWindow, finite_positive, median
 
 __all__ = ["DriftDetector"]
 
@@ -82,7 +82,7 @@ class DriftDetector:
         self._clear_blocks = max(1, math.ceil(cfg.clear_steps / b))
         self._lag: collections.deque = collections.deque()
         self._lag_blocks = math.ceil(cfg.baseline_lag_steps / b)
-        self._base: collections.deque = collections.deque(maxlen=max(1, cfg.baseline_steps // b))
+        self._base = SortedWindow(max(1, cfg.baseline_steps // b))
         self._min_base = max(2, math.ceil(cfg.min_baseline_steps / b))
         self._recent: collections.deque = collections.deque(maxlen=self._n)  # log block medians
         self._n_jump_warn = 2 * self._n
@@ -195,8 +195,8 @@ class DriftDetector:
         if len(self._base) < self._min_base:
             return False
         if self._mu is None:
-            self._mu = median(self._base)
-            self._sigma = max(1.4826 * median(abs(v - self._mu) for v in self._base), _SIGMA_FLOOR)
+            self._mu = self._base.median()
+            self._sigma = max(1.4826 * self._base.mad(self._mu), _SIGMA_FLOOR)
             block_s = math.exp(self._mu) * self.cfg.block_steps
             self._n_time = min(_MAX_TIME_BLOCKS, math.ceil(self.cfg.min_duration_s / block_s))
             # Wide windows are tested every few blocks, not every block (cost per rank bounded).

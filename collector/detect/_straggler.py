@@ -34,13 +34,12 @@ import math
 from typing import Optional
 
 from ._config import StragglerConfig
-from ._types import WARNING, Condition, WindowPoint, finite_positive, median, medians_without_each
+from ._types import WARNING, Condition, WindowPoint, finite_positive, mad_sorted, median, medians_without_each
 
 __all__ = ["StragglerDetector"]
 
 _MAX_OPEN_BLOCKS = 8
 _MAX_OPEN_GROUPS = 4
-_EXACT_SPREAD = 64  # ranks up to which the others' MAD is computed per rank
 
 
 class StragglerDetector:
@@ -225,20 +224,16 @@ class StragglerDetector:
         # The other ranks' medians for every rank at once, O(n log n): recomputed per rank it
         # was O(n^2 log n) per block, minutes for a job of 16,384 ranks.
         mts, mws = medians_without_each(times), medians_without_each([vals[r][1] for r in ranks])
-        # Spread: the others' MAD, exact up to _EXACT_SPREAD ranks; beyond, the MAD of all the
-        # ranks (leaving one of more than 64 out moves it by at most one order statistic).
-        wide = len(ranks) > _EXACT_SPREAD
-        if wide:
-            m_all = median(times)
-            mad_all = 1.4826 * median(abs(x - m_all) for x in times)
+        # Spread: the others' MAD, for every rank from one sort (O(log n) each: mad_sorted).
+        order = sorted(range(len(times)), key=times.__getitem__)
+        place = [0] * len(times)
+        for k, i in enumerate(order):
+            place[i] = k
+        ordered = [times[i] for i in order]
         for i, rank in enumerate(ranks):
             t, w, step, time = vals[rank]
             mt, mw = mts[i], mws[i]
-            if wide:
-                spread = mad_all
-            else:
-                others = times[:i] + times[i + 1:]
-                spread = 1.4826 * median(abs(x - mt) for x in others) if len(others) >= 3 else 0.0
+            spread = 1.4826 * mad_sorted(ordered, mt, drop=place[i]) if len(ranks) >= 4 else 0.0
             excess = max(t - mt, w - mw)
             ratio, z = 1 + excess / mt, excess / max(spread, cfg.jitter_floor_ratio * mt)
             hist = self._hist.setdefault(rank, collections.deque(maxlen=cfg.window_blocks))

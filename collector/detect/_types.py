@@ -6,6 +6,8 @@ read from a clock here, so live ingest and replay behave the same.
 
 from __future__ import annotations
 
+import bisect
+import collections
 import dataclasses
 import math
 from typing import Optional
@@ -86,6 +88,73 @@ def median(values) -> float:
     s = sorted(values)
     n = len(s)
     return s[n // 2] if n % 2 else 0.5 * (s[n // 2 - 1] + s[n // 2])
+
+
+class SortedWindow:
+    """The newest ``maxlen`` values, kept sorted as well: ``median()`` in O(1) and
+    ``mad(center)`` (median absolute deviation) in O(log n), equal to ``median`` over the same
+    values. Appending is a bisection and a list insert/delete (memmove in C), where sorting the
+    window afresh for every new value was O(n log n) in Python per block."""
+
+    __slots__ = ("maxlen", "_order", "_sorted")
+
+    def __init__(self, maxlen: int):
+        self.maxlen = maxlen
+        self._order: collections.deque = collections.deque()
+        self._sorted: list = []
+
+    def __len__(self) -> int:
+        return len(self._sorted)
+
+    def append(self, value: float) -> None:
+        if len(self._order) == self.maxlen:
+            old = self._order.popleft()
+            del self._sorted[bisect.bisect_left(self._sorted, old)]
+        self._order.append(value)
+        bisect.insort(self._sorted, value)
+
+    def median(self) -> float:
+        s, n = self._sorted, len(self._sorted)
+        return s[n // 2] if n % 2 else 0.5 * (s[n // 2 - 1] + s[n // 2])
+
+    def mad(self, center: float) -> float:
+        """``median(abs(v - center) for v in values)``, in O(log n)."""
+        return mad_sorted(self._sorted, center)
+
+
+def mad_sorted(s: list, center: float, drop: Optional[int] = None) -> float:
+    """``median(abs(v - center) for v in s)`` of a sorted list ``s`` (without ``s[drop]`` when
+    given), in O(log n): the deviations below ``center`` and those at or above it are two
+    ascending runs, and the k-th smallest of two sorted runs is a bisection."""
+    if drop is None:
+        get, n = s.__getitem__, len(s)
+    else:
+        def get(x: int) -> float:
+            return s[x if x < drop else x + 1]
+        n = len(s) - 1
+    lo, hi = 0, n
+    while lo < hi:  # p: how many values lie below center
+        mid = (lo + hi) // 2
+        if get(mid) < center:
+            lo = mid + 1
+        else:
+            hi = mid
+    p = lo
+
+    def kth(k: int) -> float:
+        # below[i] = center - get(p-1-i), above[j] = get(p+j) - center, both ascending; take the
+        # fewest from below such that the k+1 smallest are below[:i] + above[:k+1-i]
+        lo, hi = max(0, k + 1 - (n - p)), min(k + 1, p)
+        while lo < hi:
+            i = (lo + hi) // 2
+            if center - get(p - 1 - i) >= get(p + k - i) - center:
+                hi = i
+            else:
+                lo = i + 1
+        best = center - get(p - lo) if lo > 0 else -math.inf
+        return max(best, get(p + k - lo) - center) if k + 1 - lo > 0 else best
+
+    return kth(n // 2) if n % 2 else 0.5 * (kth(n // 2 - 1) + kth(n // 2))
 
 
 def medians_without_each(values: list) -> list:

@@ -207,3 +207,18 @@ def test_record_file(start_collector, tmp_path):
     assert [e.kind for e in events] == ["connect", "batch", "disconnect"]
     assert events[1].batch == b1.batch  # the wire message, unchanged by the round trip
     assert events[0].hello.host == "node-a" and events[0].time == 1700000000.0
+
+
+def test_api_jobs_lists_every_job_without_events_and_one_job_with_them(collector):
+    """/api/jobs copies no step lists or events (a fleet-wide request); ?job=NAME has them."""
+    with collector.channel() as chan:
+        for job in ("a", "b"):
+            converse(chan, [hello(job=job, session=f"s-{job}"),
+                            batch(1, steps=[step(1)], events=[agent_pb2.Event(time_s=1.0, kind="oom", message=f"{job} boom")])])
+    listing = json.loads(collector.get("/api/jobs")[2])["jobs"]
+    assert [j["job"] for j in listing] == ["a", "b"]
+    assert all("events" not in r and r["event_counts"] == {"oom": 1} and r["steps_total"] == 1
+               for j in listing for r in j["ranks"])
+    (one,) = json.loads(collector.get("/api/jobs?job=b")[2])["jobs"]
+    assert one["job"] == "b" and [e["message"] for e in one["ranks"][0]["events"]] == ["b boom"]
+    assert json.loads(collector.get("/api/jobs?job=nope")[2]) == {"jobs": []}

@@ -127,3 +127,30 @@ def test_engine_steps_matches_step(seed):
         assert (a.live.last_step, a.live.last_time, list(a.live._recent)) == \
             (b.live.last_step, b.live.last_time, list(b.live._recent))
         assert a.drift.pauses == b.drift.pauses and list(a.drift._history) == list(b.drift._history)
+
+
+@settings(max_examples=300, deadline=None)
+@given(values=st.lists(st.floats(-5, 5, allow_nan=False), min_size=1, max_size=60),
+       maxlen=st.integers(1, 25), center=st.one_of(st.none(), st.floats(-6, 6, allow_nan=False)))
+def test_sorted_window_median_and_mad_equal_the_direct_computation(values, maxlen, center):
+    from stepwatch.collector.detect._types import SortedWindow, median
+
+    window = SortedWindow(maxlen)
+    for i, v in enumerate(values):
+        window.append(v)
+        kept = values[max(0, i + 1 - maxlen):i + 1]
+        assert len(window) == len(kept) and window.median() == median(kept)
+        c = window.median() if center is None else center
+        assert window.mad(c) == median(abs(x - c) for x in kept)
+
+
+@settings(max_examples=300, deadline=None)
+@given(values=st.lists(st.floats(0, 5, allow_nan=False), min_size=2, max_size=40), data=st.data())
+def test_mad_sorted_without_one_value_equals_the_direct_computation(values, data):
+    from stepwatch.collector.detect._types import mad_sorted, median
+
+    s = sorted(values)
+    drop = data.draw(st.integers(0, len(s) - 1))
+    center = data.draw(st.one_of(st.sampled_from(s), st.floats(-1, 6, allow_nan=False)))
+    others = s[:drop] + s[drop + 1:]
+    assert mad_sorted(s, center, drop=drop) == median(abs(x - center) for x in others)

@@ -48,8 +48,8 @@ def test_slow_rank_is_named_after_8_of_10_blocks_and_cleared_after_it_recovers()
 
 
 def test_a_job_of_300_ranks_names_its_one_slow_rank_from_steps_and_windows():
-    """Past 64 ranks the spread is the MAD of all ranks and the others' medians come from one
-    sort per block (per-rank recomputation was O(n^2 log n)); the result is the same rank."""
+    """The others' medians and MADs of every rank come from one sort per block (per-rank
+    recomputation was O(n^2 log n)); the result is the same rank."""
     e = DetectionEngine(parse_detection({"warmup_steps": 0}))
     first = run_job(e, 160, ranks=300, slow_rank=123, slow_wait_s=0.04, slow_from=60, jitter=0.02)
     assert set(stragglers(e)) == {123} and 60 + 70 <= first <= 60 + 90, first
