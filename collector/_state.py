@@ -398,6 +398,11 @@ def _clone(obj):
     return dup
 
 
+# What a light copy holds in place of its step rings: shared and empty (copies are only read;
+# making two fresh rings per rank was 9% of a scrape's CPU at 2,000 ranks, py-spy).
+_NO_RECENT, _NO_TREND = Ring("dd", RATIO_WINDOW), Ring("Qdd", TREND_POINTS)
+
+
 def _copy(st: RankState, light: bool = False) -> RankState:
     """Copy the mutable containers; protobuf samples are replaced, never mutated, so they are
     shared. ``light`` (a scrape): ``recent`` (its sums are kept), the page's step trend and
@@ -408,8 +413,8 @@ def _copy(st: RankState, light: bool = False) -> RankState:
         h = _clone(getattr(st, name))
         h.counts = list(h.counts)
         setattr(dup, name, h)
-    dup.recent = Ring("dd", RATIO_WINDOW) if light else st.recent.copy()
-    dup.trend = Ring("Qdd", TREND_POINTS) if light else st.trend.copy()
+    dup.recent = _NO_RECENT if light else st.recent.copy()
+    dup.trend = _NO_TREND if light else st.trend.copy()
     dup.event_counts = dict(st.event_counts)
     dup.events = collections.deque(() if light else st.events, maxlen=KEPT_EVENTS)
     dup.windows = collections.deque(st.windows, maxlen=st.windows.maxlen)
