@@ -78,12 +78,12 @@ def generator(index, ranks, args, ports, results, start_at, stop_at, scrape_from
     counts = {"sent": 0, "acked": 0, "errors": 0, "connect_failures": 0, "steps": 0,
               "unacked_quiet": 0, "unacked_scrape": 0, "streams_never_acked": 0}
 
-    def batch(seq, step0, now, with_window):
+    def batch(seq, step0, now, with_window, n_steps):
         b = agent_pb2.Batch(seq=seq, sealed_time_s=now)
-        for i in range(args.steps_per_batch):
+        for i in range(n_steps):
             s = b.steps.add()
             s.CopyFrom(steps[(step0 + i) % len(steps)])
-            s.step, s.end_time_s = step0 + i + 1, now - (args.steps_per_batch - i) * 0.01
+            s.step, s.end_time_s = step0 + i + 1, now - (n_steps - i) * 0.01
         for src, dst in ((gpu, b.gpu_samples), (host, b.host), (alloc, b.allocator)):
             if src:
                 dst.add().CopyFrom(src[seq % len(src)])
@@ -102,6 +102,7 @@ def generator(index, ranks, args, ports, results, start_at, stop_at, scrape_from
                 index=rank % 8, uuid=f"GPU-{job}-{rank}", name="NVIDIA H200")))
         await queue.put(hello.SerializeToString())
         sent_at = {}
+        pace = [0.0]  # the collector's batch-interval ask, followed as the sidecar does
 
         async def requests():
             while True:
@@ -115,6 +116,8 @@ def generator(index, ranks, args, ports, results, start_at, stop_at, scrape_from
 
         async def reader():
             async for cmd in call:
+                if cmd.HasField("ack"):
+                    pace[0] = cmd.ack.flush_interval_s
                 if cmd.HasField("ack") and cmd.ack.seq in sent_at:
                     t0, kind = sent_at.pop(cmd.ack.seq)
                     lat[kind].append((rep, time.time() - t0))
@@ -122,16 +125,22 @@ def generator(index, ranks, args, ports, results, start_at, stop_at, scrape_from
 
         read = asyncio.ensure_future(reader())
         await asyncio.sleep(max(0.0, start_at - time.time()) + rng.uniform(0, args.period_s))
-        seq = 0
+        seq, step0 = 0, 0
         try:
             while time.time() < stop_at:
                 seq += 1
                 now = time.time()
+                # a paced rank sends the same steps per second in fewer, larger batches
+                period = min(30.0, max(args.period_s, pace[0])) if args.follow_ask else args.period_s
+                n_steps = round(args.steps_per_batch * period / args.period_s)
                 sent_at[seq] = (now, "scrape" if now >= scrape_from else "quiet")
-                await queue.put(batch(seq, (seq - 1) * args.steps_per_batch, now, seq % args.window_every == 0))
+                await queue.put(batch(seq, step0, now, seq % args.window_every == 0, n_steps))
+                step0 += n_steps
                 counts["sent"] += 1
-                counts["steps"] += args.steps_per_batch
-                await asyncio.sleep(args.period_s)
+                counts["steps"] += n_steps
+                if now < scrape_from:
+                    counts["steps_quiet"] = counts.get("steps_quiet", 0) + n_steps
+                await asyncio.sleep(period)
             await asyncio.sleep(3.0)  # the last acks
         finally:
             await queue.put(None)
@@ -186,7 +195,8 @@ def start_collector(tmp, i, args):
     ready = os.path.join(tmp, f"ready-{i}.json")
     cmd = [sys.executable, "-m", "stepwatch.collector.tools", "collector", "--grpc-listen", "127.0.0.1:0",
            "--http-listen", "127.0.0.1:0", "--ready-file", ready, "--max-jobs", "100000",
-           "--log-level", "WARNING"] + (["--metrics-per-rank", args.per_rank] if args.per_rank != "unset" else [])
+           "--log-level", "WARNING"] + (["--metrics-per-rank", args.per_rank] if args.per_rank != "unset" else []) \
+        + (["--max-batches-per-s", str(args.max_batches_per_s)] if args.max_batches_per_s is not None else [])
     if args.collector_cpus:
         cmd = ["taskset", "-c", args.collector_cpus.split(";")[i % len(args.collector_cpus.split(";"))]] + cmd
     log = os.path.join(tmp, f"collector-{i}.log")
@@ -285,7 +295,8 @@ def run_once(n, args):
             "collector_cpu_cores": cpu / (args.duration_s / 2),
             "collector_cpu_cores_scraping": cpu_scraping / (args.duration_s / 2),
             "collector_cpu_us_per_batch": 1e6 * cpu / measured_batches,
-            "collector_cpu_us_per_step": 1e6 * cpu / (measured_batches * args.steps_per_batch),
+            "collector_cpu_us_per_step": 1e6 * cpu / max(1, counts.get("steps_quiet", 0) * on_measured / max(1, n)),
+            "steps_per_batch_quiet": counts.get("steps_quiet", 0) / max(1, len(quiet)),
             "collector_rss_mb": rss / 1e6,
             "scrapes": len(scrapes),
             "scrape_s": {"p50": pct([s[0] for s in scrapes], 0.5), "max": max((s[0] for s in scrapes), default=None)},
@@ -304,6 +315,10 @@ def main():
     p.add_argument("--steps-per-batch", type=int, default=20)
     p.add_argument("--window-every", type=int, default=12, help="a window summary every this many batches")
     p.add_argument("--duration-s", type=float, default=40.0)
+    p.add_argument("--follow-ask", type=int, default=1, help="1: ranks follow the collector's batch-interval "
+                   "ask (as sidecars do); 0: they keep --period-s")
+    p.add_argument("--max-batches-per-s", type=float, default=None,
+                   help="the collector's max_batches_per_s (default: its own default)")
     p.add_argument("--gen-procs", type=int, default=4)
     p.add_argument("--collector-cpus", default="", help="taskset CPU list for the collector, e.g. 0; with "
                    "--replicas, one list per replica separated by ';' (0;1;2)")

@@ -112,7 +112,8 @@ class Collector:
                                         store=self.trace_store, max_jobs=self.settings.max_jobs,
                                         max_ranks_per_job=self.settings.max_ranks_per_job,
                                         tls=self._tls_files(), control_token=self.settings.control_token,
-                                        capture_every_s=self.settings.capture_every_s)
+                                        capture_every_s=self.settings.capture_every_s,
+                                        max_batches_per_s=self.settings.max_batches_per_s)
             grpc_host, _ = _split(self.settings.grpc_listen)
             self.grpc_address = f"{grpc_host}:{await self._ingest.start(self.settings.grpc_listen)}"
             http_host, http_port = _split(self.settings.http_listen)

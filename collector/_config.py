@@ -95,6 +95,12 @@ class CollectorSettings:
     max_message_bytes: int = option(
         4 * 1024 * 1024, "largest gRPC message accepted from an agent, in bytes",
         env="STEPWATCH_MAX_MESSAGE_BYTES", parse=parse_size, check=between(1024, 2**31 - 1))
+    max_batches_per_s: float = option(
+        1000.0, "agent messages per second this collector plans for: with more agents connected "
+        "than that (each sends a batch a second by default), acknowledgements ask every agent to "
+        "send a batch only every (connected agents / this) seconds, at most 30; the collector's "
+        "cost is per message (bench/results/collector_scale_2core.md). 0: never ask",
+        env="STEPWATCH_MAX_BATCHES_PER_S", check=non_negative())
     max_jobs: int = option(
         1000, "jobs held at once; an agent of a further job is refused (RESOURCE_EXHAUSTED, "
         "counted as streams_rejected{reason=\"too_many_jobs\"})", env="STEPWATCH_MAX_JOBS",

@@ -175,6 +175,8 @@ def _collector(state: CollectorState) -> list[Family]:
             ("stepwatch_collector_connected_agents", "Agent streams (ranks) connected now.", "gauge",
              state.connected_agents()),
             ("stepwatch_collector_streams", "Agent streams accepted (valid Hello).", "counter", c["streams_accepted"]),
+            ("stepwatch_collector_agent_batch_interval_ask_seconds", "Batch interval acknowledgements ask agents "
+             "for (0: none; more agents connected than max_batches_per_s).", "gauge", state.pace_s),
             ("stepwatch_collector_batches_received", "Batches received from agents, duplicates included.", "counter",
              c["batches_received"]),
             ("stepwatch_collector_batches_duplicate", "Batches received again (already applied), acked and ignored.",

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import hmac
 import logging
+import math
 import time
 from typing import AsyncIterator, Callable, Optional
 
@@ -29,6 +30,8 @@ from ._trace_store import TraceRejected, TraceStore
 __all__ = ["IngestServer", "SERVICE_NAME"]
 
 log = logging.getLogger("stepwatch.collector")
+
+MAX_PACE_S = 30.0  # the longest batch interval acknowledgements ask for (the sidecar caps it too)
 
 SERVICE_NAME = "stepwatch.v1.AgentService"
 _METHOD = "Connect"
@@ -84,8 +87,11 @@ class IngestServer:
     def __init__(self, pipeline: Pipeline, *, auth_token: str = "", max_message_bytes: int = 4 << 20,
                  clock: Callable[[], float], store: Optional[TraceStore] = None,
                  max_jobs: int = 1000, max_ranks_per_job: int = 16384,
-                 tls: Optional[tuple] = None, control_token: str = "", capture_every_s: float = 60.0):
+                 tls: Optional[tuple] = None, control_token: str = "", capture_every_s: float = 60.0,
+                 max_batches_per_s: float = 0.0):
         self._pipeline, self._token, self._clock = pipeline, auth_token, clock
+        self._max_batches_per_s = max_batches_per_s
+        self._open = 0  # agent streams past their Hello
         self._max_jobs, self._max_ranks = max_jobs, max_ranks_per_job
         self._tls = tls  # (cert PEM, key PEM, client CA PEM or None) or None: plain
         self._control = {"control_token": control_token, "capture_every_s": capture_every_s}
@@ -273,6 +279,8 @@ class IngestServer:
         log.info("stepwatch collector: agent connected: job=%s rank=%d host=%s session=%s",
                  hello.job, hello.rank, hello.host, hello.session_id)
         stream = self.streams.open(hello, requests)  # commands can go out while the agent is silent
+        self._open += 1
+        self._pace()
         try:
             while (msg := await stream.next()) is not None:
                 if isinstance(msg, agent_pb2.Command):
@@ -282,6 +290,8 @@ class IngestServer:
                 if ack is not None:
                     yield ack
         finally:
+            self._open -= 1
+            self._pace()
             self.streams.close(stream)
             self._pipeline.disconnect(key, hello, self._clock())
             log.info("stepwatch collector: agent disconnected: job=%s rank=%d", hello.job, hello.rank)
@@ -299,4 +309,12 @@ class IngestServer:
         self._pipeline.batch(key, hello, msg.batch, self._clock())
         if msg.batch.traces:
             self.streams.traces_arrived(msg.batch.traces)
-        return agent_pb2.Command(ack=agent_pb2.Ack(seq=msg.batch.seq))
+        return agent_pb2.Command(ack=agent_pb2.Ack(seq=msg.batch.seq, flush_interval_s=self._state.pace_s))
+
+    def _pace(self) -> None:
+        """The batch interval acknowledgements ask for: with more agents than
+        ``max_batches_per_s``, every agent sending each (agents / max) seconds keeps the message
+        rate at or under the maximum (0: no ask). Whole seconds, so that a stream opening or
+        closing seldom changes every agent's ask."""
+        n, most = self._open, self._max_batches_per_s
+        self._state.pace_s = float(min(MAX_PACE_S, math.ceil(n / most))) if most and n > most else 0.0

@@ -190,6 +190,7 @@ class CollectorState:
                                                  "too_many_jobs", "too_many_ranks")}
         self.trimmed = {r: 0 for r in ("label", "event_message", "window_names")}
         self._job_ranks: dict[str, int] = {}  # job -> ranks held
+        self.pace_s = 0.0  # the batch interval acks ask agents for (IngestServer; 0: none)
 
     def admit(self, hello: agent_pb2.Hello, max_jobs: int, max_ranks: int) -> Optional[str]:
         """None when a stream of ``hello`` may go on; else the refusal reason (a held rank

@@ -56,6 +56,11 @@ class Batcher:
                 self._own_dropped += 1
             buf.append(msg)
 
+    def held(self, kind: str) -> int:
+        """Records of ``kind`` waiting for the next batch."""
+        with self._lock:
+            return len(self._buffers[kind])
+
     def event(self, kind: str, message: str) -> None:
         """Add an Event emitted by the sidecar itself, stamped now."""
         self.add("event", agent_pb2.Event(time_s=self._clock(), kind=kind, message=message))

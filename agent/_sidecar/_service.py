@@ -11,6 +11,7 @@ flusher seals the last batch, the sender delivers it. The caller's thread waits 
 from __future__ import annotations
 
 import logging
+import math
 import os
 import shutil
 import threading
@@ -163,8 +164,11 @@ class Sidecar:
         self.sender.reconnect()
 
     def _on_command(self, command: agent_pb2.Command) -> None:
-        """Sender thread: forward a capture or window request to the trainer."""
-        if command.HasField("capture_trace"):
+        """Sender thread: forward a capture or window request to the trainer; follow a change
+        of the collector's pacing ask."""
+        if command.HasField("ack"):
+            self.flusher.pace(command.ack.flush_interval_s)
+        elif command.HasField("capture_trace"):
             capture = command.capture_trace
             LOG.info("collector asks for a trace of %d steps (%s)", capture.steps,
                      capture.request_id)
@@ -236,6 +240,10 @@ def _remove_workdir(path: str) -> None:
         shutil.rmtree(path, ignore_errors=True)
 
 
+MAX_PACE_S = 30.0  # the longest batch interval a collector can ask for
+_PACED_MAX_STEPS = 5000  # ... and a paced batch is sealed early at this many steps (size bound)
+
+
 class _Flusher(PeriodicService):
     """Seals a batch every ``flush_interval_s``, checks about once a second that the trainer
     is alive (stopping the sidecar when it is not), and seals the last batch when stopped."""
@@ -243,11 +251,27 @@ class _Flusher(PeriodicService):
     def __init__(self, sidecar: Sidecar, interval_s: float) -> None:
         super().__init__("stepwatch-flusher", interval_s)
         self._sidecar = sidecar
-        self._last_check = self._last_adopt = time.monotonic()
+        self._own_s = self._seal_every_s = interval_s
+        self._last_check = self._last_adopt = self._last_seal = time.monotonic()
+
+    def pace(self, ask_s: float) -> None:
+        """The collector asks for batches at most every ``ask_s`` seconds (0: no ask): the
+        longer of that and the own interval, at most MAX_PACE_S (a broken collector cannot
+        make a rank's data hours late). Takes effect from the next batch."""
+        interval = min(max(MAX_PACE_S, self._own_s), max(self._own_s, ask_s if math.isfinite(ask_s) else 0.0))
+        if interval != self._seal_every_s:
+            LOG.info("sending a batch every %.1f s (the collector asks %.1f s; own setting %.1f s)",
+                     interval, ask_s, self._own_s)
+            self._seal_every_s = interval
 
     def _tick(self) -> None:
-        self._sidecar.flush()
+        # Ticks stay at the own interval (the liveness check below needs them); a paced
+        # batch is sealed every few ticks.
         now = time.monotonic()
+        if now - self._last_seal >= self._seal_every_s - 0.25 * self._own_s or \
+                self._sidecar.batcher.held("step") >= _PACED_MAX_STEPS:
+            self._last_seal = now
+            self._sidecar.flush()
         if now - self._last_check >= _LIVENESS_EVERY_S:
             self._last_check = now
             if not trainer_alive(self._sidecar.config.trainer_pid):

@@ -43,7 +43,7 @@ def test_stale_code_is_detected(tmp_path):
     shutil.copytree(ROOT / "proto", copy)
     proto = copy / "stepwatch" / "v1" / "agent.proto"
     proto.write_text(proto.read_text().replace("message Ack {\n  uint64 seq = 1;",
-                                               "message Ack {\n  uint64 seq = 1;\n  bool extra = 2;"))
+                                               "message Ack {\n  uint64 seq = 1;\n  bool extra = 99;"))
     env = dict(os.environ, PYTHONPATH=str(tools))
     run = subprocess.run([sys.executable, str(copy / "generate.py"), "--check"], env=env,
                          capture_output=True, text=True)

@@ -412,10 +412,12 @@ class WindowNow(_message.Message):
     def __init__(self, reason: _Optional[str] = ...) -> None: ...
 
 class Ack(_message.Message):
-    __slots__ = ("seq",)
+    __slots__ = ("seq", "flush_interval_s")
     SEQ_FIELD_NUMBER: _ClassVar[int]
+    FLUSH_INTERVAL_S_FIELD_NUMBER: _ClassVar[int]
     seq: int
-    def __init__(self, seq: _Optional[int] = ...) -> None: ...
+    flush_interval_s: float
+    def __init__(self, seq: _Optional[int] = ..., flush_interval_s: _Optional[float] = ...) -> None: ...
 
 class CaptureTrace(_message.Message):
     __slots__ = ("request_id", "steps")
