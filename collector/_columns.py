@@ -40,11 +40,6 @@ class StepColumns:
         overflowing sum: then the exact check decides."""
         return math.isfinite(sum(self.end) + sum(self.dur) + sum(self.wait))
 
-    @property
-    def plain(self) -> bool:
-        """No step of the batch profiled or in a marked phase."""
-        return not self.profiled and not self.phase
-
 
 def _optional(records, name: str) -> Optional[list]:
     values = [r.__getattribute__(name) if r.HasField(name) else None for r in records]

@@ -109,7 +109,7 @@ class RankState:
     step_hist: Histogram = dataclasses.field(default_factory=lambda: Histogram(STEP_BUCKETS))
     wait_hist: Histogram = dataclasses.field(default_factory=lambda: Histogram(WAIT_BUCKETS))
     recent: Ring = dataclasses.field(default_factory=lambda: Ring("dd", RATIO_WINDOW))  # (wait, duration)
-    recent_wait_s: float = 0.0  # running sums over ``recent`` (add_recent keeps them)
+    recent_wait_s: float = 0.0  # sums over ``recent`` (add_recent sums it per batch)
     recent_duration_s: float = 0.0
     recent_added: int = 0
     trend: Ring = dataclasses.field(default_factory=lambda: Ring("Qdd", TREND_POINTS))  # (step, end, duration)
