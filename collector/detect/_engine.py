@@ -34,6 +34,17 @@ class _Rank:
         self.live = RankLiveness(cfg.liveness, job, rank)
         self.throttle: Optional[Condition] = None
 
+    def mark(self, phase: str) -> str:
+        """A step's marked phase ("" for none): a run of one kind counts once in ``marked``;
+        past _MAX_PHASE_KINDS kinds it is "other". Returns the phase as counted."""
+        if phase != self.last_phase:
+            if phase:
+                if phase not in self.marked and len(self.marked) >= _MAX_PHASE_KINDS:
+                    phase = "other"
+                self.marked[phase] = self.marked.get(phase, 0) + 1
+            self.last_phase = phase
+        return phase
+
 
 class DetectionEngine:
     """Holds every detector; ``changed`` is set whenever the active conditions changed."""
@@ -76,12 +87,7 @@ class DetectionEngine:
         r.live.step(step, time, step_time_s)
         r.memory.step = step
         r.seen += 1
-        if phase != r.last_phase:
-            if phase:
-                if phase not in r.marked and len(r.marked) >= _MAX_PHASE_KINDS:
-                    phase = "other"
-                r.marked[phase] = r.marked.get(phase, 0) + 1
-            r.last_phase = phase
+        phase = r.mark(phase)
         if profiled:
             r.profiled += 1
             return
@@ -121,13 +127,7 @@ class DetectionEngine:
             keep = []
             skip = set(profiled)
             for i in range(n):
-                phase = phases.get(i, "") if phases else ""
-                if phase != r.last_phase:
-                    if phase:
-                        if phase not in r.marked and len(r.marked) >= _MAX_PHASE_KINDS:
-                            phase = "other"
-                        r.marked[phase] = r.marked.get(phase, 0) + 1
-                    r.last_phase = phase
+                phase = r.mark(phases.get(i, "") if phases else "")
                 if i in skip:
                     r.profiled += 1
                 elif not phase and i >= warm:
