@@ -344,3 +344,48 @@ def test_spool_the_disk_refuses_keeps_batches_in_memory_within_the_bound(tmp_pat
     assert spool.pending() == [2, 3] and spool.batches_dropped == 1
     spool.ack(2)
     assert spool.pending() == [3] and spool.read(2) is None and spool.max_seq == 3
+
+
+def test_the_flusher_follows_the_collectors_pace_within_bounds():
+    """Seals every tick at its own interval; with an ask, every ask seconds (the own interval
+    when longer, MAX_PACE_S at most); early once a paced batch holds _PACED_MAX_STEPS steps."""
+    import os
+    import types
+
+    from stepwatch.agent._sidecar import _service
+
+    held = [0]
+    sealed = []
+    fake = types.SimpleNamespace(flush=lambda: sealed.append(1), adopt_leftovers=lambda: None,
+                                 config=types.SimpleNamespace(trainer_pid=os.getpid()),
+                                 batcher=types.SimpleNamespace(held=lambda kind: held[0]),
+                                 request_stop=lambda reason: None)
+    clock = [1000.0]
+    real = _service.time.monotonic
+    _service.time.monotonic = lambda: clock[0]
+    try:
+        f = _service._Flusher(fake, 2.0)
+
+        def run(ticks):
+            sealed.clear()
+            for _ in range(ticks):
+                clock[0] += 2.0
+                f._tick()
+            return len(sealed)
+
+        assert run(10) == 10                  # no ask: every tick
+        f.pace(7.0)
+        assert run(14) == 3                   # 7 s on 2 s ticks: the tick at 8 s, 16 s, 24 s of 28
+        f.pace(1.0)
+        assert run(10) == 10                  # an ask below the own interval: the own interval
+        f.pace(1e9)
+        assert run(30) == 2                   # capped at MAX_PACE_S (30 s): 60 s of ticks
+        held[0] = _service._PACED_MAX_STEPS
+        assert run(3) == 3                    # a full paced batch goes at once
+        held[0] = 0
+        f.pace(float("nan"))
+        assert run(4) == 4                    # nonsense from a collector: the own interval
+        f.pace(0.0)
+        assert run(4) == 4
+    finally:
+        _service.time.monotonic = real
