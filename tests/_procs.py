@@ -155,11 +155,12 @@ def run_script(script, env: dict, timeout: float = 120) -> subprocess.CompletedP
     return run
 
 
-# A gloo job whose rank 0 hosts the TCPStore aborted *after* its last line of work and after
-# destroy_process_group() twice in ~2,000 multi-process runs (tests/e2e/test_run_e2e.py, CI on a
-# 2-core machine; never in 126 runs looped here, with or without load, with or without
-# profiler windows): libstdc++'s std::terminate from a C++ thread still joinable at exit.
-# torch's own tracker of this message is pytorch/pytorch#190489.
+# A gloo job's rank 0 (the TCPStore host) can abort *after* its last line of work and after
+# destroy_process_group(): libstdc++'s std::terminate for a C++ thread still joinable at exit,
+# in interpreter teardown (faulthandler: no Python frame). Not stepwatch's: tests/e2e/srun_job.py
+# under plain srun, no agent, aborted 4 times in 60 runs on the 2-core machine (torch 2.13.0
+# CPU); with the agent it was seen in 2 CI runs and once in 20 looped here. torch's tracker of
+# this message: pytorch/pytorch#190489.
 TEARDOWN_ABORT = "terminate called without an active exception"
 
 
