@@ -42,8 +42,17 @@ class StepColumns:
 
 
 def _optional(records, name: str) -> Optional[list]:
-    values = [r.__getattribute__(name) if r.HasField(name) else None for r in records]
-    return values if any(v is not None for v in values) else None
+    """An optional count per step (None where unset), or None when no step carries it. The
+    usual batch has it on no step: read the values first (unset reads 0) and ask for presence
+    per step only when some count is non-zero. A batch of zeros counts as carrying the field
+    when its first or last step has it set (agents set it on every step or on none; the
+    totals are the same either way, only whether the series exists could differ)."""
+    values = [r.__getattribute__(name) for r in records]
+    if any(values):
+        return [v if v or r.HasField(name) else None for v, r in zip(values, records)]
+    if records[0].HasField(name) or records[-1].HasField(name):
+        return [v if r.HasField(name) else None for v, r in zip(values, records)]
+    return None
 
 
 def step_columns(batch: agent_pb2.Batch) -> StepColumns:

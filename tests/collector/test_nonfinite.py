@@ -48,3 +48,20 @@ def test_the_step_columns_finiteness_check_covers_every_float_of_a_step_record()
         assert step_columns(batch).finite()
         setattr(batch.steps[0], field, float("nan"))
         assert not step_columns(batch).finite(), field
+
+
+def test_step_columns_keep_optional_counts_apart_from_unset_ones():
+    from stepwatch.collector._columns import step_columns
+    from stepwatch.proto.stepwatch.v1 import agent_pb2
+
+    def cols(*tokens):
+        steps = [agent_pb2.StepRecord(step=i + 1) for i in range(len(tokens))]
+        for s, t in zip(steps, tokens):
+            if t is not None:
+                s.tokens = t
+        return step_columns(agent_pb2.Batch(steps=steps))
+
+    assert cols(None, None).tokens is None and cols(None, None).samples is None
+    assert cols(512, None, 0).tokens == [512, None, 0]
+    assert cols(0, 0).tokens == [0, 0]            # explicit zeros: carried (a known count of 0)
+    assert cols(None, 7, None).tokens == [None, 7, None]
