@@ -402,14 +402,18 @@ def _clone(obj):
 # What a light copy holds in place of its step rings: shared and empty (copies are only read;
 # making two fresh rings per rank was 9% of a scrape's CPU at 2,000 ranks, py-spy).
 _NO_RECENT, _NO_TREND = Ring("dd", RATIO_WINDOW), Ring("Qdd", TREND_POINTS)
+_NO_SESSIONS: "collections.OrderedDict[str, _Session]" = collections.OrderedDict()
 
 
 def _copy(st: RankState, light: bool = False) -> RankState:
     """Copy the mutable containers; protobuf samples are replaced, never mutated, so they are
-    shared. ``light`` (a scrape): ``recent`` (its sums are kept), the page's step trend and
-    the event list are left empty."""
+    shared. ``light`` (a scrape): ``recent`` (its sums are kept), the page's step trend, the
+    event list and the sessions (their steps_total is kept) are left empty."""
     dup = _clone(st)
-    dup.sessions = collections.OrderedDict((k, _clone(v)) for k, v in st.sessions.items())
+    if light:  # a scrape reads only steps_total of the sessions
+        dup.sessions, dup.evicted_steps = _NO_SESSIONS, st.steps_total
+    else:
+        dup.sessions = collections.OrderedDict((k, _clone(v)) for k, v in st.sessions.items())
     for name in ("step_hist", "wait_hist"):
         h = _clone(getattr(st, name))
         h.counts = list(h.counts)

@@ -48,9 +48,7 @@ def jobs(tmp_path_factory):
         # at 560): the collector's request after the alert (raised once the change has lasted
         # min_duration_s, 5 s, ~95 steps here; 739 in a CI run) brings one before 1,024.
         for name in ("backward", "early"):
-            procs[name] = cause_job("backward") if name == "backward" else start_trainer(
-                trainer_env(tmp, col.grpc, "early", STEPWATCH_WINDOW_EVERY_STEPS=512, STEPWATCH_OVERHEAD_BUDGET=0.5),
-                "--steps", "900", *SMALL, "--cause", "backward", "--cause-from-step", "560", "--cause-ms", "12")
+            procs[name] = cause_job("backward") if name == "backward" else early_job(tmp, col, "early")
             out, _ = procs[name].communicate(timeout=240)
             assert procs[name].returncode == 0, f"{name}: {out[-3000:]}"
         # The healthy job runs alone too.
@@ -66,6 +64,15 @@ def jobs(tmp_path_factory):
                 proc.kill()
                 proc.wait()
         col.kill()
+
+
+EARLY_FROM = 560
+
+
+def early_job(tmp, col, name):
+    return start_trainer(
+        trainer_env(tmp, col.grpc, name, STEPWATCH_WINDOW_EVERY_STEPS=512, STEPWATCH_OVERHEAD_BUDGET=0.5),
+        "--steps", "900", *SMALL, "--cause", "backward", "--cause-from-step", str(EARLY_FROM), "--cause-ms", "12")
 
 
 def drift_alert(col, job):
@@ -103,9 +110,21 @@ def test_a_healthy_job_raises_nothing(jobs, tmp_path):
         assert drift_alert(jobs, "healthy-again") == []
 
 
-def test_a_slowdown_alert_brings_an_early_window_that_completes_the_diagnosis(jobs):
-    (alert,) = drift_alert(jobs, "early")
-    windows = jobs.api("/api/jobs/early/windows")["ranks"][0]["windows"]
+def test_a_slowdown_alert_brings_an_early_window_that_completes_the_diagnosis(jobs, tmp_path):
+    name = "early"
+    (alert,) = drift_alert(jobs, name)
+    if alert["step"] < EARLY_FROM - 60:
+        # A CI run: the shared 2-core machine slowed this job from about step 400 ("host CPU
+        # +6.5 ms/step"), a real slowdown the detector raised at ~520, before the injected one;
+        # only the warm-up window lay before that onset. Not repeatable: the job runs again.
+        print(f"\nthe early job's alert came from before the injected change: {alert}; running it again")
+        name = "early-again"
+        job = early_job(tmp_path, jobs, name)
+        out, _ = job.communicate(timeout=240)
+        assert job.returncode == 0, out[-3000:]
+        time.sleep(1.5)
+        (alert,) = drift_alert(jobs, name)
+    windows = jobs.api(f"/api/jobs/{name}/windows")["ranks"][0]["windows"]
     off_schedule = [w for w in windows if (w["first_step"] - 2) % 512]  # scheduled: 512k + 2
     assert off_schedule, [w["first_step"] for w in windows]
     # The request travels collector -> sidecar -> trainer (read at its 0.2 s pipe flushes) and the
@@ -113,5 +132,7 @@ def test_a_slowdown_alert_brings_an_early_window_that_completes_the_diagnosis(jo
     # the next scheduled window at 1,024.
     assert alert["raised_step"] <= off_schedule[0]["first_step"] <= alert["raised_step"] + 60 < 1024, \
         (alert, off_schedule)
-    assert alert["diagnosis"].startswith("backward +"), (alert, windows)
+    assert alert["diagnosis"].startswith("backward +"), (
+        {k: alert[k] for k in ("summary", "step", "raised_step", "diagnosis")},
+        [(w["window_id"], w["first_step"]) for w in windows])
     assert "no profiler window after the onset" not in alert["diagnosis"]
