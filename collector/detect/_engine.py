@@ -83,34 +83,16 @@ class DetectionEngine:
         ``phase`` (evaluation, checkpoint... marked by the user or an integration) is left out
         the same way; a run of steps marked with one kind counts as one pause of that kind
         (at most _MAX_PHASE_KINDS kinds per rank, later ones count as "other")."""
-        r = self._rank(job, rank)
-        r.live.step(step, time, step_time_s)
-        r.memory.step = step
-        r.seen += 1
-        phase = r.mark(phase)
-        if profiled:
-            r.profiled += 1
-            return
-        if phase:
-            return
-        if not self.cfg.enabled or r.seen <= self.cfg.warmup_steps:
-            return
-        value = step_time_s
-        if tokens:
-            r.ref_tokens = r.ref_tokens or tokens
-            value = step_time_s * r.ref_tokens / tokens
-        if self.cfg.drift.enabled and (r.drift.feed(step, time, value) or r.drift.condition):
-            self._sync(r.drift, [r.drift.condition] if r.drift.condition else [])
-        if self.cfg.straggler.enabled:
-            s = self._straggler(job)
-            if s.feed(rank, step, time, step_time_s, wait_s) or s.conditions:
-                self._sync(s, s.conditions.values())
+        self.steps(job, rank, [step], [time], [step_time_s], [wait_s],
+                   [tokens] if tokens is not None else None, (0,) if profiled else (),
+                   {0: phase} if phase else None)
 
     def steps(self, job: str, rank: int, steps: list, times: list, durations: list, waits: list,
               tokens: Optional[list] = None, profiled: Sequence[int] = (),
               phases: Optional[dict] = None) -> None:
-        """A batch of ``rank``'s steps as columns (equal-length lists, in arrival order):
-        the same as :meth:`step` for each, with the detectors fed a batch at a time.
+        """A batch of ``rank``'s steps as columns (equal-length lists, in arrival order), the
+        detectors fed a batch at a time (what feeding them step by step gives: tests/collector/
+        detect/test_batch_path.py).
         ``tokens``: per step or None; ``profiled``: indices of profiled steps; ``phases``:
         {index: marked phase name}."""
         n = len(steps)

@@ -46,14 +46,9 @@ class RankLiveness:
         self.connected = True
         self.disconnected_at: Optional[float] = None
 
-    def step(self, step: int, time: float, step_time: float) -> None:
-        if self.last_time is None or time >= self.last_time:
-            self.last_step, self.last_time = step, time
-        if step_time > 0:
-            self._recent.append(step_time)
-
     def steps(self, steps: list, times: list, step_times: list) -> None:
-        """:meth:`step` for each (a batch, as columns)."""
+        """A batch of steps, as columns: the latest (by time, the last of equal times) is the
+        rank's last step; positive step times join the recent ones."""
         latest = max(times)
         if self.last_time is None or latest >= self.last_time:
             # the last of the steps with the latest time (as step by step)

@@ -103,6 +103,8 @@ def test_straggler_feed_many_matches_feed(seed, ranks):
 @settings(max_examples=15, deadline=None)
 @given(seed=st.integers(0, 10_000))
 def test_engine_steps_matches_step(seed):
+    """Batches of random sizes against one step at a time (``step``): the bookkeeping across
+    batch boundaries (warm-up, marked phases, profiled steps, tokens, liveness)."""
     cfg = DetectionConfig(warmup_steps=37)
     one, many = DetectionEngine(cfg), DetectionEngine(cfg)
     rng = random.Random(seed)
