@@ -50,11 +50,7 @@ class Histogram:
         self.count = 0
 
     def observe(self, value: float) -> None:
-        if not math.isfinite(value) or value < 0:
-            return
-        self.counts[bisect.bisect_left(self.bounds, value)] += 1  # first bound >= value; past the last: +Inf
-        self.sum += value
-        self.count += 1
+        self.observe_many((value,))
 
     def observe_many(self, values: Iterable[float]) -> None:
         """``observe`` each of ``values`` (one batch's worth, without a call per value)."""
@@ -62,7 +58,7 @@ class Histogram:
         total, n = 0.0, 0
         for value in values:
             if 0 <= value < math.inf:  # NaN fails both
-                counts[left(bounds, value)] += 1
+                counts[left(bounds, value)] += 1  # first bound >= value; past the last: +Inf
                 total += value
                 n += 1
         self.sum += total
@@ -320,8 +316,7 @@ class CollectorState:
             sess.max_step = top
         st.step_hist.observe_many(c.dur)
         st.wait_hist.observe_many(c.wait)
-        total = sum(c.dur) + sum(c.wait) + sum(c.end)
-        if math.isfinite(total) and min(c.dur) >= 0:  # every record usable (the usual case)
+        if c.finite() and min(c.dur) >= 0:  # every record usable (the usual case)
             waits = c.wait if min(c.wait) >= 0.0 else [w if w > 0.0 else 0.0 for w in c.wait]
             st.add_recent(waits, c.dur)
             st.trend.extend_columns(c.step, c.end, c.dur)  # arrival order

@@ -105,9 +105,11 @@ def test_snapshot_is_a_copy():
 
 @given(st.lists(st.floats(max_value=1e9) | st.sampled_from([math.nan, math.inf, -math.inf]), max_size=50))
 def test_histogram_is_consistent(values):
-    h = Histogram(STEP_BUCKETS)
+    h, batch = Histogram(STEP_BUCKETS), Histogram(STEP_BUCKETS)
     for v in values:
         h.observe(v)
+    batch.observe_many(values)
+    assert (batch.counts, batch.count) == (h.counts, h.count)
     good = [v for v in values if math.isfinite(v) and v >= 0]
     cum = h.cumulative()
     assert cum[-1] == ("+Inf", len(good)) == ("+Inf", h.count)
