@@ -7,6 +7,7 @@ counts; a non-finite overhead ratio there is cleared.
 from __future__ import annotations
 
 import math
+import operator
 
 from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import Message
@@ -28,7 +29,8 @@ _PLANS: dict = {}
 
 
 def _plan(desc) -> tuple:
-    """(singular float fields, repeated float fields, [(message field, repeated)]) of a type."""
+    """(singular float fields, a getter of them all, repeated float fields, [(message field,
+    repeated)]) of a type."""
     plan = _PLANS.get(desc)
     if plan is None:
         floats, rep_floats, msgs = [], [], []
@@ -37,15 +39,15 @@ def _plan(desc) -> tuple:
                 (rep_floats if _repeated(field) else floats).append(field.name)
             elif field.type == FieldDescriptor.TYPE_MESSAGE and not field.message_type.GetOptions().map_entry:
                 msgs.append((field.name, _repeated(field)))
-        plan = _PLANS[desc] = (tuple(floats), tuple(rep_floats), tuple(msgs))
+        # the first field twice: a tuple even for one field (the sum only tests finiteness)
+        getter = operator.attrgetter(*floats, *floats[:1]) if floats else None
+        plan = _PLANS[desc] = (tuple(floats), getter, tuple(rep_floats), tuple(msgs))
     return plan
 
 
 def _finite(msg: Message) -> bool:
-    floats, rep_floats, msgs = _plan(msg.DESCRIPTOR)
-    total = 0.0
-    for name in floats:  # unset fields read 0.0
-        total += getattr(msg, name)
+    floats, getter, rep_floats, msgs = _plan(msg.DESCRIPTOR)
+    total = sum(getter(msg)) if getter is not None else 0.0  # unset fields read 0.0
     # A NaN or an infinity makes the sum non-finite; so could (in theory) an overflow of
     # finite values, hence the exact check before dropping anything.
     if total - total != 0.0 and not all(math.isfinite(getattr(msg, name)) for name in floats):

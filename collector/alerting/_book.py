@@ -93,10 +93,11 @@ class AlertBook:
         self._lock = threading.Lock()
         self._live: dict[tuple, Alert] = {}
         self._resolved: list[Alert] = []
+        self._moving: set[tuple] = set()  # keys of pending alerts and of firing ones gone absent
 
     def update(self, now: float, conditions: Iterable[Condition]) -> list[Alert]:
-        """Apply what holds at ``now``; return copies of the alerts that fired, changed
-        severity, or resolved (state "firing" for the first two)."""
+        """Apply what holds at ``now`` (every condition); return copies of the alerts that
+        fired, changed severity, or resolved (state "firing" for the first two)."""
         out: list[Alert] = []
         with self._lock:
             seen = set()
@@ -104,19 +105,43 @@ class AlertBook:
                 seen.add(c.key)
                 self._apply(now, c, out)
             for key in [k for k in self._live if k not in seen]:
-                a = self._live[key]
-                if a.state != "firing":
-                    del self._live[key]  # a pending one that ended early
-                    continue
-                a.absent_since = a.absent_since if a.absent_since is not None else now
-                if now - a.absent_since >= self.hold_s:
-                    del self._live[key]
-                    a.state, a.ends_at = "resolved", now
-                    a.resolved_step = self._steps(a.job, a.rank)
-                    self._resolved.append(a)
-                    out.append(_copy(a))
+                self._absent(now, key, out)
             self._resolved = [a for a in self._resolved if now - a.ends_at <= self.retention_s]
         return out
+
+    def update_keys(self, now: float, keys: Iterable[tuple], current) -> list[Alert]:
+        """:meth:`update` for the conditions whose ``keys`` came, changed or went since the last
+        update (``current(key)``: the condition now, or None), without walking every condition:
+        the alerts that can move with time alone (pending ones, firing ones whose condition is
+        absent) are re-judged too, so the result is what :meth:`update` over every condition
+        gives (tests/collector/alerting/test_alerts.py). Resolved alerts past their retention leave
+        at the next full update."""
+        out: list[Alert] = []
+        with self._lock:
+            for key in sorted(self._moving.union(keys)):
+                c = current(key)
+                if c is not None:
+                    self._apply(now, c, out)
+                elif key in self._live:
+                    self._absent(now, key, out)
+        return out
+
+    def _absent(self, now: float, key: tuple, out: list) -> None:
+        a = self._live[key]
+        if a.state != "firing":
+            del self._live[key]  # a pending one that ended early
+            self._moving.discard(key)
+            return
+        a.absent_since = a.absent_since if a.absent_since is not None else now
+        if now - a.absent_since >= self.hold_s:
+            del self._live[key]
+            self._moving.discard(key)
+            a.state, a.ends_at = "resolved", now
+            a.resolved_step = self._steps(a.job, a.rank)
+            self._resolved.append(a)
+            out.append(_copy(a))
+        else:
+            self._moving.add(key)
 
     def _apply(self, now: float, c: Condition, out: list) -> None:
         a = self._live.get(c.key)
@@ -136,6 +161,10 @@ class AlertBook:
         elif changed:
             a.history.append((now, a.severity))
             out.append(_copy(a))
+        if a.state == "pending":
+            self._moving.add(c.key)
+        else:
+            self._moving.discard(c.key)
 
     def annotate(self, key: tuple, **fields) -> Optional[Alert]:
         """Set ``diagnosis``, ``diagnosis_complete`` or ``trace`` of the live alert ``key``; a

@@ -28,7 +28,7 @@ from .._ring import Ring
 
 __all__ = ["Evidence", "Diagnosis", "diagnose", "compare_windows", "fmt"]
 
-_BLOCK = 10
+_BLOCK = 10  # on_batch takes the median of a block as the mean of its 5th and 6th values
 _BLOCKS_KEPT = 600        # 6,000 steps of step-time blocks
 _SAMPLES_KEPT = 900       # 15 min of 1 Hz host / NVML / allocator samples
 _WINDOWS_KEPT = 16
@@ -47,7 +47,8 @@ class _Rank:
     # tuples for the garbage collector to walk (collector/_ring.py).
     # (first step, last step, end time, median step time, median wait) per 10 steps
     blocks: Ring = dataclasses.field(default_factory=lambda: Ring("QQddd", _BLOCKS_KEPT))
-    pending: list = dataclasses.field(default_factory=list)
+    # steps not yet in a block, as columns: step, end time, step time, wait
+    pending: tuple = dataclasses.field(default_factory=lambda: ([], [], [], []))
     host: Ring = dataclasses.field(default_factory=lambda: Ring("dd", _SAMPLES_KEPT))  # (time, cpu s)
     # (time, *_GPU_FIELDS); clock_event_reasons is an integer bitmask
     gpu: Ring = dataclasses.field(default_factory=lambda: Ring("dddqddd", _SAMPLES_KEPT, nullable=True))
@@ -73,16 +74,24 @@ class Evidence:
             r = self._ranks[hello.job, hello.rank] = _Rank()
         c = steps if steps is not None else step_columns(batch)
         if len(c):
-            rows = zip(c.step, c.end, c.dur, c.wait)
+            cols = (c.step, c.end, c.dur, c.wait)
             if c.profiled or not min(c.dur) > 0:
-                skip = set(c.profiled)
-                rows = [row for i, row in enumerate(rows) if i not in skip and row[2] > 0]
-            r.pending.extend(rows)
-            while len(r.pending) >= _BLOCK:
-                block, r.pending = r.pending[:_BLOCK], r.pending[_BLOCK:]
-                steps_, times, durs, waits = zip(*block)
-                r.blocks.append(steps_[0], steps_[-1], times[-1], statistics.median(durs),
-                                statistics.median([w if w > 0.0 else 0.0 for w in waits]))
+                skip, dur = set(c.profiled), c.dur
+                keep = [i for i in range(len(dur)) if i not in skip and dur[i] > 0]
+                cols = tuple([col[i] for i in keep] for col in cols)
+            steps_, ends, durs, waits = r.pending
+            for have, new in zip(r.pending, cols):
+                have.extend(new)
+            k, n = 0, len(durs)
+            while n - k >= _BLOCK:  # the median of 10: the mean of the 5th and 6th of them
+                j = k + _BLOCK
+                d, w = sorted(durs[k:j]), sorted(waits[k:j])
+                w4, w5 = w[4] if w[4] > 0.0 else 0.0, w[5] if w[5] > 0.0 else 0.0
+                r.blocks.append(steps_[k], steps_[j - 1], ends[j - 1], (d[4] + d[5]) / 2, (w4 + w5) / 2)
+                k = j
+            if k:
+                for col in r.pending:
+                    del col[:k]
         r.host.extend((h.time_s, h.cpu_seconds) for h in batch.host)
         r.gpu.extend((g.time_s, *(getattr(g, f) if g.HasField(f) else None for f in _GPU_FIELDS))
                      for g in batch.gpu_samples)

@@ -162,7 +162,7 @@ class Detection:
             for job, rank, connected, since in connections:
                 self.engine.connection(job, rank, connected, since)
             self.engine.tick(now)
-            self._update(now)
+            self._update(now, full=True)
             if self.client is not None and now - self._last_resend >= self.client.resend_s:
                 self._last_resend = now
                 self.client.submit(self.book.firing())
@@ -170,9 +170,14 @@ class Detection:
             self._log(exc)
 
     # -- internals --------------------------------------------------------------------------
-    def _update(self, now: float) -> None:
-        self.engine.changed = False
-        changes = self.book.update(now, self.engine.conditions())
+    def _update(self, now: float, full: bool = False) -> None:
+        """Hand the engine's conditions to the book: all of them on the tick, else only those
+        touched since the last update (a change on one rank costs one rank's work)."""
+        touched = self.engine.take_touched()
+        if full:
+            changes = self.book.update(now, self.engine.conditions())
+        else:
+            changes = self.book.update_keys(now, touched, self.engine.condition)
         for a in changes:
             if a.state == "firing" and a.alertname in SLOWDOWNS:
                 if len(a.history) == 1:

@@ -47,7 +47,9 @@ class _Rank:
 
 
 class DetectionEngine:
-    """Holds every detector; ``changed`` is set whenever the active conditions changed."""
+    """Holds every detector; ``changed`` is set whenever the active conditions changed and
+    ``touched`` holds the keys of the conditions that came, changed or went since
+    :meth:`take_touched` (an alert book updates those, not every condition of the fleet)."""
 
     def __init__(self, cfg: Optional[DetectionConfig] = None):
         self.cfg = cfg or DetectionConfig()
@@ -56,6 +58,7 @@ class DetectionEngine:
         self._active: dict[tuple, Condition] = {}
         self._owned: dict[object, set] = {}
         self.changed = False
+        self.touched: set = set()
 
     def _rank(self, job: str, rank: int) -> _Rank:
         r = self._ranks.get((job, rank))
@@ -68,11 +71,22 @@ class DetectionEngine:
         for key in self._owned.get(owner, set()) - new.keys():
             self._active.pop(key, None)
             self.changed = True
+            self.touched.add(key)
         for key, c in new.items():
             if self._active.get(key) != c:
                 self._active[key] = c
                 self.changed = True
+                self.touched.add(key)
         self._owned[owner] = set(new)
+
+    def take_touched(self) -> set:
+        """The keys touched since the last call (and ``changed`` cleared)."""
+        touched, self.touched, self.changed = self.touched, set(), False
+        return touched
+
+    def condition(self, key: tuple) -> Optional[Condition]:
+        """The active condition of ``key`` (``Condition.key``), or None."""
+        return self._active.get(key)
 
     def step(self, job: str, rank: int, step: int, time: float, step_time_s: float,
              tokens: Optional[int] = None, wait_s: float = 0.0, profiled: bool = False,
@@ -103,7 +117,7 @@ class DetectionEngine:
         r.memory.step = steps[-1]
         warm = max(0, self.cfg.warmup_steps - r.seen)  # rows before this index are warm-up
         r.seen += n
-        if not profiled and not phases and not r.last_phase and tokens is None:
+        if not profiled and not phases and not r.last_phase:
             keep = None if warm == 0 else range(warm, n)  # the usual batch: every step counts
         else:
             keep = []

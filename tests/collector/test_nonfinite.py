@@ -41,7 +41,7 @@ def test_the_step_columns_finiteness_check_covers_every_float_of_a_step_record()
     from stepwatch.collector._sanitize import _plan
     from stepwatch.proto.stepwatch.v1 import agent_pb2
 
-    floats, repeated, messages = _plan(agent_pb2.StepRecord.DESCRIPTOR)
+    floats, _, repeated, messages = _plan(agent_pb2.StepRecord.DESCRIPTOR)
     assert sorted(floats) == ["dataloader_wait_s", "duration_s", "end_time_s"] and not repeated and not messages
     for field in floats:
         batch = agent_pb2.Batch(steps=[agent_pb2.StepRecord(step=1, duration_s=0.1, end_time_s=5.0)])

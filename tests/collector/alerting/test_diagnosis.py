@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import statistics
+
+from hypothesis import given, settings, strategies as st
+
 from stepwatch.collector.alerting._diagnosis import Evidence, diagnose
 from stepwatch.proto.stepwatch.v1 import agent_pb2
 
@@ -142,3 +146,27 @@ def test_a_phase_delayed_by_gpu_work_launched_in_another_is_not_the_cause():
     d = diagnose(ev.rank("j", 3), T0 + 500 * 0.04)
     assert d.text.startswith("forward +2.0 ms/step (GPU work, ampere_bf16_gemm +2.0 ms)"), d.text
     assert "backward +0.5 ms/step (after 2.0 ms of delay by other phases' GPU work)" in d.text, d.text
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.lists(st.tuples(st.floats(-0.01, 0.2), st.floats(-0.01, 0.05), st.booleans()),
+                         min_size=1, max_size=27), min_size=1, max_size=8))
+def test_step_blocks_are_the_medians_of_ten_usable_steps(batches):
+    """The evidence's 10-step blocks: (first step, last step, end time, median step time,
+    median wait with negatives as 0) of the non-profiled steps with a positive step time, in
+    arrival order, whatever the batch boundaries."""
+    ev, usable, step = Evidence(), [], 0
+    for seq, rows in enumerate(batches, 1):
+        b = agent_pb2.Batch(seq=seq)
+        for dur, wait, profiled in rows:
+            step += 1
+            b.steps.add(step=step, end_time_s=T0 + step, duration_s=dur, dataloader_wait_s=wait, profiled=profiled)
+            if not profiled and dur > 0:
+                usable.append((step, T0 + step, dur, max(wait, 0.0)))
+        ev.on_batch(HELLO, b, T0)
+    want = [(blk[0][0], blk[-1][0], blk[-1][1], statistics.median(r[2] for r in blk),
+             statistics.median(r[3] for r in blk))
+            for blk in (usable[i:i + 10] for i in range(0, len(usable) - 9, 10))]
+    r = ev.rank("j", 3)
+    assert list(r.blocks) == want
+    assert len(r.pending[0]) == len(usable) % 10

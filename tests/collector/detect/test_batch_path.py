@@ -89,15 +89,21 @@ def test_straggler_feed_many_matches_feed(seed, ranks):
     slow = rng.randrange(ranks)
     jobs = {r: [(s, t, v * (1.5 if r == slow and s > 200 else 1.0)) for s, t, v in _job(seed + r, 600)]
             for r in range(ranks)}
+    if seed % 2:  # step numbers with a gap and a restart from an earlier step (a checkpoint)
+        jobs = {r: [(s + 7 * (s > 150) - 40 * (s > 400) - 3 * (s > 500), t, v) for s, t, v in rows] for r, rows in jobs.items()}
+    # data-loader waits, some negative (clock skew) or not finite
+    waits = {r: [0.001 * v * rng.choice([1, 1, 1, -1]) if rng.random() > 0.005 else math.nan
+                 for _, _, v in jobs[r]] for r in range(ranks)}
+    jobs = {r: [row + (w,) for row, w in zip(jobs[r], waits[r])] for r in range(ranks)}
     batches = {r: _batches(jobs[r], random.Random(seed * 31 + r)) for r in range(ranks)}
     while any(batches.values()):
         r = rng.choice([r for r in range(ranks) if batches[r]])
         batch = batches[r].pop(0)
-        for step, t, v in batch:
-            one.feed(r, step, t, v, 0.001 * v)
-        many.feed_many(r, [x[0] for x in batch], [x[1] for x in batch], [x[2] for x in batch],
-                       [0.001 * x[2] for x in batch])
+        for step, t, v, w in batch:
+            one.feed(r, step, t, v, w)
+        many.feed_many(r, *([x[c] for x in batch] for c in range(4)))
         assert many.conditions == one.conditions
+    assert many._cur == one._cur and many._blocks == one._blocks
 
 
 @settings(max_examples=15, deadline=None)
@@ -156,3 +162,17 @@ def test_mad_sorted_without_one_value_equals_the_direct_computation(values, data
     center = data.draw(st.one_of(st.sampled_from(s), st.floats(-1, 6, allow_nan=False)))
     others = s[:drop] + s[drop + 1:]
     assert mad_sorted(s, center, drop=drop) == median(abs(x - center) for x in others)
+
+
+def test_straggler_feed_many_matches_feed_when_a_batch_restarts_inside_an_open_block():
+    """A rank restarted from a checkpoint a few steps back: its next batch is consecutive but
+    begins inside the block still open; the block closes when full, as step by step."""
+    cfg = StragglerConfig()
+    one, many = StragglerDetector(cfg, "j"), StragglerDetector(cfg, "j")
+    for first, last in ((1, 7), (5, 14), (12, 40), (33, 61)):
+        for r in range(3):
+            rows = [(s, 1.7e9 + s, 0.02 * (1 + r) + 0.001 * s, 0.001 * (s % 4)) for s in range(first, last + 1)]
+            for row in rows:
+                one.feed(r, *row)
+            many.feed_many(r, *([x[c] for x in rows] for c in range(4)))
+            assert (many._cur, many._blocks, many.conditions) == (one._cur, one._blocks, one.conditions)
