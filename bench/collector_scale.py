@@ -209,6 +209,24 @@ def start_collector(tmp, i, args):
     return col, int(addr["grpc"].rsplit(":", 1)[1]), addr["http"]
 
 
+def collector_gc(http):
+    """The collector's garbage collections so far, by generation: {gen: [seconds, count, longest
+    s]} from its /metrics (an older collector without them: {})."""
+    out = {}
+    try:
+        with urllib.request.urlopen(f"http://{http}/metrics", timeout=120) as resp:
+            text = resp.read().decode()
+    except OSError:
+        return out
+    for i, name in enumerate(("stepwatch_collector_gc_seconds_total", "stepwatch_collector_gc_collections_total",
+                              "stepwatch_collector_gc_pause_max_seconds")):
+        for line in text.splitlines():
+            if line.startswith(name + '{generation="'):
+                gen = line[len(name) + 13]
+                out.setdefault(gen, [0.0, 0, 0.0])[i] = float(line.rsplit(" ", 1)[1])
+    return out
+
+
 def run_once(n, args):
     """One run at ``n`` ranks over ``args.replicas`` collectors; jobs placed as the agents place
     them (rendezvous hashing, stepwatch.agent.placement)."""
@@ -270,6 +288,7 @@ def run_once(n, args):
         for p in procs:
             p.join(30)
         th.join(150)
+        gc_stats = collector_gc(http)
     finally:
         for col, _, _ in cols:
             col.terminate()
@@ -290,14 +309,16 @@ def run_once(n, args):
             "ranks_per_replica": [sum(1 for _, _, rep in ranks if rep == i) for i in range(args.replicas)],
             "per_rank": args.per_rank, "scrape_every_s": args.scrape_every_s,
             "period_s": args.period_s, "duration_s": args.duration_s, **counts,
-            "ack_ms_quiet": {"p50": 1e3 * (pct(quiet, 0.5) or 0), "p99": 1e3 * (pct(quiet, 0.99) or 0)},
-            "ack_ms_scrape": {"p50": 1e3 * (pct(during, 0.5) or 0), "p99": 1e3 * (pct(during, 0.99) or 0)},
+            "ack_ms_quiet": {"p50": 1e3 * (pct(quiet, 0.5) or 0), "p99": 1e3 * (pct(quiet, 0.99) or 0),
+                             "max": 1e3 * max(quiet, default=0)},
+            "ack_ms_scrape": {"p50": 1e3 * (pct(during, 0.5) or 0), "p99": 1e3 * (pct(during, 0.99) or 0),
+                              "max": 1e3 * max(during, default=0)},
             "collector_cpu_cores": cpu / (args.duration_s / 2),
             "collector_cpu_cores_scraping": cpu_scraping / (args.duration_s / 2),
             "collector_cpu_us_per_batch": 1e6 * cpu / measured_batches,
             "collector_cpu_us_per_step": 1e6 * cpu / max(1, counts.get("steps_quiet", 0) * on_measured / max(1, n)),
             "steps_per_batch_quiet": counts.get("steps_quiet", 0) / max(1, len(quiet)),
-            "collector_rss_mb": rss / 1e6,
+            "collector_rss_mb": rss / 1e6, "collector_gc": gc_stats,
             "scrapes": len(scrapes),
             "scrape_s": {"p50": pct([s[0] for s in scrapes], 0.5), "max": max((s[0] for s in scrapes), default=None)},
             "scrape_mb": max((s[1] for s in scrapes), default=0) / 1e6,
@@ -342,15 +363,18 @@ def main():
         with open(args.out, "w") as fh:
             json.dump(doc, fh, indent=1)
     print("\n| ranks (replicas) | batches sent/acked | errors | ack p50/p99 ms (no scrape) | ack p50/p99 ms (scraping) | "
-          "collector CPU (ingest; while scraping) | CPU us/step | scrape s (p50/max) | MB (gzip) | series | RSS MB |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+          "collector CPU (ingest; while scraping) | CPU us/step | scrape s (p50/max) | MB (gzip) | series | RSS MB | "
+          "full GCs (longest s) |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
+        full = r["collector_gc"].get("2", [0.0, 0, 0.0])
         print(f"| {r['ranks']} ({r['replicas']}) | {r['sent']}/{r['acked']} | {r['errors']} | {r['ack_ms_quiet']['p50']:.1f} / "
               f"{r['ack_ms_quiet']['p99']:.1f} | {r['ack_ms_scrape']['p50']:.1f} / {r['ack_ms_scrape']['p99']:.1f} | "
               f"{r['collector_cpu_cores']:.2f} core ({r['collector_cpu_cores_scraping']:.2f} scraping) | "
               f"{r['collector_cpu_us_per_step']:.1f} | "
               f"{(r['scrape_s']['p50'] or 0):.2f} / {(r['scrape_s']['max'] or 0):.2f} | {r['scrape_mb']:.1f} "
-              f"({r['scrape_gzip_mb']:.1f}) | {r['series']} | {r['collector_rss_mb']:.0f} |")
+              f"({r['scrape_gzip_mb']:.1f}) | {r['series']} | {r['collector_rss_mb']:.0f} | {full[1]:.0f} "
+              f"({full[2]:.2f}) |")
 
 
 if __name__ == "__main__":

@@ -2,7 +2,8 @@
 # The runs behind bench/results/collector_scale_*.{json,md}, on the lent GPU machine's host
 # (16 CPU cores; no GPU used). Collector replicas pinned to CPUs 0-2, generators to 4-15;
 # py-spy (carried as .bin/py-spy.xz) samples the one-replica collector for 15 s of its
-# scrape-free half at 10,000 ranks, once with the code before the fleet work (.bin/prev.tar,
+# scrape-free half at 10,000 ranks (40 s runs: 20 s without scrapes, 20 s with; 60 s when
+# scraping every 15 s), once with the code before the fleet work (.bin/prev.tar,
 # `git archive b4c54ce --prefix=prev/`) and once with this one. Writes under $OUT.
 set -u
 P="python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade"
@@ -10,7 +11,7 @@ $P --target /tmp/site .whl/*.whl
 $P --no-build-isolation --target /tmp/sw .
 mkdir -p /tmp/prev && tar -xf .bin/prev.tar -C /tmp/prev && $P --no-build-isolation --target /tmp/sw_old /tmp/prev/prev
 xz -dc .bin/py-spy.xz > /tmp/py-spy && chmod +x /tmp/py-spy
-GEN=(--gen-procs 12 --gen-cpus 4,5,6,7,8,9,10,11,12,13,14,15 --duration-s 40)
+GEN=(--gen-procs 12 --gen-cpus 4,5,6,7,8,9,10,11,12,13,14,15)
 export PYTHONUNBUFFERED=1
 
 profiled() {  # NAME PYTHONPATH bench-args...: one run, the collector sampled by py-spy
@@ -30,14 +31,29 @@ run() {  # NAME bench-args...
         > "$OUT/$name.log" 2>&1
 }
 
-[ -n "${SKIP_BEFORE:-}" ] || profiled before_10000 /tmp/sw_old --ranks 10000 --per-rank unset --collector-cpus 0
-profiled after_10000 /tmp/sw --ranks 10000 --collector-cpus 0
-run after_small --ranks 100 1000 3000 --collector-cpus 0
-run after_3replicas --ranks 10000 --replicas 3 --collector-cpus "0;1;2"
-# As Prometheus scrapes (every 15 s) rather than back to back:
-run after_3000_scrape15 --ranks 3000 --collector-cpus 0 --scrape-every-s 15
-run after_3replicas_scrape15 --ranks 10000 --replicas 3 --collector-cpus "0;1;2" --scrape-every-s 15
-for f in before_10000 after_small after_10000 after_3replicas after_3000_scrape15 after_3replicas_scrape15; do
+ingest() {  # NAME PYTHONPATH: the collector's Python per step, in process (bench/ingest_path.py)
+    PYTHONPATH=$2:/tmp/site taskset -c 3 python3 bench/ingest_path.py --ranks 1000 --batches 24 --repeat 3 > "$OUT/$1.json" 2>&1
+    PYTHONPATH=$2:/tmp/site taskset -c 3 python3 bench/ingest_path.py --ranks 256 --batches 100 --repeat 2 >> "$OUT/$1.json" 2>&1
+}
+
+# PART=a: the one-replica 10,000-rank runs and the in-process figures; PART=b: the rest (each
+# part fits one 10-minute device command); unset: both.
+if [ "${PART:-a}" = a ] || [ -z "${PART:-}" ]; then
+    [ -n "${SKIP_BEFORE:-}" ] || profiled before_10000 /tmp/sw_old --ranks 10000 --per-rank unset --collector-cpus 0
+    profiled after_10000 /tmp/sw --ranks 10000 --collector-cpus 0
+    run after_10000_scrape15 --ranks 10000 --collector-cpus 0 --scrape-every-s 15 --duration-s 60
+    ingest ingest_before /tmp/sw_old
+    ingest ingest_after /tmp/sw
+fi
+if [ "${PART:-b}" = b ] || [ -z "${PART:-}" ]; then
+    run after_small --ranks 100 1000 3000 --collector-cpus 0
+    run after_3replicas --ranks 10000 --replicas 3 --collector-cpus "0;1;2"
+    # As Prometheus scrapes (every 15 s) rather than back to back:
+    run after_3000_scrape15 --ranks 3000 --collector-cpus 0 --scrape-every-s 15 --duration-s 60
+    run after_3replicas_scrape15 --ranks 10000 --replicas 3 --collector-cpus "0;1;2" --scrape-every-s 15 --duration-s 60
+fi
+for f in before_10000 after_10000 after_10000_scrape15 after_small after_3replicas after_3000_scrape15 after_3replicas_scrape15; do
     [ -f "$OUT/$f.log" ] && tail -n +3 "$OUT/$f.log" | grep "^| [0-9]" | sed "s/^/$f /"
 done
+for f in ingest_before ingest_after; do [ -f "$OUT/$f.json" ] && sed "s/^/$f /" "$OUT/$f.json"; done
 tar -czf "$OUT/scale_runs.tgz" -C "$OUT" $(cd "$OUT" && ls | grep -v scale_runs.tgz) && (cd "$OUT" && ls | grep -v scale_runs.tgz | xargs rm -f)

@@ -32,6 +32,7 @@ from prometheus_client.openmetrics.exposition import generate_latest as openmetr
 
 from stepwatch.agent.support import read_pem
 
+from . import _gcstats as gcstats
 from ._api import jobs_json, steps_json
 from ._config import CollectorSettings
 from ._exposition import render
@@ -69,6 +70,7 @@ class Collector:
     def __init__(self, settings: CollectorSettings, *, clock: Callable[[], float] = time.time,
                  registry: Optional[CollectorRegistry] = None):
         self.settings, self.clock = settings, clock
+        gcstats.install()
         self.state = CollectorState(settings.agent_grace_s, windows_kept=settings.windows_kept)
         client = AlertmanagerClient.from_settings(settings, clock) if settings.alertmanager_url else None
         self.detection = Detection(settings.detection, client, request_window=self._request_window,

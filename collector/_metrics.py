@@ -23,6 +23,7 @@ import statistics
 from typing import Callable, Iterator
 
 from ._exposition import Family, labels_text
+from ._gcstats import GC_STATS
 from ._state import STEP_BUCKETS, WAIT_BUCKETS, CollectorState, Histogram, RankState
 from ._windows_metrics import aligned_compute, window_families
 
@@ -198,7 +199,18 @@ def _collector(state: CollectorState) -> list[Family]:
                      "window_names (a window's kernel/op list over 50 entries or a name over 256).", "counter")
     for what, n in sorted(c["trimmed"].items()):
         trimmed.add(labels_text(("what",), (what,)), n)
-    return [*fams, rejected, trimmed]
+    gc_seconds = Family("stepwatch_collector_gc_seconds", "Seconds the collector process spent in garbage "
+                        "collections, by generation (2: full; ingest and acks wait meanwhile).", "counter")
+    gc_count = Family("stepwatch_collector_gc_collections", "Garbage collections of the collector process, by "
+                      "generation.", "counter")
+    gc_longest = Family("stepwatch_collector_gc_pause_max_seconds", "The longest garbage collection of the "
+                        "collector process since it started, by generation.", "gauge")
+    for gen, seconds, count, longest in GC_STATS.rows():
+        label = f'generation="{gen}"'
+        gc_seconds.add(label, seconds)
+        gc_count.add(label, count)
+        gc_longest.add(label, longest)
+    return [*fams, rejected, trimmed, gc_seconds, gc_count, gc_longest]
 
 
 def _info(rows) -> list[Family]:

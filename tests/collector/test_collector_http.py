@@ -120,3 +120,24 @@ def test_http_token_guards_metrics_and_api_but_not_healthz(start_collector):
     assert b"stepwatch_collector" in _get(running, "/metrics", {"Authorization": "Bearer scrape-me"})[1]
     basic = base64.b64encode(b"prometheus:scrape-me").decode()
     assert _get(running, "/api/jobs", {"Authorization": f"Basic {basic}"})[1].startswith(b"{")
+
+
+def _sample(text: str, name: str) -> float:
+    (line,) = [ln for ln in text.splitlines() if ln.startswith(name + " ")]
+    return float(line.rsplit(" ", 1)[1])
+
+
+def test_metrics_show_the_collector_processes_garbage_collections(collector):
+    """Full collections stop ingest and acks; /metrics shows their count, time and longest."""
+    import gc
+
+    before = collector.get("/metrics")[2].decode()
+    n0 = _sample(before, 'stepwatch_collector_gc_collections_total{generation="2"}')
+    junk = [[i] for i in range(200_000)]  # something for the collection to walk
+    gc.collect()
+    del junk
+    after = collector.get("/metrics")[2].decode()
+    assert _sample(after, 'stepwatch_collector_gc_collections_total{generation="2"}') >= n0 + 1
+    assert _sample(after, 'stepwatch_collector_gc_seconds_total{generation="2"}') > 0
+    longest = _sample(after, 'stepwatch_collector_gc_pause_max_seconds{generation="2"}')
+    assert 0 < longest <= _sample(after, 'stepwatch_collector_gc_seconds_total{generation="2"}')
