@@ -71,6 +71,7 @@ class Collector:
                  registry: Optional[CollectorRegistry] = None):
         self.settings, self.clock = settings, clock
         gcstats.install()
+        self.gc = gcstats.GcFreezer(settings.gc_full_every_s)
         self.state = CollectorState(settings.agent_grace_s, windows_kept=settings.windows_kept)
         client = AlertmanagerClient.from_settings(settings, clock) if settings.alertmanager_url else None
         self.detection = Detection(settings.detection, client, request_window=self._request_window,
@@ -152,6 +153,7 @@ class Collector:
             await self.detection.client.stop()
         if self._recorder is not None:
             self._recorder.close()
+        self.gc.stop()
 
     def _request_window(self, job: str, rank: int, reason: str) -> bool:
         """Ask a connected rank for a profiler window at its next step (a slowdown fired)."""
@@ -175,8 +177,11 @@ class Collector:
         return request_id
 
     def housekeeping(self) -> list:
-        """One tick at ``clock()``: expire -> forget -> detect; returns the expired (job, rank) keys."""
-        return self.pipeline.housekeeping(self.clock())
+        """One tick at ``clock()``: expire -> forget -> detect, then the garbage collector's
+        (:class:`~._gcstats.GcFreezer`); returns the expired (job, rank) keys."""
+        expired = self.pipeline.housekeeping(self.clock())
+        self.gc.tick()
+        return expired
 
     async def _housekeeping_loop(self) -> None:
         while True:

@@ -42,7 +42,7 @@ class StepColumns:
         return math.isfinite(sum(self.end) + sum(self.dur) + sum(self.wait))
 
 
-def _optional(records, name: str, values: tuple) -> Optional[list]:
+def _optional(records: list, name: str, values: list) -> Optional[list]:
     """An optional count per step (None where unset), or None when no step carries it.
     ``values`` as read (unset reads 0): presence is asked per step only when some count is
     non-zero. A batch of zeros counts as carrying the field when its first or last step has it
@@ -55,17 +55,21 @@ def _optional(records, name: str, values: tuple) -> Optional[list]:
     return None
 
 
-# Every field of a step record the readers want, read in one C call per record.
-_FIELDS = operator.attrgetter("step", "end_time_s", "duration_s", "dataloader_wait_s", "tokens", "samples",
-                              "profiled", "phase")
+# Every field of a step record the readers want, each read by map() in C over the records
+# taken out of the repeated field once (its iteration makes a wrapper per record every time).
+# Not zip(*map(attrgetter(all fields))): a tuple per record is a tracked allocation, and the
+# collector's garbage collections are driven by their count (bench/results/
+# collector_scale_h100host_gc.md).
+_FIELDS = tuple(map(operator.attrgetter, ("step", "end_time_s", "duration_s", "dataloader_wait_s", "tokens",
+                                          "samples", "profiled", "phase")))
 
 
 def step_columns(batch: agent_pb2.Batch) -> StepColumns:
-    records = batch.steps
+    records = list(batch.steps)
     if not records:
         return StepColumns([], [], [], [])
-    step, end, dur, wait, tokens, samples, profiled, phase = zip(*map(_FIELDS, records))
-    return StepColumns(list(step), list(end), list(dur), list(wait),
+    step, end, dur, wait, tokens, samples, profiled, phase = [list(map(get, records)) for get in _FIELDS]
+    return StepColumns(step, end, dur, wait,
                        _optional(records, "tokens", tokens), _optional(records, "samples", samples),
                        tuple(i for i, flag in enumerate(profiled) if flag) if any(profiled) else (),
                        {i: p for i, p in enumerate(phase) if p} if any(phase) else None)

@@ -101,6 +101,11 @@ class CollectorSettings:
         "send a batch only every (connected agents / this) seconds, at most 30; the collector's "
         "cost is per message (bench/results/collector_scale_2core.md). 0: never ask",
         env="STEPWATCH_MAX_BATCHES_PER_S", check=non_negative())
+    gc_full_every_s: float = option(
+        3600.0, "seconds between full garbage collections of the collector's long-lived state: "
+        "in between it is frozen out of Python's collections (at 10,000 ranks each full one "
+        "stops ingest and acks for over a second); 0: Python's own schedule",
+        env="STEPWATCH_GC_FULL_EVERY_S", parse=parse_duration, check=non_negative())
     max_jobs: int = option(
         1000, "jobs held at once; an agent of a further job is refused (RESOURCE_EXHAUSTED, "
         "counted as streams_rejected{reason=\"too_many_jobs\"})", env="STEPWATCH_MAX_JOBS",

@@ -56,8 +56,15 @@ class Family:
         """One series; ``labels`` as from :func:`labels_text`, ``extra`` more pairs after them."""
         if extra:
             labels = f"{labels},{extra}" if labels else extra
-        self.lines.append(f"{self._sample}{{{labels}}} {number(value)}\n" if labels
-                          else f"{self._sample} {number(value)}\n")
+        # (a finite float, the usual value, without the call: 10,000 ranks are 300,000 series)
+        text = repr(value) if type(value) is float and value - value == 0.0 else number(value)
+        self.lines.append(f"{self._sample}{{{labels}}} {text}\n" if labels else f"{self._sample} {text}\n")
+
+    def add_many(self, labels: list, values: list) -> None:
+        """:meth:`add` for each pair (``labels`` non-empty, no ``extra``), in one comprehension."""
+        head = self._sample + "{"
+        self.lines += [f"{head}{lab}}} {repr(v) if type(v) is float and v - v == 0.0 else number(v)}\n"
+                       for lab, v in zip(labels, values)]
 
     def add_histogram(self, labels: str, cumulative: Iterable[tuple[str, int]], total: float,
                       buckets: bool = True) -> None:

@@ -19,6 +19,7 @@ emitted for that rank. Base units only, no timestamps, labels per ARCHITECTURE.m
 
 from __future__ import annotations
 
+import operator
 import statistics
 from typing import Callable, Iterator
 
@@ -238,7 +239,8 @@ def _steps(rows, full: bool) -> list[Family]:
     for st, labels, _, _ in rows:
         steps.add(labels, st.steps_total)
         if st.step_hist.count:
-            dur.add_histogram(labels, st.step_hist.cumulative(), st.step_hist.sum, full)
+            dur.add_histogram(labels, st.step_hist.cumulative() if full else (("+Inf", st.step_hist.count),),
+                              st.step_hist.sum, full)
             if full:
                 wait.add_histogram(labels, st.wait_hist.cumulative(), st.wait_hist.sum, full)
         r = st.dataloader_wait_ratio
@@ -256,20 +258,17 @@ def _steps(rows, full: bool) -> list[Family]:
 def _samples(rows, table, attr: str, gpu: bool, keep) -> list[Family]:
     """One family per kept ``table`` row; a rank lacking the sample or the optional field is skipped."""
     fams = []
+    have = [(row[2] if gpu else row[1], sample) for row in rows if (sample := getattr(row[0], attr)) is not None]
     for name, doc, kind, field in table:
         if not keep(name):
             continue
         fam = Family(name, doc, _KIND[kind])
-        optional = None
-        for row in rows:
-            sample = getattr(row[0], attr)
-            if sample is None:
-                continue
-            if optional is None:
-                optional = sample.DESCRIPTOR.fields_by_name[field].has_presence
-            if optional and not sample.HasField(field):
-                continue
-            fam.add(row[2] if gpu else row[1], float(getattr(sample, field)))
+        if have and have[0][1].DESCRIPTOR.fields_by_name[field].has_presence:
+            pairs = [(labels, sample) for labels, sample in have if sample.HasField(field)]
+        else:
+            pairs = have
+        get = operator.attrgetter(field)
+        fam.add_many([labels for labels, _ in pairs], [float(get(sample)) for _, sample in pairs])
         fams.append(fam)
     return fams
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import bisect
 import collections
 import dataclasses
+import itertools
 import math
 import threading
 from typing import Any, Iterable, Optional
@@ -78,11 +79,13 @@ class Histogram:
 
     def cumulative(self) -> list[tuple[str, int]]:
         """``[(le, cumulative count)]`` ending with ``("+Inf", count)``."""
-        out, running = [], 0
-        for bound, n in zip(self.bounds + (math.inf,), self.counts):
-            running += n
-            out.append(("+Inf" if bound == math.inf else repr(float(bound)), running))
-        return out
+        les = _LE_TEXTS.get(self.bounds)
+        if les is None:
+            les = _LE_TEXTS[self.bounds] = tuple(repr(float(b)) for b in self.bounds) + ("+Inf",)
+        return list(zip(les, itertools.accumulate(self.counts)))
+
+
+_LE_TEXTS: dict[tuple, tuple] = {}  # bucket bounds -> their `le` label values
 
 
 @dataclasses.dataclass

@@ -1,0 +1,60 @@
+"""The collector's garbage-collection policy (collector/_gcstats.py): long-lived objects are
+frozen out of collections every tick and collected together every ``every_s``."""
+
+from __future__ import annotations
+
+import gc
+import weakref
+
+from stepwatch.collector._gcstats import GC_STATS, GcFreezer, install
+
+
+class _Node:
+    pass
+
+
+def test_a_cycle_frozen_by_a_tick_waits_for_the_full_collection():
+    now = [0.0]
+    freezer = GcFreezer(60.0, clock=lambda: now[0])
+    install()
+    try:
+        node = _Node()
+        node.me = node  # a reference cycle: only a collection frees it
+        ref = weakref.ref(node)
+        freezer.tick()
+        assert gc.get_freeze_count() > 0
+        del node
+        gc.collect()
+        assert ref() is not None  # frozen: collections do not look at it
+        now[0] = 30.0
+        freezer.tick()
+        assert ref() is not None
+        full_before = GC_STATS.count[2]
+        now[0] = 61.0
+        freezer.tick()  # every_s passed: unfrozen, collected, the rest frozen again
+        assert ref() is None and freezer.last_freed >= 1
+        assert GC_STATS.count[2] == full_before + 1
+        assert gc.get_freeze_count() > 0
+    finally:
+        freezer.stop()
+    assert gc.get_freeze_count() == 0
+
+
+def test_young_garbage_is_collected_before_a_tick_freezes():
+    freezer = GcFreezer(3600.0)
+    try:
+        node = _Node()
+        node.me = node
+        ref = weakref.ref(node)
+        del node
+        freezer.tick()  # collects the young generations first: the cycle is not frozen
+        assert ref() is None
+    finally:
+        freezer.stop()
+
+
+def test_every_s_zero_leaves_pythons_collector_alone():
+    freezer = GcFreezer(0.0)
+    freezer.tick()
+    freezer.stop()
+    assert gc.get_freeze_count() == 0
