@@ -62,7 +62,7 @@ def templates():
     return steps, gpu, host, alloc, windows
 
 
-def generator(index, ranks, args, ports, results, start_at, stop_at, scrape_from):
+def generator(index, ranks, args, ports, results, start_at, stop_at, scrape_from, measure_at):
     """One generator process: ``ranks`` (job, rank, replica index) streams; results into the queue."""
     if args.gen_cpus:
         cpus = [int(c) for c in args.gen_cpus.split(",")]
@@ -74,9 +74,9 @@ def generator(index, ranks, args, ports, results, start_at, stop_at, scrape_from
     steps, gpu, host, alloc, windows = templates()
     rng = random.Random(index)
     seen_errors: set = set()
-    lat = {"quiet": [], "scrape": []}
+    lat = {"warmup": [], "quiet": [], "scrape": []}
     counts = {"sent": 0, "acked": 0, "errors": 0, "connect_failures": 0, "steps": 0,
-              "unacked_quiet": 0, "unacked_scrape": 0, "streams_never_acked": 0}
+              "unacked_warmup": 0, "unacked_quiet": 0, "unacked_scrape": 0, "streams_never_acked": 0}
 
     def batch(seq, step0, now, with_window, n_steps):
         b = agent_pb2.Batch(seq=seq, sealed_time_s=now)
@@ -133,12 +133,12 @@ def generator(index, ranks, args, ports, results, start_at, stop_at, scrape_from
                 # a paced rank sends the same steps per second in fewer, larger batches
                 period = min(30.0, max(args.period_s, pace[0])) if args.follow_ask else args.period_s
                 n_steps = round(args.steps_per_batch * period / args.period_s)
-                sent_at[seq] = (now, "scrape" if now >= scrape_from else "quiet")
+                sent_at[seq] = (now, "warmup" if now < measure_at else "scrape" if now >= scrape_from else "quiet")
                 await queue.put(batch(seq, step0, now, seq % args.window_every == 0, n_steps))
                 step0 += n_steps
                 counts["sent"] += 1
                 counts["steps"] += n_steps
-                if now < scrape_from:
+                if measure_at <= now < scrape_from:
                     counts["steps_quiet"] = counts.get("steps_quiet", 0) + n_steps
                 await asyncio.sleep(period)
             await asyncio.sleep(3.0)  # the last acks
@@ -250,14 +250,21 @@ def run_once(n, args):
         col, _, http = cols[0]  # measured: replica 0 (CPU, RSS, scrapes); acks: every replica
         proc = psutil.Process(col.pid)
         start_at = time.time() + 5.0 + n / 2000.0  # time to open the streams
-        stop_at = start_at + args.duration_s
-        scrape_from = start_at + args.duration_s / 2
+        measure_at = start_at + args.warmup_s  # the start-up burst (first batches unpaced) left out
+        stop_at = measure_at + args.duration_s
+        scrape_from = measure_at + args.duration_s / 2
         results = mp.Queue()
         procs = [mp.Process(target=generator, args=(i, ranks[i::args.gen_procs], args, ports, results, start_at,
-                                                     stop_at, scrape_from)) for i in range(args.gen_procs)]
+                                                     stop_at, scrape_from, measure_at))
+                 for i in range(args.gen_procs)]
         for p in procs:
             p.start()
-        while time.time() < start_at:
+        gc_before = None
+        if args.warmup_s >= 8:  # the collector's collections so far, read (a scrape) before measuring
+            while time.time() < measure_at - 6:
+                time.sleep(0.1)
+            gc_before = collector_gc(http)
+        while time.time() < measure_at:
             time.sleep(0.1)
         cpu0 = proc.cpu_times()
         scrapes = []
@@ -299,6 +306,7 @@ def run_once(n, args):
                 col.kill()
     counts = {k: sum(g["counts"].get(k, 0) for g in got) for k in sorted({k for g in got for k in g["counts"]})}
     quiet = [x for g in got for _, x in g["lat"]["quiet"]]
+    warm = [x for g in got for _, x in g["lat"]["warmup"]]
     during = [x for g in got for rep, x in g["lat"]["scrape"] if rep == 0]  # the scraped replica's acks
     cpu = (cpu_mid.user + cpu_mid.system) - (cpu0.user + cpu0.system)  # ingest only (no scrapes)
     cpu_scraping = (cpu1.user + cpu1.system) - (cpu_mid.user + cpu_mid.system)
@@ -309,6 +317,9 @@ def run_once(n, args):
             "ranks_per_replica": [sum(1 for _, _, rep in ranks if rep == i) for i in range(args.replicas)],
             "per_rank": args.per_rank, "scrape_every_s": args.scrape_every_s,
             "period_s": args.period_s, "duration_s": args.duration_s, **counts,
+            "warmup_s": args.warmup_s,
+            "ack_ms_warmup": {"p50": 1e3 * (pct(warm, 0.5) or 0), "p99": 1e3 * (pct(warm, 0.99) or 0),
+                              "max": 1e3 * max(warm, default=0)},
             "ack_ms_quiet": {"p50": 1e3 * (pct(quiet, 0.5) or 0), "p99": 1e3 * (pct(quiet, 0.99) or 0),
                              "max": 1e3 * max(quiet, default=0)},
             "ack_ms_scrape": {"p50": 1e3 * (pct(during, 0.5) or 0), "p99": 1e3 * (pct(during, 0.99) or 0),
@@ -319,6 +330,10 @@ def run_once(n, args):
             "collector_cpu_us_per_step": 1e6 * cpu / max(1, counts.get("steps_quiet", 0) * on_measured / max(1, n)),
             "steps_per_batch_quiet": counts.get("steps_quiet", 0) / max(1, len(quiet)),
             "collector_rss_mb": rss / 1e6, "collector_gc": gc_stats,
+            # measured window only (after the warm-up): {gen: [seconds, collections]}
+            "collector_gc_measured": None if gc_before is None else {
+                g: [v[0] - gc_before.get(g, [0.0, 0, 0.0])[0], v[1] - gc_before.get(g, [0.0, 0, 0.0])[1]]
+                for g, v in gc_stats.items()},
             "scrapes": len(scrapes),
             "scrape_s": {"p50": pct([s[0] for s in scrapes], 0.5), "max": max((s[0] for s in scrapes), default=None)},
             "scrape_mb": max((s[1] for s in scrapes), default=0) / 1e6,
@@ -336,6 +351,9 @@ def main():
     p.add_argument("--steps-per-batch", type=int, default=20)
     p.add_argument("--window-every", type=int, default=12, help="a window summary every this many batches")
     p.add_argument("--duration-s", type=float, default=40.0)
+    p.add_argument("--warmup-s", type=float, default=0.0,
+                   help="seconds of sending before the measured --duration-s (acks then reported apart: the "
+                   "start-up burst, every rank's first batches before the collector's batch-interval ask)")
     p.add_argument("--follow-ask", type=int, default=1, help="1: ranks follow the collector's batch-interval "
                    "ask (as sidecars do); 0: they keep --period-s")
     p.add_argument("--max-batches-per-s", type=float, default=None,

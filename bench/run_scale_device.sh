@@ -52,7 +52,19 @@ if [ "${PART:-b}" = b ] || [ -z "${PART:-}" ]; then
     run after_3000_scrape15 --ranks 3000 --collector-cpus 0 --scrape-every-s 15 --duration-s 60
     run after_3replicas_scrape15 --ranks 10000 --replicas 3 --collector-cpus "0;1;2" --scrape-every-s 15 --duration-s 60
 fi
-for f in before_10000 after_10000 after_10000_scrape15 after_small after_3replicas after_3000_scrape15 after_3replicas_scrape15; do
+# PART=c: steady state (30 s / 20 s of sending before measuring: the start-up burst apart), the
+# collector's own garbage collections in the measured window, before/after at the same offered
+# load (3,000 ranks: the code before the fleet work keeps up there).
+if [ "${PART:-}" = c ]; then
+    W=(--warmup-s 20 --duration-s 40)
+    PYTHONPATH=/tmp/sw_old:/tmp/site python3 bench/collector_scale.py "${GEN[@]}" --out "$OUT/before_3000w.json" \
+        --ranks 3000 --collector-cpus 0 --per-rank unset "${W[@]}" > "$OUT/before_3000w.log" 2>&1
+    run after_3000w_unpaced --ranks 3000 --collector-cpus 0 --max-batches-per-s 0 "${W[@]}"
+    run after_3000w --ranks 3000 --collector-cpus 0 "${W[@]}"
+    run after_10000w --ranks 10000 --collector-cpus 0 --warmup-s 30 --duration-s 40
+    run after_10000w_scrape15 --ranks 10000 --collector-cpus 0 --warmup-s 30 --duration-s 60 --scrape-every-s 15
+fi
+for f in before_3000w after_3000w_unpaced after_3000w after_10000w after_10000w_scrape15 before_10000 after_10000 after_10000_scrape15 after_small after_3replicas after_3000_scrape15 after_3replicas_scrape15; do
     [ -f "$OUT/$f.log" ] && tail -n +3 "$OUT/$f.log" | grep "^| [0-9]" | sed "s/^/$f /"
 done
 for f in ingest_before ingest_after; do [ -f "$OUT/$f.json" ] && sed "s/^/$f /" "$OUT/$f.json"; done

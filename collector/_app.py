@@ -88,6 +88,7 @@ class Collector:
         self._ingest: Optional[IngestServer] = None
         self._http: Optional[HttpServer] = None
         self._housekeeping: Optional[asyncio.Task] = None
+        self._gc_task: Optional[asyncio.Task] = None
         self._stopped = False
 
     @property
@@ -134,6 +135,8 @@ class Collector:
             self.detection.client.start()
         self._housekeeping = asyncio.get_running_loop().create_task(self._housekeeping_loop(),
                                                                     name="stepwatch-housekeeping")
+        if self.gc.every_s:
+            self._gc_task = asyncio.get_running_loop().create_task(self._gc_loop(), name="stepwatch-gc")
         log.info("stepwatch collector: gRPC on %s, HTTP on http://%s/metrics", self.grpc_address, self.http_address)
 
     async def stop(self, grace_s: float = 2.0) -> None:
@@ -146,9 +149,10 @@ class Collector:
             await self._ingest.stop(grace_s)
         if self._http is not None:
             await self._http.stop()
-        if self._housekeeping is not None:
-            self._housekeeping.cancel()
-            await asyncio.gather(self._housekeeping, return_exceptions=True)
+        for task in (self._housekeeping, self._gc_task):
+            if task is not None:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
         if self.detection.client is not None:
             await self.detection.client.stop()
         if self._recorder is not None:
@@ -177,11 +181,18 @@ class Collector:
         return request_id
 
     def housekeeping(self) -> list:
-        """One tick at ``clock()``: expire -> forget -> detect, then the garbage collector's
-        (:class:`~._gcstats.GcFreezer`); returns the expired (job, rank) keys."""
-        expired = self.pipeline.housekeeping(self.clock())
-        self.gc.tick()
-        return expired
+        """One tick at ``clock()``: expire -> forget -> detect; returns the expired (job, rank) keys."""
+        return self.pipeline.housekeeping(self.clock())
+
+    async def _gc_loop(self) -> None:
+        """The garbage collector's tick (:class:`~._gcstats.GcFreezer`): every second, so what
+        a full collection walks between freezes stays one second's worth of survivors."""
+        while True:
+            await asyncio.sleep(gcstats.TICK_S)
+            try:
+                self.gc.tick()
+            except Exception:  # noqa: BLE001 - as housekeeping
+                log.exception("stepwatch collector: garbage-collector tick failed")
 
     async def _housekeeping_loop(self) -> None:
         while True:

@@ -48,6 +48,8 @@ def _optional(records: list, name: str, values: list) -> Optional[list]:
     non-zero. A batch of zeros counts as carrying the field when its first or last step has it
     set (agents set it on every step or on none; the totals are the same either way, only
     whether the series exists could differ)."""
+    if all(values):  # set on every step (a zero may be unset; a non-zero is set)
+        return values
     if any(values):
         return [v if v or r.HasField(name) else None for v, r in zip(values, records)]
     if records[0].HasField(name) or records[-1].HasField(name):

@@ -12,7 +12,9 @@ import gc
 import threading
 import time
 
-__all__ = ["install", "GC_STATS", "GcFreezer"]
+__all__ = ["install", "GC_STATS", "GcFreezer", "TICK_S"]
+
+TICK_S = 1.0  # seconds between GcFreezer ticks in the collector
 
 
 class _GcStats:
@@ -61,7 +63,7 @@ class GcFreezer:
     lent H100 host, 17 of them in a minute while the state grew: bench/results/
     collector_scale_h100host_gc.md), and neither ingest nor acks move meanwhile.
 
-    Every housekeeping tick the young generations are collected (cheap) and everything that
+    Every tick (TICK_S) the young generations are collected (cheap) and everything that
     survived is frozen (``gc.freeze``: moved where collections do not look; freed as usual when
     its last reference goes, only a reference cycle among frozen objects waits). Every
     ``every_s`` everything is unfrozen and collected once (the one long pause, on /metrics as a

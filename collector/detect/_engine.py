@@ -137,13 +137,12 @@ class DetectionEngine:
             waits, tokens = [waits[i] for i in keep], [tokens[i] for i in keep] if tokens else None
             durations = [durations[i] for i in keep]
         values = durations
-        if tokens:
-            values = []
-            for d, t in zip(durations, tokens):
-                if t:
-                    r.ref_tokens = r.ref_tokens or t
-                    d = d * r.ref_tokens / t
-                values.append(d)
+        if tokens:  # normalised to the rank's first token count (a step of no count: as it is)
+            ref = r.ref_tokens
+            if ref is None:
+                ref = r.ref_tokens = next((t for t in tokens if t), None)
+            if ref is not None and tokens.count(ref) != len(tokens):  # (all at the reference: as they are)
+                values = [d * ref / t if t else d for d, t in zip(durations, tokens)]
         if self.cfg.drift.enabled and (r.drift.feed_many(steps, times, values) or r.drift.condition):
             self._sync(r.drift, [r.drift.condition] if r.drift.condition else [])
         if self.cfg.straggler.enabled:
