@@ -79,14 +79,21 @@ class StragglerDetector:
     def feed_many(self, rank: int, steps: list, times: list, step_times: list, waits: list) -> bool:
         """:meth:`feed` for each (a batch of ``rank``'s steps, as columns). Ready blocks are
         judged after each block this closes, as step by step (nothing else changes between)."""
-        size, cur, changed, fed = self.cfg.block_steps, self._cur.get(rank), False, False
+        size, cur, changed = self.cfg.block_steps, self._cur.get(rank), False
         n = len(steps)
         if n and steps[-1] - steps[0] == n - 1 and 0 < min(step_times) and math.isfinite(sum(step_times)) \
                 and math.isfinite(sum(waits)) and steps == list(range(steps[0], steps[0] + n)):
-            # The usual batch: consecutive steps, all usable; a block's run at a time.
-            self._ranks.add(rank)
-            i = 0
+            # The usual batch (consecutive steps, all usable): a block's run of steps at a time.
+            spans, i = [], 0
             while i < n:
+                spans.append((i, min(n, i + size - steps[i] % size)))
+                i = spans[-1][1]
+        else:  # a step at a time, the unusable ones left out
+            spans = [(i, i + 1) for i, t in enumerate(step_times) if 0 < t < math.inf]
+        if spans:
+            self._ranks.add(rank)
+        for i, end in spans:  # every step of a span in one block
+            while i < end:
                 bid = steps[i] // size
                 if cur is not None and cur[0] != bid:
                     self._close(rank, cur)
@@ -94,7 +101,7 @@ class StragglerDetector:
                     changed |= self._judge_ready()
                 if cur is None:
                     cur = (bid, [], [], steps[i], times[i])
-                j = min(n, i + size - steps[i] % size, i + size - len(cur[1]))
+                j = min(end, i + size - len(cur[1]))  # (a restarted rank may refill an open block)
                 part = waits[i:j]
                 cur[1].extend(step_times[i:j])
                 cur[2].extend(part if min(part) > 0.0 else [w if w > 0.0 else 0.0 for w in part])
@@ -103,30 +110,6 @@ class StragglerDetector:
                     self._close(rank, cur)
                     cur = None
                     changed |= self._judge_ready()
-            if cur is None:
-                self._cur.pop(rank, None)
-            else:
-                self._cur[rank] = cur
-            return changed
-        for step, time, step_time, wait in zip(steps, times, step_times, waits):
-            if not 0 < step_time < math.inf:
-                continue
-            if not fed:
-                fed = True
-                self._ranks.add(rank)
-            bid = step // size
-            if cur is not None and cur[0] != bid:
-                self._close(rank, cur)
-                cur = None
-                changed |= self._judge_ready()
-            if cur is None:
-                cur = (bid, [], [], step, time)
-            cur[1].append(step_time)
-            cur[2].append(wait if wait > 0.0 else 0.0)
-            if len(cur[1]) >= size:
-                self._close(rank, cur)
-                cur = None
-                changed |= self._judge_ready()
         if cur is None:
             self._cur.pop(rank, None)
         else:
