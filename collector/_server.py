@@ -112,8 +112,13 @@ class IngestServer:
         # by default) and refuses the rest with INTERNAL: after a collector restart every agent
         # of a fleet reconnects within seconds, and a quarter of 10,000 streams were refused
         # (tests/collector/test_stream_burst.py; the benchmark's "late" streams before).
+        # BDP probing (a PING per burst of data received, to grow flow-control windows) cost the
+        # collector per connection: 2,000 agents on 2,000 connections took 0.24-0.30 core with it
+        # and 0.20 without, what 200 connections cost (bench/results/collector_scale_2core.md);
+        # agents' messages are small and come seconds apart, the default windows carry them.
         opts = [("grpc.max_receive_message_length", self._max), ("grpc.so_reuseport", 0),
-                ("grpc.server.max_pending_requests", 20000), ("grpc.server.max_pending_requests_hard_limit", 40000)]
+                ("grpc.server.max_pending_requests", 20000), ("grpc.server.max_pending_requests_hard_limit", 40000),
+                ("grpc.http2.bdp_probe", 0)]
         server = grpc.aio.server(options=opts)
         handler = grpc.stream_stream_rpc_method_handler(
             self._connect, request_deserializer=self._deserialize,
