@@ -22,6 +22,7 @@ import logging
 import os
 import signal
 import ssl
+import sys
 import time
 import uuid
 from typing import Callable, Optional
@@ -89,6 +90,7 @@ class Collector:
         self._http: Optional[HttpServer] = None
         self._housekeeping: Optional[asyncio.Task] = None
         self._gc_task: Optional[asyncio.Task] = None
+        self._switch_interval: Optional[float] = None  # Python's, while ours is set
         self._stopped = False
 
     @property
@@ -137,6 +139,9 @@ class Collector:
                                                                     name="stepwatch-housekeeping")
         if self.gc.every_s:
             self._gc_task = asyncio.get_running_loop().create_task(self._gc_loop(), name="stepwatch-gc")
+        if self.settings.gil_switch_interval_s and self._switch_interval is None:
+            self._switch_interval = sys.getswitchinterval()
+            sys.setswitchinterval(self.settings.gil_switch_interval_s)
         log.info("stepwatch collector: gRPC on %s, HTTP on http://%s/metrics", self.grpc_address, self.http_address)
 
     async def stop(self, grace_s: float = 2.0) -> None:
@@ -158,6 +163,9 @@ class Collector:
         if self._recorder is not None:
             self._recorder.close()
         self.gc.stop()
+        if self._switch_interval is not None:
+            sys.setswitchinterval(self._switch_interval)
+            self._switch_interval = None
 
     def _request_window(self, job: str, rank: int, reason: str) -> bool:
         """Ask a connected rank for a profiler window at its next step (a slowdown fired)."""

@@ -49,7 +49,8 @@ def test_bad_port_names_option_and_source():
 
 @pytest.mark.parametrize("name,value", [("agent_grace_s", "0"), ("agent_grace_s", "-1"), ("max_message_bytes", "x"),
                                         ("log_level", "LOUD"), ("auth_token", "a b"), ("gc_full_every_s", "-5"),
-                                        ("gc_full_every_s", "soon")])
+                                        ("gc_full_every_s", "soon"), ("gil_switch_interval_s", "2"),
+                                        ("gil_switch_interval_s", "nan")])
 def test_bad_values(name, value):
     with pytest.raises(SettingsError, match=f"option '{name}' from argument: invalid value"):
         load_settings({name: value}, environ={})
