@@ -47,9 +47,9 @@ class _Rank:
 
 
 class DetectionEngine:
-    """Holds every detector; ``changed`` is set whenever the active conditions changed and
-    ``touched`` holds the keys of the conditions that came, changed or went since
-    :meth:`take_touched` (an alert book updates those, not every condition of the fleet)."""
+    """Holds every detector. ``touched`` holds the keys of the conditions that came, changed or
+    went since :meth:`take_touched` (an alert book updates those, not every condition of the
+    fleet); ``changed``: whether there are any."""
 
     def __init__(self, cfg: Optional[DetectionConfig] = None):
         self.cfg = cfg or DetectionConfig()
@@ -57,7 +57,6 @@ class DetectionEngine:
         self._stragglers: dict[str, StragglerDetector] = {}
         self._active: dict[tuple, Condition] = {}
         self._owned: dict[object, set] = {}
-        self.changed = False
         self.touched: set = set()
 
     def _rank(self, job: str, rank: int) -> _Rank:
@@ -70,18 +69,21 @@ class DetectionEngine:
         new = {c.key: c for c in conds}
         for key in self._owned.get(owner, set()) - new.keys():
             self._active.pop(key, None)
-            self.changed = True
             self.touched.add(key)
         for key, c in new.items():
             if self._active.get(key) != c:
                 self._active[key] = c
-                self.changed = True
                 self.touched.add(key)
         self._owned[owner] = set(new)
 
+    @property
+    def changed(self) -> bool:
+        """Whether the active conditions changed since :meth:`take_touched`."""
+        return bool(self.touched)
+
     def take_touched(self) -> set:
-        """The keys touched since the last call (and ``changed`` cleared)."""
-        touched, self.touched, self.changed = self.touched, set(), False
+        """The keys touched since the last call."""
+        touched, self.touched = self.touched, set()
         return touched
 
     def condition(self, key: tuple) -> Optional[Condition]:

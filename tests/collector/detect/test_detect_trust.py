@@ -22,7 +22,7 @@ def run(steps, cfg: DetectionConfig = DetectionConfig(), profiled=lambda s: Fals
         now += dt
         engine.step("j", 0, i, now, dt, profiled=profiled(i))
         if engine.changed or i % 100 == 0:
-            engine.changed = False
+            engine.take_touched()
             book.update(now, engine.conditions())
     return engine, book.snapshot()
 
