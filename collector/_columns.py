@@ -23,7 +23,7 @@ class StepColumns:
     ``samples``: lists with None where the record had none, or None when no record had any;
     ``profiled``: indices of profiled steps; ``phase``: {index: phase enum} of marked steps."""
 
-    __slots__ = ("step", "end", "dur", "wait", "tokens", "samples", "profiled", "phase")
+    __slots__ = ("step", "end", "dur", "wait", "tokens", "samples", "profiled", "phase", "_finite")
 
     def __init__(self, step: list, end: list, dur: list, wait: list,
                  tokens: Optional[list] = None, samples: Optional[list] = None,
@@ -31,6 +31,7 @@ class StepColumns:
         self.step, self.end, self.dur, self.wait = step, end, dur, wait
         self.tokens, self.samples = tokens, samples
         self.profiled, self.phase = profiled, phase or {}
+        self._finite: Optional[bool] = None
 
     def __len__(self) -> int:
         return len(self.step)
@@ -38,8 +39,11 @@ class StepColumns:
     def finite(self) -> bool:
         """Every float of every step record is finite (a step record's float fields are these
         three: tests/collector/test_nonfinite.py holds it to that). False may also mean an
-        overflowing sum: then the exact check decides."""
-        return math.isfinite(sum(self.end) + sum(self.dur) + sum(self.wait))
+        overflowing sum: then the exact check decides. Computed once (the pipeline and the
+        state both ask; the columns are not changed after they are read)."""
+        if self._finite is None:
+            self._finite = math.isfinite(sum(self.end) + sum(self.dur) + sum(self.wait))
+        return self._finite
 
 
 def _optional(records: list, name: str, values: list) -> Optional[list]:
