@@ -25,10 +25,11 @@ from stepwatch.proto.stepwatch.v1 import agent_pb2
 
 from .._columns import StepColumns, step_columns
 from .._ring import Ring
+from ..detect._types import median
 
 __all__ = ["Evidence", "Diagnosis", "diagnose", "compare_windows", "fmt"]
 
-_BLOCK = 10  # on_batch takes the median of a block as the mean of its 5th and 6th values
+_BLOCK = 10
 _BLOCKS_KEPT = 600        # 6,000 steps of step-time blocks
 _SAMPLES_KEPT = 900       # 15 min of 1 Hz host / NVML / allocator samples
 _WINDOWS_KEPT = 16
@@ -83,11 +84,10 @@ class Evidence:
             for have, new in zip(r.pending, cols):
                 have.extend(new)
             k, n = 0, len(durs)
-            while n - k >= _BLOCK:  # the median of 10: the mean of the 5th and 6th of them
+            while n - k >= _BLOCK:
                 j = k + _BLOCK
-                d, w = sorted(durs[k:j]), sorted(waits[k:j])
-                w4, w5 = w[4] if w[4] > 0.0 else 0.0, w[5] if w[5] > 0.0 else 0.0
-                r.blocks.append(steps_[k], steps_[j - 1], ends[j - 1], (d[4] + d[5]) / 2, (w4 + w5) / 2)
+                r.blocks.append(steps_[k], steps_[j - 1], ends[j - 1], median(durs[k:j]),
+                                median([w if w > 0.0 else 0.0 for w in waits[k:j]]))
                 k = j
             if k:
                 for col in r.pending:
