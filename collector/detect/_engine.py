@@ -66,6 +66,8 @@ class DetectionEngine:
         return r
 
     def _sync(self, owner: object, conds: Iterable[Condition]) -> None:
+        if not conds and not self._owned.get(owner):  # the usual tick of a quiet rank
+            return
         new = {c.key: c for c in conds}
         for key in self._owned.get(owner, set()) - new.keys():
             self._active.pop(key, None)

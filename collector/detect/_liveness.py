@@ -59,9 +59,11 @@ class RankLiveness:
     def stalled(self, now: float) -> Optional[Condition]:
         if not self.cfg.enabled or self.last_time is None or not self.connected:
             return None
+        idle = now - self.last_time
+        if idle <= self.cfg.stall_min_s:  # the usual case: the limit is at least this (no median)
+            return None
         usual = median(self._recent) if self._recent else 0.0
         limit = max(self.cfg.stall_min_s, self.cfg.stall_factor * usual)
-        idle = now - self.last_time
         if idle <= limit:
             return None
         summary = (f"no training step for {idle:.0f} s (usual step {usual * 1e3:.1f} ms, limit {limit:.0f} s) "
