@@ -120,7 +120,7 @@ def generator(index, ranks, args, ports, results, start_at, stop_at, scrape_from
                     pace[0] = getattr(cmd.ack, "flush_interval_s", 0.0)
                 if cmd.HasField("ack") and cmd.ack.seq in sent_at:
                     t0, kind = sent_at.pop(cmd.ack.seq)
-                    lat[kind].append((rep, time.time() - t0))
+                    lat[kind].append((rep, time.time() - t0, t0))
                     counts["acked"] += 1
 
         read = asyncio.ensure_future(reader())
@@ -209,15 +209,50 @@ def start_collector(tmp, i, args):
     return col, int(addr["grpc"].rsplit(":", 1)[1]), addr["http"]
 
 
-def collector_gc(http):
+_SELF = ("stepwatch_collector_loop_lag_seconds", "stepwatch_collector_housekeeping_seconds")
+
+
+def collector_self(text):
+    """The collector's own delays from a /metrics body: {name: {"le": {bound: cumulative count},
+    "sum": s, "count": n}} for its loop lag and housekeeping histograms (older collector: {})."""
+    out = {}
+    for line in text.splitlines():
+        for name in _SELF:
+            if line.startswith(name + "_bucket{le=\""):
+                le = line[len(name) + 12:line.index('"', len(name) + 12)]
+                out.setdefault(name, {"le": {}, "sum": 0.0, "count": 0})["le"][le] = float(line.rsplit(" ", 1)[1])
+            elif line.startswith((name + "_sum ", name + "_count ")):
+                out.setdefault(name, {"le": {}, "sum": 0.0, "count": 0})[line.split(" ")[0][len(name) + 1:]] = \
+                    float(line.rsplit(" ", 1)[1])
+    return out
+
+
+def self_delta(end, start):
+    """What ``collector_self`` counted between two bodies: per histogram the count, mean, and the
+    share of samples over each bound."""
+    out = {}
+    for name, h in end.items():
+        h0 = start.get(name, {"le": {}, "sum": 0.0, "count": 0})
+        n = h["count"] - h0["count"]
+        over = {le: (n - (c - h0["le"].get(le, 0))) for le, c in h["le"].items() if le != "+Inf"}
+        out[name.removeprefix("stepwatch_collector_")] = {
+            "count": n, "mean_s": (h["sum"] - h0["sum"]) / n if n else None,
+            "over": {le: k for le, k in over.items() if k}}
+    return out
+
+
+def collector_gc(http, texts=None):
     """The collector's garbage collections so far, by generation: {gen: [seconds, count, longest
-    s]} from its /metrics (an older collector without them: {})."""
+    s]} from its /metrics (an older collector without them: {}); the body is appended to
+    ``texts`` when given."""
     out = {}
     try:
         with urllib.request.urlopen(f"http://{http}/metrics", timeout=120) as resp:
             text = resp.read().decode()
     except OSError:
         return out
+    if texts is not None:
+        texts.append(text)
     for i, name in enumerate(("stepwatch_collector_gc_seconds_total", "stepwatch_collector_gc_collections_total",
                               "stepwatch_collector_gc_pause_max_seconds")):
         for line in text.splitlines():
@@ -259,11 +294,11 @@ def run_once(n, args):
                  for i in range(args.gen_procs)]
         for p in procs:
             p.start()
-        gc_before = None
+        gc_before, bodies, first_scrape = None, [], []
         if args.warmup_s >= 8:  # the collector's collections so far, read (a scrape) before measuring
             while time.time() < measure_at - 6:
                 time.sleep(0.1)
-            gc_before = collector_gc(http)
+            gc_before = collector_gc(http, bodies)
         while time.time() < measure_at:
             time.sleep(0.1)
         cpu0 = proc.cpu_times()
@@ -280,6 +315,8 @@ def run_once(n, args):
                 with urllib.request.urlopen(req, timeout=120) as resp:
                     body = resp.read()
                 raw = gzip.decompress(body) if resp.headers.get("Content-Encoding") == "gzip" else body
+                if not scrapes:
+                    first_scrape.append(raw.decode())
                 scrapes.append((time.time() - t0, len(raw), len(body), raw.count(b"\n") - raw.count(b"\n#"), t0))
 
         th = threading.Thread(target=scraper, daemon=True)
@@ -295,7 +332,7 @@ def run_once(n, args):
         for p in procs:
             p.join(30)
         th.join(150)
-        gc_stats = collector_gc(http)
+        gc_stats = collector_gc(http, bodies)
     finally:
         for col, _, _ in cols:
             col.terminate()
@@ -305,9 +342,24 @@ def run_once(n, args):
             except subprocess.TimeoutExpired:
                 col.kill()
     counts = {k: sum(g["counts"].get(k, 0) for g in got) for k in sorted({k for g in got for k in g["counts"]})}
-    quiet = [x for g in got for _, x in g["lat"]["quiet"]]
-    warm = [x for g in got for _, x in g["lat"]["warmup"]]
-    during = [x for g in got for rep, x in g["lat"]["scrape"] if rep == 0]  # the scraped replica's acks
+    quiet = [x for g in got for _, x, _ in g["lat"]["quiet"]]
+    warm = [x for g in got for _, x, _ in g["lat"]["warmup"]]
+    during = [x for g in got for rep, x, _ in g["lat"]["scrape"] if rep == 0]  # the scraped replica's acks
+    # Acks over 250 ms by the second their batch went out (seconds from measure_at): whether
+    # the tail comes in bursts (a tick, a collection, a scrape) or spread out.
+    late: dict = {}
+    for g in got:
+        for kind in ("quiet", "scrape"):
+            for rep, x, t0 in g["lat"][kind]:
+                if rep == 0:
+                    row = late.setdefault(int(t0 - measure_at), [0, 0, 0.0])
+                    row[0] += 1
+                    if x > 0.25:
+                        row[1] += 1
+                        row[2] = max(row[2], 1e3 * x)
+    self_mid = collector_self(first_scrape[0]) if first_scrape else {}
+    self_start = collector_self(bodies[0]) if len(bodies) == 2 else {}
+    self_end = collector_self(bodies[-1]) if bodies else {}
     cpu = (cpu_mid.user + cpu_mid.system) - (cpu0.user + cpu0.system)  # ingest only (no scrapes)
     cpu_scraping = (cpu1.user + cpu1.system) - (cpu_mid.user + cpu_mid.system)
     on_measured = sum(1 for _, _, rep in ranks if rep == 0)
@@ -334,6 +386,10 @@ def run_once(n, args):
             "collector_gc_measured": None if gc_before is None else {
                 g: [v[0] - gc_before.get(g, [0.0, 0, 0.0])[0], v[1] - gc_before.get(g, [0.0, 0, 0.0])[1]]
                 for g, v in gc_stats.items()},
+            "collector_self_quiet": self_delta(self_mid, self_start) if self_start and self_mid else None,
+            "collector_self_scraping": self_delta(self_end, self_mid) if self_mid and self_end else None,
+            # {second: [acks, acks over 250 ms, slowest ms]} for the seconds with a late ack
+            "late_acks_by_second": {sec: row for sec, row in sorted(late.items()) if row[1]},
             "scrapes": len(scrapes),
             "scrape_s": {"p50": pct([s[0] for s in scrapes], 0.5), "max": max((s[0] for s in scrapes), default=None)},
             "scrape_mb": max((s[1] for s in scrapes), default=0) / 1e6,

@@ -52,6 +52,7 @@ from stepwatch.proto.stepwatch.v1 import agent_pb2
 __all__ = ["Collector", "run"]
 
 log = logging.getLogger("stepwatch.collector")
+LOOP_WATCH_S = 0.1  # the event-loop lag timer (_loop_watch)
 
 
 def _split(hostport: str) -> tuple[str, int]:
@@ -90,6 +91,7 @@ class Collector:
         self._http: Optional[HttpServer] = None
         self._housekeeping: Optional[asyncio.Task] = None
         self._gc_task: Optional[asyncio.Task] = None
+        self._watch_task: Optional[asyncio.Task] = None
         self._switch_interval: Optional[float] = None  # Python's, while ours is set
         self._stopped = False
 
@@ -137,6 +139,7 @@ class Collector:
             self.detection.client.start()
         self._housekeeping = asyncio.get_running_loop().create_task(self._housekeeping_loop(),
                                                                     name="stepwatch-housekeeping")
+        self._watch_task = asyncio.get_running_loop().create_task(self._loop_watch(), name="stepwatch-loop-watch")
         if self.gc.every_s:
             self._gc_task = asyncio.get_running_loop().create_task(self._gc_loop(), name="stepwatch-gc")
         if self.settings.gil_switch_interval_s and self._switch_interval is None:
@@ -154,7 +157,7 @@ class Collector:
             await self._ingest.stop(grace_s)
         if self._http is not None:
             await self._http.stop()
-        for task in (self._housekeeping, self._gc_task):
+        for task in (self._housekeeping, self._gc_task, self._watch_task):
             if task is not None:
                 task.cancel()
                 await asyncio.gather(task, return_exceptions=True)
@@ -205,10 +208,21 @@ class Collector:
     async def _housekeeping_loop(self) -> None:
         while True:
             await asyncio.sleep(self.tick_s)
+            started = time.perf_counter()
             try:
                 self.housekeeping()
             except Exception:  # noqa: BLE001 - the loop must outlive one bad tick
                 log.exception("stepwatch collector: housekeeping failed")
+            self.state.housekeeping.observe(time.perf_counter() - started)
+
+    async def _loop_watch(self) -> None:
+        """How late the event loop wakes a LOOP_WATCH_S timer, into ``state.loop_lag``
+        (stepwatch_collector_loop_lag_seconds): an ack waits that long on top of its own work."""
+        loop = asyncio.get_running_loop()
+        while True:
+            due = loop.time() + LOOP_WATCH_S
+            await asyncio.sleep(LOOP_WATCH_S)
+            self.state.loop_lag.observe(max(0.0, loop.time() - due))
 
     def _tls_files(self) -> Optional[tuple]:
         """(cert, key, client CA or None) PEM bytes for gRPC, or None without TLS."""

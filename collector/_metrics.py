@@ -211,7 +211,16 @@ def _collector(state: CollectorState) -> list[Family]:
         gc_seconds.add(label, seconds)
         gc_count.add(label, count)
         gc_longest.add(label, longest)
-    return [*fams, rejected, trimmed, gc_seconds, gc_count, gc_longest]
+    own = []
+    for name, doc, hist in (
+            ("stepwatch_collector_loop_lag_seconds", "How late the collector's event loop ran a 0.1 s timer "
+             "(sampled 10 times a second): what every ack waits on top of its own work.", state.loop_lag),
+            ("stepwatch_collector_housekeeping_seconds", "Duration of each housekeeping tick (expiry and "
+             "time-based detection over every rank; ingest and acks wait meanwhile).", state.housekeeping)):
+        fam = Family(name, doc, "histogram")
+        fam.add_histogram("", hist.cumulative(), hist.sum)
+        own.append(fam)
+    return [*fams, rejected, trimmed, gc_seconds, gc_count, gc_longest, *own]
 
 
 def _info(rows) -> list[Family]:

@@ -41,6 +41,9 @@ TREND_POINTS = 300  # (step, end_time_s, duration_s) kept per rank for the page'
 WINDOWS_KEPT = 5  # default number of WindowSummary kept per rank (arrival order)
 
 
+SELF_BOUNDS_S = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
+
+
 class Histogram:
     """Fixed-bucket histogram in seconds; ``observe`` ignores NaN, infinite and negative values."""
 
@@ -196,6 +199,10 @@ class CollectorState:
         self.trimmed = {r: 0 for r in ("label", "event_message", "window_names")}
         self._job_ranks: dict[str, int] = {}  # job -> ranks held
         self.pace_s = 0.0  # the batch interval acks ask agents for (IngestServer; 0: none)
+        # The collector's own delays (Collector): how late the event loop ran a LOOP_WATCH_S
+        # timer (what every ack waits on top of its own work), and each housekeeping tick.
+        self.loop_lag = Histogram(SELF_BOUNDS_S)
+        self.housekeeping = Histogram(SELF_BOUNDS_S)
 
     def admit(self, hello: agent_pb2.Hello, max_jobs: int, max_ranks: int) -> Optional[str]:
         """None when a stream of ``hello`` may go on; else the refusal reason (a held rank

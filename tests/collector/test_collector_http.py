@@ -141,3 +141,34 @@ def test_metrics_show_the_collector_processes_garbage_collections(collector):
     assert _sample(after, 'stepwatch_collector_gc_seconds_total{generation="2"}') > 0
     longest = _sample(after, 'stepwatch_collector_gc_pause_max_seconds{generation="2"}')
     assert 0 < longest <= _sample(after, 'stepwatch_collector_gc_seconds_total{generation="2"}')
+
+
+def test_metrics_show_event_loop_lag_and_housekeeping_time(collector):
+    """A 0.4 s stall of the event loop (what a long tick or collection does to every ack) shows
+    in stepwatch_collector_loop_lag_seconds above the 0.25 s bucket; housekeeping ticks are
+    timed into stepwatch_collector_housekeeping_seconds."""
+
+    def stalled_over_025(text):
+        inf = _sample(text, 'stepwatch_collector_loop_lag_seconds_bucket{le="+Inf"}')
+        return inf - _sample(text, 'stepwatch_collector_loop_lag_seconds_bucket{le="0.25"}')
+
+    before = collector.get("/metrics")[2].decode()
+
+    async def stall():
+        time.sleep(0.4)  # blocks the loop, as a slow handler would
+
+    collector.loop.call(stall())
+    deadline = time.monotonic() + 5
+    while True:
+        after = collector.get("/metrics")[2].decode()
+        if stalled_over_025(after) > stalled_over_025(before) or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    assert stalled_over_025(after) == stalled_over_025(before) + 1
+    assert _sample(after, "stepwatch_collector_loop_lag_seconds_count") > \
+        _sample(before, "stepwatch_collector_loop_lag_seconds_count")
+    tick_s = collector.collector.tick_s
+    time.sleep(tick_s + 0.5)
+    later = collector.get("/metrics")[2].decode()
+    assert _sample(later, "stepwatch_collector_housekeeping_seconds_count") >= 1
+    assert _sample(later, "stepwatch_collector_housekeeping_seconds_sum") > 0
