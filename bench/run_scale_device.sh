@@ -64,7 +64,15 @@ if [ "${PART:-}" = c ]; then
     run after_10000w --ranks 10000 --collector-cpus 0 --warmup-s 30 --duration-s 40
     run after_10000w_scrape15 --ranks 10000 --collector-cpus 0 --warmup-s 30 --duration-s 60 --scrape-every-s 15
 fi
-for f in before_3000w after_3000w_unpaced after_3000w after_10000w after_10000w_scrape15 before_10000 after_10000 after_10000_scrape15 after_small after_3replicas after_3000_scrape15 after_3replicas_scrape15; do
+# PART=d: where the 10,000-rank ack tail comes from: the collector's loop lag and housekeeping
+# (its /metrics) and the seconds late acks fall in, scraping every 15 s; 10 ranks per
+# connection (as every run above) and one each (as real agents: 10,000 connections).
+if [ "${PART:-}" = d ]; then
+    run d_10000w_scrape15 --ranks 10000 --collector-cpus 0 --warmup-s 30 --duration-s 60 --scrape-every-s 15
+    run d_10000w_scrape15_conn1 --ranks 10000 --collector-cpus 0 --warmup-s 30 --duration-s 60 --scrape-every-s 15 \
+        --ranks-per-connection 1
+fi
+for f in d_10000w_scrape15 d_10000w_scrape15_conn1 before_3000w after_3000w_unpaced after_3000w after_10000w after_10000w_scrape15 before_10000 after_10000 after_10000_scrape15 after_small after_3replicas after_3000_scrape15 after_3replicas_scrape15; do
     [ -f "$OUT/$f.log" ] && tail -n +3 "$OUT/$f.log" | grep "^| [0-9]" | sed "s/^/$f /"
 done
 for f in ingest_before ingest_after; do [ -f "$OUT/$f.json" ] && sed "s/^/$f /" "$OUT/$f.json"; done
