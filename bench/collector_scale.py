@@ -5,10 +5,12 @@ window summaries of a real H200 job) replayed as N ranks.
 One collector process, or ``--replicas`` with the jobs placed as the agents place them
 (pinned with ``--collector-cpus``), and ``--gen-procs`` generator processes (pinned to the
 other CPUs), each holding its share of the ranks as gRPC streams, one TCP connection per
-``--ranks-per-connection`` ranks (10). Every rank sends a Batch every ``--period-s`` (random phase): 20
-steps, one GPU, host and allocator sample, and every ``--window-every`` batches a window
-summary (one per rank per minute at the defaults). The first half of ``--duration-s`` runs
-without scrapes, the second half scrapes /metrics back to back (gzip, as Prometheus asks).
+``--ranks-per-connection`` ranks (10). Every rank ticks every ``--period-s`` from a random first tick
+and sends a Batch on each tick (on every few when the collector paces it, as a sidecar's flusher
+does; ``--spread``), 20 steps made per tick; each batch has one GPU, host and allocator
+sample, and every ``--window-every`` batches a window summary (one per rank per minute at the
+defaults). The first half of ``--duration-s`` runs without scrapes, the second half scrapes
+/metrics back to back (gzip, as Prometheus asks).
 Measured: ack latency p50/p99 without and during scrapes, batches sent/acked, stream errors,
 scrape time and size, collector CPU (cores, and seconds per batch and per step, from the
 half without scrapes; the scraping half's CPU apart), collector RSS.
@@ -124,15 +126,31 @@ def generator(index, ranks, args, ports, results, start_at, stop_at, scrape_from
                     counts["acked"] += 1
 
         read = asyncio.ensure_future(reader())
-        await asyncio.sleep(max(0.0, start_at - time.time()) + rng.uniform(0, args.period_s))
-        seq, step0 = 0, 0
+        # As the sidecar's flusher: a tick every --period-s from a random first one (the ranks
+        # start together; the sidecar picks its first tick at random), --steps-per-batch steps
+        # made per tick, a batch sealed on the tick where the (paced) interval has passed; when
+        # the collector's ask changes, the next seal falls on a random tick of the new interval
+        # (--spread 1, as sidecars do now; 0: from the last seal, as they did before).
+        tick_at = max(start_at, time.time()) + rng.uniform(0, args.period_s)
+        seq, step0, made = 0, 0, 0
+        last_seal, seal_every = -1e18, args.period_s
         try:
-            while time.time() < stop_at:
-                seq += 1
+            while True:
+                await asyncio.sleep(max(0.0, tick_at - time.time()))
                 now = time.time()
-                # a paced rank sends the same steps per second in fewer, larger batches
-                period = min(30.0, max(args.period_s, pace[0])) if args.follow_ask else args.period_s
-                n_steps = round(args.steps_per_batch * period / args.period_s)
+                if now >= stop_at:
+                    break
+                tick_at += args.period_s
+                made += args.steps_per_batch
+                want = min(30.0, max(args.period_s, pace[0])) if args.follow_ask else args.period_s
+                if want != seal_every:
+                    seal_every = want
+                    if args.spread:
+                        last_seal = now - rng.uniform(0.0, want)
+                if now - last_seal < seal_every - 0.25 * args.period_s:
+                    continue
+                last_seal, n_steps, made = now, made, 0
+                seq += 1
                 sent_at[seq] = (now, "warmup" if now < measure_at else "scrape" if now >= scrape_from else "quiet")
                 await queue.put(batch(seq, step0, now, seq % args.window_every == 0, n_steps))
                 step0 += n_steps
@@ -140,7 +158,6 @@ def generator(index, ranks, args, ports, results, start_at, stop_at, scrape_from
                 counts["steps"] += n_steps
                 if measure_at <= now < scrape_from:
                     counts["steps_quiet"] = counts.get("steps_quiet", 0) + n_steps
-                await asyncio.sleep(period)
             await asyncio.sleep(3.0)  # the last acks
         finally:
             await queue.put(None)
@@ -357,6 +374,7 @@ def run_once(n, args):
                     if x > 0.25:
                         row[1] += 1
                         row[2] = max(row[2], 1e3 * x)
+    full_seconds = [late.get(sec, [0])[0] for sec in range(int(args.duration_s) - 1)]
     self_mid = collector_self(first_scrape[0]) if first_scrape else {}
     self_start = collector_self(bodies[0]) if len(bodies) == 2 else {}
     self_end = collector_self(bodies[-1]) if bodies else {}
@@ -368,7 +386,7 @@ def run_once(n, args):
     return {"ranks": n, "replicas": args.replicas, "ranks_per_connection": args.ranks_per_connection, "ranks_on_measured_replica": on_measured,
             "ranks_per_replica": [sum(1 for _, _, rep in ranks if rep == i) for i in range(args.replicas)],
             "per_rank": args.per_rank, "scrape_every_s": args.scrape_every_s,
-            "period_s": args.period_s, "duration_s": args.duration_s, **counts,
+            "period_s": args.period_s, "spread": args.spread, "duration_s": args.duration_s, **counts,
             "warmup_s": args.warmup_s,
             "ack_ms_warmup": {"p50": 1e3 * (pct(warm, 0.5) or 0), "p99": 1e3 * (pct(warm, 0.99) or 0),
                               "max": 1e3 * max(warm, default=0)},
@@ -390,6 +408,9 @@ def run_once(n, args):
             "collector_self_scraping": self_delta(self_end, self_mid) if self_mid and self_end else None,
             # {second: [acks, acks over 250 ms, slowest ms]} for the seconds with a late ack
             "late_acks_by_second": {sec: row for sec, row in sorted(late.items()) if row[1]},
+            # batches the measured replica got per second (by send time): how even the load is
+            "batches_per_second": {"min": min(full_seconds, default=0), "max": max(full_seconds, default=0),
+                                   "mean": statistics.mean(full_seconds) if full_seconds else 0},
             "scrapes": len(scrapes),
             "scrape_s": {"p50": pct([s[0] for s in scrapes], 0.5), "max": max((s[0] for s in scrapes), default=None)},
             "scrape_mb": max((s[1] for s in scrapes), default=0) / 1e6,
@@ -412,6 +433,9 @@ def main():
                    "start-up burst, every rank's first batches before the collector's batch-interval ask)")
     p.add_argument("--follow-ask", type=int, default=1, help="1: ranks follow the collector's batch-interval "
                    "ask (as sidecars do); 0: they keep --period-s")
+    p.add_argument("--spread", type=int, default=1, help="1: a paced rank's next batch on a random tick of the "
+                   "new interval (as sidecars do); 0: counted from its last batch (as before), which keeps "
+                   "ranks that sent together together")
     p.add_argument("--max-batches-per-s", type=float, default=None,
                    help="the collector's max_batches_per_s (default: its own default)")
     p.add_argument("--gen-procs", type=int, default=4)

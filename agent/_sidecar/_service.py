@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+import random
 import shutil
 import threading
 import time
@@ -246,10 +247,18 @@ _PACED_MAX_STEPS = 5000  # ... and a paced batch is sealed early at this many st
 
 class _Flusher(PeriodicService):
     """Seals a batch every ``flush_interval_s``, checks about once a second that the trainer
-    is alive (stopping the sidecar when it is not), and seals the last batch when stopped."""
+    is alive (stopping the sidecar when it is not), and seals the last batch when stopped.
 
-    def __init__(self, sidecar: Sidecar, interval_s: float) -> None:
-        super().__init__("stepwatch-flusher", interval_s)
+    Spread in time: the ranks of a job start together, so their batches would reach the
+    collector together every interval. The first tick comes after a random part of the interval,
+    and a paced rank seals on a random one of the ticks its longer interval spans (:meth:`pace`),
+    so a collector sees its ranks' batches evenly over the interval instead of in bursts (10,000
+    ranks paced to 10 s from 5 s sent all their batches in half of every 10 s, and acks ran up to
+    2.5 s late: bench/results/collector_scale_h100host_spread.md)."""
+
+    def __init__(self, sidecar: Sidecar, interval_s: float, rng=None) -> None:
+        self._rng = rng if rng is not None else random.Random()
+        super().__init__("stepwatch-flusher", interval_s, first_s=self._rng.uniform(0.0, interval_s))
         self._sidecar = sidecar
         self._own_s = self._seal_every_s = interval_s
         self._last_check = self._last_adopt = self._last_seal = time.monotonic()
@@ -263,6 +272,9 @@ class _Flusher(PeriodicService):
             LOG.info("sending a batch every %.1f s (the collector asks %.1f s; own setting %.1f s)",
                      interval, ask_s, self._own_s)
             self._seal_every_s = interval
+            # A random tick of the new interval's span seals next (ranks that sealed together
+            # spread over it; at worst one batch comes early).
+            self._last_seal = time.monotonic() - self._rng.uniform(0.0, interval)
 
     def _tick(self) -> None:
         # Ticks stay at the own interval (the liveness check below needs them); a paced

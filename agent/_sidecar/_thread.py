@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 from ._log import LOG, OnceLog
 
@@ -75,17 +75,21 @@ class Service:
 
 class PeriodicService(Service):
     """Runs ``_setup()``, then ``_tick()`` every ``interval_s`` (``while not stop.wait(...)``),
-    then ``_teardown()``. ``_setup`` returning False ends the thread at once."""
+    then ``_teardown()``. ``_setup`` returning False ends the thread at once. ``first_s``: the
+    wait before the first tick (default ``interval_s``)."""
 
-    def __init__(self, name: str, interval_s: float) -> None:
+    def __init__(self, name: str, interval_s: float, first_s: Optional[float] = None) -> None:
         super().__init__(name)
         self.interval_s = interval_s
+        self.first_s = interval_s if first_s is None else first_s
 
     def _run(self) -> None:
         if not self.guarded(self._setup):
             return
-        while not self._stopping.wait(self.interval_s):
+        wait = self.first_s
+        while not self._stopping.wait(wait):
             self.guarded(self._tick)
+            wait = self.interval_s
         self.guarded(self._teardown)
 
     def _setup(self) -> bool:

@@ -364,7 +364,7 @@ def test_the_flusher_follows_the_collectors_pace_within_bounds():
     real = _service.time.monotonic
     _service.time.monotonic = lambda: clock[0]
     try:
-        f = _service._Flusher(fake, 2.0)
+        f = _service._Flusher(fake, 2.0, rng=types.SimpleNamespace(uniform=lambda lo, hi: lo))  # no spread
 
         def run(ticks):
             sealed.clear()
@@ -389,3 +389,47 @@ def test_the_flusher_follows_the_collectors_pace_within_bounds():
         assert run(4) == 4
     finally:
         _service.time.monotonic = real
+
+
+def test_flushers_that_start_together_spread_their_batches_over_the_interval():
+    """Ranks start together; their first ticks fall over the whole flush interval, and ranks
+    paced to five ticks' interval from the same tick seal on each of those ticks about equally
+    (before: all of them on the same one, a burst at the collector every interval)."""
+    import os
+    import random
+    import types
+
+    from stepwatch.agent._sidecar import _service
+
+    n = 500
+    firsts = [_service._Flusher(None, 5.0, rng=random.Random(i)).first_s for i in range(n)]
+    assert all(0 <= x <= 5.0 for x in firsts)
+    assert all(40 <= sum(1 for x in firsts if k <= x < k + 1) <= 160 for k in range(5))  # 100 each, evenly
+
+    sealed_at: dict = {}
+    clock = [1000.0]
+    real = _service.time.monotonic
+    _service.time.monotonic = lambda: clock[0]
+    try:
+        flushers = []
+        for i in range(n):
+            fake = types.SimpleNamespace(flush=lambda i=i: sealed_at.setdefault(i, []).append(clock[0]),
+                                         adopt_leftovers=lambda: None, request_stop=lambda reason: None,
+                                         config=types.SimpleNamespace(trainer_pid=os.getpid()),
+                                         batcher=types.SimpleNamespace(held=lambda kind: 0))
+            flushers.append(_service._Flusher(fake, 2.0, rng=random.Random(1000 + i)))
+        for f in flushers:
+            f._tick()  # everyone seals at the same tick...
+            f.pace(10.0)  # ... and is asked for a batch every 10 s (5 ticks)
+        sealed_at.clear()
+        for _ in range(15):
+            clock[0] += 2.0
+            for f in flushers:
+                f._tick()
+    finally:
+        _service.time.monotonic = real
+    slots = [0] * 5
+    for times in sealed_at.values():
+        assert [b - a for a, b in zip(times, times[1:])] in ([10.0, 10.0], [10.0])  # then every 10 s
+        slots[round((times[0] - 1002.0) / 2.0) % 5] += 1
+    assert sum(slots) == n and min(slots) >= 60, slots  # 100 each: the next 10 s evenly, not one tick
