@@ -37,6 +37,7 @@ from . import _gcstats as gcstats
 from ._api import jobs_json, steps_json
 from ._config import CollectorSettings
 from ._exposition import render
+from ._yield import ScrapeYield
 from ._http import HttpServer
 from .alerting import AlertmanagerClient, AlertMetrics, Detection
 from ._metrics import RankMetrics
@@ -223,6 +224,7 @@ class Collector:
             due = loop.time() + LOOP_WATCH_S
             await asyncio.sleep(LOOP_WATCH_S)
             self.state.loop_lag.observe(max(0.0, loop.time() - due))
+            self.state.load.sample()
 
     def _tls_files(self) -> Optional[tuple]:
         """(cert, key, client CA or None) PEM bytes for gRPC, or None without TLS."""
@@ -247,18 +249,26 @@ class Collector:
 
     def _metrics(self, headers):
         """The scrape, on the HTTP worker thread (never the event loop): OpenMetrics when the
-        scraper asks for it, gzip when it accepts it (Prometheus does)."""
-        if "application/openmetrics-text" in headers.get("accept", ""):
-            # The alert book's and trace store's families (prometheus_client), then ours, one # EOF.
-            small = openmetrics_latest(self.registry).removesuffix(b"# EOF\n")
-            ctype, body = OPENMETRICS_CONTENT_TYPE, b"".join(
-                (small, render(self.rank_metrics.families(), openmetrics=True).encode(), b"# EOF\n"))
-        else:
-            ctype, body = CONTENT_TYPE_LATEST, (generate_latest(self.registry)
-                                                + render(self.rank_metrics.families()).encode())
-        if "gzip" in headers.get("accept-encoding", ""):
-            return 200, ctype, gzip.compress(body, 1), ("Content-Encoding: gzip",)
-        return 200, ctype, body
+        scraper asks for it, gzip when it accepts it (Prometheus does). Gives way to a busy
+        ingest between its stages (``_yield``)."""
+        pacing = ScrapeYield(self.state.load)
+        try:
+            if "application/openmetrics-text" in headers.get("accept", ""):
+                # The alert book's and trace store's families (prometheus_client), then ours, one # EOF.
+                small = openmetrics_latest(self.registry).removesuffix(b"# EOF\n")
+                ctype, body = OPENMETRICS_CONTENT_TYPE, b"".join(
+                    (small, render(self.rank_metrics.families(pacing.pause), openmetrics=True).encode(),
+                     b"# EOF\n"))
+            else:
+                ctype, body = CONTENT_TYPE_LATEST, (generate_latest(self.registry)
+                                                    + render(self.rank_metrics.families(pacing.pause)).encode())
+            pacing.pause()
+            if "gzip" in headers.get("accept-encoding", ""):
+                return 200, ctype, gzip.compress(body, 1), ("Content-Encoding: gzip",)
+            return 200, ctype, body
+        finally:
+            pacing.done()
+            self.state.scrape_yield_s += pacing.slept
 
     def _alerts(self):
         return 200, "application/json", self.detection.book.json()

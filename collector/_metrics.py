@@ -128,8 +128,10 @@ class RankMetrics:
         self._state, self.mode, self._top_k = state, mode, top_k
         self._labels: dict = {}
 
-    def families(self) -> list[Family]:
-        ranks = self._state.snapshot(light=True)
+    def families(self, pause: Callable[[], None] = lambda: None) -> list[Family]:
+        """``pause``: called between stages (a scrape giving way to ingest: ``_yield``)."""
+        ranks = self._state.snapshot(light=True, pause=pause)
+        pause()
         mode = Family("stepwatch_collector_per_rank_series", "1 for the collector's per-rank series mode "
                       "(full, summary: a bounded set, off: per-job aggregates only).", "gauge")
         mode.add(f'mode="{self.mode}"', 1)
@@ -141,14 +143,13 @@ class RankMetrics:
         full = self.mode == "full"
         rows = [(st, *self._texts(st)) for st in ranks]
         keep: Callable[[str], bool] = (lambda name: True) if full else SUMMARY.__contains__
-        fams += _info(rows)
-        fams += _steps(rows, full)
-        fams += _samples(rows, _ALLOCATOR, "allocator", False, keep)
-        fams += _samples(rows, _GPU, "gpu_sample", True, keep)
-        fams += _gpu_extra(rows, full)
-        fams += _samples(rows, _HOST, "host", False, keep)
-        fams += _agent(rows, full)
-        fams += window_families(rows, full, self._top_k)
+        for stage in (lambda: _info(rows), lambda: _steps(rows, full),
+                      lambda: _samples(rows, _ALLOCATOR, "allocator", False, keep),
+                      lambda: _samples(rows, _GPU, "gpu_sample", True, keep), lambda: _gpu_extra(rows, full),
+                      lambda: _samples(rows, _HOST, "host", False, keep), lambda: _agent(rows, full),
+                      lambda: window_families(rows, full, self._top_k)):
+            pause()
+            fams += stage()
         return fams
 
     def _texts(self, st: RankState) -> tuple[str, str, str]:
@@ -211,7 +212,13 @@ def _collector(state: CollectorState) -> list[Family]:
         gc_seconds.add(label, seconds)
         gc_count.add(label, count)
         gc_longest.add(label, longest)
-    own = []
+    load = Family("stepwatch_collector_ingest_cpu_ratio", "CPU the collector spent outside scrapes in the last "
+                  "second, as a share of one core (scrapes give way to ingest above 0.3).", "gauge")
+    load.add("", state.load.share)
+    yielded = Family("stepwatch_collector_scrape_yield_seconds", "Seconds scrapes slept to give way to a busy "
+                     "ingest (a scrape takes that much longer).", "counter")
+    yielded.add("", state.scrape_yield_s)
+    own = [load, yielded]
     for name, doc, hist in (
             ("stepwatch_collector_loop_lag_seconds", "How late the collector's event loop ran a 0.1 s timer "
              "(sampled 10 times a second): what every ack waits on top of its own work.", state.loop_lag),

@@ -14,7 +14,7 @@ import dataclasses
 import itertools
 import math
 import threading
-from typing import Any, Iterable, Optional
+from typing import Any, Callable, Iterable, Optional
 
 from stepwatch.proto.stepwatch.v1 import agent_pb2
 
@@ -22,6 +22,7 @@ from ._columns import StepColumns, step_columns
 from ._ring import Ring
 
 from ._traces import TraceBook
+from ._yield import LoadMeter
 
 __all__ = ["Histogram", "RankKey", "RankState", "CollectorState", "STEP_BUCKETS", "WAIT_BUCKETS", "TREND_POINTS"]
 
@@ -203,6 +204,8 @@ class CollectorState:
         # timer (what every ack waits on top of its own work), and each housekeeping tick.
         self.loop_lag = Histogram(SELF_BOUNDS_S)
         self.housekeeping = Histogram(SELF_BOUNDS_S)
+        self.load = LoadMeter()  # CPU outside scrapes (sampled by the loop watch; scrapes yield to it)
+        self.scrape_yield_s = 0.0  # seconds scrapes slept giving way to ingest
 
     def admit(self, hello: agent_pb2.Hello, max_jobs: int, max_ranks: int) -> Optional[str]:
         """None when a stream of ``hello`` may go on; else the refusal reason (a held rank
@@ -370,11 +373,12 @@ class CollectorState:
                     self._job_ranks.pop(key[0], None)
         return gone
 
-    def snapshot(self, light: bool = False, job: Optional[str] = None) -> list[RankState]:
+    def snapshot(self, light: bool = False, job: Optional[str] = None,
+                 pause: Optional[Callable[[], None]] = None) -> list[RankState]:
         """Shallow copies of all rank states, sorted by (job, rank); safe to read without the lock.
         Copied in chunks (each rank consistent in itself; a rank gone meanwhile is left out).
         ``light`` (a scrape): the step lists and the event list are left empty. ``job``: only
-        that job's ranks."""
+        that job's ranks. ``pause``: called between chunks, without the lock (a scrape's yield)."""
         with self._lock:
             keys = sorted(k for k in self._ranks if job is None or k[0] == job)
         out = []
@@ -384,6 +388,8 @@ class CollectorState:
                     st = self._ranks.get(key)
                     if st is not None:
                         out.append(_copy(st, light))
+            if pause is not None and i % (8 * _SNAPSHOT_CHUNK) == 0:
+                pause()
         return out
 
     def connected_agents(self) -> int:
