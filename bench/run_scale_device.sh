@@ -71,8 +71,9 @@ if [ "${PART:-}" = d ]; then
     run d_10000w_scrape15 --ranks 10000 --collector-cpus 0 --warmup-s 30 --duration-s 60 --scrape-every-s 15
     run d_10000w_scrape15_conn1 --ranks 10000 --collector-cpus 0 --warmup-s 30 --duration-s 60 --scrape-every-s 15 \
         --ranks-per-connection 1
+    [ -n "${D_B2B:-}" ] && run d_10000w_b2b --ranks 10000 --collector-cpus 0 --warmup-s 30 --duration-s 40
 fi
-for f in d_10000w_scrape15 d_10000w_scrape15_conn1 before_3000w after_3000w_unpaced after_3000w after_10000w after_10000w_scrape15 before_10000 after_10000 after_10000_scrape15 after_small after_3replicas after_3000_scrape15 after_3replicas_scrape15; do
+for f in d_10000w_scrape15 d_10000w_scrape15_conn1 d_10000w_b2b before_3000w after_3000w_unpaced after_3000w after_10000w after_10000w_scrape15 before_10000 after_10000 after_10000_scrape15 after_small after_3replicas after_3000_scrape15 after_3replicas_scrape15; do
     [ -f "$OUT/$f.log" ] && tail -n +3 "$OUT/$f.log" | grep "^| [0-9]" | sed "s/^/$f /"
 done
 for f in ingest_before ingest_after; do [ -f "$OUT/$f.json" ] && sed "s/^/$f /" "$OUT/$f.json"; done
