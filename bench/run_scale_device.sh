@@ -73,7 +73,14 @@ if [ "${PART:-}" = d ]; then
         --ranks-per-connection 1
     [ -n "${D_B2B:-}" ] && run d_10000w_b2b --ranks 10000 --collector-cpus 0 --warmup-s 30 --duration-s 40
 fi
-for f in d_10000w_scrape15 d_10000w_scrape15_conn1 d_10000w_b2b before_3000w after_3000w_unpaced after_3000w after_10000w after_10000w_scrape15 before_10000 after_10000 after_10000_scrape15 after_small after_3replicas after_3000_scrape15 after_3replicas_scrape15; do
+# PART=e: one connection per rank (as real agents) at a lower message ceiling, and 3,000 ranks.
+if [ "${PART:-}" = e ]; then
+    run e_10000w_scrape15_conn1_mb500 --ranks 10000 --collector-cpus 0 --warmup-s 30 --duration-s 60 \
+        --scrape-every-s 15 --ranks-per-connection 1 --max-batches-per-s 500
+    run e_3000w_scrape15_conn1 --ranks 3000 --collector-cpus 0 --warmup-s 20 --duration-s 60 --scrape-every-s 15 \
+        --ranks-per-connection 1
+fi
+for f in e_10000w_scrape15_conn1_mb500 e_3000w_scrape15_conn1 d_10000w_scrape15 d_10000w_scrape15_conn1 d_10000w_b2b before_3000w after_3000w_unpaced after_3000w after_10000w after_10000w_scrape15 before_10000 after_10000 after_10000_scrape15 after_small after_3replicas after_3000_scrape15 after_3replicas_scrape15; do
     [ -f "$OUT/$f.log" ] && tail -n +3 "$OUT/$f.log" | grep "^| [0-9]" | sed "s/^/$f /"
 done
 for f in ingest_before ingest_after; do [ -f "$OUT/$f.json" ] && sed "s/^/$f /" "$OUT/$f.json"; done
