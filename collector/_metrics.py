@@ -387,9 +387,7 @@ def job_families(ranks: list[RankState]) -> Iterator[Family]:
         count.add(labels, up, 'state="connected"')
         count.add(labels, len(states) - up, 'state="disconnected"')
         for fam, hist, bounds in ((dur, "step_hist", STEP_BUCKETS), (wait, "wait_hist", WAIT_BUCKETS)):
-            merged = Histogram(bounds)
-            for st in states:
-                merged.add(getattr(st, hist))
+            merged = Histogram.merged(bounds, [getattr(st, hist) for st in states])
             if merged.count:
                 fam.add_histogram(labels, merged.cumulative(), merged.sum)
         for fam, (_, _, value) in zip(spread, _JOB_SPREAD):

@@ -115,3 +115,18 @@ def test_histogram_is_consistent(values):
     assert cum[-1] == ("+Inf", len(good)) == ("+Inf", h.count)
     assert all(a[1] <= b[1] for a, b in zip(cum, cum[1:]))
     assert math.isclose(h.sum, math.fsum(good), rel_tol=1e-9, abs_tol=1e-6)
+
+
+@given(st.lists(st.lists(st.floats(min_value=0, max_value=1e4), max_size=20), max_size=8))
+def test_merged_histogram_is_the_ranks_added_one_by_one(per_rank):
+    """A job's histogram (Histogram.merged, one pass over all ranks) equals adding them one by one."""
+    hists = []
+    for values in per_rank:
+        h = Histogram(STEP_BUCKETS)
+        h.observe_many(values)
+        hists.append(h)
+    one_by_one = Histogram(STEP_BUCKETS)
+    for h in hists:
+        one_by_one.add(h)
+    merged = Histogram.merged(STEP_BUCKETS, hists)
+    assert (merged.counts, merged.count, merged.sum) == (one_by_one.counts, one_by_one.count, one_by_one.sum)
