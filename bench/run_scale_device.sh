@@ -96,7 +96,17 @@ if [ "${PART:-}" = g ]; then
         --scrape-every-s 15
     run g_10000w_conn1_b2b --ranks 10000 --warmup-s 30 --duration-s 40 --ranks-per-connection 1 --collector-cpus 0
 fi
-for f in g_10000w_conn1 g_10000w_conn1_b2b f_small_conn1 f_10000w_conn1 f_10000w_conn1_b2b f_10000w_conn1_3replicas e_10000w_scrape15_conn1_mb500 e_3000w_scrape15_conn1 d_10000w_scrape15 d_10000w_scrape15_conn1 d_10000w_b2b before_3000w after_3000w_unpaced after_3000w after_10000w after_10000w_scrape15 before_10000 after_10000 after_10000_scrape15 after_small after_3replicas after_3000_scrape15 after_3replicas_scrape15; do
+# PART=h: A/B on one machine: .bin/ab.tar (`git archive <commit> --prefix=ab/`) against this tree.
+if [ "${PART:-}" = h ]; then
+    mkdir -p /tmp/ab && tar -xf .bin/ab.tar -C /tmp/ab && $P --no-build-isolation --target /tmp/sw_ab /tmp/ab/ab
+    H=(--ranks 10000 --warmup-s 30 --duration-s 60 --ranks-per-connection 1 --collector-cpus 0 --scrape-every-s 15)
+    for i in 1 2; do
+        PYTHONPATH=/tmp/sw_ab:/tmp/site python3 bench/collector_scale.py "${GEN[@]}" --out "$OUT/h_a$i.json" "${H[@]}" \
+            > "$OUT/h_a$i.log" 2>&1
+        run h_b$i "${H[@]}"
+    done
+fi
+for f in h_a1 h_b1 h_a2 h_b2 g_10000w_conn1 g_10000w_conn1_b2b f_small_conn1 f_10000w_conn1 f_10000w_conn1_b2b f_10000w_conn1_3replicas e_10000w_scrape15_conn1_mb500 e_3000w_scrape15_conn1 d_10000w_scrape15 d_10000w_scrape15_conn1 d_10000w_b2b before_3000w after_3000w_unpaced after_3000w after_10000w after_10000w_scrape15 before_10000 after_10000 after_10000_scrape15 after_small after_3replicas after_3000_scrape15 after_3replicas_scrape15; do
     [ -f "$OUT/$f.log" ] && tail -n +3 "$OUT/$f.log" | grep "^| [0-9]" | sed "s/^/$f /"
 done
 for f in ingest_before ingest_after; do [ -f "$OUT/$f.json" ] && sed "s/^/$f /" "$OUT/$f.json"; done
