@@ -58,28 +58,6 @@ def install() -> None:
     GC_STATS.install()
 
 
-_auto_lock = threading.Lock()
-_auto_holders = 0  # running freezers that turned Python's automatic collections off
-_auto_was_enabled = True
-
-
-def _hold_auto_off() -> None:
-    global _auto_holders, _auto_was_enabled
-    with _auto_lock:
-        if _auto_holders == 0:
-            _auto_was_enabled = gc.isenabled()
-            gc.disable()
-        _auto_holders += 1
-
-
-def _release_auto() -> None:
-    global _auto_holders
-    with _auto_lock:
-        _auto_holders -= 1
-        if _auto_holders == 0 and _auto_was_enabled:
-            gc.enable()
-
-
 class GcFreezer:
     """Keeps full collections off the long-lived state. At 10,000 ranks the collector holds about
     a million tracked objects; each automatic full collection walked them all (1.4-1.7 s on the
@@ -91,20 +69,11 @@ class GcFreezer:
     its last reference goes, only a reference cycle among frozen objects waits). Every
     ``every_s`` everything is unfrozen and collected once (the one long pause, on /metrics as a
     generation-2 collection) and frozen again. ``every_s`` 0: Python's own schedule, nothing
-    frozen. Process-wide: one collector per process uses it (``stop`` unfreezes).
-
-    From the first tick until ``stop`` Python's automatic collections are off: the tick is the
-    young generations' only collection. Automatic ones ran about 60 times a second at 10,000
-    ranks (gen0 and gen1 together about 9% of the collector's CPU) and paused scrapes and acks
-    alike; one per second walks each surviving young object once. What dies by reference count
-    is freed at once as ever; only a reference cycle made since the last tick waits for the next.
-    Freezers share the switch: automatic collections come back when the last one stops, as they
-    were before the first."""
+    frozen. Process-wide: one collector per process uses it (``stop`` unfreezes)."""
 
     def __init__(self, every_s: float, clock=time.monotonic):
         self.every_s, self._clock = every_s, clock
         self._last_full: float | None = None
-        self._holds_auto = False
         self.last_freed = 0  # unreachable objects the last full collection found
 
     def tick(self) -> None:
@@ -113,9 +82,6 @@ class GcFreezer:
         now = self._clock()
         if self._last_full is None:
             self._last_full = now
-        if not self._holds_auto:
-            self._holds_auto = True
-            _hold_auto_off()
         if now - self._last_full >= self.every_s:
             gc.unfreeze()
             self.last_freed = gc.collect()
@@ -127,6 +93,3 @@ class GcFreezer:
     def stop(self) -> None:
         if self.every_s:
             gc.unfreeze()
-        if self._holds_auto:
-            self._holds_auto = False
-            _release_auto()

@@ -70,28 +70,3 @@ def test_a_running_collector_sets_its_thread_switch_interval_and_gives_it_back(s
     assert abs(sys.getswitchinterval() - 0.0002) < 1e-6  # (kept in microseconds)
     running.loop.call(running.collector.stop(grace_s=0))
     assert abs(sys.getswitchinterval() - before) < 1e-6
-
-
-def test_automatic_collections_are_off_while_freezers_run_and_come_back_after_the_last():
-    """The tick is the only young collection while a freezer runs; two freezers stopping in
-    either order leave Python's collector as it was (on)."""
-    assert gc.isenabled()
-    a, b = GcFreezer(3600.0), GcFreezer(3600.0)
-    try:
-        a.tick()
-        assert not gc.isenabled()
-        b.tick()
-        a.stop()
-        assert not gc.isenabled()  # b still runs
-        node = _Node()
-        node.me = node
-        ref = weakref.ref(node)
-        del node
-        b.tick()  # the tick still collects young cycles
-        assert ref() is None
-    finally:
-        a.stop()
-        b.stop()
-    assert gc.isenabled()
-    GcFreezer(0.0).tick()  # every_s 0: Python's schedule, untouched
-    assert gc.isenabled()
