@@ -135,7 +135,7 @@ class RankMetrics:
         mode = Family("stepwatch_collector_per_rank_series", "1 for the collector's per-rank series mode "
                       "(full, summary: a bounded set, off: per-job aggregates only).", "gauge")
         mode.add(f'mode="{self.mode}"', 1)
-        fams = [mode, *_collector(self._state), *job_families(ranks)]
+        fams = [mode, *_collector(self._state), *job_families(ranks, pause)]
         if self.mode == "off":
             return fams
         if len(self._labels) > 2 * len(ranks) + 1024:
@@ -143,10 +143,10 @@ class RankMetrics:
         full = self.mode == "full"
         rows = [(st, *self._texts(st)) for st in ranks]
         keep: Callable[[str], bool] = (lambda name: True) if full else SUMMARY.__contains__
-        for stage in (lambda: _info(rows), lambda: _steps(rows, full),
-                      lambda: _samples(rows, _ALLOCATOR, "allocator", False, keep),
-                      lambda: _samples(rows, _GPU, "gpu_sample", True, keep), lambda: _gpu_extra(rows, full),
-                      lambda: _samples(rows, _HOST, "host", False, keep), lambda: _agent(rows, full),
+        for stage in (lambda: _info(rows), lambda: _steps(rows, full, pause),
+                      lambda: _samples(rows, _ALLOCATOR, "allocator", False, keep, pause),
+                      lambda: _samples(rows, _GPU, "gpu_sample", True, keep, pause), lambda: _gpu_extra(rows, full),
+                      lambda: _samples(rows, _HOST, "host", False, keep, pause), lambda: _agent(rows, full),
                       lambda: window_families(rows, full, self._top_k)):
             pause()
             fams += stage()
@@ -240,8 +240,9 @@ def _info(rows) -> list[Family]:
     return [info]
 
 
-def _steps(rows, full: bool) -> list[Family]:
-    """Summary mode: histograms as their +Inf bucket; the wait histogram only in full mode."""
+def _steps(rows, full: bool, pause: Callable[[], None] = lambda: None) -> list[Family]:
+    """Summary mode: histograms as their +Inf bucket; the wait histogram only in full mode.
+    ``pause`` every 2,048 ranks (a scrape's yield)."""
     steps = Family("stepwatch_steps", "Training steps completed (cumulative agent count).", "counter")
     dur = Family("stepwatch_step_duration_seconds", "Duration of training steps in seconds (summary mode: "
                  "the +Inf bucket only; stepwatch_job_step_duration_seconds has the buckets).", "histogram")
@@ -252,7 +253,9 @@ def _steps(rows, full: bool) -> list[Family]:
     last = Family("stepwatch_last_step_timestamp_seconds", "Unix time at which the last step ended.", "gauge")
     samples = Family("stepwatch_samples", "Training samples processed.", "counter")
     tokens = Family("stepwatch_tokens", "Training tokens processed.", "counter")
-    for st, labels, _, _ in rows:
+    for i, (st, labels, _, _) in enumerate(rows):
+        if i % 2048 == 2047:
+            pause()
         steps.add(labels, st.steps_total)
         if st.step_hist.count:
             dur.add_histogram(labels, st.step_hist.cumulative() if full else (("+Inf", st.step_hist.count),),
@@ -271,13 +274,16 @@ def _steps(rows, full: bool) -> list[Family]:
     return [steps, dur, wait, ratio, last, samples, tokens]
 
 
-def _samples(rows, table, attr: str, gpu: bool, keep) -> list[Family]:
-    """One family per kept ``table`` row; a rank lacking the sample or the optional field is skipped."""
+def _samples(rows, table, attr: str, gpu: bool, keep, pause: Callable[[], None] = lambda: None) -> list[Family]:
+    """One family per kept ``table`` row; a rank lacking the sample or the optional field is
+    skipped. ``pause`` between families (a scrape's yield)."""
     fams = []
     have = [(row[2] if gpu else row[1], sample) for row in rows if (sample := getattr(row[0], attr)) is not None]
     for name, doc, kind, field in table:
         if not keep(name):
             continue
+        if fams:
+            pause()
         fam = Family(name, doc, _KIND[kind])
         if have and have[0][1].DESCRIPTOR.fields_by_name[field].has_presence:
             pairs = [(labels, sample) for labels, sample in have if sample.HasField(field)]
@@ -365,8 +371,9 @@ _JOB_SPREAD = (
 )
 
 
-def job_families(ranks: list[RankState]) -> Iterator[Family]:
-    """Per-job aggregates across ranks (``ranks`` sorted by job, as the snapshot is)."""
+def job_families(ranks: list[RankState], pause: Callable[[], None] = lambda: None) -> Iterator[Family]:
+    """Per-job aggregates across ranks (``ranks`` sorted by job, as the snapshot is);
+    ``pause`` after every 2,048 ranks' jobs (a scrape's yield)."""
     count = Family("stepwatch_job_ranks", "Ranks of the job the collector holds, by state (connected, "
                    "disconnected: in the grace period).", "gauge")
     dur = Family("stepwatch_job_step_duration_seconds", "Duration of training steps of all the job's ranks.",
@@ -381,7 +388,12 @@ def job_families(ranks: list[RankState]) -> Iterator[Family]:
     jobs: dict[str, list] = {}
     for st in ranks:
         jobs.setdefault(st.job, []).append(st)
+    done = 0
     for job, states in jobs.items():
+        done += len(states)
+        if done >= 2048:
+            done = 0
+            pause()
         labels = labels_text(("training_job",), (job,))
         up = sum(1 for st in states if st.connected)
         count.add(labels, up, 'state="connected"')
