@@ -37,7 +37,6 @@ from . import _gcstats as gcstats
 from ._api import jobs_json, steps_json
 from ._config import CollectorSettings
 from ._exposition import render
-from ._yield import ScrapeYield
 from ._http import HttpServer
 from .alerting import AlertmanagerClient, AlertMetrics, Detection
 from ._metrics import RankMetrics
@@ -48,6 +47,7 @@ from ._server import IngestServer
 from ._state import CollectorState
 from ._trace_store import TraceStore, TraceStoreMetrics
 from ._windows_api import traces_json, windows_json
+from ._yield import ScrapeYield
 from stepwatch.proto.stepwatch.v1 import agent_pb2
 
 __all__ = ["Collector", "run"]

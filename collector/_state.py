@@ -78,19 +78,13 @@ class Histogram:
     @classmethod
     def merged(cls, bounds: Iterable[float], hists: list) -> "Histogram":
         """One histogram of all of ``hists`` (same bounds): a job's from its ranks', summed
-        bucket by bucket in one pass (as ``add`` one by one, without a list per rank)."""
+        bucket by bucket in one pass."""
         out = cls(bounds)
         if hists:
             out.counts = [sum(bucket) for bucket in zip(*[h.counts for h in hists])]
             out.sum = sum(h.sum for h in hists)
             out.count = sum(h.count for h in hists)
         return out
-
-    def add(self, other: "Histogram") -> None:
-        """Add ``other``'s observations (same bounds): a job's histogram from its ranks'."""
-        self.counts = [a + b for a, b in zip(self.counts, other.counts)]
-        self.sum += other.sum
-        self.count += other.count
 
     def cumulative(self) -> list[tuple[str, int]]:
         """``[(le, cumulative count)]`` ending with ``("+Inf", count)``."""
