@@ -245,8 +245,8 @@ def collector_self(text):
 
 
 def self_delta(end, start):
-    """What ``collector_self`` counted between two bodies: per histogram the count, mean, and the
-    share of samples over each bound."""
+    """What ``collector_self`` counted between two bodies: per histogram the count, mean, and how
+    many samples were over each bound."""
     out = {}
     for name, h in end.items():
         h0 = start.get(name, {"le": {}, "sum": 0.0, "count": 0})
