@@ -27,6 +27,7 @@ from ._exposition import Family, labels_text
 from ._gcstats import GC_STATS
 from ._state import STEP_BUCKETS, WAIT_BUCKETS, CollectorState, Histogram, RankState
 from ._windows_metrics import aligned_compute, window_families
+from ._yield import PAUSE_EVERY_RANKS, no_pause
 
 __all__ = ["RankMetrics", "MODES", "SUMMARY", "CLOCK_EVENT_REASONS", "RANK_LABELS"]
 
@@ -128,7 +129,7 @@ class RankMetrics:
         self._state, self.mode, self._top_k = state, mode, top_k
         self._labels: dict = {}
 
-    def families(self, pause: Callable[[], None] = lambda: None) -> list[Family]:
+    def families(self, pause: Callable[[], None] = no_pause) -> list[Family]:
         """``pause``: called between stages (a scrape giving way to ingest: ``_yield``)."""
         ranks = self._state.snapshot(light=True, pause=pause)
         pause()
@@ -240,9 +241,9 @@ def _info(rows) -> list[Family]:
     return [info]
 
 
-def _steps(rows, full: bool, pause: Callable[[], None] = lambda: None) -> list[Family]:
+def _steps(rows, full: bool, pause: Callable[[], None] = no_pause) -> list[Family]:
     """Summary mode: histograms as their +Inf bucket; the wait histogram only in full mode.
-    ``pause`` every 2,048 ranks (a scrape's yield)."""
+    ``pause`` every PAUSE_EVERY_RANKS ranks (a scrape's yield)."""
     steps = Family("stepwatch_steps", "Training steps completed (cumulative agent count).", "counter")
     dur = Family("stepwatch_step_duration_seconds", "Duration of training steps in seconds (summary mode: "
                  "the +Inf bucket only; stepwatch_job_step_duration_seconds has the buckets).", "histogram")
@@ -254,7 +255,7 @@ def _steps(rows, full: bool, pause: Callable[[], None] = lambda: None) -> list[F
     samples = Family("stepwatch_samples", "Training samples processed.", "counter")
     tokens = Family("stepwatch_tokens", "Training tokens processed.", "counter")
     for i, (st, labels, _, _) in enumerate(rows):
-        if i % 2048 == 2047:
+        if i % PAUSE_EVERY_RANKS == PAUSE_EVERY_RANKS - 1:
             pause()
         steps.add(labels, st.steps_total)
         if st.step_hist.count:
@@ -274,7 +275,7 @@ def _steps(rows, full: bool, pause: Callable[[], None] = lambda: None) -> list[F
     return [steps, dur, wait, ratio, last, samples, tokens]
 
 
-def _samples(rows, table, attr: str, gpu: bool, keep, pause: Callable[[], None] = lambda: None) -> list[Family]:
+def _samples(rows, table, attr: str, gpu: bool, keep, pause: Callable[[], None] = no_pause) -> list[Family]:
     """One family per kept ``table`` row; a rank lacking the sample or the optional field is
     skipped. ``pause`` between families (a scrape's yield)."""
     fams = []
@@ -371,9 +372,9 @@ _JOB_SPREAD = (
 )
 
 
-def job_families(ranks: list[RankState], pause: Callable[[], None] = lambda: None) -> Iterator[Family]:
+def job_families(ranks: list[RankState], pause: Callable[[], None] = no_pause) -> Iterator[Family]:
     """Per-job aggregates across ranks (``ranks`` sorted by job, as the snapshot is);
-    ``pause`` after every 2,048 ranks' jobs (a scrape's yield)."""
+    ``pause`` after every PAUSE_EVERY_RANKS ranks' jobs (a scrape's yield)."""
     count = Family("stepwatch_job_ranks", "Ranks of the job the collector holds, by state (connected, "
                    "disconnected: in the grace period).", "gauge")
     dur = Family("stepwatch_job_step_duration_seconds", "Duration of training steps of all the job's ranks.",
@@ -391,7 +392,7 @@ def job_families(ranks: list[RankState], pause: Callable[[], None] = lambda: Non
     done = 0
     for job, states in jobs.items():
         done += len(states)
-        if done >= 2048:
+        if done >= PAUSE_EVERY_RANKS:
             done = 0
             pause()
         labels = labels_text(("training_job",), (job,))

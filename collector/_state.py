@@ -22,7 +22,7 @@ from ._columns import StepColumns, step_columns
 from ._ring import Ring
 
 from ._traces import TraceBook
-from ._yield import LoadMeter
+from ._yield import PAUSE_EVERY_RANKS, LoadMeter, no_pause
 
 __all__ = ["Histogram", "RankKey", "RankState", "CollectorState", "STEP_BUCKETS", "WAIT_BUCKETS", "TREND_POINTS"]
 
@@ -379,7 +379,7 @@ class CollectorState:
         return gone
 
     def snapshot(self, light: bool = False, job: Optional[str] = None,
-                 pause: Optional[Callable[[], None]] = None) -> list[RankState]:
+                 pause: Callable[[], None] = no_pause) -> list[RankState]:
         """Shallow copies of all rank states, sorted by (job, rank); safe to read without the lock.
         Copied in chunks (each rank consistent in itself; a rank gone meanwhile is left out).
         ``light`` (a scrape): the step lists and the event list are left empty. ``job``: only
@@ -393,7 +393,7 @@ class CollectorState:
                     st = self._ranks.get(key)
                     if st is not None:
                         out.append(_copy(st, light))
-            if pause is not None and i % (8 * _SNAPSHOT_CHUNK) == 0:
+            if i % PAUSE_EVERY_RANKS == 0:
                 pause()
         return out
 

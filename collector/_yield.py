@@ -19,12 +19,17 @@ from __future__ import annotations
 import threading
 import time
 
-__all__ = ["LoadMeter", "ScrapeYield"]
+__all__ = ["LoadMeter", "ScrapeYield", "no_pause", "PAUSE_EVERY_RANKS"]
 
 IDLE_SHARE = 0.3  # ingest below this share of a core: scrapes do not yield
 HEADROOM = 0.95  # ingest + render shares aimed at while ingest is busy
 MIN_SHARE = 0.1  # the least share of a core a scrape keeps
 BUDGET_S = 5.0  # the most a scrape sleeps in all
+PAUSE_EVERY_RANKS = 2048  # a long scrape stage pauses after this many ranks (~30 ms on the 2-core machine)
+
+
+def no_pause() -> None:
+    """The ``pause`` of a render that does not give way (tests, ``/api``)."""
 
 
 class LoadMeter:
