@@ -27,6 +27,8 @@ def main() -> None:
     p.add_argument("--batches", type=int, default=24, help="batches per rank (20 steps each)")
     p.add_argument("--ranks-per-job", type=int, default=64)
     p.add_argument("--repeat", type=int, default=3)
+    p.add_argument("--ticks", type=int, default=0, help="then time this many housekeeping ticks (expiry and "
+                   "the time-based rules over every rank) on the fed state")
     args = p.parse_args()
 
     from stepwatch.collector._pipeline import Pipeline
@@ -36,7 +38,7 @@ def main() -> None:
     from stepwatch.proto.stepwatch.v1 import agent_pb2
 
     steps, gpu, host, alloc, windows = templates()
-    results = []
+    results, ticks = [], []
     for _ in range(args.repeat):
         state = CollectorState(300.0)
         pipe = Pipeline(state, [Detection(DetectionConfig(), log_changes=False)])
@@ -69,7 +71,12 @@ def main() -> None:
         cpu = time.process_time() - cpu0
         n_steps = args.ranks * args.batches * 20
         results.append(1e6 * cpu / n_steps)
+        for i in range(args.ticks):  # a tick as the collector runs it, data time just after the last batch
+            t0 = time.process_time()
+            pipe.housekeeping(1.7e9 + args.batches * 5 + 1 + i)
+            ticks.append(1e3 * (time.process_time() - t0))
     out = {"ranks": args.ranks, "batches_per_rank": args.batches, "us_per_step": sorted(results),
+           **({"tick_ms": sorted(ticks)} if ticks else {}),
            "python": platform.python_version(), "machine": platform.platform(), "cpus": os.cpu_count()}
     print(json.dumps(out))
 
