@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import operator
+from itertools import chain
 
 from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import Message
@@ -57,30 +58,46 @@ def _finite(msg: Message) -> bool:
             return False
     for name, repeated in msgs:
         if repeated:
-            if not all(map(_finite, getattr(msg, name))):
+            if not _all_finite(getattr(msg, name)):
                 return False
         elif msg.HasField(name) and not _finite(getattr(msg, name)):
             return False
     return True
 
 
+def _all_finite(records) -> bool:
+    """Every message of a repeated field finite. A flat type (only singular floats among its
+    numbers: the samples, a window's named times) is summed in one pass over all records."""
+    if not records:
+        return True
+    floats, getter, rep_floats, msgs = _plan(records[0].DESCRIPTOR)
+    if rep_floats or msgs:
+        return all(map(_finite, records))
+    if getter is None:
+        return True
+    total = sum(chain.from_iterable(map(getter, records)))
+    return total - total == 0.0 or all(map(_finite, records))  # (an overflow: the exact check)
+
+
 def drop_nonfinite(batch: agent_pb2.Batch, checked: tuple = ()) -> int:
     """Remove, in place, every record of ``batch`` with a non-finite number; return how many.
     ``checked``: record fields the caller already found finite."""
     dropped = 0
-    for name in _RECORDS:
-        if name in checked:
-            continue
-        records = getattr(batch, name)
-        if all(map(_finite, records)):
+    stats = None
+    for field, records in batch.ListFields():  # the fields present, in one call
+        name = field.name
+        if name == "stats":
+            stats = records
+        if name not in _RECORDS or name in checked or _all_finite(records):
             continue
         kept = [r for r in records if _finite(r)]
         if len(kept) != len(records):
             dropped += len(records) - len(kept)
             del records[:]
             records.extend(kept)
-    if batch.HasField("stats") and not math.isfinite(batch.stats.overhead_ratio):
-        batch.stats.ClearField("overhead_ratio")
-    if batch.HasField("stats") and not math.isfinite(batch.stats.window_warmup_s):
-        batch.stats.ClearField("window_warmup_s")
+    if stats is not None:
+        if not math.isfinite(stats.overhead_ratio):
+            stats.ClearField("overhead_ratio")
+        if not math.isfinite(stats.window_warmup_s):
+            stats.ClearField("window_warmup_s")
     return dropped

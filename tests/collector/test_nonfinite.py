@@ -65,3 +65,21 @@ def test_step_columns_keep_optional_counts_apart_from_unset_ones():
     assert cols(512, None, 0).tokens == [512, None, 0]
     assert cols(0, 0).tokens == [0, 0]            # explicit zeros: carried (a known count of 0)
     assert cols(None, 7, None).tokens == [None, 7, None]
+
+
+def test_drop_nonfinite_reaches_nested_records_and_keeps_overflowing_finite_ones():
+    """The check sums a repeated field's records in one pass: a NaN deep in a window's named
+    times still drops that window, and finite values whose sum overflows are kept."""
+    from stepwatch.collector._sanitize import drop_nonfinite
+
+    nested = agent_pb2.WindowSummary(window_id=2, first_step=1, last_step=3)
+    nested.top_kernels.add(name="gemm", seconds=NAN, count=1)
+    big = [agent_pb2.GpuSample(time_s=1.7e9, power_watts=1e308, energy_joules=1e308),
+           agent_pb2.GpuSample(time_s=1.7e9 + 1, power_watts=1e308)]
+    b = agent_pb2.Batch(seq=1, windows=[agent_pb2.WindowSummary(window_id=1, first_step=1, last_step=3), nested],
+                        gpu_samples=big, host=[agent_pb2.HostSample(time_s=-INF)],
+                        stats=agent_pb2.AgentStats(window_warmup_s=INF, windows=2))
+    assert drop_nonfinite(b) == 2
+    assert [w.window_id for w in b.windows] == [1] and len(b.gpu_samples) == 2 and not b.host
+    assert b.stats.windows == 2 and b.stats.window_warmup_s == 0.0  # cleared
+    assert drop_nonfinite(b) == 0
