@@ -213,7 +213,8 @@ def start_collector(tmp, i, args):
     cmd = [sys.executable, "-m", "stepwatch.collector.tools", "collector", "--grpc-listen", "127.0.0.1:0",
            "--http-listen", "127.0.0.1:0", "--ready-file", ready, "--max-jobs", "100000",
            "--log-level", "WARNING"] + (["--metrics-per-rank", args.per_rank] if args.per_rank != "unset" else []) \
-        + (["--max-batches-per-s", str(args.max_batches_per_s)] if args.max_batches_per_s is not None else [])
+        + (["--max-batches-per-s", str(args.max_batches_per_s)] if args.max_batches_per_s is not None else []) \
+        + (["--metrics-render", args.render] if args.render != "unset" else [])
     if args.collector_cpus:
         cmd = ["taskset", "-c", args.collector_cpus.split(";")[i % len(args.collector_cpus.split(";"))]] + cmd
     log = os.path.join(tmp, f"collector-{i}.log")
@@ -380,12 +381,14 @@ def run_once(n, args):
     self_end = collector_self(bodies[-1]) if bodies else {}
     cpu = (cpu_mid.user + cpu_mid.system) - (cpu0.user + cpu0.system)  # ingest only (no scrapes)
     cpu_scraping = (cpu1.user + cpu1.system) - (cpu_mid.user + cpu_mid.system)
+    # Render processes (metrics_render process): their CPU, counted once reaped.
+    cpu_children = (cpu1.children_user + cpu1.children_system) - (cpu_mid.children_user + cpu_mid.children_system)
     on_measured = sum(1 for _, _, rep in ranks if rep == 0)
     # Batches the measured replica took in the half without scrapes (its share of the ranks).
     measured_batches = max(1, len(quiet) * on_measured / max(1, n))
     return {"ranks": n, "replicas": args.replicas, "ranks_per_connection": args.ranks_per_connection, "ranks_on_measured_replica": on_measured,
             "ranks_per_replica": [sum(1 for _, _, rep in ranks if rep == i) for i in range(args.replicas)],
-            "per_rank": args.per_rank, "scrape_every_s": args.scrape_every_s,
+            "per_rank": args.per_rank, "render": args.render, "scrape_every_s": args.scrape_every_s,
             "period_s": args.period_s, "spread": args.spread, "duration_s": args.duration_s, **counts,
             "warmup_s": args.warmup_s,
             "ack_ms_warmup": {"p50": 1e3 * (pct(warm, 0.5) or 0), "p99": 1e3 * (pct(warm, 0.99) or 0),
@@ -396,10 +399,18 @@ def run_once(n, args):
                               "max": 1e3 * max(during, default=0)},
             "collector_cpu_cores": cpu / (args.duration_s / 2),
             "collector_cpu_cores_scraping": cpu_scraping / (args.duration_s / 2),
+            "render_child_cpu_cores_scraping": cpu_children / (args.duration_s / 2),
             "collector_cpu_us_per_batch": 1e6 * cpu / measured_batches,
             "collector_cpu_us_per_step": 1e6 * cpu / max(1, counts.get("steps_quiet", 0) * on_measured / max(1, n)),
             "steps_per_batch_quiet": counts.get("steps_quiet", 0) / max(1, len(quiet)),
             "collector_rss_mb": rss / 1e6, "collector_gc": gc_stats,
+            "render_child_private_mb": max((float(line.rsplit(" ", 1)[1]) / 1e6 for body in bodies[-1:]
+                                           for line in body.splitlines()
+                                           if line.startswith("stepwatch_collector_scrape_child_private_bytes ")),
+                                          default=None),
+            "render_child_failures": sum(float(line.rsplit(" ", 1)[1]) for body in bodies[-1:]
+                                         for line in body.splitlines()
+                                         if line.startswith("stepwatch_collector_scrape_child_failures_total{")),
             # measured window only (after the warm-up): {gen: [seconds, collections]}
             "collector_gc_measured": None if gc_before is None else {
                 g: [v[0] - gc_before.get(g, [0.0, 0, 0.0])[0], v[1] - gc_before.get(g, [0.0, 0, 0.0])[1]]
@@ -443,6 +454,9 @@ def main():
                    "--replicas, one list per replica separated by ';' (0;1;2)")
     p.add_argument("--replicas", type=int, default=1, help="collector replicas, jobs placed by rendezvous hashing "
                    "(CPU, RSS and scrapes are measured on replica 0)")
+    p.add_argument("--render", default="unset", choices=("process", "thread", "unset"),
+                   help="the collectors' metrics_render (unset: not passed: the default, or a collector older "
+                        "than it)")
     p.add_argument("--per-rank", default="summary", choices=("full", "summary", "off", "unset"),
                    help="the collectors' metrics_per_rank (unset: not passed, for a collector older than it)")
     p.add_argument("--scrape-every-s", type=float, default=0.0,
@@ -468,7 +482,8 @@ def main():
         full = r["collector_gc"].get("2", [0.0, 0, 0.0])
         print(f"| {r['ranks']} ({r['replicas']}) | {r['sent']}/{r['acked']} | {r['errors']} | {r['ack_ms_quiet']['p50']:.1f} / "
               f"{r['ack_ms_quiet']['p99']:.1f} | {r['ack_ms_scrape']['p50']:.1f} / {r['ack_ms_scrape']['p99']:.1f} | "
-              f"{r['collector_cpu_cores']:.2f} core ({r['collector_cpu_cores_scraping']:.2f} scraping) | "
+              f"{r['collector_cpu_cores']:.2f} core ({r['collector_cpu_cores_scraping']:.2f} scraping"
+              f"{', render process %.2f' % r['render_child_cpu_cores_scraping'] if r['render_child_cpu_cores_scraping'] else ''}) | "
               f"{r['collector_cpu_us_per_step']:.1f} | "
               f"{(r['scrape_s']['p50'] or 0):.2f} / {(r['scrape_s']['max'] or 0):.2f} | {r['scrape_mb']:.1f} "
               f"({r['scrape_gzip_mb']:.1f}) | {r['series']} | {r['collector_rss_mb']:.0f} | {full[1]:.0f} "

@@ -5,7 +5,13 @@ Importing this package is cheap; the service pieces load on first use.
 
 from __future__ import annotations
 
+import os
 from typing import Any
+
+# gRPC's fork handlers off (unless set otherwise) before anything here loads gRPC: /metrics
+# renders in a forked child that never uses gRPC (_fork_render); with the handlers on, every
+# scrape's fork stops gRPC's threads or logs that it skipped them.
+os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "0")
 
 __all__ = ["Collector", "CollectorSettings", "load_settings", "run"]
 

@@ -47,7 +47,8 @@ from ._server import IngestServer
 from ._state import CollectorState
 from ._trace_store import TraceStore, TraceStoreMetrics
 from ._windows_api import traces_json, windows_json
-from ._yield import ScrapeYield
+from ._yield import ScrapeYield, no_pause
+from ._fork_render import ForkRender
 from stepwatch.proto.stepwatch.v1 import agent_pb2
 
 __all__ = ["Collector", "run"]
@@ -82,6 +83,8 @@ class Collector:
         self.pipeline = Pipeline(self.state, [self.detection])
         self.registry = registry if registry is not None else CollectorRegistry(auto_describe=False)
         self.rank_metrics = RankMetrics(self.state, settings.metrics_per_rank, settings.metrics_top_k)
+        self._fork = ForkRender() if settings.metrics_render == "process" else None
+        self.state.scrape_child = self._fork
         AlertMetrics(self.detection.book, self.registry, client, pauses=self.detection.engine.pauses,
                      per_rank=settings.metrics_per_rank == "full")
         self.grpc_address: Optional[str] = None
@@ -248,24 +251,32 @@ class Collector:
         return ctx
 
     def _metrics(self, headers):
-        """The scrape, on the HTTP worker thread (never the event loop): OpenMetrics when the
-        scraper asks for it, gzip when it accepts it (Prometheus does). Gives way to a busy
-        ingest between its stages (``_yield``)."""
+        """The scrape, never on the event loop: OpenMetrics when the scraper asks for it, gzip
+        when it accepts it (Prometheus does). Rendered by a forked child (``_fork_render``) or
+        on the HTTP worker thread, giving way to a busy ingest between stages (``_yield``)."""
+        openmetrics = "application/openmetrics-text" in headers.get("accept", "")
+        zipped = "gzip" in headers.get("accept-encoding", "")
+        ctype = OPENMETRICS_CONTENT_TYPE if openmetrics else CONTENT_TYPE_LATEST
+        extra = ("Content-Encoding: gzip",) if zipped else ()
+        # The alert book's and trace store's families (prometheus_client, with locks of their
+        # own) on this thread; ours after them, then one # EOF.
+        small = openmetrics_latest(self.registry).removesuffix(b"# EOF\n") if openmetrics \
+            else generate_latest(self.registry)
+
+        def body(pause, frozen: bool = False) -> bytes:
+            text = render(self.rank_metrics.families(pause, frozen), openmetrics=openmetrics).encode()
+            data = b"".join((small, text, b"# EOF\n" if openmetrics else b""))
+            pause()
+            return gzip.compress(data, 1) if zipped else data
+
+        if self._fork is not None:
+            data = self._fork.run(self.state.lock, lambda: body(no_pause, frozen=True))
+            if data is not None:
+                return (200, ctype, data, extra) if extra else (200, ctype, data)
         pacing = ScrapeYield(self.state.load)
         try:
-            if "application/openmetrics-text" in headers.get("accept", ""):
-                # The alert book's and trace store's families (prometheus_client), then ours, one # EOF.
-                small = openmetrics_latest(self.registry).removesuffix(b"# EOF\n")
-                ctype, body = OPENMETRICS_CONTENT_TYPE, b"".join(
-                    (small, render(self.rank_metrics.families(pacing.pause), openmetrics=True).encode(),
-                     b"# EOF\n"))
-            else:
-                ctype, body = CONTENT_TYPE_LATEST, (generate_latest(self.registry)
-                                                    + render(self.rank_metrics.families(pacing.pause)).encode())
-            pacing.pause()
-            if "gzip" in headers.get("accept-encoding", ""):
-                return 200, ctype, gzip.compress(body, 1), ("Content-Encoding: gzip",)
-            return 200, ctype, body
+            data = body(pacing.pause)
+            return (200, ctype, data, extra) if extra else (200, ctype, data)
         finally:
             pacing.done()
             self.state.scrape_yield_s += pacing.slept

@@ -50,6 +50,15 @@ def _per_rank_mode(raw: Any) -> str:
     return value
 
 
+def _render_mode(raw: Any) -> str:
+    value = str(raw).strip().lower()
+    if value not in ("process", "thread"):
+        raise ValueError("expected process or thread")
+    if value == "process" and not hasattr(os, "fork"):
+        raise ValueError("process needs fork(), which this platform lacks; use thread")
+    return value
+
+
 def _finite_positive() -> tuple:
     return (lambda v: 0 < v < float("inf"), "a finite number > 0")
 
@@ -145,6 +154,12 @@ class CollectorSettings:
         "(at most 33 per rank; per-job aggregates carry the distributions) or off (per-job "
         "aggregates only); /api has every rank's detail in any mode",
         env="STEPWATCH_METRICS_PER_RANK", parse=_per_rank_mode)
+    metrics_render: str = option(
+        "process" if hasattr(os, "fork") else "thread", "where /metrics is rendered: process (a "
+        "forked child, beside ingest: on another core in parallel, on the same core at lower "
+        "priority) or thread (the HTTP worker thread, sharing the GIL with ingest and giving way "
+        "to it); a child that fails falls back to the thread", env="STEPWATCH_METRICS_RENDER",
+        parse=_render_mode)
     metrics_top_k: int = option(
         5, "top kernels and ops per rank exported as stepwatch_window_top_*_seconds",
         env="STEPWATCH_METRICS_TOP_K", check=between(0, 50))

@@ -129,9 +129,10 @@ class RankMetrics:
         self._state, self.mode, self._top_k = state, mode, top_k
         self._labels: dict = {}
 
-    def families(self, pause: Callable[[], None] = no_pause) -> list[Family]:
-        """``pause``: called between stages (a scrape giving way to ingest: ``_yield``)."""
-        ranks = self._state.snapshot(light=True, pause=pause)
+    def families(self, pause: Callable[[], None] = no_pause, frozen: bool = False) -> list[Family]:
+        """``pause``: called between stages (a scrape giving way to ingest: ``_yield``).
+        ``frozen``: nothing writes the state meanwhile (a forked render process): no copies."""
+        ranks = self._state.snapshot(light=True, pause=pause, frozen=frozen)
         pause()
         mode = Family("stepwatch_collector_per_rank_series", "1 for the collector's per-rank series mode "
                       "(full, summary: a bounded set, off: per-job aggregates only).", "gauge")
@@ -220,6 +221,17 @@ def _collector(state: CollectorState) -> list[Family]:
                      "ingest (a scrape takes that much longer).", "counter")
     yielded.add("", state.scrape_yield_s)
     own = [load, yielded]
+    child = state.scrape_child
+    if child is not None:
+        copied = Family("stepwatch_collector_scrape_child_private_bytes", "Private memory the last scrape's "
+                        "render process wrote: pages it copied from the collector (copy on write) and its own "
+                        "(the body); the headroom a scrape needs.", "gauge")
+        copied.add("", child.private_bytes)
+        fallbacks = Family("stepwatch_collector_scrape_child_failures", "Scrapes whose render process failed "
+                           "(fork, exit, timeout, short) and that rendered on the thread instead.", "counter")
+        for reason in ("fork", "exit", "timeout", "short"):
+            fallbacks.add(labels_text(("reason",), (reason,)), child.failures.get(reason, 0))
+        own += [copied, fallbacks]
     for name, doc, hist in (
             ("stepwatch_collector_loop_lag_seconds", "How late the collector's event loop ran a 0.1 s timer "
              "(sampled 10 times a second): what every ack waits on top of its own work.", state.loop_lag),

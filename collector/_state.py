@@ -211,6 +211,7 @@ class CollectorState:
         self.housekeeping = Histogram(SELF_BOUNDS_S)
         self.load = LoadMeter()  # CPU outside scrapes (sampled by the loop watch; scrapes yield to it)
         self.scrape_yield_s = 0.0  # seconds scrapes slept giving way to ingest
+        self.scrape_child = None  # the ForkRender of /metrics, when scrapes render in a child
 
     def admit(self, hello: agent_pb2.Hello, max_jobs: int, max_ranks: int) -> Optional[str]:
         """None when a stream of ``hello`` may go on; else the refusal reason (a held rank
@@ -379,13 +380,17 @@ class CollectorState:
         return gone
 
     def snapshot(self, light: bool = False, job: Optional[str] = None,
-                 pause: Callable[[], None] = no_pause) -> list[RankState]:
+                 pause: Callable[[], None] = no_pause, frozen: bool = False) -> list[RankState]:
         """Shallow copies of all rank states, sorted by (job, rank); safe to read without the lock.
         Copied in chunks (each rank consistent in itself; a rank gone meanwhile is left out).
         ``light`` (a scrape): the step lists and the event list are left empty. ``job``: only
-        that job's ranks. ``pause``: called between chunks, without the lock (a scrape's yield)."""
+        that job's ranks. ``pause``: called between chunks, without the lock (a scrape's yield).
+        ``frozen``: the rank states themselves, not copies, for a reader nothing writes beside
+        (a forked render process: copies there only cost memory)."""
         with self._lock:
             keys = sorted(k for k in self._ranks if job is None or k[0] == job)
+            if frozen:
+                return [self._ranks[k] for k in keys]
         out = []
         for i in range(0, len(keys), _SNAPSHOT_CHUNK):  # the lock is let go between chunks: ingest goes on
             with self._lock:
@@ -396,6 +401,11 @@ class CollectorState:
             if i % PAUSE_EVERY_RANKS == 0:
                 pause()
         return out
+
+    @property
+    def lock(self) -> threading.Lock:
+        """Held while any rank changes (a forked render holds it across fork())."""
+        return self._lock
 
     def connected_agents(self) -> int:
         with self._lock:

@@ -1,3 +1,7 @@
+import os
+
+os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "0")  # as the collector sets it, before gRPC loads
+
 import pathlib
 import sys
 

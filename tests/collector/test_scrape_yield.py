@@ -80,10 +80,12 @@ def _sample(text, name):
     return float(line.rsplit(" ", 1)[1])
 
 
-def test_a_real_scrape_gives_way_while_the_process_is_busy(collector):
+def test_a_real_scrape_gives_way_while_the_process_is_busy(start_collector):
     """The collector's process busy (a thread spinning in Python, as a loaded ingest is): its
-    ingest CPU gauge rises, and scrapes sleep (stepwatch_collector_scrape_yield_seconds_total
-    grows) yet return everything."""
+    ingest CPU gauge rises, and scrapes rendered on the thread (the setting, and the fallback of
+    a failed render process) sleep (stepwatch_collector_scrape_yield_seconds_total grows) yet
+    return everything."""
+    collector = start_collector(metrics_render="thread")
     quiet = collector.get("/metrics")[2].decode()
     assert _sample(quiet, "stepwatch_collector_scrape_yield_seconds_total") == 0.0
     stop = threading.Event()

@@ -1,0 +1,168 @@
+"""A scrape rendered by a forked child process, beside ingest instead of inside its GIL.
+
+Rendering 10,000 ranks is about half a second of Python. On the HTTP worker thread it shares
+the GIL with the event loop: the two get about half a core each, so acks ran late after every
+scrape unless the render slept (``_yield``), and a yielding render took 2-4 s
+(bench/results/collector_scale_h100host_spread.md).
+
+``fork()`` gives the render its own process over the same memory (copy on write): on a second
+core it runs in parallel with ingest; on one core the kernel shares it out, and the child runs
+at a lower priority (``NICE``), so the event loop preempts it whenever a batch arrives. The
+child sends the finished body (gzip when asked) back through a pipe and exits.
+
+Why forking this process is safe although it has threads (gRPC's, the HTTP worker):
+- The state lock is held across ``fork()``, so no rank is half-updated in the child (each
+  process then leaves the ``with`` and releases its own copy).
+- The child runs only the render: no gRPC, no asyncio, no logging, no locks another thread
+  may have held. gRPC's fork handlers are off unless GRPC_ENABLE_FORK_SUPPORT is set.
+- It disables garbage collection, resets SIGINT/SIGTERM and the loop's signal wake-up
+  descriptor, writes, and leaves with ``os._exit`` (no atexit, no finalizers, no flushes).
+- The parent waits at most ``timeout_s``: a child that is late, dies or sends a short body
+  is killed and reaped, and the scrape renders on the thread as before. Nothing is lost.
+
+Memory: pages either process writes while the child lives are copied (Python writes reference
+counts when it reads objects), and the child's own body and lines are new. The child measures
+its private memory at the end (``private_bytes``, on /metrics as
+stepwatch_collector_scrape_child_private_bytes): the headroom a scrape needs. It reads the
+state's objects in place (``frozen``): nothing writes them in the child, so copies would only
+cost memory.
+"""
+
+from __future__ import annotations
+
+import gc
+import logging
+import os
+import select
+import signal
+import struct
+import threading
+import time
+import warnings
+from typing import Callable, ContextManager, Optional
+
+__all__ = ["ForkRender", "available"]
+
+log = logging.getLogger("stepwatch.collector")
+
+NICE = 10  # the child's niceness above the collector's: ingest gets the core first
+_HEADER = struct.Struct("<QQ")  # body length, the child's private bytes
+
+# CPython 3.12+ warns on fork() in a process with threads; the child here only renders.
+warnings.filterwarnings("ignore", message=r".*multi-threaded, use of fork\(\)", category=DeprecationWarning,
+                        module=__name__)
+
+
+def available() -> bool:
+    return hasattr(os, "fork")
+
+
+def _private_bytes() -> int:
+    """Private dirty bytes of this process (Linux): in a fresh child, the pages it copied or
+    wrote new."""
+    try:
+        with open("/proc/self/smaps_rollup", "rb") as f:
+            for line in f:
+                if line.startswith(b"Private_Dirty:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+class ForkRender:
+    """``run(lock, produce)``: the bytes ``produce()`` returns in a forked child, or None when
+    no child delivered them (the caller renders itself). One child at a time."""
+
+    def __init__(self, timeout_s: float = 20.0):
+        self.timeout_s = timeout_s
+        self.private_bytes = 0  # the last child's private memory
+        self.failures: dict[str, int] = {}  # reason -> count (fork, exit, timeout, short)
+        self._one = threading.Lock()
+
+    def run(self, lock: ContextManager, produce: Callable[[], bytes]) -> Optional[bytes]:
+        """``lock`` (what every writer of the rendered state holds) is held across fork()."""
+        with self._one:
+            r, w = os.pipe()
+            try:
+                with lock:
+                    pid = os.fork()
+            except OSError as exc:
+                os.close(r)
+                os.close(w)
+                return self._failed("fork", f"fork failed: {exc}")
+            if pid == 0:  # the child: never returns
+                os.close(r)
+                self._child(w, produce)
+            os.close(w)
+            try:
+                data = self._read(r, time.monotonic() + self.timeout_s)
+            finally:
+                os.close(r)
+            status = self._reap(pid, kill=data is None)
+            if data is None:
+                return self._failed("timeout", f"no body within {self.timeout_s:g} s; child killed")
+            if status != 0:
+                return self._failed("exit", f"child exited with status {status}")
+            if len(data) < _HEADER.size:
+                return self._failed("short", "child sent no body")
+            size, private = _HEADER.unpack_from(data)
+            if len(data) - _HEADER.size != size:
+                return self._failed("short", f"child sent {len(data) - _HEADER.size} of {size} bytes")
+            self.private_bytes = private
+            return data[_HEADER.size:]
+
+    @staticmethod
+    def _child(w: int, produce: Callable[[], bytes]) -> None:
+        code = 1
+        try:
+            gc.disable()
+            signal.set_wakeup_fd(-1)
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                signal.signal(sig, signal.SIG_DFL)
+            os.nice(NICE)
+            body = produce()
+            _write_all(w, _HEADER.pack(len(body), _private_bytes()) + body)
+            code = 0
+        except BaseException:  # noqa: BLE001 - the parent sees the status and renders itself
+            pass
+        finally:
+            os._exit(code)
+
+    @staticmethod
+    def _read(fd: int, deadline: float) -> Optional[bytes]:
+        """Everything until end of file, or None at the deadline."""
+        chunks, poll = [], select.poll()
+        poll.register(fd, select.POLLIN | select.POLLHUP)
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return None
+            if not poll.poll(left * 1000):
+                continue
+            chunk = os.read(fd, 1 << 20)
+            if not chunk:
+                return b"".join(chunks)
+            chunks.append(chunk)
+
+    @staticmethod
+    def _reap(pid: int, kill: bool) -> int:
+        if kill:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        _, status = os.waitpid(pid, 0)
+        return os.waitstatus_to_exitcode(status)
+
+    def _failed(self, reason: str, detail: str) -> None:
+        self.failures[reason] = self.failures.get(reason, 0) + 1
+        log.warning("stepwatch collector: /metrics render in a child process: %s; rendered on the "
+                    "thread instead", detail)
+        return None

@@ -1,0 +1,133 @@
+"""/metrics rendered by a forked child process (collector/_fork_render.py): the same body as the
+thread renders, over real gRPC and HTTP; a child that fails, dies or hangs is reaped and the
+scrape still returns everything, rendered on the thread."""
+
+from __future__ import annotations
+
+import gzip
+import os
+import time
+
+from test_metrics_modes import _rank_batch
+
+from collector_testlib import hello
+from stepwatch.collector import _fork_render
+from stepwatch.collector._exposition import render
+from stepwatch.collector._yield import no_pause
+from stepwatch.proto.stepwatch.v1 import agent_pb2_grpc
+
+
+def _feed(collector, ranks=3):
+    with collector.channel() as chan:
+        stub = agent_pb2_grpc.AgentServiceStub(chan)
+        for rank in range(ranks):
+            acks = list(stub.Connect(iter([hello(rank=rank, world_size=ranks, session=f"s{rank}"), _rank_batch(rank)]),
+                                     timeout=10))
+            assert [a.ack.seq for a in acks] == [1]
+
+
+def _rank_lines(body: bytes) -> list:
+    """Every series but the collector's own (those move between two renders)."""
+    return [line for line in body.decode().splitlines() if not line.startswith(("stepwatch_collector_", "#"))]
+
+
+def _children() -> set:
+    me = str(os.getpid())
+    out = set()
+    for pid in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                if pid.isdigit() and f.read().rsplit(")", 1)[1].split()[1] == me:
+                    out.add(pid)
+        except OSError:
+            continue
+    return out
+
+
+def test_a_forked_render_returns_what_the_thread_renders(start_collector):
+    running = start_collector(metrics_per_rank="full")
+    _feed(running)
+    c = running.collector
+    assert c.settings.metrics_render == "process" and c._fork is not None
+    before = _children()
+    body = running.get("/metrics")[2]
+    zipped = gzip.decompress(running.get("/metrics", headers={"Accept-Encoding": "gzip"})[2])
+    thread = render(c.rank_metrics.families(no_pause)).encode()
+    lines = _rank_lines(body)
+    assert lines == _rank_lines(thread) and len(lines) > 300
+    assert 'stepwatch_gpu_utilization_ratio{training_job="j",rank="2"' in body.decode()
+    assert _rank_lines(zipped) == lines
+    assert c._fork.private_bytes > 0 and not c._fork.failures
+    assert b'stepwatch_collector_scrape_child_failures_total{reason="exit"} 0' in body
+    assert _children() == before  # every child reaped
+
+
+def test_a_failing_child_falls_back_to_the_thread_and_is_counted(start_collector, monkeypatch, caplog):
+    running = start_collector(metrics_per_rank="full")
+    _feed(running)
+    c = running.collector
+    parent = os.getpid()
+    real = c.rank_metrics.families
+
+    def families(pause=no_pause, frozen=False):
+        if os.getpid() != parent:
+            raise RuntimeError("render failed in the child")
+        return real(pause, frozen)
+
+    monkeypatch.setattr(c.rank_metrics, "families", families)
+    before = _children()
+    body = running.get("/metrics")[2]
+    assert _rank_lines(body) == _rank_lines(render(real(no_pause)).encode())
+    assert c._fork.failures == {"exit": 1}
+    assert "child exited with status 1" in caplog.text
+    # (the next scrape's child fails too; its fallback counts both)
+    assert b'stepwatch_collector_scrape_child_failures_total{reason="exit"} 2' in running.get("/metrics")[2]
+    assert _children() == before
+
+
+def test_a_hung_child_is_killed_at_the_deadline(start_collector, monkeypatch):
+    running = start_collector()
+    _feed(running, ranks=1)
+    c = running.collector
+    c._fork.timeout_s = 1.0
+    parent = os.getpid()
+    real = c.rank_metrics.families
+
+    def families(pause=no_pause, frozen=False):
+        if os.getpid() != parent:
+            time.sleep(60)
+        return real(pause, frozen)
+
+    monkeypatch.setattr(c.rank_metrics, "families", families)
+    before = _children()
+    started = time.monotonic()
+    body = running.get("/metrics")[2]
+    assert time.monotonic() - started < 10
+    assert b"stepwatch_steps_total" in body and c._fork.failures == {"timeout": 1}
+    assert _children() == before
+
+
+def test_the_child_sees_no_half_done_update():
+    """fork() happens with the lock held, so the child never sees an update half done (here,
+    without it, about half the children would: the writer sleeps between its two fields)."""
+    import threading
+
+    lock, shared, stop = threading.Lock(), {"a": 0, "b": 0}, threading.Event()
+
+    def writer():
+        while not stop.is_set():
+            with lock:
+                shared["a"] += 1
+                time.sleep(0.002)
+                shared["b"] += 1
+
+    thread = threading.Thread(target=writer, daemon=True)
+    thread.start()
+    fork = _fork_render.ForkRender(timeout_s=10)
+    try:
+        seen = [fork.run(lock, lambda: b"%d %d" % (shared["a"], shared["b"])) for _ in range(20)]
+    finally:
+        stop.set()
+        thread.join(5)
+    pairs = [tuple(map(int, s.split())) for s in seen]
+    assert all(a == b for a, b in pairs) and pairs[-1][0] > 0 and not fork.failures
