@@ -111,16 +111,15 @@ if [ "${PART:-}" = i ]; then
     run i_10000w_conn1_3replicas --ranks 10000 --replicas 3 --warmup-s 30 --duration-s 60 \
         --ranks-per-connection 1 --collector-cpus "0;1;2" --scrape-every-s 15
 fi
-# PART=j / k: /metrics rendered by a forked child (process, the default) against on the thread
-# (thread, the earlier default), alternated on one machine; k adds the child back to back.
+# PART=j / k: /metrics rendered by a forked child (process) against on the thread (thread),
+# alternated on one machine; j with the collector on one core, k on two.
 if [ "${PART:-}" = j ] || [ "${PART:-}" = k ]; then
-    J=(--ranks 10000 --warmup-s 30 --duration-s 60 --ranks-per-connection 1 --collector-cpus 0 --scrape-every-s 15)
+    CPUS=0; [ "$PART" = k ] && CPUS=0,1
+    J=(--ranks 10000 --warmup-s 30 --duration-s 60 --ranks-per-connection 1 --collector-cpus $CPUS --scrape-every-s 15)
     run ${PART}_process "${J[@]}" --render process
     run ${PART}_thread "${J[@]}" --render thread
-    [ "$PART" = k ] && run k_process_b2b --ranks 10000 --warmup-s 30 --duration-s 40 --ranks-per-connection 1 \
-        --collector-cpus 0 --render process
 fi
-for f in j_process j_thread k_process k_thread k_process_b2b i_10000w_conn1_3replicas h_a1 h_b1 h_a2 h_b2 g_10000w_conn1 g_10000w_conn1_b2b f_small_conn1 f_10000w_conn1 f_10000w_conn1_b2b f_10000w_conn1_3replicas e_10000w_scrape15_conn1_mb500 e_3000w_scrape15_conn1 d_10000w_scrape15 d_10000w_scrape15_conn1 d_10000w_b2b before_3000w after_3000w_unpaced after_3000w after_10000w after_10000w_scrape15 before_10000 after_10000 after_10000_scrape15 after_small after_3replicas after_3000_scrape15 after_3replicas_scrape15; do
+for f in j_process j_thread k_process k_thread i_10000w_conn1_3replicas h_a1 h_b1 h_a2 h_b2 g_10000w_conn1 g_10000w_conn1_b2b f_small_conn1 f_10000w_conn1 f_10000w_conn1_b2b f_10000w_conn1_3replicas e_10000w_scrape15_conn1_mb500 e_3000w_scrape15_conn1 d_10000w_scrape15 d_10000w_scrape15_conn1 d_10000w_b2b before_3000w after_3000w_unpaced after_3000w after_10000w after_10000w_scrape15 before_10000 after_10000 after_10000_scrape15 after_small after_3replicas after_3000_scrape15 after_3replicas_scrape15; do
     [ -f "$OUT/$f.log" ] && tail -n +3 "$OUT/$f.log" | grep "^| [0-9]" | sed "s/^/$f /"
 done
 for f in ingest_before ingest_after; do [ -f "$OUT/$f.json" ] && sed "s/^/$f /" "$OUT/$f.json"; done
