@@ -119,7 +119,14 @@ if [ "${PART:-}" = j ] || [ "${PART:-}" = k ]; then
     run ${PART}_process "${J[@]}" --render process
     run ${PART}_thread "${J[@]}" --render thread
 fi
-for f in j_process j_thread k_process k_thread i_10000w_conn1_3replicas h_a1 h_b1 h_a2 h_b2 g_10000w_conn1 g_10000w_conn1_b2b f_small_conn1 f_10000w_conn1 f_10000w_conn1_b2b f_10000w_conn1_3replicas e_10000w_scrape15_conn1_mb500 e_3000w_scrape15_conn1 d_10000w_scrape15 d_10000w_scrape15_conn1 d_10000w_b2b before_3000w after_3000w_unpaced after_3000w after_10000w after_10000w_scrape15 before_10000 after_10000 after_10000_scrape15 after_small after_3replicas after_3000_scrape15 after_3replicas_scrape15; do
+# PART=l: the defaults (metrics_render auto: the thread on one core, a render process on two).
+if [ "${PART:-}" = l ]; then
+    L=(--ranks 10000 --warmup-s 30 --duration-s 60 --ranks-per-connection 1 --scrape-every-s 15)
+    run l_2cores_a "${L[@]}" --collector-cpus 0,1
+    run l_1core "${L[@]}" --collector-cpus 0
+    run l_2cores_b "${L[@]}" --collector-cpus 0,1
+fi
+for f in l_2cores_a l_1core l_2cores_b j_process j_thread k_process k_thread i_10000w_conn1_3replicas h_a1 h_b1 h_a2 h_b2 g_10000w_conn1 g_10000w_conn1_b2b f_small_conn1 f_10000w_conn1 f_10000w_conn1_b2b f_10000w_conn1_3replicas e_10000w_scrape15_conn1_mb500 e_3000w_scrape15_conn1 d_10000w_scrape15 d_10000w_scrape15_conn1 d_10000w_b2b before_3000w after_3000w_unpaced after_3000w after_10000w after_10000w_scrape15 before_10000 after_10000 after_10000_scrape15 after_small after_3replicas after_3000_scrape15 after_3replicas_scrape15; do
     [ -f "$OUT/$f.log" ] && tail -n +3 "$OUT/$f.log" | grep "^| [0-9]" | sed "s/^/$f /"
 done
 for f in ingest_before ingest_after; do [ -f "$OUT/$f.json" ] && sed "s/^/$f /" "$OUT/$f.json"; done

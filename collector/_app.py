@@ -48,7 +48,7 @@ from ._state import CollectorState
 from ._trace_store import TraceStore, TraceStoreMetrics
 from ._windows_api import traces_json, windows_json
 from ._yield import ScrapeYield, no_pause
-from ._fork_render import ForkRender
+from ._fork_render import ForkRender, available as fork_available, cores
 from stepwatch.proto.stepwatch.v1 import agent_pb2
 
 __all__ = ["Collector", "run"]
@@ -60,6 +60,15 @@ LOOP_WATCH_S = 0.1  # the event-loop lag timer (_loop_watch)
 def _split(hostport: str) -> tuple[str, int]:
     host, _, port = hostport.rpartition(":")
     return host, int(port)
+
+
+def resolve_render(setting: str) -> str:
+    """metrics_render as it will run: ``auto`` is process where fork() exists and the collector
+    may use 2 or more cores (on one core a forked render only competes with ingest:
+    bench/results/collector_scale_h100host_render.md), else thread."""
+    if setting != "auto":
+        return setting
+    return "process" if fork_available() and cores() >= 2 else "thread"
 
 
 class Collector:
@@ -83,7 +92,8 @@ class Collector:
         self.pipeline = Pipeline(self.state, [self.detection])
         self.registry = registry if registry is not None else CollectorRegistry(auto_describe=False)
         self.rank_metrics = RankMetrics(self.state, settings.metrics_per_rank, settings.metrics_top_k)
-        self._fork = ForkRender() if settings.metrics_render == "process" else None
+        self.render_mode = resolve_render(settings.metrics_render)
+        self._fork = ForkRender(fork_seconds=self.state.scrape_fork) if self.render_mode == "process" else None
         self.state.scrape_child = self._fork
         AlertMetrics(self.detection.book, self.registry, client, pauses=self.detection.engine.pauses,
                      per_rank=settings.metrics_per_rank == "full")
@@ -149,7 +159,8 @@ class Collector:
         if self.settings.gil_switch_interval_s and self._switch_interval is None:
             self._switch_interval = sys.getswitchinterval()
             sys.setswitchinterval(self.settings.gil_switch_interval_s)
-        log.info("stepwatch collector: gRPC on %s, HTTP on http://%s/metrics", self.grpc_address, self.http_address)
+        log.info("stepwatch collector: gRPC on %s, HTTP on http://%s/metrics (rendered on the %s)", self.grpc_address,
+                 self.http_address, "render process" if self._fork is not None else "HTTP thread")
 
     async def stop(self, grace_s: float = 2.0) -> None:
         """Stop ingest (live streams are cancelled after ``grace_s`` s), HTTP, housekeeping, the

@@ -52,8 +52,8 @@ def _per_rank_mode(raw: Any) -> str:
 
 def _render_mode(raw: Any) -> str:
     value = str(raw).strip().lower()
-    if value not in ("process", "thread"):
-        raise ValueError("expected process or thread")
+    if value not in ("auto", "process", "thread"):
+        raise ValueError("expected auto, process or thread")
     if value == "process" and not hasattr(os, "fork"):
         raise ValueError("process needs fork(), which this platform lacks; use thread")
     return value
@@ -155,11 +155,11 @@ class CollectorSettings:
         "aggregates only); /api has every rank's detail in any mode",
         env="STEPWATCH_METRICS_PER_RANK", parse=_per_rank_mode)
     metrics_render: str = option(
-        "process" if hasattr(os, "fork") else "thread", "where /metrics is rendered: process (a "
-        "forked child, beside ingest: on another core in parallel, on the same core at lower "
-        "priority) or thread (the HTTP worker thread, sharing the GIL with ingest and giving way "
-        "to it); a child that fails falls back to the thread", env="STEPWATCH_METRICS_RENDER",
-        parse=_render_mode)
+        "auto", "where /metrics is rendered: process (a forked child on another core, in parallel "
+        "with ingest; needs memory for the pages it copies), thread (the HTTP worker thread, "
+        "sharing the GIL with ingest and giving way to it) or auto (process when the collector "
+        "may use 2 or more cores: CPU affinity and cgroup quota; else thread); a child that "
+        "fails falls back to the thread", env="STEPWATCH_METRICS_RENDER", parse=_render_mode)
     metrics_top_k: int = option(
         5, "top kernels and ops per rank exported as stepwatch_window_top_*_seconds",
         env="STEPWATCH_METRICS_TOP_K", check=between(0, 50))

@@ -41,7 +41,7 @@ import time
 import warnings
 from typing import Callable, ContextManager, Optional
 
-__all__ = ["ForkRender", "available"]
+__all__ = ["ForkRender", "available", "cores"]
 
 log = logging.getLogger("stepwatch.collector")
 
@@ -55,6 +55,25 @@ warnings.filterwarnings("ignore", message=r".*multi-threaded, use of fork\(\)", 
 
 def available() -> bool:
     return hasattr(os, "fork")
+
+
+def cores(cgroup: str = "/sys/fs/cgroup") -> float:
+    """CPU cores this process may use: its CPU affinity, capped by a cgroup CPU quota (v2
+    ``cpu.max``, v1 ``cpu.cfs_quota_us`` / ``cpu.cfs_period_us``; a container's CPU limit)."""
+    n = float(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1))
+    for quota_file, period_file in (("cpu.max", None), ("cpu/cpu.cfs_quota_us", "cpu/cpu.cfs_period_us")):
+        try:
+            with open(os.path.join(cgroup, quota_file)) as f:
+                parts = f.read().split()
+            if period_file is not None:
+                with open(os.path.join(cgroup, period_file)) as f:
+                    parts.append(f.read().strip())
+            if parts[0] not in ("max", "-1") and float(parts[1]) > 0:
+                n = min(n, float(parts[0]) / float(parts[1]))
+            break
+        except (OSError, ValueError, IndexError):
+            continue
+    return n
 
 
 def _private_bytes() -> int:
@@ -80,8 +99,9 @@ class ForkRender:
     """``run(lock, produce)``: the bytes ``produce()`` returns in a forked child, or None when
     no child delivered them (the caller renders itself). One child at a time."""
 
-    def __init__(self, timeout_s: float = 20.0):
+    def __init__(self, timeout_s: float = 20.0, fork_seconds=None):
         self.timeout_s = timeout_s
+        self.fork_seconds = fork_seconds  # a Histogram of how long fork() took (the loop waits meanwhile)
         self.private_bytes = 0  # the last child's private memory
         self.failures: dict[str, int] = {}  # reason -> count (fork, exit, timeout, short)
         self._one = threading.Lock()
@@ -92,6 +112,7 @@ class ForkRender:
             r, w = os.pipe()
             try:
                 with lock:
+                    started = time.perf_counter()
                     pid = os.fork()
             except OSError as exc:
                 os.close(r)
@@ -101,6 +122,8 @@ class ForkRender:
                 os.close(r)
                 self._child(w, produce)
             os.close(w)
+            if self.fork_seconds is not None:
+                self.fork_seconds.observe(time.perf_counter() - started)
             try:
                 data = self._read(r, time.monotonic() + self.timeout_s)
             finally:

@@ -232,6 +232,10 @@ def _collector(state: CollectorState) -> list[Family]:
         for reason in ("fork", "exit", "timeout", "short"):
             fallbacks.add(labels_text(("reason",), (reason,)), child.failures.get(reason, 0))
         own += [copied, fallbacks]
+        fork = Family("stepwatch_collector_scrape_fork_seconds", "How long each scrape's fork() of the "
+                      "render process took (ingest and acks wait meanwhile).", "histogram")
+        fork.add_histogram("", state.scrape_fork.cumulative(), state.scrape_fork.sum)
+        own.append(fork)
     for name, doc, hist in (
             ("stepwatch_collector_loop_lag_seconds", "How late the collector's event loop ran a 0.1 s timer "
              "(sampled 10 times a second): what every ack waits on top of its own work.", state.loop_lag),

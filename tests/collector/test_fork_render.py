@@ -45,7 +45,7 @@ def _children() -> set:
 
 
 def test_a_forked_render_returns_what_the_thread_renders(start_collector):
-    running = start_collector(metrics_per_rank="full")
+    running = start_collector(metrics_per_rank="full", metrics_render="process")
     _feed(running)
     c = running.collector
     assert c.settings.metrics_render == "process" and c._fork is not None
@@ -59,11 +59,13 @@ def test_a_forked_render_returns_what_the_thread_renders(start_collector):
     assert _rank_lines(zipped) == lines
     assert c._fork.private_bytes > 0 and not c._fork.failures
     assert b'stepwatch_collector_scrape_child_failures_total{reason="exit"} 0' in body
+    # each fork timed; a body shows the forks before its own
+    assert b"stepwatch_collector_scrape_fork_seconds_count 0\n" in body and c.state.scrape_fork.count == 2
     assert _children() == before  # every child reaped
 
 
 def test_a_failing_child_falls_back_to_the_thread_and_is_counted(start_collector, monkeypatch, caplog):
-    running = start_collector(metrics_per_rank="full")
+    running = start_collector(metrics_per_rank="full", metrics_render="process")
     _feed(running)
     c = running.collector
     parent = os.getpid()
@@ -86,7 +88,7 @@ def test_a_failing_child_falls_back_to_the_thread_and_is_counted(start_collector
 
 
 def test_a_hung_child_is_killed_at_the_deadline(start_collector, monkeypatch):
-    running = start_collector()
+    running = start_collector(metrics_render="process")
     _feed(running, ranks=1)
     c = running.collector
     c._fork.timeout_s = 1.0
@@ -131,3 +133,28 @@ def test_the_child_sees_no_half_done_update():
         thread.join(5)
     pairs = [tuple(map(int, s.split())) for s in seen]
     assert all(a == b for a, b in pairs) and pairs[-1][0] > 0 and not fork.failures
+
+
+def test_auto_renders_in_a_process_only_with_two_cores(tmp_path, monkeypatch):
+    """``auto``: the CPU affinity, capped by a cgroup quota (v2 and v1 files), decides."""
+    from stepwatch.collector import _app
+
+    v2 = tmp_path / "v2"
+    v2.mkdir()
+    (v2 / "cpu.max").write_text("150000 100000\n")
+    v1 = tmp_path / "v1" / "cpu"
+    v1.mkdir(parents=True)
+    (v1 / "cpu.cfs_quota_us").write_text("400000\n")
+    (v1 / "cpu.cfs_period_us").write_text("100000\n")
+    unlimited = tmp_path / "none"
+    unlimited.mkdir()
+    (unlimited / "cpu.max").write_text("max 100000\n")
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2, 3, 4, 5})
+    assert _fork_render.cores(str(v2)) == 1.5
+    assert _fork_render.cores(str(tmp_path / "v1")) == 4.0
+    assert _fork_render.cores(str(unlimited)) == 6.0
+    assert _fork_render.cores(str(tmp_path / "missing")) == 6.0
+    monkeypatch.setattr(_app, "cores", lambda: 6.0)
+    assert _app.resolve_render("auto") == "process" and _app.resolve_render("thread") == "thread"
+    monkeypatch.setattr(_app, "cores", lambda: 1.5)
+    assert _app.resolve_render("auto") == "thread" and _app.resolve_render("process") == "process"
