@@ -62,13 +62,18 @@ def _split(hostport: str) -> tuple[str, int]:
     return host, int(port)
 
 
-def resolve_render(setting: str) -> str:
-    """metrics_render as it will run: ``auto`` is process where fork() exists and the collector
+def resolve_render(setting: str, grpc_fork_handlers_off: Optional[bool] = None) -> str:
+    """metrics_render as it will run: ``auto`` is process where fork() exists, the collector
     may use 2 or more cores (on one core a forked render only competes with ingest:
-    bench/results/collector_scale_h100host_render.md), else thread."""
+    bench/results/collector_scale_h100host_render.md) and gRPC loaded with its fork handlers
+    off (``stepwatch.collector`` sees to it unless gRPC was loaded before it); else thread."""
     if setting != "auto":
         return setting
-    return "process" if fork_available() and cores() >= 2 else "thread"
+    if grpc_fork_handlers_off is None:
+        from stepwatch import collector
+
+        grpc_fork_handlers_off = collector.GRPC_FORK_HANDLERS_OFF
+    return "process" if fork_available() and grpc_fork_handlers_off and cores() >= 2 else "thread"
 
 
 class Collector:

@@ -155,6 +155,23 @@ def test_auto_renders_in_a_process_only_with_two_cores(tmp_path, monkeypatch):
     assert _fork_render.cores(str(unlimited)) == 6.0
     assert _fork_render.cores(str(tmp_path / "missing")) == 6.0
     monkeypatch.setattr(_app, "cores", lambda: 6.0)
-    assert _app.resolve_render("auto") == "process" and _app.resolve_render("thread") == "thread"
+    assert _app.resolve_render("auto", True) == "process" and _app.resolve_render("thread", True) == "thread"
+    assert _app.resolve_render("auto", False) == "thread"  # gRPC loaded first with its fork handlers on
     monkeypatch.setattr(_app, "cores", lambda: 1.5)
-    assert _app.resolve_render("auto") == "thread" and _app.resolve_render("process") == "process"
+    assert _app.resolve_render("auto", True) == "thread" and _app.resolve_render("process", True) == "process"
+
+
+def test_the_collector_turns_grpc_fork_handlers_off_before_grpc_loads():
+    """Importing stepwatch.collector first (as `stepwatch collector` does) sets
+    GRPC_ENABLE_FORK_SUPPORT=0 before gRPC loads; gRPC loaded first without it: auto keeps the
+    thread."""
+    import subprocess
+    import sys
+
+    code = ("import os; os.environ.pop('GRPC_ENABLE_FORK_SUPPORT', None); {first}"
+            "import stepwatch.collector as c, grpc; from stepwatch.collector._app import resolve_render; "
+            "print(os.environ['GRPC_ENABLE_FORK_SUPPORT'], c.GRPC_FORK_HANDLERS_OFF)")
+    for first, want in (("", "0 True"), ("import grpc; ", "0 False")):
+        out = subprocess.run([sys.executable, "-c", code.format(first=first)], capture_output=True, text=True,
+                             timeout=60)
+        assert out.returncode == 0 and out.stdout.split() == want.split(), out.stderr
