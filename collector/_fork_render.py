@@ -6,9 +6,12 @@ scrape unless the render slept (``_yield``), and a yielding render took 2-4 s
 (bench/results/collector_scale_h100host_spread.md).
 
 ``fork()`` gives the render its own process over the same memory (copy on write): on a second
-core it runs in parallel with ingest; on one core the kernel shares it out, and the child runs
-at a lower priority (``NICE``), so the event loop preempts it whenever a batch arrives. The
-child sends the finished body (gzip when asked) back through a pipe and exits.
+core it runs in parallel with ingest (10,000 ranks: 1.2-1.6 s scrapes instead of 4.3 s). The
+child runs at a lower priority (``NICE``), sends the finished body (gzip when asked) back
+through a pipe and exits. On one core it was worse than the thread (8.8 s scrapes, acks later):
+the child only gets what ingest leaves, and the parent pays for the fork and for the pages it
+writes meanwhile (bench/results/collector_scale_h100host_render.md); ``metrics_render: auto``
+uses it only with two or more cores.
 
 Why forking this process is safe although it has threads (gRPC's, the HTTP worker):
 - The state lock is held across ``fork()``, so no rank is half-updated in the child (each
@@ -47,6 +50,7 @@ log = logging.getLogger("stepwatch.collector")
 
 NICE = 10  # the child's niceness above the collector's: ingest gets the core first
 _HEADER = struct.Struct("<QQ")  # body length, the child's private bytes
+_LOG_EVERY_S = 60.0  # a failure reason is logged at most this often
 
 # CPython 3.12+ warns on fork() in a process with threads; the child here only renders.
 warnings.filterwarnings("ignore", message=r".*multi-threaded, use of fork\(\)", category=DeprecationWarning,
@@ -104,6 +108,7 @@ class ForkRender:
         self.fork_seconds = fork_seconds  # a Histogram of how long fork() took (the loop waits meanwhile)
         self.private_bytes = 0  # the last child's private memory
         self.failures: dict[str, int] = {}  # reason -> count (fork, exit, timeout, short)
+        self._logged: dict[str, float] = {}  # reason -> when it was last logged
         self._one = threading.Lock()
 
     def run(self, lock: ContextManager, produce: Callable[[], bytes]) -> Optional[bytes]:
@@ -185,7 +190,11 @@ class ForkRender:
         return os.waitstatus_to_exitcode(status)
 
     def _failed(self, reason: str, detail: str) -> None:
+        """Count the failure; log it at most once a minute per reason (a scrape every 15 s)."""
         self.failures[reason] = self.failures.get(reason, 0) + 1
-        log.warning("stepwatch collector: /metrics render in a child process: %s; rendered on the "
-                    "thread instead", detail)
+        now = time.monotonic()
+        if now - self._logged.get(reason, -_LOG_EVERY_S) >= _LOG_EVERY_S:
+            self._logged[reason] = now
+            log.warning("stepwatch collector: /metrics render in a child process: %s; rendered on the "
+                        "thread instead (%d such scrapes so far)", detail, self.failures[reason])
         return None

@@ -82,8 +82,9 @@ def test_a_failing_child_falls_back_to_the_thread_and_is_counted(start_collector
     assert _rank_lines(body) == _rank_lines(render(real(no_pause)).encode())
     assert c._fork.failures == {"exit": 1}
     assert "child exited with status 1" in caplog.text
-    # (the next scrape's child fails too; its fallback counts both)
+    # (the next scrape's child fails too; its fallback counts both; logged once a minute)
     assert b'stepwatch_collector_scrape_child_failures_total{reason="exit"} 2' in running.get("/metrics")[2]
+    assert caplog.text.count("child exited with status 1") == 1
     assert _children() == before
 
 
