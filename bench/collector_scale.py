@@ -245,6 +245,22 @@ def collector_self(text):
     return out
 
 
+def fork_times(text):
+    """The render process's fork() durations from a /metrics body: count, mean ms, and how many
+    took over each bound (seconds); None without a render process."""
+    sums = {}
+    for line in text.splitlines():
+        if line.startswith("stepwatch_collector_scrape_fork_seconds"):
+            name, value = line.rsplit(" ", 1)
+            sums[name.removeprefix("stepwatch_collector_scrape_fork_seconds")] = float(value)
+    n = sums.get("_count")
+    if not n:
+        return None
+    over = {k[len('_bucket{le="'):-2]: n - v for k, v in sums.items()
+            if k.startswith("_bucket") and "+Inf" not in k and n - v}
+    return {"count": n, "mean_ms": 1e3 * sums.get("_sum", 0.0) / n, "over_s": over}
+
+
 def self_delta(end, start):
     """What ``collector_self`` counted between two bodies: per histogram the count, mean, and how
     many samples were over each bound."""
@@ -408,6 +424,7 @@ def run_once(n, args):
                                            for line in body.splitlines()
                                            if line.startswith("stepwatch_collector_scrape_child_private_bytes ")),
                                           default=None),
+            "render_fork": fork_times(bodies[-1]) if bodies else None,
             "render_child_failures": sum(float(line.rsplit(" ", 1)[1]) for body in bodies[-1:]
                                          for line in body.splitlines()
                                          if line.startswith("stepwatch_collector_scrape_child_failures_total{")),

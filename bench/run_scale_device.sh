@@ -134,7 +134,12 @@ if [ "${PART:-}" = m ]; then
     run m_1core_a "${M[@]}" --duration-s 60 --scrape-every-s 15 --collector-cpus 0
     run m_1core_b "${M[@]}" --duration-s 60 --scrape-every-s 15 --collector-cpus 0
 fi
-for f in m_2cores_b2b m_1core_a m_1core_b l_2cores_a l_1core l_2cores_b j_process j_thread k_process k_thread i_10000w_conn1_3replicas h_a1 h_b1 h_a2 h_b2 g_10000w_conn1 g_10000w_conn1_b2b f_small_conn1 f_10000w_conn1 f_10000w_conn1_b2b f_10000w_conn1_3replicas e_10000w_scrape15_conn1_mb500 e_3000w_scrape15_conn1 d_10000w_scrape15 d_10000w_scrape15_conn1 d_10000w_b2b before_3000w after_3000w_unpaced after_3000w after_10000w after_10000w_scrape15 before_10000 after_10000 after_10000_scrape15 after_small after_3replicas after_3000_scrape15 after_3replicas_scrape15; do
+# PART=n: as l's two-core row, the fork() durations read from the collector's last body.
+if [ "${PART:-}" = n ]; then
+    run n_2cores --ranks 10000 --warmup-s 30 --duration-s 60 --ranks-per-connection 1 --scrape-every-s 15 \
+        --collector-cpus 0,1
+fi
+for f in n_2cores m_2cores_b2b m_1core_a m_1core_b l_2cores_a l_1core l_2cores_b j_process j_thread k_process k_thread i_10000w_conn1_3replicas h_a1 h_b1 h_a2 h_b2 g_10000w_conn1 g_10000w_conn1_b2b f_small_conn1 f_10000w_conn1 f_10000w_conn1_b2b f_10000w_conn1_3replicas e_10000w_scrape15_conn1_mb500 e_3000w_scrape15_conn1 d_10000w_scrape15 d_10000w_scrape15_conn1 d_10000w_b2b before_3000w after_3000w_unpaced after_3000w after_10000w after_10000w_scrape15 before_10000 after_10000 after_10000_scrape15 after_small after_3replicas after_3000_scrape15 after_3replicas_scrape15; do
     [ -f "$OUT/$f.log" ] && tail -n +3 "$OUT/$f.log" | grep "^| [0-9]" | sed "s/^/$f /"
 done
 for f in ingest_before ingest_after; do [ -f "$OUT/$f.json" ] && sed "s/^/$f /" "$OUT/$f.json"; done
