@@ -22,6 +22,8 @@ Why forking this process is safe although it has threads (gRPC's, the HTTP worke
   descriptor, writes, and leaves with ``os._exit`` (no atexit, no finalizers, no flushes).
 - The parent waits at most ``timeout_s``: a child that is late, dies or sends a short body
   is killed and reaped, and the scrape renders on the thread as before. Nothing is lost.
+- No child is forked where the cgroup memory limit would not hold twice what the last one
+  took (the OOM killer would pick the collector, the largest process).
 
 Memory: pages either process writes while the child lives are copied (Python writes reference
 counts when it reads objects), and the child's own body and lines are new. The child measures
@@ -80,6 +82,33 @@ def cores(cgroup: str = "/sys/fs/cgroup") -> float:
     return n
 
 
+def memory_room(cgroup: str = "/sys/fs/cgroup") -> Optional[int]:
+    """Bytes left under this process's cgroup memory limit (v2 ``memory.max`` minus
+    ``memory.current``, v1 ``memory.limit_in_bytes`` minus ``memory.usage_in_bytes``), or None
+    without a limit."""
+    for limit_file, used_file in (("memory.max", "memory.current"),
+                                  ("memory/memory.limit_in_bytes", "memory/memory.usage_in_bytes")):
+        try:
+            with open(os.path.join(cgroup, limit_file)) as f:
+                limit = f.read().strip()
+            with open(os.path.join(cgroup, used_file)) as f:
+                used = int(f.read().strip())
+        except (OSError, ValueError):
+            continue
+        if limit == "max" or not limit.isdigit() or int(limit) >= 1 << 60:  # v1 says "no limit" so
+            return None
+        return int(limit) - used
+    return None
+
+
+def _rss_bytes() -> int:
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
 def _private_bytes() -> int:
     """Private dirty bytes of this process (Linux): in a fresh child, the pages it copied or
     wrote new."""
@@ -103,17 +132,26 @@ class ForkRender:
     """``run(lock, produce)``: the bytes ``produce()`` returns in a forked child, or None when
     no child delivered them (the caller renders itself). One child at a time."""
 
-    def __init__(self, timeout_s: float = 20.0, fork_seconds=None):
+    def __init__(self, timeout_s: float = 20.0, fork_seconds=None, room: Callable[[], Optional[int]] = memory_room):
         self.timeout_s = timeout_s
+        self._room = room  # bytes left under the memory limit, or None (no limit)
         self.fork_seconds = fork_seconds  # a Histogram of how long fork() took (the loop waits meanwhile)
         self.private_bytes = 0  # the last child's private memory
-        self.failures: dict[str, int] = {}  # reason -> count (fork, exit, timeout, short)
+        self.failures: dict[str, int] = {}  # reason -> count (memory, fork, exit, timeout, short)
         self._logged: dict[str, float] = {}  # reason -> when it was last logged
         self._one = threading.Lock()
 
     def run(self, lock: ContextManager, produce: Callable[[], bytes]) -> Optional[bytes]:
         """``lock`` (what every writer of the rendered state holds) is held across fork()."""
         with self._one:
+            # A child copies pages into the same cgroup: where a memory limit would not hold
+            # another child's worth (the last one's, or a quarter of the heap before the first),
+            # render on the thread rather than risk the collector being killed for memory.
+            room = self._room()
+            need = 2 * (self.private_bytes or _rss_bytes() // 4)
+            if room is not None and room < need:
+                return self._failed("memory", f"{room >> 20} MiB left under the memory limit, a render "
+                                    f"process may need {need >> 20} MiB")
             r, w = os.pipe()
             try:
                 with lock:

@@ -228,8 +228,9 @@ def _collector(state: CollectorState) -> list[Family]:
                         "(the body); the headroom a scrape needs.", "gauge")
         copied.add("", child.private_bytes)
         fallbacks = Family("stepwatch_collector_scrape_child_failures", "Scrapes whose render process failed "
-                           "(fork, exit, timeout, short) and that rendered on the thread instead.", "counter")
-        for reason in ("fork", "exit", "timeout", "short"):
+                           "or was not started (memory: too little room under the memory limit; fork, exit, "
+                           "timeout, short) and that rendered on the thread instead.", "counter")
+        for reason in ("memory", "fork", "exit", "timeout", "short"):
             fallbacks.add(labels_text(("reason",), (reason,)), child.failures.get(reason, 0))
         own += [copied, fallbacks]
         fork = Family("stepwatch_collector_scrape_fork_seconds", "How long each scrape's fork() of the "

@@ -176,3 +176,36 @@ def test_the_collector_turns_grpc_fork_handlers_off_before_grpc_loads():
         out = subprocess.run([sys.executable, "-c", code.format(first=first)], capture_output=True, text=True,
                              timeout=60)
         assert out.returncode == 0 and out.stdout.split() == want.split(), out.stderr
+
+
+def test_no_child_where_the_memory_limit_has_no_room(tmp_path, start_collector):
+    """The cgroup memory files read (v2, v1, none); a collector whose limit would not hold a
+    render process's copies renders on the thread and counts it."""
+    v2 = tmp_path / "v2"
+    v2.mkdir()
+    (v2 / "memory.max").write_text("2147483648\n")
+    (v2 / "memory.current").write_text("1610612736\n")
+    v1 = tmp_path / "v1" / "memory"
+    v1.mkdir(parents=True)
+    (v1 / "memory.limit_in_bytes").write_text("9223372036854771712\n")  # v1's "no limit"
+    (v1 / "memory.usage_in_bytes").write_text("1000\n")
+    none = tmp_path / "none"
+    none.mkdir()
+    (none / "memory.max").write_text("max\n")
+    (none / "memory.current").write_text("1000\n")
+    assert _fork_render.memory_room(str(v2)) == 512 << 20
+    assert _fork_render.memory_room(str(tmp_path / "v1")) is None
+    assert _fork_render.memory_room(str(none)) is None
+    assert _fork_render.memory_room(str(tmp_path / "missing")) is None
+
+    running = start_collector(metrics_render="process")
+    _feed(running, ranks=1)
+    c = running.collector
+    c._fork._room = lambda: 1 << 20  # 1 MiB left
+    before = _children()
+    body = running.get("/metrics")[2]
+    assert b"stepwatch_steps_total" in body and c._fork.failures == {"memory": 1}
+    assert c.state.scrape_fork.count == 0 and _children() == before  # no fork at all
+    c._fork._room = lambda: None
+    running.get("/metrics")
+    assert c.state.scrape_fork.count == 1 and c._fork.failures == {"memory": 1}
