@@ -49,6 +49,7 @@ from ._trace_store import TraceStore, TraceStoreMetrics
 from ._windows_api import traces_json, windows_json
 from ._yield import ScrapeYield, no_pause
 from ._fork_render import ForkRender, available as fork_available, cores
+from . import GRPC_FORK_HANDLERS_OFF
 from stepwatch.proto.stepwatch.v1 import agent_pb2
 
 __all__ = ["Collector", "run"]
@@ -70,9 +71,7 @@ def resolve_render(setting: str, grpc_fork_handlers_off: Optional[bool] = None) 
     if setting != "auto":
         return setting
     if grpc_fork_handlers_off is None:
-        from stepwatch import collector
-
-        grpc_fork_handlers_off = collector.GRPC_FORK_HANDLERS_OFF
+        grpc_fork_handlers_off = GRPC_FORK_HANDLERS_OFF
     return "process" if fork_available() and grpc_fork_handlers_off and cores() >= 2 else "thread"
 
 
@@ -98,7 +97,7 @@ class Collector:
         self.registry = registry if registry is not None else CollectorRegistry(auto_describe=False)
         self.rank_metrics = RankMetrics(self.state, settings.metrics_per_rank, settings.metrics_top_k)
         self.render_mode = resolve_render(settings.metrics_render)
-        self._fork = ForkRender(fork_seconds=self.state.scrape_fork) if self.render_mode == "process" else None
+        self._fork = ForkRender() if self.render_mode == "process" else None
         self.state.scrape_child = self._fork
         AlertMetrics(self.detection.book, self.registry, client, pauses=self.detection.engine.pauses,
                      per_rank=settings.metrics_per_rank == "full")
@@ -288,11 +287,10 @@ class Collector:
         if self._fork is not None:
             data = self._fork.run(self.state.lock, lambda: body(no_pause, frozen=True))
             if data is not None:
-                return (200, ctype, data, extra) if extra else (200, ctype, data)
+                return 200, ctype, data, extra
         pacing = ScrapeYield(self.state.load)
         try:
-            data = body(pacing.pause)
-            return (200, ctype, data, extra) if extra else (200, ctype, data)
+            return 200, ctype, body(pacing.pause), extra
         finally:
             pacing.done()
             self.state.scrape_yield_s += pacing.slept

@@ -46,13 +46,18 @@ import time
 import warnings
 from typing import Callable, ContextManager, Optional
 
-__all__ = ["ForkRender", "available", "cores"]
+from ._state import SELF_BOUNDS_S, Histogram
+
+__all__ = ["ForkRender", "FAILURE_REASONS", "available", "cores", "memory_room"]
 
 log = logging.getLogger("stepwatch.collector")
 
 NICE = 10  # the child's niceness above the collector's: ingest gets the core first
 _HEADER = struct.Struct("<QQ")  # body length, the child's private bytes
 _LOG_EVERY_S = 60.0  # a failure reason is logged at most this often
+# Why a scrape rendered on the thread: no room under the memory limit, fork() failed, the child
+# exited non-zero, was late (killed), or sent a short body.
+FAILURE_REASONS = ("memory", "fork", "exit", "timeout", "short")
 
 # CPython 3.12+ warns on fork() in a process with threads; the child here only renders.
 warnings.filterwarnings("ignore", message=r".*multi-threaded, use of fork\(\)", category=DeprecationWarning,
@@ -63,22 +68,31 @@ def available() -> bool:
     return hasattr(os, "fork")
 
 
+def _cgroup_files(cgroup: str, *groups: tuple) -> Optional[list]:
+    """The contents of the first group of cgroup files (v2's, then v1's) that all read."""
+    for names in groups:
+        try:
+            texts = []
+            for name in names:
+                with open(os.path.join(cgroup, name)) as f:
+                    texts.append(f.read().strip())
+            return texts
+        except OSError:
+            continue
+    return None
+
+
 def cores(cgroup: str = "/sys/fs/cgroup") -> float:
     """CPU cores this process may use: its CPU affinity, capped by a cgroup CPU quota (v2
     ``cpu.max``, v1 ``cpu.cfs_quota_us`` / ``cpu.cfs_period_us``; a container's CPU limit)."""
     n = float(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1))
-    for quota_file, period_file in (("cpu.max", None), ("cpu/cpu.cfs_quota_us", "cpu/cpu.cfs_period_us")):
-        try:
-            with open(os.path.join(cgroup, quota_file)) as f:
-                parts = f.read().split()
-            if period_file is not None:
-                with open(os.path.join(cgroup, period_file)) as f:
-                    parts.append(f.read().strip())
-            if parts[0] not in ("max", "-1") and float(parts[1]) > 0:
-                n = min(n, float(parts[0]) / float(parts[1]))
-            break
-        except (OSError, ValueError, IndexError):
-            continue
+    texts = _cgroup_files(cgroup, ("cpu.max",), ("cpu/cpu.cfs_quota_us", "cpu/cpu.cfs_period_us"))
+    parts = " ".join(texts or ()).split()  # quota and period; "max" / -1: no quota
+    try:
+        if parts[0] not in ("max", "-1") and float(parts[1]) > 0:
+            n = min(n, float(parts[0]) / float(parts[1]))
+    except (ValueError, IndexError):
+        pass
     return n
 
 
@@ -86,19 +100,12 @@ def memory_room(cgroup: str = "/sys/fs/cgroup") -> Optional[int]:
     """Bytes left under this process's cgroup memory limit (v2 ``memory.max`` minus
     ``memory.current``, v1 ``memory.limit_in_bytes`` minus ``memory.usage_in_bytes``), or None
     without a limit."""
-    for limit_file, used_file in (("memory.max", "memory.current"),
-                                  ("memory/memory.limit_in_bytes", "memory/memory.usage_in_bytes")):
-        try:
-            with open(os.path.join(cgroup, limit_file)) as f:
-                limit = f.read().strip()
-            with open(os.path.join(cgroup, used_file)) as f:
-                used = int(f.read().strip())
-        except (OSError, ValueError):
-            continue
-        if limit == "max" or not limit.isdigit() or int(limit) >= 1 << 60:  # v1 says "no limit" so
-            return None
-        return int(limit) - used
-    return None
+    texts = _cgroup_files(cgroup, ("memory.max", "memory.current"),
+                          ("memory/memory.limit_in_bytes", "memory/memory.usage_in_bytes"))
+    if texts is None or not texts[0].isdigit() or not texts[1].isdigit():
+        return None  # no cgroup files, or v2's "max"
+    limit, used = int(texts[0]), int(texts[1])
+    return None if limit >= 1 << 60 else limit - used  # (v1 says "no limit" so)
 
 
 def _rss_bytes() -> int:
@@ -132,12 +139,12 @@ class ForkRender:
     """``run(lock, produce)``: the bytes ``produce()`` returns in a forked child, or None when
     no child delivered them (the caller renders itself). One child at a time."""
 
-    def __init__(self, timeout_s: float = 20.0, fork_seconds=None, room: Callable[[], Optional[int]] = memory_room):
+    def __init__(self, timeout_s: float = 20.0, room: Callable[[], Optional[int]] = memory_room):
         self.timeout_s = timeout_s
         self._room = room  # bytes left under the memory limit, or None (no limit)
-        self.fork_seconds = fork_seconds  # a Histogram of how long fork() took (the loop waits meanwhile)
+        self.fork_seconds = Histogram(SELF_BOUNDS_S)  # how long each fork() took (the loop waits meanwhile)
         self.private_bytes = 0  # the last child's private memory
-        self.failures: dict[str, int] = {}  # reason -> count (memory, fork, exit, timeout, short)
+        self.failures: dict[str, int] = {}  # reason (FAILURE_REASONS) -> count
         self._logged: dict[str, float] = {}  # reason -> when it was last logged
         self._one = threading.Lock()
 
@@ -165,8 +172,7 @@ class ForkRender:
                 os.close(r)
                 self._child(w, produce)
             os.close(w)
-            if self.fork_seconds is not None:
-                self.fork_seconds.observe(time.perf_counter() - started)
+            self.fork_seconds.observe(time.perf_counter() - started)
             try:
                 data = self._read(r, time.monotonic() + self.timeout_s)
             finally:

@@ -24,6 +24,7 @@ import statistics
 from typing import Callable, Iterator
 
 from ._exposition import Family, labels_text
+from ._fork_render import FAILURE_REASONS
 from ._gcstats import GC_STATS
 from ._state import STEP_BUCKETS, WAIT_BUCKETS, CollectorState, Histogram, RankState
 from ._windows_metrics import aligned_compute, window_families
@@ -230,12 +231,12 @@ def _collector(state: CollectorState) -> list[Family]:
         fallbacks = Family("stepwatch_collector_scrape_child_failures", "Scrapes whose render process failed "
                            "or was not started (memory: too little room under the memory limit; fork, exit, "
                            "timeout, short) and that rendered on the thread instead.", "counter")
-        for reason in ("memory", "fork", "exit", "timeout", "short"):
+        for reason in FAILURE_REASONS:
             fallbacks.add(labels_text(("reason",), (reason,)), child.failures.get(reason, 0))
         own += [copied, fallbacks]
         fork = Family("stepwatch_collector_scrape_fork_seconds", "How long each scrape's fork() of the "
                       "render process took (ingest and acks wait meanwhile).", "histogram")
-        fork.add_histogram("", state.scrape_fork.cumulative(), state.scrape_fork.sum)
+        fork.add_histogram("", child.fork_seconds.cumulative(), child.fork_seconds.sum)
         own.append(fork)
     for name, doc, hist in (
             ("stepwatch_collector_loop_lag_seconds", "How late the collector's event loop ran a 0.1 s timer "

@@ -212,7 +212,6 @@ class CollectorState:
         self.load = LoadMeter()  # CPU outside scrapes (sampled by the loop watch; scrapes yield to it)
         self.scrape_yield_s = 0.0  # seconds scrapes slept giving way to ingest
         self.scrape_child = None  # the ForkRender of /metrics, when scrapes render in a child
-        self.scrape_fork = Histogram(SELF_BOUNDS_S)  # seconds each scrape's fork() took
 
     def admit(self, hello: agent_pb2.Hello, max_jobs: int, max_ranks: int) -> Optional[str]:
         """None when a stream of ``hello`` may go on; else the refusal reason (a held rank

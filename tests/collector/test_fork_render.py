@@ -60,7 +60,7 @@ def test_a_forked_render_returns_what_the_thread_renders(start_collector):
     assert c._fork.private_bytes > 0 and not c._fork.failures
     assert b'stepwatch_collector_scrape_child_failures_total{reason="exit"} 0' in body
     # each fork timed; a body shows the forks before its own
-    assert b"stepwatch_collector_scrape_fork_seconds_count 0\n" in body and c.state.scrape_fork.count == 2
+    assert b"stepwatch_collector_scrape_fork_seconds_count 0\n" in body and c._fork.fork_seconds.count == 2
     assert _children() == before  # every child reaped
 
 
@@ -205,7 +205,7 @@ def test_no_child_where_the_memory_limit_has_no_room(tmp_path, start_collector):
     before = _children()
     body = running.get("/metrics")[2]
     assert b"stepwatch_steps_total" in body and c._fork.failures == {"memory": 1}
-    assert c.state.scrape_fork.count == 0 and _children() == before  # no fork at all
+    assert c._fork.fork_seconds.count == 0 and _children() == before  # no fork at all
     c._fork._room = lambda: None
     running.get("/metrics")
-    assert c.state.scrape_fork.count == 1 and c._fork.failures == {"memory": 1}
+    assert c._fork.fork_seconds.count == 1 and c._fork.failures == {"memory": 1}
