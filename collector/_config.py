@@ -43,17 +43,21 @@ def _token(text: Any) -> str:
     return value
 
 
-def _per_rank_mode(raw: Any) -> str:
-    value = str(raw).strip().lower()
-    if value not in ("full", "summary", "off"):
-        raise ValueError("expected full, summary or off")
-    return value
+def _one_of(*values: str):
+    """A parser of one of ``values`` (case and surrounding space ignored)."""
+    def parse(raw: Any) -> str:
+        value = str(raw).strip().lower()
+        if value not in values:
+            raise ValueError(f"expected {', '.join(values[:-1])} or {values[-1]}")
+        return value
+    return parse
+
+
+_per_rank_mode = _one_of("full", "summary", "off")
 
 
 def _render_mode(raw: Any) -> str:
-    value = str(raw).strip().lower()
-    if value not in ("auto", "process", "thread"):
-        raise ValueError("expected auto, process or thread")
+    value = _one_of("auto", "process", "thread")(raw)
     if value == "process" and not hasattr(os, "fork"):
         raise ValueError("process needs fork(), which this platform lacks; use thread")
     return value
