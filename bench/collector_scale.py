@@ -245,14 +245,21 @@ def collector_self(text):
     return out
 
 
+def series(text, prefix):
+    """{series name with labels: value} of a /metrics body's lines starting with ``prefix``."""
+    out = {}
+    for line in text.splitlines():
+        if line.startswith(prefix):
+            name, value = line.rsplit(" ", 1)
+            out[name] = float(value)
+    return out
+
+
 def fork_times(text):
     """The render process's fork() durations from a /metrics body: count, mean ms, and how many
     took over each bound (seconds); None without a render process."""
-    sums = {}
-    for line in text.splitlines():
-        if line.startswith("stepwatch_collector_scrape_fork_seconds"):
-            name, value = line.rsplit(" ", 1)
-            sums[name.removeprefix("stepwatch_collector_scrape_fork_seconds")] = float(value)
+    sums = {k.removeprefix("stepwatch_collector_scrape_fork_seconds"): v
+            for k, v in series(text, "stepwatch_collector_scrape_fork_seconds").items()}
     n = sums.get("_count")
     if not n:
         return None
@@ -420,14 +427,12 @@ def run_once(n, args):
             "collector_cpu_us_per_step": 1e6 * cpu / max(1, counts.get("steps_quiet", 0) * on_measured / max(1, n)),
             "steps_per_batch_quiet": counts.get("steps_quiet", 0) / max(1, len(quiet)),
             "collector_rss_mb": rss / 1e6, "collector_gc": gc_stats,
-            "render_child_private_mb": max((float(line.rsplit(" ", 1)[1]) / 1e6 for body in bodies[-1:]
-                                           for line in body.splitlines()
-                                           if line.startswith("stepwatch_collector_scrape_child_private_bytes ")),
-                                          default=None),
+            "render_child_private_mb": max((v / 1e6 for body in bodies[-1:] for v in
+                                            series(body, "stepwatch_collector_scrape_child_private_bytes ").values()),
+                                           default=None),
             "render_fork": fork_times(bodies[-1]) if bodies else None,
-            "render_child_failures": sum(float(line.rsplit(" ", 1)[1]) for body in bodies[-1:]
-                                         for line in body.splitlines()
-                                         if line.startswith("stepwatch_collector_scrape_child_failures_total{")),
+            "render_child_failures": sum(v for body in bodies[-1:] for v in
+                                         series(body, "stepwatch_collector_scrape_child_failures_total{").values()),
             # measured window only (after the warm-up): {gen: [seconds, collections]}
             "collector_gc_measured": None if gc_before is None else {
                 g: [v[0] - gc_before.get(g, [0.0, 0, 0.0])[0], v[1] - gc_before.get(g, [0.0, 0, 0.0])[1]]
