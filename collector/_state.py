@@ -60,11 +60,21 @@ class Histogram:
     def observe_many(self, values: Iterable[float]) -> None:
         """``observe`` each of ``values`` (one batch's worth, without a call per value)."""
         counts, bounds, left = self.counts, self.bounds, bisect.bisect_left
-        if type(values) is list and values and min(values) >= 0 and math.isfinite(total := sum(values)):
-            for value in values:  # the usual batch: every value counts
-                counts[left(bounds, value)] += 1
+        if type(values) is list and values and (lo := min(values)) >= 0 and math.isfinite(total := sum(values)):
+            # The usual batch: every value counts. Buckets from the smallest's to the largest's
+            # (often one), each counted by bisection in the sorted values.
+            first, last, n = left(bounds, lo), left(bounds, max(values)), len(values)
+            if first < last:
+                ordered, right, below = sorted(values), bisect.bisect_right, 0
+                for k in range(first, last):
+                    upto = right(ordered, bounds[k])  # values <= bounds[k]
+                    counts[k] += upto - below
+                    below = upto
+                counts[last] += n - below
+            else:
+                counts[first] += n
             self.sum += total
-            self.count += len(values)
+            self.count += n
             return
         total, n = 0.0, 0
         for value in values:
@@ -123,8 +133,6 @@ class RankState:
     step_hist: Histogram = dataclasses.field(default_factory=lambda: Histogram(STEP_BUCKETS))
     wait_hist: Histogram = dataclasses.field(default_factory=lambda: Histogram(WAIT_BUCKETS))
     recent: Ring = dataclasses.field(default_factory=lambda: Ring("dd", RATIO_WINDOW))  # (wait, duration)
-    recent_wait_s: float = 0.0  # sums over ``recent`` (add_recent sums it per batch)
-    recent_duration_s: float = 0.0
     recent_added: int = 0
     trend: Ring = dataclasses.field(default_factory=lambda: Ring("Qdd", TREND_POINTS))  # (step, end, duration)
     last_step_time: Optional[float] = None
@@ -148,23 +156,22 @@ class RankState:
     @property
     def dataloader_wait_ratio(self) -> Optional[float]:
         """Share of step time spent waiting for data over the last 100 steps, in [0, 1]."""
-        if self.recent_duration_s <= 0:
+        duration = sum(self.recent.column(1))
+        if duration <= 0:
             return None
-        return min(1.0, max(0.0, self.recent_wait_s / self.recent_duration_s))
+        return min(1.0, max(0.0, sum(self.recent.column(0)) / duration))
 
     @property
     def recent_step_s(self) -> Optional[float]:
         """Mean step time over the last 100 steps."""
         n = min(self.recent_added, RATIO_WINDOW)
-        return self.recent_duration_s / n if n else None
+        return sum(self.recent.column(1)) / n if n else None
 
     def add_recent(self, waits: list, durations: list) -> None:
-        """Append (wait, duration) pairs to ``recent`` and sum it afresh (two sums over 100
-        numbers in C: cheaper than keeping running sums step by step)."""
+        """Append (wait, duration) pairs to ``recent``. Its sums are taken when read (a scrape
+        reads them once per rank; a rank sends several batches between scrapes)."""
         self.recent.extend_columns(waits, durations)
         self.recent_added += len(waits)
-        self.recent_wait_s = sum(self.recent.column(0))
-        self.recent_duration_s = sum(self.recent.column(1))
 
     def session(self, session_id: str) -> _Session:
         if session_id not in self.sessions:
@@ -359,10 +366,10 @@ class CollectorState:
         if last is not None and (st.last_step_time is None or last > st.last_step_time):
             st.last_step_time = last
         if c.samples is not None:
-            st.samples_total += sum(v for v in c.samples if v is not None)
+            st.samples_total += sum(filter(None, c.samples))  # (None and 0 add nothing)
             st.samples_known = True
         if c.tokens is not None:
-            st.tokens_total += sum(v for v in c.tokens if v is not None)
+            st.tokens_total += sum(filter(None, c.tokens))
             st.tokens_known = True
 
     def expire(self, now: float) -> list[RankKey]:

@@ -117,6 +117,18 @@ def test_histogram_is_consistent(values):
     assert math.isclose(h.sum, math.fsum(good), rel_tol=1e-9, abs_tol=1e-6)
 
 
+@given(st.lists(st.sampled_from(STEP_BUCKETS) | st.floats(min_value=0, max_value=100), min_size=1, max_size=40))
+def test_histogram_batch_counts_each_value_in_its_bucket(values):
+    """A batch of usable values (counted bucket range by bucket range) lands where each value,
+    bisected on its own, would: values on a bound included (a bound is its bucket's upper end)."""
+    h = Histogram(STEP_BUCKETS)
+    h.observe_many(values)
+    expected = [0] * (len(STEP_BUCKETS) + 1)
+    for v in values:
+        expected[sum(1 for b in STEP_BUCKETS if b < v)] += 1
+    assert h.counts == expected and h.count == len(values)
+
+
 @given(st.lists(st.lists(st.floats(min_value=0, max_value=1e4), max_size=20), max_size=8))
 def test_merged_histogram_is_the_ranks_added_one_by_one(per_rank):
     """A job's histogram (Histogram.merged over its ranks') is the histogram of all their values."""
