@@ -206,7 +206,8 @@ class DriftDetector:
         d = min(raw, self._clip)
         self._cusum = max(0.0, self._cusum + d - self._k)
         if self._cusum == 0.0 and self.condition is None:
-            self._run.clear()
+            if self._run:  # (a clear makes new arrays)
+                self._run.clear()
         else:
             self._run.append(start[0], start[1], d, raw)
         self._recent.append(y)

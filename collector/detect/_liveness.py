@@ -54,7 +54,9 @@ class RankLiveness:
             # the last of the steps with the latest time (as step by step)
             i = len(times) - 1 - times[::-1].index(latest)
             self.last_step, self.last_time = steps[i], latest
-        self._recent.extend(t for t in step_times if t > 0)
+        total = sum(step_times)  # NaN when one is (min() does not see it)
+        self._recent.extend(step_times if min(step_times) > 0 and total == total else
+                            [t for t in step_times if t > 0])
 
     def stalled(self, now: float) -> Optional[Condition]:
         if not self.cfg.enabled or self.last_time is None or not self.connected:

@@ -34,7 +34,7 @@ import math
 from typing import Optional
 
 from ._config import StragglerConfig
-from ._types import WARNING, Condition, WindowPoint, finite_positive, mad_sorted, median, medians_without_each
+from ._types import WARNING, Condition, WindowPoint, finite_positive, mads_without_each, median, medians_without_each
 
 __all__ = ["StragglerDetector"]
 
@@ -51,6 +51,7 @@ class StragglerDetector:
         self._blocks: "collections.OrderedDict[int, dict]" = collections.OrderedDict()
         self._ranks: set[int] = set()
         self._hist: dict[int, collections.deque] = {}
+        self._slow: dict[int, int] = {}  # rank -> slow blocks in its _hist
         self._max_block = -1
         self._groups: "collections.OrderedDict[int, dict]" = collections.OrderedDict()
         self._whist: dict[int, collections.deque] = {}
@@ -144,6 +145,7 @@ class StragglerDetector:
         self._ranks.discard(rank)
         self._cur.pop(rank, None)
         self._hist.pop(rank, None)
+        self._slow.pop(rank, None)
         self._whist.pop(rank, None)
         self._by_steps.pop(rank, None)
         self._by_windows.pop(rank, None)
@@ -235,26 +237,30 @@ class StragglerDetector:
         # The other ranks' medians for every rank at once, O(n log n): recomputed per rank it
         # was O(n^2 log n) per block, minutes for a job of 16,384 ranks.
         mts, mws = medians_without_each(times), medians_without_each([vals[r][1] for r in ranks])
-        # Spread: the others' MAD, for every rank from one sort (O(log n) each: mad_sorted).
-        order = sorted(range(len(times)), key=times.__getitem__)
-        place = [0] * len(times)
-        for k, i in enumerate(order):
-            place[i] = k
-        ordered = [times[i] for i in order]
+        # Spread: the others' MAD around the others' median, for every rank at once.
+        spreads = mads_without_each(times, mts) if len(ranks) >= 4 else None
+        hists, counts, size = self._hist, self._slow, cfg.window_blocks
         for i, rank in enumerate(ranks):
             t, w, step, time = vals[rank]
             mt, mw = mts[i], mws[i]
-            spread = 1.4826 * mad_sorted(ordered, mt, drop=place[i]) if len(ranks) >= 4 else 0.0
+            spread = 1.4826 * spreads[i] if spreads is not None else 0.0
             excess = max(t - mt, w - mw)
             ratio, z = 1 + excess / mt, excess / max(spread, cfg.jitter_floor_ratio * mt)
-            hist = self._hist.setdefault(rank, collections.deque(maxlen=cfg.window_blocks))
-            hist.append((ratio >= cfg.ratio and z >= cfg.robust_z, step, time))
-            changed |= self._update(rank, hist, ratio, t, mt, w, mw)
+            hist = hists.get(rank)
+            if hist is None:
+                hist = hists[rank] = collections.deque(maxlen=size)
+            flag = ratio >= cfg.ratio and z >= cfg.robust_z
+            # slow blocks among the last window_blocks, kept as a count (the oldest leaves)
+            slow = counts.get(rank, 0) + flag - (len(hist) == size and hist[0][0])
+            hist.append((flag, step, time))
+            counts[rank] = slow
+            if slow < cfg.min_blocks and rank not in self._by_steps:
+                continue  # the usual rank: not slow enough to flag, nothing held to clear
+            changed |= self._update(rank, hist, slow, ratio, t, mt, w, mw)
         return changed
 
-    def _update(self, rank, hist, ratio, t, mt, w, mw) -> bool:
+    def _update(self, rank, hist, slow, ratio, t, mt, w, mw) -> bool:
         cfg, old = self.cfg, self._by_steps.get(rank)
-        slow = sum(1 for s, _, _ in hist if s)
         if (old is None and slow < cfg.min_blocks) or (old is not None and slow * 2 < cfg.min_blocks):
             if self._by_steps.pop(rank, None) is None:
                 return False  # nothing held for it: nothing to merge again

@@ -175,6 +175,28 @@ def medians_without_each(values: list) -> list:
     return out
 
 
+def mads_without_each(values: list, centers: list) -> list:
+    """``[median(abs(v - centers[i]) for v in values without values[i]) for i]``: each value's
+    leave-one-out MAD around its own center (the others' median, :func:`medians_without_each`,
+    which takes two or three distinct values). The deviations around each distinct center are
+    sorted once; dropping one of them shifts the middle by at most one place. O(n log n) for
+    the lot. Needs at least two values."""
+    m = len(values) - 1
+    hi, out, by_center = m // 2, [0.0] * len(values), {}
+    for i, c in enumerate(centers):
+        d = by_center.get(c)
+        if d is None:
+            d = by_center[c] = sorted([abs(v - c) for v in values])
+        k = bisect.bisect_left(d, abs(values[i] - c))  # the dropped deviation's place (an equal one's)
+        b = d[hi] if hi < k else d[hi + 1]
+        if m % 2:
+            out[i] = b
+        else:
+            a = d[hi - 1] if hi - 1 < k else d[hi]
+            out[i] = 0.5 * (a + b)
+    return out
+
+
 def fmt_bytes(n: float) -> str:
     for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
         if abs(n) < 1024 or unit == "TiB":

@@ -164,6 +164,18 @@ def test_mad_sorted_without_one_value_equals_the_direct_computation(values, data
     assert mad_sorted(s, center, drop=drop) == median(abs(x - center) for x in others)
 
 
+@settings(max_examples=300, deadline=None)
+@given(values=st.lists(st.floats(0, 5, allow_nan=False) | st.sampled_from([0.5, 1.0, 2.0]), min_size=2, max_size=40))
+def test_mads_without_each_equal_the_direct_computation(values):
+    """Every value's leave-one-out MAD around the others' median, as the straggler judge uses
+    them, equals the median of the others' deviations computed directly (ties included)."""
+    from stepwatch.collector.detect._types import mads_without_each, median, medians_without_each
+
+    centers = medians_without_each(values)
+    direct = [median(abs(x - c) for x in values[:i] + values[i + 1:]) for i, c in enumerate(centers)]
+    assert mads_without_each(values, centers) == direct
+
+
 def test_straggler_feed_many_matches_feed_when_a_batch_restarts_inside_an_open_block():
     """A rank restarted from a checkpoint a few steps back: its next batch is consecutive but
     begins inside the block still open; the block closes when full, as step by step."""
