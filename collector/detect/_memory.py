@@ -21,20 +21,38 @@ _NVML_FRESH_S = 30.0
 
 
 class Trend:
-    """Growth of one series over ``window_s``: kept points are at least window/120 s apart."""
+    """Growth of one series over ``window_s``: kept points are at least window/120 s apart.
+    The window's largest and smallest values are kept as it slides (monotone queues), so a
+    series that has not moved by the least growth that could count (most of them) is judged
+    in O(1), not by the segment medians over every kept point."""
 
     def __init__(self, window_s: float, segments: int, min_growth: float, min_capacity_share: float = 0.0):
         self.window_s, self.segments, self.min_growth = window_s, segments, min_growth
         self.min_capacity_share = min_capacity_share
         self._pts: collections.deque = collections.deque()
+        # (time, value) of the points that are the window's largest (smallest) from there on
+        self._highs: collections.deque = collections.deque()
+        self._lows: collections.deque = collections.deque()
 
     def add(self, t: float, v: float) -> bool:
         """Record a point; True when a point was kept (the verdict may have changed)."""
         if self._pts and t - self._pts[-1][0] < self.window_s / 120:
             return False
-        self._pts.append((t, float(v)))
+        point = (t, float(v))
+        self._pts.append(point)
+        highs, lows = self._highs, self._lows
+        while highs and highs[-1][1] <= point[1]:
+            highs.pop()
+        highs.append(point)
+        while lows and lows[-1][1] >= point[1]:
+            lows.pop()
+        lows.append(point)
         while self._pts and t - self._pts[0][0] > self.window_s:
-            self._pts.popleft()
+            first = self._pts.popleft()[0]  # kept times rise: a queue's head is the oldest
+            if highs[0][0] == first:
+                highs.popleft()
+            if lows[0][0] == first:
+                lows.popleft()
         return True
 
     def growth(self, capacity: Optional[float] = None) -> Optional[tuple[float, float, float]]:
@@ -44,6 +62,19 @@ class Trend:
         pts = self._pts
         if len(pts) < 2 * self.segments or pts[-1][0] - pts[0][0] < 0.9 * self.window_s:
             return None
+        # The growth is a difference of two segment medians, at most the window's range; it
+        # counts from min_growth x the first median (>= the smallest value) or the capacity share.
+        low = self._lows[0][1]
+        need = self.min_growth * low if low > 0 else 0.0
+        if capacity is not None and self.min_capacity_share > 0:
+            need = min(need, self.min_capacity_share * capacity)
+        if self._highs[0][1] - low < need:
+            return None
+        return self._judge(capacity)
+
+    def _judge(self, capacity: Optional[float]) -> Optional[tuple[float, float, float]]:
+        """:meth:`growth` from the segment medians of every kept point (enough points, span)."""
+        pts = self._pts
         t0, span = pts[0][0], pts[-1][0] - pts[0][0]
         segs: list[list[float]] = [[] for _ in range(self.segments)]
         for t, v in pts:

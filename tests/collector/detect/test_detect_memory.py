@@ -138,3 +138,37 @@ def test_a_5_gib_per_hour_leak_on_an_80_gib_device_is_warned_within_30_minutes(s
 @pytest.mark.parametrize("seed", range(3))
 def test_a_steady_breathing_allocator_raises_no_leak_in_three_hours(seed):
     assert _allocator_run(seed, 0.0, 180) is None
+
+
+@settings(max_examples=200, deadline=None)
+@given(seed=st.integers(0, 10_000), shape=st.sampled_from(["flat", "noise", "leak", "step", "slow", "zero"]),
+       capacity=st.sampled_from([None, 1e9, 1e12]))
+def test_leak_trend_shortcut_gives_the_full_judgement(seed, shape, capacity):
+    """The trend's O(1) range check (the window's largest and smallest values kept as it slides)
+    gives the verdict of the segment medians over every kept point, point after point, and the
+    kept extremes are the window's."""
+    from stepwatch.collector.detect._memory import Trend
+
+    rng = random.Random(seed)
+    trend = Trend(1500.0, 6, 0.10, 0.02)
+    t, level = T0, 1e9
+    for i in range(500):
+        t += rng.choice([1.0, 5.0, 12.5, 13.0, 40.0])
+        if shape == "noise":
+            v = level + rng.gauss(0, 2e7)
+        elif shape == "leak":
+            v = level + (t - T0) * 1e5 + rng.gauss(0, 1e6)
+        elif shape == "step":
+            v = level * (1.5 if i > 250 else 1.0)
+        elif shape == "slow":
+            v = level + (t - T0) * 2e4
+        elif shape == "zero":
+            v = 0.0 if i % 7 else 1e6
+        else:
+            v = level
+        if trend.add(t, v):
+            values = [p[1] for p in trend._pts]
+            assert (trend._highs[0][1], trend._lows[0][1]) == (max(values), min(values))
+            full = trend._judge(capacity) if len(values) >= 12 and values and \
+                trend._pts[-1][0] - trend._pts[0][0] >= 0.9 * 1500.0 else None
+            assert trend.growth(capacity) == full
