@@ -86,7 +86,7 @@ class Ring:
         return col[size - (n - end):].tolist() + col[:end].tolist()
 
     def append(self, *row) -> None:
-        if self._nullable:
+        if self._nullable and None in row:
             row = tuple(_NONE[t] if v is None else v for t, v in zip(self._types, row))
         cols = self._cols
         if len(cols[0]) < self.maxlen:

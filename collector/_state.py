@@ -134,6 +134,7 @@ class RankState:
     wait_hist: Histogram = dataclasses.field(default_factory=lambda: Histogram(WAIT_BUCKETS))
     recent: Ring = dataclasses.field(default_factory=lambda: Ring("dd", RATIO_WINDOW))  # (wait, duration)
     recent_added: int = 0
+    recent_sums: Optional[tuple] = None  # (wait, duration) sums of ``recent`` once read; None after a batch
     trend: Ring = dataclasses.field(default_factory=lambda: Ring("Qdd", TREND_POINTS))  # (step, end, duration)
     last_step_time: Optional[float] = None
     allocator: Optional[agent_pb2.AllocatorSample] = None
@@ -156,22 +157,29 @@ class RankState:
     @property
     def dataloader_wait_ratio(self) -> Optional[float]:
         """Share of step time spent waiting for data over the last 100 steps, in [0, 1]."""
-        duration = sum(self.recent.column(1))
+        wait, duration = self.sums()
         if duration <= 0:
             return None
-        return min(1.0, max(0.0, sum(self.recent.column(0)) / duration))
+        return min(1.0, max(0.0, wait / duration))
 
     @property
     def recent_step_s(self) -> Optional[float]:
         """Mean step time over the last 100 steps."""
         n = min(self.recent_added, RATIO_WINDOW)
-        return sum(self.recent.column(1)) / n if n else None
+        return self.sums()[1] / n if n else None
+
+    def sums(self) -> tuple:
+        """(wait, duration) summed over ``recent``: taken when first read after a batch (a
+        scrape reads them once per rank; a rank sends several batches between scrapes)."""
+        if self.recent_sums is None:
+            self.recent_sums = (sum(self.recent.column(0)), sum(self.recent.column(1)))
+        return self.recent_sums
 
     def add_recent(self, waits: list, durations: list) -> None:
-        """Append (wait, duration) pairs to ``recent``. Its sums are taken when read (a scrape
-        reads them once per rank; a rank sends several batches between scrapes)."""
+        """Append (wait, duration) pairs to ``recent``."""
         self.recent.extend_columns(waits, durations)
         self.recent_added += len(waits)
+        self.recent_sums = None
 
     def session(self, session_id: str) -> _Session:
         if session_id not in self.sessions:
@@ -448,6 +456,7 @@ def _copy(st: RankState, light: bool = False) -> RankState:
     """Copy the mutable containers; protobuf samples are replaced, never mutated, so they are
     shared. ``light`` (a scrape): ``recent`` (its sums are kept), the page's step trend, the
     event list and the sessions (their steps_total is kept) are left empty."""
+    st.sums()  # (kept by a light copy, which has no ``recent``)
     dup = _clone(st)
     if light:  # a scrape reads only steps_total of the sessions
         dup.sessions, dup.evicted_steps = _NO_SESSIONS, st.steps_total

@@ -83,19 +83,20 @@ class Evidence:
             steps_, ends, durs, waits = r.pending
             for have, new in zip(r.pending, cols):
                 have.extend(new)
-            k, n = 0, len(durs)
-            while n - k >= _BLOCK:
-                j = k + _BLOCK
-                r.blocks.append(steps_[k], steps_[j - 1], ends[j - 1], median(durs[k:j]),
-                                median([w if w > 0.0 else 0.0 for w in waits[k:j]]))
-                k = j
-            if k:
+            full = len(durs) // _BLOCK * _BLOCK  # the steps of whole blocks, a block's columns at a time
+            if full:
+                starts = range(0, full, _BLOCK)
+                r.blocks.extend_columns(steps_[:full:_BLOCK], steps_[_BLOCK - 1:full:_BLOCK],
+                                        ends[_BLOCK - 1:full:_BLOCK], [median(durs[k:k + _BLOCK]) for k in starts],
+                                        [median(_no_negative(waits[k:k + _BLOCK])) for k in starts])
                 for col in r.pending:
-                    del col[:k]
-        r.host.extend((h.time_s, h.cpu_seconds) for h in batch.host)
-        r.gpu.extend((g.time_s, *(getattr(g, f) if g.HasField(f) else None for f in _GPU_FIELDS))
-                     for g in batch.gpu_samples)
-        r.alloc.extend((a.time_s, a.alloc_retries) for a in batch.allocator)
+                    del col[:full]
+        for h in batch.host:
+            r.host.append(h.time_s, h.cpu_seconds)
+        for g in batch.gpu_samples:
+            r.gpu.append(g.time_s, *[getattr(g, f) if g.HasField(f) else None for f in _GPU_FIELDS])
+        for a in batch.allocator:
+            r.alloc.append(a.time_s, a.alloc_retries)
         for w in batch.windows:
             if w.last_step >= w.first_step:
                 _keep_window(r.windows, w)
@@ -103,6 +104,11 @@ class Evidence:
     def forget(self, keys) -> None:
         for key in keys:
             self._ranks.pop(key, None)
+
+
+def _no_negative(waits: list) -> list:
+    """Waits with the negative ones as 0 (a list of positive waits as it is)."""
+    return waits if min(waits) > 0.0 else [w if w > 0.0 else 0.0 for w in waits]
 
 
 def _keep_window(kept: list, w: agent_pb2.WindowSummary) -> None:
