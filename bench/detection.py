@@ -52,7 +52,7 @@ def run_stepwatch(t: list, cfg) -> list[tuple[int, int]]:
         now += dt
         engine.step("bench", 0, i, now, dt)
         if engine.changed:
-            engine.changed = False
+            engine.take_touched()
             for a in book.update(now, engine.conditions()):
                 if a.state == "firing" and len(a.history) == 1:
                     raised.append((i, a.step))

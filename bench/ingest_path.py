@@ -61,7 +61,9 @@ def main() -> None:
             if seq % 12 == 0 and windows:
                 w = b.windows.add()
                 w.CopyFrom(windows[seq % len(windows)])
-                w.first_step, w.last_step = (seq - 1) * 20 + 1, (seq - 1) * 20 + 3
+                # (dated as the batch, as bench/collector_scale.py does: a window from the
+                # recording's own time would never come after an alert's onset)
+                w.first_step, w.last_step, w.start_time_s = (seq - 1) * 20 + 1, (seq - 1) * 20 + 3, 1.7e9 + seq * 5
             payloads.append(b.SerializeToString())
         gc.collect()
         cpu0 = time.process_time()

@@ -47,6 +47,7 @@ per step amortised (one sort of the baseline per block). Not thread-safe: one ca
 from __future__ import annotations
 
 import collections
+import itertools
 import math
 from typing import Optional
 
@@ -216,13 +217,14 @@ class DriftDetector:
     def _estimate_onset(self, ys: list, ref: float, level: float) -> int:
         """Index in ``ys`` (log block medians) of the maximum-likelihood start of a shift of
         ``level`` above ``ref`` (log units)."""
-        best, best_i, total = -math.inf, 0, 0.0
-        level = min(level, self._clip)
-        for i in range(len(ys) - 1, -1, -1):
-            total += min(ys[i] - ref, self._clip) - level / 2
-            if total > best:
-                best, best_i = total, i
-        return best_i
+        if not ys:
+            return 0
+        clip = self._clip
+        half = min(level, clip) / 2
+        # the gain of starting at each block, summed from the newest back (in C); the first
+        # (newest) start where the sum peaks
+        totals = list(itertools.accumulate([min(y - ref, clip) - half for y in reversed(ys)]))
+        return len(ys) - 1 - totals.index(max(totals))
 
     def _judge(self) -> bool:
         cfg, old = self.cfg, self.condition
@@ -253,10 +255,10 @@ class DriftDetector:
         cfg, mu = self.cfg, self._mu
         if len(self._run) < self._n or median(self._recent) - mu < _RAISE * math.log1p(cfg.info_ratio) / 2:
             return None
-        run = [(s, t, raw + mu) for s, t, _, raw in self._run]
-        onset = self._estimate_onset([y for _, _, y in run], mu, median(self._recent) - mu)
-        level = median(y for _, _, y in run[onset:][-_SUSTAINED_BLOCKS:]) - mu
-        blocks = len(run) - onset
+        ys = [raw + mu for raw in self._run.tail(3, len(self._run))]  # the run's log block medians
+        onset = self._estimate_onset(ys, mu, median(self._recent) - mu)
+        level = median(ys[onset:][-_SUSTAINED_BLOCKS:]) - mu
+        blocks = len(ys) - onset
         # Below the warning level the baseline test does not raise: a slow wobble of the job's
         # speed reaches a few percent against a lagged baseline; the local jump test decides.
         # The onset is chosen where the shift looks largest, so a few noisy blocks can look like
@@ -265,7 +267,7 @@ class DriftDetector:
         if blocks < max(self._n, self._n_time) or level < math.log1p(cfg.warning_ratio) * _RAISE \
                 or bound < math.log1p(cfg.info_ratio):
             return None
-        return mu, run[onset][:2]
+        return mu, self._run[onset][:2]
 
     def _by_jump(self) -> Optional[tuple[float, tuple[int, float]]]:
         """(level before, onset) of a local step up, or None: the last blocks' median against

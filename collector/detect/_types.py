@@ -127,7 +127,7 @@ def mad_sorted(s: list, center: float, drop: Optional[int] = None) -> float:
     given), in O(log n): the deviations below ``center`` and those at or above it are two
     ascending runs, and the k-th smallest of two sorted runs is a bisection."""
     if drop is None:
-        get, n = s.__getitem__, len(s)
+        return _mad_of_sorted(s, center)
     else:
         def get(x: int) -> float:
             return s[x if x < drop else x + 1]
@@ -153,6 +153,26 @@ def mad_sorted(s: list, center: float, drop: Optional[int] = None) -> float:
                 lo = i + 1
         best = center - get(p - lo) if lo > 0 else -math.inf
         return max(best, get(p + k - lo) - center) if k + 1 - lo > 0 else best
+
+    return kth(n // 2) if n % 2 else 0.5 * (kth(n // 2 - 1) + kth(n // 2))
+
+
+def _mad_of_sorted(s: list, center: float) -> float:
+    """:func:`mad_sorted` of the whole list, indexing it directly (the drift baseline's spread,
+    taken at every block)."""
+    n = len(s)
+    p = bisect.bisect_left(s, center)  # how many values lie below center
+
+    def kth(k: int) -> float:  # as in mad_sorted
+        lo, hi = max(0, k + 1 - (n - p)), min(k + 1, p)
+        while lo < hi:
+            i = (lo + hi) // 2
+            if center - s[p - 1 - i] >= s[p + k - i] - center:
+                hi = i
+            else:
+                lo = i + 1
+        best = center - s[p - lo] if lo > 0 else -math.inf
+        return max(best, s[p + k - lo] - center) if k + 1 - lo > 0 else best
 
     return kth(n // 2) if n % 2 else 0.5 * (kth(n // 2 - 1) + kth(n // 2))
 
