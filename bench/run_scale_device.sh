@@ -139,8 +139,33 @@ if [ "${PART:-}" = n ]; then
     run n_2cores --ranks 10000 --warmup-s 30 --duration-s 60 --ranks-per-connection 1 --scrape-every-s 15 \
         --collector-cpus 0,1
 fi
-for f in n_2cores m_2cores_b2b m_1core_a m_1core_b l_2cores_a l_1core l_2cores_b j_process j_thread k_process k_thread i_10000w_conn1_3replicas h_a1 h_b1 h_a2 h_b2 g_10000w_conn1 g_10000w_conn1_b2b f_small_conn1 f_10000w_conn1 f_10000w_conn1_b2b f_10000w_conn1_3replicas e_10000w_scrape15_conn1_mb500 e_3000w_scrape15_conn1 d_10000w_scrape15 d_10000w_scrape15_conn1 d_10000w_b2b before_3000w after_3000w_unpaced after_3000w after_10000w after_10000w_scrape15 before_10000 after_10000 after_10000_scrape15 after_small after_3replicas after_3000_scrape15 after_3replicas_scrape15; do
+# PART=o: the collector's Python per step in process before (b4c54ce) and after, three shapes
+# (the last past the leak trend's 25-minute window and the detectors' warm-up: the steady
+# state), alternated per shape; then py-spy of the collector at 10,000 ranks (one connection
+# per rank, one core) before and after.
+if [ "${PART:-}" = o ]; then
+    for shape in "1000 24 3" "256 100 2" "256 400 1"; do
+        set -- $shape
+        for v in before after; do
+            path=/tmp/sw; [ $v = before ] && path=/tmp/sw_old
+            PYTHONPATH=$path:/tmp/site taskset -c 3 python3 bench/ingest_path.py --ranks $1 --batches $2 \
+                --repeat $3 >> "$OUT/o_ingest_$v.json" 2>&1
+        done
+    done
+    profiled o_before_10000 /tmp/sw_old --ranks 10000 --ranks-per-connection 1 --per-rank unset --collector-cpus 0
+    profiled o_after_10000 /tmp/sw --ranks 10000 --ranks-per-connection 1 --collector-cpus 0
+fi
+# PART=p: the table's rows at the defaults with this code, scraped every 15 s: 100 / 1,000 /
+# 3,000 ranks and 10,000 on two cores (render process), 10,000 on one core (thread).
+if [ "${PART:-}" = p ]; then
+    run p_small_2cores --ranks 100 1000 3000 --warmup-s 10 --duration-s 40 --ranks-per-connection 1 \
+        --collector-cpus 0,1 --scrape-every-s 15
+    P2=(--ranks 10000 --warmup-s 30 --duration-s 60 --ranks-per-connection 1 --scrape-every-s 15)
+    run p_10000_2cores "${P2[@]}" --collector-cpus 0,1
+    run p_10000_1core "${P2[@]}" --collector-cpus 0
+fi
+for f in p_small_2cores p_10000_2cores p_10000_1core o_before_10000 o_after_10000 n_2cores m_2cores_b2b m_1core_a m_1core_b l_2cores_a l_1core l_2cores_b j_process j_thread k_process k_thread i_10000w_conn1_3replicas h_a1 h_b1 h_a2 h_b2 g_10000w_conn1 g_10000w_conn1_b2b f_small_conn1 f_10000w_conn1 f_10000w_conn1_b2b f_10000w_conn1_3replicas e_10000w_scrape15_conn1_mb500 e_3000w_scrape15_conn1 d_10000w_scrape15 d_10000w_scrape15_conn1 d_10000w_b2b before_3000w after_3000w_unpaced after_3000w after_10000w after_10000w_scrape15 before_10000 after_10000 after_10000_scrape15 after_small after_3replicas after_3000_scrape15 after_3replicas_scrape15; do
     [ -f "$OUT/$f.log" ] && tail -n +3 "$OUT/$f.log" | grep "^| [0-9]" | sed "s/^/$f /"
 done
-for f in ingest_before ingest_after; do [ -f "$OUT/$f.json" ] && sed "s/^/$f /" "$OUT/$f.json"; done
+for f in o_ingest_before o_ingest_after ingest_before ingest_after; do [ -f "$OUT/$f.json" ] && sed "s/^/$f /" "$OUT/$f.json"; done
 tar -czf "$OUT/scale_runs.tgz" -C "$OUT" $(cd "$OUT" && ls | grep -v scale_runs.tgz) && (cd "$OUT" && ls | grep -v scale_runs.tgz | xargs rm -f)
