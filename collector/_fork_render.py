@@ -68,44 +68,79 @@ def available() -> bool:
     return hasattr(os, "fork")
 
 
-def _cgroup_files(cgroup: str, *groups: tuple) -> Optional[list]:
-    """The contents of the first group of cgroup files (v2's, then v1's) that all read."""
-    for names in groups:
+def _levels(root: str, controller: str, proc: str) -> tuple[bool, list]:
+    """(cgroup v2?, this process's cgroup directories for ``controller``, its own first, then
+    each parent up to the mount's root). ``root`` is a v2 mount when it has cgroup.controllers
+    (the ``0::/path`` line of ``proc`` names the cgroup), else the v1 hierarchy is
+    ``root/controller`` (its line names the cgroup). Directories missing under the mount are
+    skipped: a container that sees its own cgroup as the mount's root keeps only the root."""
+    v2 = os.path.exists(os.path.join(root, "cgroup.controllers"))
+    mount, path = (root if v2 else os.path.join(root, controller)), ""
+    try:
+        with open(proc) as f:
+            lines = f.read().splitlines()
+    except OSError:
+        lines = []
+    for line in lines:
+        parts = line.split(":", 2)
+        if len(parts) == 3 and ((v2 and parts[0] == "0" and not parts[1])
+                                or (not v2 and controller in parts[1].split(","))):
+            path = parts[2].strip("/")
+            break
+    dirs = []
+    while True:
+        here = os.path.join(mount, path) if path else mount
+        if os.path.isdir(here):
+            dirs.append(here)
+        if not path:
+            return v2, dirs
+        path = os.path.dirname(path)
+
+
+def _read_all(dirs: list, *names: str) -> list:
+    """The files ``names`` read in each of ``dirs`` that has them all: [(text, ...)]."""
+    out = []
+    for d in dirs:
         try:
             texts = []
             for name in names:
-                with open(os.path.join(cgroup, name)) as f:
+                with open(os.path.join(d, name)) as f:
                     texts.append(f.read().strip())
-            return texts
         except OSError:
             continue
-    return None
+        out.append(tuple(texts))
+    return out
 
 
-def cores(cgroup: str = "/sys/fs/cgroup") -> float:
-    """CPU cores this process may use: its CPU affinity, capped by a cgroup CPU quota (v2
-    ``cpu.max``, v1 ``cpu.cfs_quota_us`` / ``cpu.cfs_period_us``; a container's CPU limit)."""
+def cores(root: str = "/sys/fs/cgroup", proc: str = "/proc/self/cgroup") -> float:
+    """CPU cores this process may use: its CPU affinity, capped by the CPU quota of its cgroup or
+    any parent (v2 ``cpu.max``, v1 ``cpu.cfs_quota_us`` / ``cpu.cfs_period_us``; a container's
+    CPU limit, a systemd unit's CPUQuota)."""
     n = float(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1))
-    texts = _cgroup_files(cgroup, ("cpu.max",), ("cpu/cpu.cfs_quota_us", "cpu/cpu.cfs_period_us"))
-    parts = " ".join(texts or ()).split()  # quota and period; "max" / -1: no quota
-    try:
-        if parts[0] not in ("max", "-1") and float(parts[1]) > 0:
-            n = min(n, float(parts[0]) / float(parts[1]))
-    except (ValueError, IndexError):
-        pass
+    v2, dirs = _levels(root, "cpu", proc)
+    if v2:  # "quota period" in one file
+        pairs = [tuple(text.split()) for (text,) in _read_all(dirs, "cpu.max")]
+    else:
+        pairs = _read_all(dirs, "cpu.cfs_quota_us", "cpu.cfs_period_us")
+    for pair in pairs:  # "max" / -1: no quota at that level
+        try:
+            quota, period = pair
+            if quota not in ("max", "-1") and float(period) > 0:
+                n = min(n, float(quota) / float(period))
+        except ValueError:
+            pass
     return n
 
 
-def memory_room(cgroup: str = "/sys/fs/cgroup") -> Optional[int]:
-    """Bytes left under this process's cgroup memory limit (v2 ``memory.max`` minus
-    ``memory.current``, v1 ``memory.limit_in_bytes`` minus ``memory.usage_in_bytes``), or None
-    without a limit."""
-    texts = _cgroup_files(cgroup, ("memory.max", "memory.current"),
-                          ("memory/memory.limit_in_bytes", "memory/memory.usage_in_bytes"))
-    if texts is None or not texts[0].isdigit() or not texts[1].isdigit():
-        return None  # no cgroup files, or v2's "max"
-    limit, used = int(texts[0]), int(texts[1])
-    return None if limit >= 1 << 60 else limit - used  # (v1 says "no limit" so)
+def memory_room(root: str = "/sys/fs/cgroup", proc: str = "/proc/self/cgroup") -> Optional[int]:
+    """Bytes left under the tightest memory limit of this process's cgroup and its parents (v2
+    ``memory.max`` minus ``memory.current``, v1 ``memory.limit_in_bytes`` minus
+    ``memory.usage_in_bytes``, at each level), or None without a limit."""
+    v2, dirs = _levels(root, "memory", proc)
+    names = ("memory.max", "memory.current") if v2 else ("memory.limit_in_bytes", "memory.usage_in_bytes")
+    rooms = [int(limit) - int(used) for limit, used in _read_all(dirs, *names)
+             if limit.isdigit() and used.isdigit() and int(limit) < 1 << 60]  # ("max", v1's "no limit")
+    return min(rooms) if rooms else None
 
 
 def _rss_bytes() -> int:

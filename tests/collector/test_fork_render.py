@@ -8,6 +8,8 @@ import gzip
 import os
 import time
 
+import pytest
+
 from test_metrics_modes import _rank_batch
 
 from collector_testlib import hello
@@ -142,6 +144,7 @@ def test_auto_renders_in_a_process_only_with_two_cores(tmp_path, monkeypatch):
 
     v2 = tmp_path / "v2"
     v2.mkdir()
+    (v2 / "cgroup.controllers").write_text("cpu memory\n")
     (v2 / "cpu.max").write_text("150000 100000\n")
     v1 = tmp_path / "v1" / "cpu"
     v1.mkdir(parents=True)
@@ -149,12 +152,14 @@ def test_auto_renders_in_a_process_only_with_two_cores(tmp_path, monkeypatch):
     (v1 / "cpu.cfs_period_us").write_text("100000\n")
     unlimited = tmp_path / "none"
     unlimited.mkdir()
+    (unlimited / "cgroup.controllers").write_text("cpu memory\n")
     (unlimited / "cpu.max").write_text("max 100000\n")
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2, 3, 4, 5})
-    assert _fork_render.cores(str(v2)) == 1.5
-    assert _fork_render.cores(str(tmp_path / "v1")) == 4.0
-    assert _fork_render.cores(str(unlimited)) == 6.0
-    assert _fork_render.cores(str(tmp_path / "missing")) == 6.0
+    proc = str(tmp_path / "no-proc-file")  # no line: the mount's root is the process's cgroup
+    assert _fork_render.cores(str(v2), proc) == 1.5
+    assert _fork_render.cores(str(tmp_path / "v1"), proc) == 4.0
+    assert _fork_render.cores(str(unlimited), proc) == 6.0
+    assert _fork_render.cores(str(tmp_path / "missing"), proc) == 6.0
     monkeypatch.setattr(_app, "cores", lambda: 6.0)
     assert _app.resolve_render("auto", True) == "process" and _app.resolve_render("thread", True) == "thread"
     assert _app.resolve_render("auto", False) == "thread"  # gRPC loaded first with its fork handlers on
@@ -178,11 +183,83 @@ def test_the_collector_turns_grpc_fork_handlers_off_before_grpc_loads():
         assert out.returncode == 0 and out.stdout.split() == want.split(), out.stderr
 
 
+def test_limits_are_read_in_the_process_own_cgroup_and_its_parents(tmp_path, monkeypatch):
+    """A collector in a nested cgroup (a systemd unit, a pod's container without a cgroup
+    namespace) is bound by its own cgroup's limits and its parents': the tightest counts, a
+    level without the files is passed over; a cgroup path missing under the mount (a container
+    that sees its own cgroup as the mount's root) leaves the root."""
+    v2 = tmp_path / "v2"
+    unit = v2 / "system.slice" / "stepwatch.service"
+    unit.mkdir(parents=True)
+    (v2 / "cgroup.controllers").write_text("cpu memory\n")
+    (v2 / "memory.max").write_text("max\n")
+    (v2 / "memory.current").write_text("9000000000\n")
+    (v2 / "system.slice" / "memory.max").write_text(f"{8 << 30}\n")  # the slice: 8 GiB, 6 used
+    (v2 / "system.slice" / "memory.current").write_text(f"{6 << 30}\n")
+    (v2 / "system.slice" / "cpu.max").write_text("300000 100000\n")
+    (unit / "memory.max").write_text(f"{4 << 30}\n")  # the unit: 4 GiB, 1 used
+    (unit / "memory.current").write_text(f"{1 << 30}\n")
+    (unit / "cpu.max").write_text("max 100000\n")
+    proc = tmp_path / "cgroup"
+    proc.write_text("0::/system.slice/stepwatch.service\n")
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(8)))
+    assert _fork_render.memory_room(str(v2), str(proc)) == 2 << 30  # the slice leaves less
+    assert _fork_render.cores(str(v2), str(proc)) == 3.0
+    v1 = tmp_path / "v1"
+    (v1 / "memory" / "docker" / "abc").mkdir(parents=True)
+    (v1 / "memory" / "docker" / "abc" / "memory.limit_in_bytes").write_text(f"{1 << 30}\n")
+    (v1 / "memory" / "docker" / "abc" / "memory.usage_in_bytes").write_text(f"{256 << 20}\n")
+    (v1 / "memory" / "memory.limit_in_bytes").write_text("9223372036854771712\n")
+    (v1 / "memory" / "memory.usage_in_bytes").write_text("1000\n")
+    proc.write_text("5:cpu,cpuacct:/docker/abc\n4:memory:/docker/abc\n0::/\n")
+    assert _fork_render.memory_room(str(v1), str(proc)) == 768 << 20
+    proc.write_text("4:memory:/docker/other\n")  # not under this mount: only its root
+    assert _fork_render.memory_room(str(v1), str(proc)) is None
+
+
+def test_memory_room_under_a_real_cgroup_limit():
+    """A process moved into a new memory cgroup with a limit reads that limit. (The mount's
+    root, which the collector read before, has no limit on this kind of machine.) Skipped
+    where cgroups cannot be made."""
+    import subprocess
+    import sys
+
+    root = "/sys/fs/cgroup"
+    v2 = os.path.exists(os.path.join(root, "cgroup.controllers"))
+    group = os.path.join(root if v2 else os.path.join(root, "memory"), f"stepwatch-test-{os.getpid()}")
+    try:
+        os.mkdir(group)
+    except OSError as exc:
+        pytest.skip(f"cannot make a cgroup here: {exc}")
+    limit = 512 << 20
+    try:
+        try:
+            with open(os.path.join(group, "memory.max" if v2 else "memory.limit_in_bytes"), "w") as f:
+                f.write(str(limit))
+        except OSError as exc:
+            pytest.skip(f"cannot set a memory limit here: {exc}")
+        code = ("import os, sys; f = open(sys.argv[1], 'w'); f.write(str(os.getpid())); f.close(); "
+                "from stepwatch.collector._fork_render import memory_room; print(memory_room())")
+        out = subprocess.run([sys.executable, "-c", code, os.path.join(group, "cgroup.procs")],
+                             capture_output=True, text=True, timeout=60)
+        assert out.returncode == 0, out.stderr
+        room = int(out.stdout)  # "None" (no limit seen) fails here
+        assert limit - (256 << 20) < room < limit, room  # the limit less what this small process uses
+    finally:
+        for _ in range(50):  # the child has exited; its cgroup empties a moment later
+            try:
+                os.rmdir(group)
+                break
+            except OSError:
+                time.sleep(0.1)
+
+
 def test_no_child_where_the_memory_limit_has_no_room(tmp_path, start_collector):
     """The cgroup memory files read (v2, v1, none); a collector whose limit would not hold a
     render process's copies renders on the thread and counts it."""
     v2 = tmp_path / "v2"
     v2.mkdir()
+    (v2 / "cgroup.controllers").write_text("cpu memory\n")
     (v2 / "memory.max").write_text("2147483648\n")
     (v2 / "memory.current").write_text("1610612736\n")
     v1 = tmp_path / "v1" / "memory"
@@ -191,12 +268,14 @@ def test_no_child_where_the_memory_limit_has_no_room(tmp_path, start_collector):
     (v1 / "memory.usage_in_bytes").write_text("1000\n")
     none = tmp_path / "none"
     none.mkdir()
+    (none / "cgroup.controllers").write_text("cpu memory\n")
     (none / "memory.max").write_text("max\n")
     (none / "memory.current").write_text("1000\n")
-    assert _fork_render.memory_room(str(v2)) == 512 << 20
-    assert _fork_render.memory_room(str(tmp_path / "v1")) is None
-    assert _fork_render.memory_room(str(none)) is None
-    assert _fork_render.memory_room(str(tmp_path / "missing")) is None
+    proc = str(tmp_path / "no-proc-file")
+    assert _fork_render.memory_room(str(v2), proc) == 512 << 20
+    assert _fork_render.memory_room(str(tmp_path / "v1"), proc) is None
+    assert _fork_render.memory_room(str(none), proc) is None
+    assert _fork_render.memory_room(str(tmp_path / "missing"), proc) is None
 
     running = start_collector(metrics_render="process")
     _feed(running, ranks=1)
