@@ -122,48 +122,16 @@ class SortedWindow:
         return mad_sorted(self._sorted, center)
 
 
-def mad_sorted(s: list, center: float, drop: Optional[int] = None) -> float:
-    """``median(abs(v - center) for v in s)`` of a sorted list ``s`` (without ``s[drop]`` when
-    given), in O(log n): the deviations below ``center`` and those at or above it are two
-    ascending runs, and the k-th smallest of two sorted runs is a bisection."""
-    if drop is None:
-        return _mad_of_sorted(s, center)
-    else:
-        def get(x: int) -> float:
-            return s[x if x < drop else x + 1]
-        n = len(s) - 1
-    lo, hi = 0, n
-    while lo < hi:  # p: how many values lie below center
-        mid = (lo + hi) // 2
-        if get(mid) < center:
-            lo = mid + 1
-        else:
-            hi = mid
-    p = lo
-
-    def kth(k: int) -> float:
-        # below[i] = center - get(p-1-i), above[j] = get(p+j) - center, both ascending; take the
-        # fewest from below such that the k+1 smallest are below[:i] + above[:k+1-i]
-        lo, hi = max(0, k + 1 - (n - p)), min(k + 1, p)
-        while lo < hi:
-            i = (lo + hi) // 2
-            if center - get(p - 1 - i) >= get(p + k - i) - center:
-                hi = i
-            else:
-                lo = i + 1
-        best = center - get(p - lo) if lo > 0 else -math.inf
-        return max(best, get(p + k - lo) - center) if k + 1 - lo > 0 else best
-
-    return kth(n // 2) if n % 2 else 0.5 * (kth(n // 2 - 1) + kth(n // 2))
-
-
-def _mad_of_sorted(s: list, center: float) -> float:
-    """:func:`mad_sorted` of the whole list, indexing it directly (the drift baseline's spread,
-    taken at every block)."""
+def mad_sorted(s: list, center: float) -> float:
+    """``median(abs(v - center) for v in s)`` of a sorted list ``s``, in O(log n): the
+    deviations below ``center`` and those at or above it are two ascending runs, and the k-th
+    smallest of two sorted runs is a bisection."""
     n = len(s)
     p = bisect.bisect_left(s, center)  # how many values lie below center
 
-    def kth(k: int) -> float:  # as in mad_sorted
+    def kth(k: int) -> float:
+        # below[i] = center - s[p-1-i], above[j] = s[p+j] - center, both ascending; take the
+        # fewest from below such that the k+1 smallest are below[:i] + above[:k+1-i]
         lo, hi = max(0, k + 1 - (n - p)), min(k + 1, p)
         while lo < hi:
             i = (lo + hi) // 2
@@ -177,21 +145,25 @@ def _mad_of_sorted(s: list, center: float) -> float:
     return kth(n // 2) if n % 2 else 0.5 * (kth(n // 2 - 1) + kth(n // 2))
 
 
+def _median_without(v: list, k: int) -> float:
+    """The median of the sorted list ``v`` without its element at ``k`` (the middle shifts by
+    at most one place)."""
+    m = len(v) - 1
+    hi = m // 2
+    b = v[hi] if hi < k else v[hi + 1]
+    if m % 2:
+        return b
+    return 0.5 * ((v[hi - 1] if hi - 1 < k else v[hi]) + b)
+
+
 def medians_without_each(values: list) -> list:
-    """``[median(values without values[i]) for i]`` in O(n log n) (sorted once; dropping one
-    element shifts the middle by at most one place). Needs at least two values."""
-    n = len(values)
-    order = sorted(range(n), key=values.__getitem__)
+    """``[median(values without values[i]) for i]`` in O(n log n) (sorted once). Needs at
+    least two values."""
+    order = sorted(range(len(values)), key=values.__getitem__)
     v = [values[i] for i in order]
-    m, out = n - 1, [0.0] * n
+    out = [0.0] * len(values)
     for k, i in enumerate(order):  # k: the dropped element's place in sorted order
-        hi = m // 2
-        b = v[hi] if hi < k else v[hi + 1]
-        if m % 2:
-            out[i] = b
-        else:
-            a = v[hi - 1] if hi - 1 < k else v[hi]
-            out[i] = 0.5 * (a + b)
+        out[i] = _median_without(v, k)
     return out
 
 
@@ -199,21 +171,14 @@ def mads_without_each(values: list, centers: list) -> list:
     """``[median(abs(v - centers[i]) for v in values without values[i]) for i]``: each value's
     leave-one-out MAD around its own center (the others' median, :func:`medians_without_each`,
     which takes two or three distinct values). The deviations around each distinct center are
-    sorted once; dropping one of them shifts the middle by at most one place. O(n log n) for
-    the lot. Needs at least two values."""
-    m = len(values) - 1
-    hi, out, by_center = m // 2, [0.0] * len(values), {}
+    sorted once. O(n log n) for the lot. Needs at least two values."""
+    out, by_center = [0.0] * len(values), {}
     for i, c in enumerate(centers):
         d = by_center.get(c)
         if d is None:
             d = by_center[c] = sorted([abs(v - c) for v in values])
-        k = bisect.bisect_left(d, abs(values[i] - c))  # the dropped deviation's place (an equal one's)
-        b = d[hi] if hi < k else d[hi + 1]
-        if m % 2:
-            out[i] = b
-        else:
-            a = d[hi - 1] if hi - 1 < k else d[hi]
-            out[i] = 0.5 * (a + b)
+        # the dropped deviation's place (an equal one's: the same values remain)
+        out[i] = _median_without(d, bisect.bisect_left(d, abs(values[i] - c)))
     return out
 
 
