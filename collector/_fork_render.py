@@ -86,6 +86,8 @@ def _levels(root: str, controller: str, proc: str) -> tuple[bool, list]:
         if len(parts) == 3 and ((v2 and parts[0] == "0" and not parts[1])
                                 or (not v2 and controller in parts[1].split(","))):
             path = parts[2].strip("/")
+            if ".." in path.split("/"):  # a cgroup outside this namespace's view: only the root
+                path = ""
             break
     dirs = []
     while True:

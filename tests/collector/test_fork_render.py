@@ -215,6 +215,8 @@ def test_limits_are_read_in_the_process_own_cgroup_and_its_parents(tmp_path, mon
     assert _fork_render.memory_room(str(v1), str(proc)) == 768 << 20
     proc.write_text("4:memory:/docker/other\n")  # not under this mount: only its root
     assert _fork_render.memory_room(str(v1), str(proc)) is None
+    proc.write_text("4:memory:/../../docker/abc\n")  # outside the namespace's view: only the root
+    assert _fork_render.memory_room(str(v1), str(proc)) is None
 
 
 def test_memory_room_under_a_real_cgroup_limit():
