@@ -71,6 +71,7 @@ def generator(index, ranks, args, ports, results, start_at, stop_at, scrape_from
         os.sched_setaffinity(0, {cpus[index % len(cpus)]})
     import grpc
 
+    from stepwatch.agent._sidecar._pacing import paced_interval, seal_due
     from stepwatch.proto.stepwatch.v1 import agent_pb2
 
     steps, gpu, host, alloc, windows = templates()
@@ -142,12 +143,12 @@ def generator(index, ranks, args, ports, results, start_at, stop_at, scrape_from
                     break
                 tick_at += args.period_s
                 made += args.steps_per_batch
-                want = min(30.0, max(args.period_s, pace[0])) if args.follow_ask else args.period_s
+                want = paced_interval(args.period_s, pace[0]) if args.follow_ask else args.period_s
                 if want != seal_every:
                     seal_every = want
                     if args.spread:
                         last_seal = now - rng.uniform(0.0, want)
-                if now - last_seal < seal_every - 0.25 * args.period_s:
+                if not seal_due(now, last_seal, seal_every, args.period_s):
                     continue
                 last_seal, n_steps, made = now, made, 0
                 seq += 1

@@ -11,7 +11,6 @@ flusher seals the last batch, the sender delivers it. The caller's thread waits 
 from __future__ import annotations
 
 import logging
-import math
 import os
 import random
 import shutil
@@ -28,6 +27,7 @@ from ._config import SidecarConfig
 from ._host import HostSampler, trainer_alive
 from ._log import LOG, OnceLog
 from ._nvml import NvmlSampler
+from ._pacing import paced_interval, seal_due
 from ._reader import Reader
 from ._records import Record
 from ._sender import Sender
@@ -241,7 +241,6 @@ def _remove_workdir(path: str) -> None:
         shutil.rmtree(path, ignore_errors=True)
 
 
-MAX_PACE_S = 30.0  # the longest batch interval a collector can ask for
 _PACED_MAX_STEPS = 5000  # ... and a paced batch is sealed early at this many steps (size bound)
 
 
@@ -267,7 +266,7 @@ class _Flusher(PeriodicService):
         """The collector asks for batches at most every ``ask_s`` seconds (0: no ask): the
         longer of that and the own interval, at most MAX_PACE_S (a broken collector cannot
         make a rank's data hours late). Takes effect from the next batch."""
-        interval = min(max(MAX_PACE_S, self._own_s), max(self._own_s, ask_s if math.isfinite(ask_s) else 0.0))
+        interval = paced_interval(self._own_s, ask_s)
         if interval != self._seal_every_s:
             LOG.info("sending a batch every %.1f s (the collector asks %.1f s; own setting %.1f s)",
                      interval, ask_s, self._own_s)
@@ -280,7 +279,7 @@ class _Flusher(PeriodicService):
         # Ticks stay at the own interval (the liveness check below needs them); a paced
         # batch is sealed every few ticks.
         now = time.monotonic()
-        if now - self._last_seal >= self._seal_every_s - 0.25 * self._own_s or \
+        if seal_due(now, self._last_seal, self._seal_every_s, self._own_s) or \
                 self._sidecar.batcher.held("step") >= _PACED_MAX_STEPS:
             self._last_seal = now
             self._sidecar.flush()

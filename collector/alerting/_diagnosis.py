@@ -16,7 +16,6 @@ arrives. Memory per rank is bounded (about 40 KB plus the windows). One caller a
 
 from __future__ import annotations
 
-import collections
 import dataclasses
 import statistics
 from typing import Optional
