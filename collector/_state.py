@@ -191,12 +191,23 @@ class RankState:
         return self.sessions[session_id]
 
 
-def _latest(current: Any, samples: Iterable[Any]) -> Any:
-    """The sample with the greatest ``time_s`` among ``current`` and ``samples``."""
+def own(msg: Any) -> Any:
+    """A standalone copy of ``msg``, a part of a parsed batch. Parsed messages share one arena:
+    a kept part keeps the whole batch alive (a window summary kept from a 4.5 KB batch held
+    21 KB; kept windows, events and latest samples were most of a rank's memory)."""
+    out = type(msg)()
+    out.CopyFrom(msg)
+    return out
+
+
+def _latest(current: Any, samples: Any) -> Any:
+    """The sample with the greatest ``time_s`` among ``current`` and ``samples`` (a repeated
+    field of a batch), copied out of the batch when it is one of them."""
+    best, new = current, None
     for sample in samples:
-        if current is None or sample.time_s >= current.time_s:
-            current = sample
-    return current
+        if best is None or sample.time_s >= best.time_s:
+            best = new = sample
+    return current if new is None else own(new)
 
 
 class CollectorState:
@@ -309,7 +320,7 @@ class CollectorState:
 
     def _apply(self, st: RankState, sess: _Session, batch: agent_pb2.Batch, steps: StepColumns) -> None:
         if batch.HasField("gpu"):
-            st.gpu = batch.gpu
+            st.gpu = own(batch.gpu)
         if len(steps):
             self._apply_steps(st, sess, steps)
         st.allocator = _latest(st.allocator, batch.allocator)
@@ -323,16 +334,16 @@ class CollectorState:
             if len(ev.message) > MAX_EVENT_MESSAGE_CHARS:
                 ev.message = ev.message[:MAX_EVENT_MESSAGE_CHARS]
                 self.trimmed["event_message"] += 1
-            st.events.append(ev)
+            st.events.append(own(ev))
         if batch.HasField("stats"):
             old = st.stats.records_dropped if st.stats is not None else 0
             self.records_dropped += max(0, batch.stats.records_dropped - old)
-            st.stats = batch.stats
+            st.stats = own(batch.stats)
         for w in batch.windows:
             self._trim_window(w)
-        st.windows.extend(batch.windows)
+            st.windows.append(own(w))
         if batch.traces:
-            self.traces.add(st.job, st.rank, st.hello.host, batch.traces)
+            self.traces.add(st.job, st.rank, st.hello.host, map(own, batch.traces))
 
     def _trim_window(self, w: agent_pb2.WindowSummary) -> None:
         """Bound what one window holds: at most MAX_WINDOW_NAMES kernels and ops (the largest),

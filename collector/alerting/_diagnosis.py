@@ -24,6 +24,7 @@ from stepwatch.proto.stepwatch.v1 import agent_pb2
 
 from .._columns import StepColumns, step_columns
 from .._ring import Ring
+from .._state import own
 from ..detect._types import median
 
 __all__ = ["Evidence", "Diagnosis", "diagnose", "compare_windows", "fmt"]
@@ -98,7 +99,7 @@ class Evidence:
             r.alloc.append(a.time_s, a.alloc_retries)
         for w in batch.windows:
             if w.last_step >= w.first_step:
-                _keep_window(r.windows, w)
+                _keep_window(r.windows, own(w))
 
     def forget(self, keys) -> None:
         for key in keys:
