@@ -7,9 +7,10 @@ One collector process, or ``--replicas`` with the jobs placed as the agents plac
 other CPUs), each holding its share of the ranks as gRPC streams, one TCP connection per
 ``--ranks-per-connection`` ranks (10). Every rank ticks every ``--period-s`` from a random first tick
 and sends a Batch on each tick (on every few when the collector paces it, as a sidecar's flusher
-does; ``--spread``), 20 steps made per tick; each batch has one GPU, host and allocator
-sample, and every ``--window-every`` batches a window summary (one per rank per minute at the
-defaults). The first half of ``--duration-s`` runs without scrapes, the second half scrapes
+does; ``--spread``), 20 steps made per tick; each batch has the GPU, host and allocator samples
+of the time it spans at ``--sample-hz`` (1 Hz: the agent's NVML, psutil and memory_stats
+intervals; at least one each; 0: one each, as runs before 2026-11-24's sixth session sent), and
+every ``--window-every`` batches a window summary (one per rank per minute at the defaults). The first half of ``--duration-s`` runs without scrapes, the second half scrapes
 /metrics back to back (gzip, as Prometheus asks).
 Measured: ack latency p50/p99 without and during scrapes, batches sent/acked, stream errors,
 scrape time and size, collector CPU (cores, and seconds per batch and per step, from the
@@ -81,16 +82,17 @@ def generator(index, ranks, args, ports, results, start_at, stop_at, scrape_from
     counts = {"sent": 0, "acked": 0, "errors": 0, "connect_failures": 0, "steps": 0,
               "unacked_warmup": 0, "unacked_quiet": 0, "unacked_scrape": 0, "streams_never_acked": 0}
 
-    def batch(seq, step0, now, with_window, n_steps):
+    def batch(seq, step0, now, with_window, n_steps, span_s):
         b = agent_pb2.Batch(seq=seq, sealed_time_s=now)
         for i in range(n_steps):
             s = b.steps.add()
             s.CopyFrom(steps[(step0 + i) % len(steps)])
             s.step, s.end_time_s = step0 + i + 1, now - (n_steps - i) * 0.01
+        n = max(1, round(span_s * args.sample_hz))  # samples of each kind over the batch's span
         for src, dst in ((gpu, b.gpu_samples), (host, b.host), (alloc, b.allocator)):
-            if src:
-                dst.add().CopyFrom(src[seq % len(src)])
-                dst[-1].time_s = now
+            for k in range(n if src else 0):
+                dst.add().CopyFrom(src[(seq * n + k) % len(src)])
+                dst[-1].time_s = now - (n - 1 - k) / args.sample_hz if args.sample_hz else now
         if with_window and windows:
             w = b.windows.add()
             w.CopyFrom(windows[seq % len(windows)])
@@ -150,10 +152,11 @@ def generator(index, ranks, args, ports, results, start_at, stop_at, scrape_from
                         last_seal = now - rng.uniform(0.0, want)
                 if not seal_due(now, last_seal, seal_every, args.period_s):
                     continue
+                span = now - last_seal if last_seal > 0 else args.period_s
                 last_seal, n_steps, made = now, made, 0
                 seq += 1
                 sent_at[seq] = (now, "warmup" if now < measure_at else "scrape" if now >= scrape_from else "quiet")
-                await queue.put(batch(seq, step0, now, seq % args.window_every == 0, n_steps))
+                await queue.put(batch(seq, step0, now, seq % args.window_every == 0, n_steps, span))
                 step0 += n_steps
                 counts["sent"] += 1
                 counts["steps"] += n_steps
@@ -413,7 +416,7 @@ def run_once(n, args):
     return {"ranks": n, "replicas": args.replicas, "ranks_per_connection": args.ranks_per_connection, "ranks_on_measured_replica": on_measured,
             "ranks_per_replica": [sum(1 for _, _, rep in ranks if rep == i) for i in range(args.replicas)],
             "per_rank": args.per_rank, "render": args.render, "scrape_every_s": args.scrape_every_s,
-            "period_s": args.period_s, "spread": args.spread, "duration_s": args.duration_s, **counts,
+            "period_s": args.period_s, "sample_hz": args.sample_hz, "spread": args.spread, "duration_s": args.duration_s, **counts,
             "warmup_s": args.warmup_s,
             "ack_ms_warmup": {"p50": 1e3 * (pct(warm, 0.5) or 0), "p99": 1e3 * (pct(warm, 0.99) or 0),
                               "max": 1e3 * max(warm, default=0)},
@@ -460,6 +463,8 @@ def main():
                    help="simulated ranks sharing one gRPC connection (real agents: 1 each)")
     p.add_argument("--period-s", type=float, default=5.0)
     p.add_argument("--steps-per-batch", type=int, default=20)
+    p.add_argument("--sample-hz", type=float, default=1.0, help="GPU, host and allocator samples per second of "
+                   "each kind in a batch (the agent's 1 Hz; 0: one of each per batch)")
     p.add_argument("--window-every", type=int, default=12, help="a window summary every this many batches")
     p.add_argument("--duration-s", type=float, default=40.0)
     p.add_argument("--warmup-s", type=float, default=0.0,

@@ -26,6 +26,9 @@ def main() -> None:
     p.add_argument("--ranks", type=int, default=1000)
     p.add_argument("--batches", type=int, default=24, help="batches per rank (20 steps each)")
     p.add_argument("--ranks-per-job", type=int, default=64)
+    p.add_argument("--samples-per-batch", type=int, default=1, help="GPU, host and allocator samples of each kind "
+                   "per batch (5: the agent's 1 Hz over a 5 s batch; 1: as recorded results before the sixth "
+                   "session)")
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--ticks", type=int, default=0, help="then time this many housekeeping ticks (expiry and "
                    "the time-based rules over every rank) on the fed state")
@@ -55,9 +58,11 @@ def main() -> None:
                 s = b.steps.add()
                 s.CopyFrom(steps[(seq * 20 + i) % len(steps)])
                 s.step, s.end_time_s = (seq - 1) * 20 + i + 1, 1.7e9 + seq * 5 - (20 - i) * 0.01
+            n = args.samples_per_batch
             for src, dst in ((gpu, b.gpu_samples), (host, b.host), (alloc, b.allocator)):
-                dst.add().CopyFrom(src[seq % len(src)])
-                dst[-1].time_s = 1.7e9 + seq * 5
+                for k in range(n):
+                    dst.add().CopyFrom(src[(seq * n + k) % len(src)])
+                    dst[-1].time_s = 1.7e9 + seq * 5 - (n - 1 - k) * 5 / n
             if seq % 12 == 0 and windows:
                 w = b.windows.add()
                 w.CopyFrom(windows[seq % len(windows)])
@@ -77,7 +82,8 @@ def main() -> None:
             t0 = time.process_time()
             pipe.housekeeping(1.7e9 + args.batches * 5 + 1 + i)
             ticks.append(1e3 * (time.process_time() - t0))
-    out = {"ranks": args.ranks, "batches_per_rank": args.batches, "us_per_step": sorted(results),
+    out = {"ranks": args.ranks, "batches_per_rank": args.batches, "samples_per_batch": args.samples_per_batch,
+           "us_per_step": sorted(results),
            **({"tick_ms": sorted(ticks)} if ticks else {}),
            "python": platform.python_version(), "machine": platform.platform(), "cpus": os.cpu_count()}
     print(json.dumps(out))

@@ -164,8 +164,23 @@ if [ "${PART:-}" = p ]; then
     run p_10000_2cores "${P2[@]}" --collector-cpus 0,1
     run p_10000_1core "${P2[@]}" --collector-cpus 0
 fi
-for f in p_small_2cores p_10000_2cores p_10000_1core o_before_10000 o_after_10000 n_2cores m_2cores_b2b m_1core_a m_1core_b l_2cores_a l_1core l_2cores_b j_process j_thread k_process k_thread i_10000w_conn1_3replicas h_a1 h_b1 h_a2 h_b2 g_10000w_conn1 g_10000w_conn1_b2b f_small_conn1 f_10000w_conn1 f_10000w_conn1_b2b f_10000w_conn1_3replicas e_10000w_scrape15_conn1_mb500 e_3000w_scrape15_conn1 d_10000w_scrape15 d_10000w_scrape15_conn1 d_10000w_b2b before_3000w after_3000w_unpaced after_3000w after_10000w after_10000w_scrape15 before_10000 after_10000 after_10000_scrape15 after_small after_3replicas after_3000_scrape15 after_3replicas_scrape15; do
+# PART=q: as p with the generator's samples at the agent's 1 Hz (--sample-hz, default since the
+# sixth session; p sent one of each per batch), and the in-process figures with five samples of
+# each kind per 5 s batch.
+if [ "${PART:-}" = q ]; then
+    Q=(--ranks 10000 --warmup-s 30 --duration-s 60 --ranks-per-connection 1 --scrape-every-s 15)
+    run q_10000_1core "${Q[@]}" --collector-cpus 0
+    run q_10000_2cores "${Q[@]}" --collector-cpus 0,1
+    run q_small_2cores --ranks 1000 3000 --warmup-s 10 --duration-s 40 --ranks-per-connection 1 \
+        --collector-cpus 0,1 --scrape-every-s 15
+    for v in before after; do
+        path=/tmp/sw; [ $v = before ] && path=/tmp/sw_old
+        PYTHONPATH=$path:/tmp/site taskset -c 3 python3 bench/ingest_path.py --ranks 1000 --batches 24 \
+            --samples-per-batch 5 --repeat 2 >> "$OUT/q_ingest_$v.json" 2>&1
+    done
+fi
+for f in q_10000_1core q_10000_2cores q_small_2cores p_small_2cores p_10000_2cores p_10000_1core o_before_10000 o_after_10000 n_2cores m_2cores_b2b m_1core_a m_1core_b l_2cores_a l_1core l_2cores_b j_process j_thread k_process k_thread i_10000w_conn1_3replicas h_a1 h_b1 h_a2 h_b2 g_10000w_conn1 g_10000w_conn1_b2b f_small_conn1 f_10000w_conn1 f_10000w_conn1_b2b f_10000w_conn1_3replicas e_10000w_scrape15_conn1_mb500 e_3000w_scrape15_conn1 d_10000w_scrape15 d_10000w_scrape15_conn1 d_10000w_b2b before_3000w after_3000w_unpaced after_3000w after_10000w after_10000w_scrape15 before_10000 after_10000 after_10000_scrape15 after_small after_3replicas after_3000_scrape15 after_3replicas_scrape15; do
     [ -f "$OUT/$f.log" ] && tail -n +3 "$OUT/$f.log" | grep "^| [0-9]" | sed "s/^/$f /"
 done
-for f in o_ingest_before o_ingest_after ingest_before ingest_after; do [ -f "$OUT/$f.json" ] && sed "s/^/$f /" "$OUT/$f.json"; done
+for f in q_ingest_before q_ingest_after o_ingest_before o_ingest_after ingest_before ingest_after; do [ -f "$OUT/$f.json" ] && sed "s/^/$f /" "$OUT/$f.json"; done
 tar -czf "$OUT/scale_runs.tgz" -C "$OUT" $(cd "$OUT" && ls | grep -v scale_runs.tgz) && (cd "$OUT" && ls | grep -v scale_runs.tgz | xargs rm -f)
