@@ -53,16 +53,17 @@ def feed_batch(engine: DetectionEngine, job: str, rank: int, batch: agent_pb2.Ba
     if len(c):
         engine.steps(job, rank, c.step, c.end, c.dur, c.wait, c.tokens, c.profiled,
                      {i: phase_name(p) for i, p in c.phase.items()} if c.phase else None)
-    for a in batch.allocator:
-        engine.allocator(job, rank, AllocatorPoint(a.time_s, a.allocated_bytes, a.reserved_bytes,
-                                                   a.inactive_split_bytes, a.alloc_retries, a.ooms,
-                                                   a.device_total_bytes))
-    for g in batch.gpu_samples:
-        engine.gpu(job, rank, GpuPoint(g.time_s, _opt(g, "memory_used_bytes"), _opt(g, "memory_total_bytes"),
-                                       _opt(g, "clock_event_reasons"), _opt(g, "sm_clock_hertz"),
-                                       _opt(g, "temperature_celsius")))
-    for h in batch.host:
-        engine.host(job, rank, HostPoint(h.time_s, h.resident_memory_bytes), _opt(h, "host_memory_available_bytes"))
+    if batch.allocator:
+        engine.allocators(job, rank, [AllocatorPoint(a.time_s, a.allocated_bytes, a.reserved_bytes,
+                                                     a.inactive_split_bytes, a.alloc_retries, a.ooms,
+                                                     a.device_total_bytes) for a in batch.allocator])
+    if batch.gpu_samples:
+        engine.gpus(job, rank, [GpuPoint(g.time_s, _opt(g, "memory_used_bytes"), _opt(g, "memory_total_bytes"),
+                                         _opt(g, "clock_event_reasons"), _opt(g, "sm_clock_hertz"),
+                                         _opt(g, "temperature_celsius")) for g in batch.gpu_samples])
+    if batch.host:
+        engine.hosts(job, rank, [(HostPoint(h.time_s, h.resident_memory_bytes), _opt(h, "host_memory_available_bytes"))
+                                 for h in batch.host])
     for w in batch.windows:
         steps = w.last_step - w.first_step + 1 if w.last_step >= w.first_step > 0 else 0
         if steps and w.breakdown.step_time_s > 0:

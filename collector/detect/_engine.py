@@ -170,21 +170,43 @@ class DetectionEngine:
                 self._sync(s, s.conditions.values())
 
     def allocator(self, job: str, rank: int, p: AllocatorPoint) -> None:
+        self.allocators(job, rank, (p,))
+
+    def allocators(self, job: str, rank: int, points: Sequence[AllocatorPoint]) -> None:
+        """:meth:`allocator` for each of a batch's samples, in order."""
         r = self._rank(job, rank)
-        if self.cfg.enabled and self.cfg.memory.enabled and (r.memory.allocator(p) or r.memory.conditions):
-            self._sync(r.memory, r.memory.conditions.values())
+        if self.cfg.enabled and self.cfg.memory.enabled:
+            memory = r.memory
+            for p in points:
+                if memory.allocator(p) or memory.conditions:
+                    self._sync(memory, memory.conditions.values())
 
     def gpu(self, job: str, rank: int, p: GpuPoint) -> None:
+        self.gpus(job, rank, (p,))
+
+    def gpus(self, job: str, rank: int, points: Sequence[GpuPoint]) -> None:
+        """:meth:`gpu` for each of a batch's samples, in order."""
         r = self._rank(job, rank)
-        r.memory.gpu(p)
-        if self.cfg.enabled and self.cfg.gpu.enabled:
-            r.throttle = throttle_condition(self.cfg.gpu, job, rank, p, r.throttle, r.live.last_step)
-            self._sync(("throttle", job, rank), [r.throttle] if r.throttle else [])
+        judge = self.cfg.enabled and self.cfg.gpu.enabled
+        for p in points:
+            r.memory.gpu(p)
+            if judge:
+                old = r.throttle
+                r.throttle = throttle_condition(self.cfg.gpu, job, rank, p, old, r.live.last_step)
+                if r.throttle is not None or old is not None:  # (neither: nothing held to sync)
+                    self._sync(("throttle", job, rank), [r.throttle] if r.throttle else [])
 
     def host(self, job: str, rank: int, p: HostPoint, available_bytes: Optional[int] = None) -> None:
+        self.hosts(job, rank, ((p, available_bytes),))
+
+    def hosts(self, job: str, rank: int, points: Sequence[tuple]) -> None:
+        """:meth:`host` for each ``(HostPoint, available bytes or None)`` of a batch, in order."""
         r = self._rank(job, rank)
-        if self.cfg.enabled and self.cfg.memory.enabled and (r.memory.host(p, available_bytes) or r.memory.conditions):
-            self._sync(r.memory, r.memory.conditions.values())
+        if self.cfg.enabled and self.cfg.memory.enabled:
+            memory = r.memory
+            for p, available in points:
+                if memory.host(p, available) or memory.conditions:
+                    self._sync(memory, memory.conditions.values())
 
     def connection(self, job: str, rank: int, connected: bool, disconnected_at: Optional[float]) -> None:
         """Live only: whether a rank has an open agent stream, and since when it has none."""

@@ -133,16 +133,18 @@ class MemoryDetector:
     def allocator(self, p: AllocatorPoint) -> bool:
         prev, self._alloc = self._alloc, p
         changed = self._fragmentation(p)
-        for name, now_v, prev_v, sev, hold in (
-                ("StepwatchAllocRetries", p.alloc_retries, prev and prev.alloc_retries, WARNING, self.cfg.retry_hold_s),
-                ("StepwatchOOM", p.ooms, prev and prev.ooms, CRITICAL, self.cfg.oom_hold_s)):
-            if prev is not None and now_v > prev_v:
-                self._until[name] = p.time + hold
-                what = "cudaMalloc retries (cache flushes)" if sev == WARNING else "CUDA out-of-memory errors"
-                changed |= self._set(name, sev, f"{what} +{now_v - prev_v} (total {now_v}); "
-                                     f"reserved {fmt_bytes(p.reserved_bytes)} of {fmt_bytes(p.device_total_bytes)}",
-                                     p.time, 0.0)
-        changed |= self.tick(p.time)
+        if prev is not None and (p.alloc_retries > prev.alloc_retries or p.ooms > prev.ooms):
+            for name, now_v, prev_v, sev, hold in (
+                    ("StepwatchAllocRetries", p.alloc_retries, prev.alloc_retries, WARNING, self.cfg.retry_hold_s),
+                    ("StepwatchOOM", p.ooms, prev.ooms, CRITICAL, self.cfg.oom_hold_s)):
+                if now_v > prev_v:
+                    self._until[name] = p.time + hold
+                    what = "cudaMalloc retries (cache flushes)" if sev == WARNING else "CUDA out-of-memory errors"
+                    changed |= self._set(name, sev, f"{what} +{now_v - prev_v} (total {now_v}); "
+                                         f"reserved {fmt_bytes(p.reserved_bytes)} of {fmt_bytes(p.device_total_bytes)}",
+                                         p.time, 0.0)
+        if self.conditions:  # (a hold ends only for a condition held)
+            changed |= self.tick(p.time)
         if self._gpu_trend.add(p.time, p.allocated_bytes):
             changed |= self._leak("StepwatchGpuMemoryLeak", "GPU allocated memory", self._gpu_trend,
                                   p.allocated_bytes, p.device_total_bytes or None, p.time)
@@ -151,6 +153,8 @@ class MemoryDetector:
     def _fragmentation(self, p: AllocatorPoint) -> bool:
         cfg, active = self.cfg, "StepwatchAllocatorFragmentation" in self.conditions
         frag = p.inactive_split_bytes / p.reserved_bytes if p.reserved_bytes else 0.0
+        if not active and frag < cfg.fragmentation_ratio:
+            return False  # the usual sample: nothing to raise, nothing held
         full = self._fullness(p)
         hold = 0.8 if active else 1.0
         if frag >= hold * cfg.fragmentation_ratio and full >= cfg.near_capacity_ratio - (0.05 if active else 0):
