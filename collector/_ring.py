@@ -44,11 +44,13 @@ class Ring:
         """Append rows given column by column (equal-length lists): the same ring as
         ``append`` row by row, written with array slices."""
         k = len(columns[0])
-        if not k:
+        if k <= 1:
+            if k:
+                self.append(*[values[0] for values in columns])
             return
-        if self._nullable:
-            self.extend(zip(*columns))
-            return
+        if self._nullable:  # None stored as NaN / -1, a column at a time
+            columns = tuple([_NONE[t] if v is None else v for v in values] if None in values else values
+                            for t, values in zip(self._types, columns))
         cols, m = self._cols, self.maxlen
         room = m - len(cols[0])
         if room > 0:  # not full yet: the ring starts at 0

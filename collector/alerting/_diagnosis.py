@@ -91,12 +91,16 @@ class Evidence:
                                         [median(_no_negative(waits[k:k + _BLOCK])) for k in starts])
                 for col in r.pending:
                     del col[:full]
-        for h in batch.host:
-            r.host.append(h.time_s, h.cpu_seconds)
-        for g in batch.gpu_samples:
-            r.gpu.append(g.time_s, *[getattr(g, f) if g.HasField(f) else None for f in _GPU_FIELDS])
-        for a in batch.allocator:
-            r.alloc.append(a.time_s, a.alloc_retries)
+        if batch.host:
+            hs = batch.host
+            r.host.extend_columns([h.time_s for h in hs], [h.cpu_seconds for h in hs])
+        if batch.gpu_samples:
+            gs = batch.gpu_samples
+            r.gpu.extend_columns([g.time_s for g in gs],
+                                 *[[getattr(g, f) if g.HasField(f) else None for g in gs] for f in _GPU_FIELDS])
+        if batch.allocator:
+            al = batch.allocator
+            r.alloc.extend_columns([a.time_s for a in al], [a.alloc_retries for a in al])
         for w in batch.windows:
             if w.last_step >= w.first_step:
                 _keep_window(r.windows, own(w))

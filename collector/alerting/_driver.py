@@ -36,6 +36,15 @@ def _opt(msg, name):
     return getattr(msg, name) if msg.HasField(name) else None
 
 
+def _gpu_point(g) -> GpuPoint:
+    has = g.HasField
+    return GpuPoint(g.time_s, g.memory_used_bytes if has("memory_used_bytes") else None,
+                    g.memory_total_bytes if has("memory_total_bytes") else None,
+                    g.clock_event_reasons if has("clock_event_reasons") else None,
+                    g.sm_clock_hertz if has("sm_clock_hertz") else None,
+                    g.temperature_celsius if has("temperature_celsius") else None)
+
+
 def _trace_text(host: str, ref) -> str:
     """The alert's trace annotation: the collector's URL path once uploaded, else where it lies."""
     if ref.error or not ref.path:
@@ -58,9 +67,7 @@ def feed_batch(engine: DetectionEngine, job: str, rank: int, batch: agent_pb2.Ba
                                                      a.inactive_split_bytes, a.alloc_retries, a.ooms,
                                                      a.device_total_bytes) for a in batch.allocator])
     if batch.gpu_samples:
-        engine.gpus(job, rank, [GpuPoint(g.time_s, _opt(g, "memory_used_bytes"), _opt(g, "memory_total_bytes"),
-                                         _opt(g, "clock_event_reasons"), _opt(g, "sm_clock_hertz"),
-                                         _opt(g, "temperature_celsius")) for g in batch.gpu_samples])
+        engine.gpus(job, rank, [_gpu_point(g) for g in batch.gpu_samples])
     if batch.host:
         engine.hosts(job, rank, [(HostPoint(h.time_s, h.resident_memory_bytes), _opt(h, "host_memory_available_bytes"))
                                  for h in batch.host])

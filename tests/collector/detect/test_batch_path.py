@@ -35,6 +35,23 @@ def test_ring_extend_columns_and_tail_match_rows_appended_one_by_one(types, maxl
             assert by_columns.tail(c, tail) == want
 
 
+@settings(max_examples=200, deadline=None)
+@given(maxlen=st.integers(1, 12), data=st.data(),
+       chunks=st.lists(st.integers(0, 30), max_size=12))
+def test_nullable_ring_extend_columns_matches_rows_appended_one_by_one(maxlen, data, chunks):
+    """A nullable ring (the diagnosis evidence's GPU samples: absent fields are None) filled a
+    batch of columns at a time holds what rows appended one by one give, Nones included."""
+    by_rows, by_columns, value = Ring("dqd", maxlen, nullable=True), Ring("dqd", maxlen, nullable=True), 0
+    for k in chunks:
+        rows = [tuple(None if data.draw(st.booleans()) else float(value + i) if t == "d" else value + i
+                      for t in "dqd") for i in range(k)]
+        value += k
+        for row in rows:
+            by_rows.append(*row)
+        by_columns.extend_columns(*([row[c] for row in rows] for c in range(3)))
+        assert list(by_columns) == list(by_rows)
+
+
 def _job(seed: int, n: int) -> list:
     """(step, time, seconds) of a job with noise, pauses, a shift, bad values."""
     rng = random.Random(seed)
