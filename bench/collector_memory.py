@@ -1,0 +1,82 @@
+"""The collector's memory per rank as its state fills: recorded agent batches (as
+bench/ingest_path.py builds them, 20 steps every 5 s, GPU, host and allocator samples at the
+agent's 1 Hz, a window every minute) applied in process to N ranks; resident memory over the
+start after 90 s, 5 min, 15 min and ``--batches`` x 5 s of data. The diagnosis evidence keeps
+15 min of samples and 6,000 steps of blocks, the detectors up to 2,000 blocks: short benchmark
+runs see a fraction of the steady state.
+
+    python bench/collector_memory.py --ranks 1000 --batches 200
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import platform
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from collector_scale import templates  # noqa: E402
+
+
+def rss_bytes() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--ranks", type=int, default=1000)
+    p.add_argument("--batches", type=int, default=200, help="batches per rank (5 s of data each)")
+    p.add_argument("--samples-per-batch", type=int, default=5, help="GPU, host and allocator samples of each kind")
+    args = p.parse_args()
+
+    from stepwatch.collector._pipeline import Pipeline
+    from stepwatch.collector._state import CollectorState
+    from stepwatch.collector.alerting import Detection
+    from stepwatch.collector.detect import DetectionConfig
+    from stepwatch.proto.stepwatch.v1 import agent_pb2
+
+    steps, gpu, host, alloc, windows = templates()
+    start = rss_bytes()
+    pipe = Pipeline(CollectorState(300.0), [Detection(DetectionConfig(), log_changes=False)])
+    hellos = []
+    for r in range(args.ranks):
+        h = agent_pb2.Hello(job=f"job{r // 64:04d}", rank=r % 64, world_size=64, host=f"node-{r // 8}",
+                            session_id=f"s{r}", gpu=agent_pb2.GpuIdentity(index=r % 8, uuid=f"GPU-{r}",
+                                                                         name="NVIDIA H200"))
+        hellos.append((pipe.connect(h, 0.0), h))
+    rows, n = [], args.samples_per_batch
+    for seq in range(1, args.batches + 1):
+        b = agent_pb2.Batch(seq=seq, sealed_time_s=1.7e9 + seq * 5)
+        for i in range(20):
+            s = b.steps.add()
+            s.CopyFrom(steps[(seq * 20 + i) % len(steps)])
+            s.step, s.end_time_s = (seq - 1) * 20 + i + 1, 1.7e9 + seq * 5 - (20 - i) * 0.01
+        for src, dst in ((gpu, b.gpu_samples), (host, b.host), (alloc, b.allocator)):
+            for k in range(n):
+                dst.add().CopyFrom(src[(seq * n + k) % len(src)])
+                dst[-1].time_s = 1.7e9 + seq * 5 - (n - 1 - k) * 5 / n
+        if seq % 12 == 0:
+            w = b.windows.add()
+            w.CopyFrom(windows[seq % len(windows)])
+            w.first_step, w.last_step, w.start_time_s = (seq - 1) * 20 + 1, (seq - 1) * 20 + 3, 1.7e9 + seq * 5
+        data = b.SerializeToString()
+        for key, h in hellos:
+            pipe.batch(key, h, agent_pb2.Batch.FromString(data), 1.7e9 + seq * 5)
+        if seq in (18, 60, 180) or seq == args.batches:
+            gc.collect()
+            grown = rss_bytes() - start
+            rows.append({"data_s": seq * 5, "rss_mb": round(grown / 1e6, 1), "kb_per_rank": round(grown / 1e3 / args.ranks, 1)})
+            print(f"{seq * 5:>5} s of data: {grown / 1e6:.0f} MB over the start, "
+                  f"{grown / 1e3 / args.ranks:.0f} KB per rank", file=sys.stderr, flush=True)
+    print(json.dumps({"command": "python bench/collector_memory.py " + " ".join(sys.argv[1:]),
+                      "ranks": args.ranks, "samples_per_batch": n, "rows": rows, "python": platform.python_version(),
+                      "machine": platform.platform(), "time": time.strftime("%Y-%m-%d")}))
+
+
+if __name__ == "__main__":
+    main()
