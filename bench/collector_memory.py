@@ -20,6 +20,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from collector_scale import templates  # noqa: E402
+from ingest_path import recorded_batch  # noqa: E402
 
 
 def rss_bytes() -> int:
@@ -40,7 +41,7 @@ def main() -> None:
     from stepwatch.collector.detect import DetectionConfig
     from stepwatch.proto.stepwatch.v1 import agent_pb2
 
-    steps, gpu, host, alloc, windows = templates()
+    parts = templates()
     start = rss_bytes()
     pipe = Pipeline(CollectorState(300.0), [Detection(DetectionConfig(), log_changes=False)])
     hellos = []
@@ -51,19 +52,7 @@ def main() -> None:
         hellos.append((pipe.connect(h, 0.0), h))
     rows, n = [], args.samples_per_batch
     for seq in range(1, args.batches + 1):
-        b = agent_pb2.Batch(seq=seq, sealed_time_s=1.7e9 + seq * 5)
-        for i in range(20):
-            s = b.steps.add()
-            s.CopyFrom(steps[(seq * 20 + i) % len(steps)])
-            s.step, s.end_time_s = (seq - 1) * 20 + i + 1, 1.7e9 + seq * 5 - (20 - i) * 0.01
-        for src, dst in ((gpu, b.gpu_samples), (host, b.host), (alloc, b.allocator)):
-            for k in range(n):
-                dst.add().CopyFrom(src[(seq * n + k) % len(src)])
-                dst[-1].time_s = 1.7e9 + seq * 5 - (n - 1 - k) * 5 / n
-        if seq % 12 == 0:
-            w = b.windows.add()
-            w.CopyFrom(windows[seq % len(windows)])
-            w.first_step, w.last_step, w.start_time_s = (seq - 1) * 20 + 1, (seq - 1) * 20 + 3, 1.7e9 + seq * 5
+        b = recorded_batch(parts, seq, n)
         data = b.SerializeToString()
         for key, h in hellos:
             pipe.batch(key, h, agent_pb2.Batch.FromString(data), 1.7e9 + seq * 5)

@@ -21,6 +21,31 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from collector_scale import templates  # noqa: E402
 
 
+def recorded_batch(parts: tuple, seq: int, samples: int):
+    """Batch ``seq`` of one rank, from the recording's ``parts`` (bench/collector_scale.py's
+    templates()): 20 steps ending at 1.7e9 + 5 x seq, ``samples`` GPU, host and allocator
+    samples of each kind over those 5 s, a window every 12th batch."""
+    from stepwatch.proto.stepwatch.v1 import agent_pb2
+
+    steps, gpu, host, alloc, windows = parts
+    b = agent_pb2.Batch(seq=seq, sealed_time_s=1.7e9 + seq * 5)
+    for i in range(20):
+        s = b.steps.add()
+        s.CopyFrom(steps[(seq * 20 + i) % len(steps)])
+        s.step, s.end_time_s = (seq - 1) * 20 + i + 1, 1.7e9 + seq * 5 - (20 - i) * 0.01
+    for src, dst in ((gpu, b.gpu_samples), (host, b.host), (alloc, b.allocator)):
+        for k in range(samples):
+            dst.add().CopyFrom(src[(seq * samples + k) % len(src)])
+            dst[-1].time_s = 1.7e9 + seq * 5 - (samples - 1 - k) * 5 / samples
+    if seq % 12 == 0 and windows:
+        w = b.windows.add()
+        w.CopyFrom(windows[seq % len(windows)])
+        # (dated as the batch, as bench/collector_scale.py does: a window from the recording's
+        # own time would never come after an alert's onset)
+        w.first_step, w.last_step, w.start_time_s = (seq - 1) * 20 + 1, (seq - 1) * 20 + 3, 1.7e9 + seq * 5
+    return b
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--ranks", type=int, default=1000)
@@ -40,7 +65,7 @@ def main() -> None:
     from stepwatch.collector.detect import DetectionConfig
     from stepwatch.proto.stepwatch.v1 import agent_pb2
 
-    steps, gpu, host, alloc, windows = templates()
+    parts = templates()
     results, ticks = [], []
     for _ in range(args.repeat):
         state = CollectorState(300.0)
@@ -51,25 +76,8 @@ def main() -> None:
                                 world_size=args.ranks_per_job, host=f"node-{r // 8}", session_id=f"s{r}",
                                 gpu=agent_pb2.GpuIdentity(index=r % 8, uuid=f"GPU-{r}", name="NVIDIA H200"))
             hellos.append((pipe.connect(h, 0.0), h))
-        payloads = []
-        for seq in range(1, args.batches + 1):
-            b = agent_pb2.Batch(seq=seq, sealed_time_s=1.7e9 + seq * 5)
-            for i in range(20):
-                s = b.steps.add()
-                s.CopyFrom(steps[(seq * 20 + i) % len(steps)])
-                s.step, s.end_time_s = (seq - 1) * 20 + i + 1, 1.7e9 + seq * 5 - (20 - i) * 0.01
-            n = args.samples_per_batch
-            for src, dst in ((gpu, b.gpu_samples), (host, b.host), (alloc, b.allocator)):
-                for k in range(n):
-                    dst.add().CopyFrom(src[(seq * n + k) % len(src)])
-                    dst[-1].time_s = 1.7e9 + seq * 5 - (n - 1 - k) * 5 / n
-            if seq % 12 == 0 and windows:
-                w = b.windows.add()
-                w.CopyFrom(windows[seq % len(windows)])
-                # (dated as the batch, as bench/collector_scale.py does: a window from the
-                # recording's own time would never come after an alert's onset)
-                w.first_step, w.last_step, w.start_time_s = (seq - 1) * 20 + 1, (seq - 1) * 20 + 3, 1.7e9 + seq * 5
-            payloads.append(b.SerializeToString())
+        payloads = [recorded_batch(parts, seq, args.samples_per_batch).SerializeToString()
+                    for seq in range(1, args.batches + 1)]
         gc.collect()
         cpu0 = time.process_time()
         for data in payloads:  # a batch of every rank, then the next: the order they arrive in
