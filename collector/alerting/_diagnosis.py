@@ -11,7 +11,8 @@ contributors by their change in milliseconds per step against the step-time chan
 
 Phases (forward, backward, optimizer, communication, other) need a profiler window on each
 side of the onset; until one exists after it the diagnosis says so and is refreshed when it
-arrives. Memory per rank is bounded (about 40 KB plus the windows). One caller at a time.
+arrives. Memory per rank is bounded: about 100 KB of rings once full (the GPU samples' half of
+it) plus 16 window summaries, copied out of their batches. One caller at a time.
 """
 
 from __future__ import annotations
