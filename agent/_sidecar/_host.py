@@ -31,7 +31,8 @@ def trainer_alive(pid: int) -> bool:
 
 
 class HostSampler(PeriodicService):
-    """Samples the trainer process every ``interval_s`` seconds into ``batcher`` ("host").
+    """Samples the trainer process into ``batcher`` ("host") when started, then every
+    ``interval_s`` seconds.
 
     The sidecar itself (``own_pid``) is not counted among the trainer's children. Counters the
     platform or permissions do not allow (io_counters: AccessDenied) stay absent, logged once.
@@ -42,7 +43,8 @@ class HostSampler(PeriodicService):
         self._batcher = batcher
         self._pid = pid
         self._own_pid = os.getpid() if own_pid is None else own_pid
-        super().__init__("stepwatch-host", interval_s)
+        # The first sample at once: a job shorter than the interval still reports its process.
+        super().__init__("stepwatch-host", interval_s, first_s=0.0)
         self._clock = clock
         self._proc: Optional[psutil.Process] = None
         self._io_ok = True

@@ -319,6 +319,22 @@ def test_host_sample_of_a_real_process():
     assert trainer_alive(os.getpid()) and not trainer_alive(2 ** 22 + 12345)
 
 
+def test_host_sampler_samples_at_once_when_started():
+    """A job shorter than the interval still reports its process: the first sample is taken
+    when the sampler starts, not an interval later (an end-to-end test of a 2-second job saw no
+    host sample once)."""
+    batcher = Batcher()
+    sampler = HostSampler(batcher, pid=os.getpid(), interval_s=60.0)
+    sampler.start()
+    try:
+        deadline = time.monotonic() + 10.0
+        while batcher.held("host") == 0 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert batcher.held("host") == 1
+    finally:
+        sampler.stop(time.monotonic() + 5.0)
+
+
 @pytest.mark.parametrize("steps", [0, 1, 3, 200, 5000])
 def test_spooled_batch_is_framed_without_parsing(steps):
     """The sender frames the spooled Batch bytes into an AgentMessage; the collector parses
