@@ -1,10 +1,11 @@
-"""A batch's step records read once, as columns.
+"""A batch's records read once, as columns.
 
 The collector's state, the diagnosis evidence and the detectors all want the same few fields
-of every step; attribute access on a protobuf message is what that costs (each reader took
-them again: three passes of five to eight reads per step). :func:`step_columns` reads every
-field once into plain lists that the readers walk with builtins (``max``, ``sum``, slicing,
-``zip``).
+of every step and sample; attribute access on a protobuf message is what that costs (each
+reader took them again: three passes of five to eight reads per step). :func:`step_columns`
+reads every field of the steps once into plain lists that the readers walk with builtins
+(``max``, ``sum``, slicing, ``zip``); :class:`SampleColumns` does the same for the samples, a
+field when first asked for.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Optional
 
 from stepwatch.proto.stepwatch.v1 import agent_pb2
 
-__all__ = ["StepColumns", "step_columns"]
+__all__ = ["SampleColumns", "Samples", "StepColumns", "step_columns"]
 
 
 class StepColumns:
@@ -79,3 +80,66 @@ def step_columns(batch: agent_pb2.Batch) -> StepColumns:
                        _optional(records, "tokens", tokens), _optional(records, "samples", samples),
                        tuple(i for i, flag in enumerate(profiled) if flag) if any(profiled) else (),
                        {i: p for i, p in enumerate(phase) if p} if any(phase) else None)
+
+
+_GETTERS: dict = {}
+
+
+class Samples:
+    """One kind of a batch's samples (a repeated field: GPU, host or allocator), read a field at
+    a time when a reader first asks for it, each field once however many readers ask.
+
+    Before, each reader walked the records itself: the diagnosis evidence asked ``HasField``
+    and read six GPU fields per sample, the detectors built a point object per sample from five
+    more, the state compared every ``time_s``. At the agents' 1 Hz (20 samples of each kind in a
+    paced 20 s batch) that was most of the collector's per-batch work
+    (bench/results/ingest_path_2core.md, seventh session)."""
+
+    __slots__ = ("records", "_read")
+
+    def __init__(self, records) -> None:
+        self.records = list(records)  # (iterating the repeated field makes a wrapper per record each time)
+        self._read: dict = {}
+
+    def __len__(self) -> int:
+        return len(self.records)
+
+    def __getitem__(self, name: str) -> list:
+        """The field's values, in batch order (an unset field reads 0)."""
+        col = self._read.get(name)
+        if col is None:
+            get = _GETTERS.get(name)
+            if get is None:
+                get = _GETTERS[name] = operator.attrgetter(name)
+            col = self._read[name] = list(map(get, self.records))
+        return col
+
+    def optional(self, name: str) -> list:
+        """An optional field's values with None where a sample does not carry it. Presence is
+        asked only of the samples that read 0 (a non-zero value is set)."""
+        key = "?" + name
+        col = self._read.get(key)
+        if col is None:
+            values = self[name]
+            col = self._read[key] = values if all(values) else [
+                v if v or r.HasField(name) else None for v, r in zip(values, self.records)]
+        return col
+
+    def latest(self) -> int:
+        """The index of the sample with the greatest time (the last of equal times); -1 when none."""
+        times = self["time_s"]
+        if not times:
+            return -1
+        top = max(times)
+        return len(times) - 1 - times[::-1].index(top)
+
+
+class SampleColumns:
+    """A batch's GPU, host and allocator samples as :class:`Samples` (empty when it has none)."""
+
+    __slots__ = ("gpu", "host", "allocator")
+
+    def __init__(self, batch: agent_pb2.Batch) -> None:
+        self.gpu = Samples(batch.gpu_samples)
+        self.host = Samples(batch.host)
+        self.allocator = Samples(batch.allocator)

@@ -9,8 +9,8 @@
 The live collector and ``stepwatch replay`` build the same Pipeline; live, ``now`` is the
 collector's clock, in replay the recording's. One caller at a time (the event loop thread, or
 the replay loop). A listener is any object with some of ``on_connect(hello, now)``,
-``on_batch(hello, batch, now, steps)`` (``steps``: the batch's step records as columns, read
-once for everyone: collector/_columns.py), ``on_disconnect(hello, now)``, ``forget(keys)`` and
+``on_batch(hello, batch, now, steps, samples)`` (``steps``, ``samples``: the batch's step
+records and samples as columns, read once for everyone: collector/_columns.py), ``on_disconnect(hello, now)``, ``forget(keys)`` and
 ``tick(now, connections)``; the methods it lacks are skipped.
 """
 
@@ -21,7 +21,7 @@ from typing import Sequence
 
 from stepwatch.proto.stepwatch.v1 import agent_pb2
 
-from ._columns import step_columns
+from ._columns import SampleColumns, step_columns
 from ._sanitize import drop_nonfinite
 from ._state import CollectorState, RankKey
 
@@ -55,10 +55,11 @@ class Pipeline:
             self.state.count_nonfinite(dropped)
             if not finite:
                 steps = step_columns(batch)  # without the dropped steps
-        if not self.state.apply_batch(key, hello.session_id, batch, now, steps):
+        samples = SampleColumns(batch)  # (after the drop: it takes the records as they are now)
+        if not self.state.apply_batch(key, hello.session_id, batch, now, steps, samples):
             return False
         for call in self._each("on_batch"):
-            call(hello, batch, now, steps)
+            call(hello, batch, now, steps, samples)
         return True
 
     def disconnect(self, key: RankKey, hello: agent_pb2.Hello, now: float) -> None:

@@ -73,7 +73,7 @@ class Recorder:
     def on_connect(self, hello: agent_pb2.Hello, now: float) -> None:
         self._write(event_line("connect", now, hello))
 
-    def on_batch(self, hello: agent_pb2.Hello, batch: agent_pb2.Batch, now: float, steps=None) -> None:
+    def on_batch(self, hello: agent_pb2.Hello, batch: agent_pb2.Batch, now: float, steps=None, samples=None) -> None:
         self._write(event_line("batch", now, hello, batch))
 
     def on_disconnect(self, hello: agent_pb2.Hello, now: float) -> None:

@@ -18,7 +18,7 @@ from typing import Any, Callable, Iterable, Optional
 
 from stepwatch.proto.stepwatch.v1 import agent_pb2
 
-from ._columns import StepColumns, step_columns
+from ._columns import SampleColumns, Samples, StepColumns, step_columns
 from ._ring import Ring
 
 from ._traces import TraceBook
@@ -200,14 +200,13 @@ def own(msg: Any) -> Any:
     return out
 
 
-def _latest(current: Any, samples: Any) -> Any:
-    """The sample with the greatest ``time_s`` among ``current`` and ``samples`` (a repeated
-    field of a batch), copied out of the batch when it is one of them."""
-    best, new = current, None
-    for sample in samples:
-        if best is None or sample.time_s >= best.time_s:
-            best = new = sample
-    return current if new is None else own(new)
+def _latest(current: Any, samples: Samples) -> Any:
+    """The sample with the greatest ``time_s`` among ``current`` and ``samples`` (the last of
+    equal times), copied out of the batch when it is one of them."""
+    i = samples.latest()
+    if i < 0 or (current is not None and samples["time_s"][i] < current.time_s):
+        return current
+    return own(samples.records[i])
 
 
 class CollectorState:
@@ -299,11 +298,13 @@ class CollectorState:
                 st.disconnected_at = now
 
     def apply_batch(self, key: RankKey, session_id: str, batch: agent_pb2.Batch, now: float,
-                    steps: Optional[StepColumns] = None) -> bool:
+                    steps: Optional[StepColumns] = None, samples: Optional[SampleColumns] = None) -> bool:
         """Apply ``batch``; return False (and change nothing but counters) for a duplicate seq.
-        ``steps``: the batch's step columns when the caller read them already."""
+        ``steps``, ``samples``: the batch's columns when the caller read them already."""
         if steps is None:
             steps = step_columns(batch)
+        if samples is None:
+            samples = SampleColumns(batch)
         with self._lock:
             self.batches_received += 1
             st = self._ranks.get(key)
@@ -315,17 +316,18 @@ class CollectorState:
                 self.batches_duplicate += 1
                 return False
             sess.max_seq = batch.seq
-            self._apply(st, sess, batch, steps)
+            self._apply(st, sess, batch, steps, samples)
             return True
 
-    def _apply(self, st: RankState, sess: _Session, batch: agent_pb2.Batch, steps: StepColumns) -> None:
+    def _apply(self, st: RankState, sess: _Session, batch: agent_pb2.Batch, steps: StepColumns,
+               samples: SampleColumns) -> None:
         if batch.HasField("gpu"):
             st.gpu = own(batch.gpu)
         if len(steps):
             self._apply_steps(st, sess, steps)
-        st.allocator = _latest(st.allocator, batch.allocator)
-        st.gpu_sample = _latest(st.gpu_sample, batch.gpu_samples)
-        st.host = _latest(st.host, batch.host)
+        st.allocator = _latest(st.allocator, samples.allocator)
+        st.gpu_sample = _latest(st.gpu_sample, samples.gpu)
+        st.host = _latest(st.host, samples.host)
         for ev in batch.events:
             kind = ev.kind[:64] or "unknown"
             if kind not in st.event_counts and len(st.event_counts) >= MAX_EVENT_KINDS:

@@ -23,7 +23,7 @@ from typing import Optional
 
 from stepwatch.proto.stepwatch.v1 import agent_pb2
 
-from .._columns import StepColumns, step_columns
+from .._columns import SampleColumns, StepColumns, step_columns
 from .._ring import Ring
 from .._state import own
 from ..detect._types import median
@@ -70,7 +70,7 @@ class Evidence:
         return self._ranks.get((job, rank))
 
     def on_batch(self, hello: agent_pb2.Hello, batch: agent_pb2.Batch, now: float,
-                 steps: Optional[StepColumns] = None) -> None:
+                 steps: Optional[StepColumns] = None, samples: Optional[SampleColumns] = None) -> None:
         r = self._ranks.get((hello.job, hello.rank))
         if r is None:
             r = self._ranks[hello.job, hello.rank] = _Rank()
@@ -92,16 +92,13 @@ class Evidence:
                                         [median(_no_negative(waits[k:k + _BLOCK])) for k in starts])
                 for col in r.pending:
                     del col[:full]
-        if batch.host:
-            hs = batch.host
-            r.host.extend_columns([h.time_s for h in hs], [h.cpu_seconds for h in hs])
-        if batch.gpu_samples:
-            gs = batch.gpu_samples
-            r.gpu.extend_columns([g.time_s for g in gs],
-                                 *[[getattr(g, f) if g.HasField(f) else None for g in gs] for f in _GPU_FIELDS])
-        if batch.allocator:
-            al = batch.allocator
-            r.alloc.extend_columns([a.time_s for a in al], [a.alloc_retries for a in al])
+        s = samples if samples is not None else SampleColumns(batch)
+        if len(s.host):
+            r.host.extend_columns(s.host["time_s"], s.host["cpu_seconds"])
+        if len(s.gpu):
+            r.gpu.extend_columns(s.gpu["time_s"], *[s.gpu.optional(f) for f in _GPU_FIELDS])
+        if len(s.allocator):
+            r.alloc.extend_columns(s.allocator["time_s"], s.allocator["alloc_retries"])
         for w in batch.windows:
             if w.last_step >= w.first_step:
                 _keep_window(r.windows, own(w))

@@ -17,7 +17,7 @@ from stepwatch.agent.contract import phase_name
 from stepwatch.agent.support import OnceLog
 from stepwatch.proto.stepwatch.v1 import agent_pb2
 
-from .._columns import StepColumns, step_columns
+from .._columns import SampleColumns, StepColumns, step_columns
 from ..detect import (SEVERITIES, AllocatorPoint, DetectionConfig, DetectionEngine, GpuPoint, HostPoint,
                       WindowPoint)
 from ._alertmanager import AlertmanagerClient
@@ -32,17 +32,9 @@ log = logging.getLogger("stepwatch.collector")
 SLOWDOWNS = ("StepwatchThroughputDrift", "StepwatchStragglerRank", "StepwatchGpuThrottled")
 
 
-def _opt(msg, name):
-    return getattr(msg, name) if msg.HasField(name) else None
-
-
-def _gpu_point(g) -> GpuPoint:
-    has = g.HasField
-    return GpuPoint(g.time_s, g.memory_used_bytes if has("memory_used_bytes") else None,
-                    g.memory_total_bytes if has("memory_total_bytes") else None,
-                    g.clock_event_reasons if has("clock_event_reasons") else None,
-                    g.sm_clock_hertz if has("sm_clock_hertz") else None,
-                    g.temperature_celsius if has("temperature_celsius") else None)
+_GPU_POINT = ("memory_used_bytes", "memory_total_bytes", "clock_event_reasons", "sm_clock_hertz", "temperature_celsius")
+_ALLOCATOR_POINT = ("allocated_bytes", "reserved_bytes", "inactive_split_bytes", "alloc_retries", "ooms",
+                    "device_total_bytes")
 
 
 def _trace_text(host: str, ref) -> str:
@@ -56,21 +48,23 @@ def _trace_text(host: str, ref) -> str:
 
 
 def feed_batch(engine: DetectionEngine, job: str, rank: int, batch: agent_pb2.Batch,
-               steps: Optional[StepColumns] = None) -> None:
+               steps: Optional[StepColumns] = None, samples: Optional[SampleColumns] = None) -> None:
     """Hand one batch's step, allocator, NVML and host samples to ``engine``."""
     c = steps if steps is not None else step_columns(batch)
     if len(c):
         engine.steps(job, rank, c.step, c.end, c.dur, c.wait, c.tokens, c.profiled,
                      {i: phase_name(p) for i, p in c.phase.items()} if c.phase else None)
-    if batch.allocator:
-        engine.allocators(job, rank, [AllocatorPoint(a.time_s, a.allocated_bytes, a.reserved_bytes,
-                                                     a.inactive_split_bytes, a.alloc_retries, a.ooms,
-                                                     a.device_total_bytes) for a in batch.allocator])
-    if batch.gpu_samples:
-        engine.gpus(job, rank, [_gpu_point(g) for g in batch.gpu_samples])
-    if batch.host:
-        engine.hosts(job, rank, [(HostPoint(h.time_s, h.resident_memory_bytes), _opt(h, "host_memory_available_bytes"))
-                                 for h in batch.host])
+    s = samples if samples is not None else SampleColumns(batch)
+    if len(s.allocator):
+        a = s.allocator
+        engine.allocators(job, rank, list(map(AllocatorPoint, a["time_s"], *[a[f] for f in _ALLOCATOR_POINT])))
+    if len(s.gpu):
+        g = s.gpu
+        engine.gpus(job, rank, list(map(GpuPoint, g["time_s"], *[g.optional(f) for f in _GPU_POINT])))
+    if len(s.host):
+        h = s.host
+        engine.hosts(job, rank, list(zip(map(HostPoint, h["time_s"], h["resident_memory_bytes"]),
+                                         h.optional("host_memory_available_bytes"))))
     for w in batch.windows:
         steps = w.last_step - w.first_step + 1 if w.last_step >= w.first_step > 0 else 0
         if steps and w.breakdown.step_time_s > 0:
@@ -135,16 +129,18 @@ class Detection:
             self._log(exc)
 
     def on_batch(self, hello: agent_pb2.Hello, batch: agent_pb2.Batch, now: float,
-                 steps: Optional[StepColumns] = None) -> None:
+                 steps: Optional[StepColumns] = None, samples: Optional[SampleColumns] = None) -> None:
         try:
             if steps is None:
                 steps = step_columns(batch)
-            self.evidence.on_batch(hello, batch, now, steps)
+            if samples is None:
+                samples = SampleColumns(batch)
+            self.evidence.on_batch(hello, batch, now, steps, samples)
             for ref in batch.traces:
                 key = self._trace_alerts.pop(ref.request_id, None)
                 if key is not None:
                     self.book.annotate(key, trace=_trace_text(hello.host, ref))
-            feed_batch(self.engine, hello.job, hello.rank, batch, steps)
+            feed_batch(self.engine, hello.job, hello.rank, batch, steps, samples)
             if self.engine.changed:
                 self._update(now)
             rank = (hello.job, hello.rank)

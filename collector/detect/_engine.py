@@ -188,6 +188,11 @@ class DetectionEngine:
         """:meth:`gpu` for each of a batch's samples, in order."""
         r = self._rank(job, rank)
         judge = self.cfg.enabled and self.cfg.gpu.enabled
+        if points and r.throttle is None:
+            mask = self.cfg.gpu.throttle_mask
+            if not judge or not any(p.clock_event_reasons and p.clock_event_reasons & mask for p in points):
+                r.memory.gpu(points[-1])  # (no throttling held or seen: only the last sample is kept)
+                return
         for p in points:
             r.memory.gpu(p)
             if judge:

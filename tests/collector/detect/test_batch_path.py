@@ -194,3 +194,33 @@ def test_straggler_feed_many_matches_feed_when_a_batch_restarts_inside_an_open_b
                 one.feed(r, *row)
             many.feed_many(r, *([x[c] for x in rows] for c in range(4)))
             assert (many._cur, many._blocks, many.conditions) == (one._cur, one._blocks, one.conditions)
+
+
+@settings(max_examples=100, deadline=None)
+@given(seed=st.integers(0, 10_000))
+def test_engine_gpus_matches_the_rule_sample_by_sample(seed):
+    """A batch of GPU samples without any throttling held or seen keeps only its last sample;
+    the result must be what judging every sample in order gives (throttle_condition per sample,
+    the memory detector's latest sample), for batches that start, hold and end throttling."""
+    from stepwatch.collector.detect import GpuPoint
+    from stepwatch.collector.detect._liveness import throttle_condition
+
+    rng = random.Random(seed)
+    cfg = DetectionConfig()
+    engine = DetectionEngine(cfg)
+    held, t = None, 1.7e9
+    for _ in range(rng.randint(1, 12)):
+        points = []
+        for _ in range(rng.randint(0, 6)):
+            t += 1.0
+            reasons = rng.choice([None, 0, 0, 0, 1, 4, 8, 32, 64, 128])  # masked and unmasked bits
+            points.append(GpuPoint(t, rng.choice([None, 1 << 30]), 80 << 30, reasons,
+                                   rng.choice([None, 1.2e9]), rng.choice([None, 60.0])))
+        engine.gpus("j", 0, points)
+        for p in points:  # the rule, sample by sample
+            held = throttle_condition(cfg.gpu, "j", 0, p, held, None)
+        r = engine._rank("j", 0)
+        assert r.throttle == held
+        assert [c for c in engine.conditions() if c.alertname == "StepwatchGpuThrottled"] == ([held] if held else [])
+        if points:
+            assert r.memory._gpu == points[-1]

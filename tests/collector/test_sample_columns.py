@@ -1,0 +1,73 @@
+"""A batch's samples read as columns (collector/_columns.py: Samples, SampleColumns) give what
+reading every record directly gives: values, presence of optional counters (None where unset,
+0 where set to 0), the latest sample, and the detectors' points."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from stepwatch.collector._columns import SampleColumns
+from stepwatch.collector._state import _latest
+from stepwatch.collector.alerting._driver import _GPU_POINT
+from stepwatch.proto.stepwatch.v1 import agent_pb2
+
+# an optional counter: unset, set to 0, or set to a value
+_COUNT = st.one_of(st.none(), st.just(0), st.integers(1, 1 << 40))
+_GPU = st.builds(lambda t, used, reasons, temp: (t, used, reasons, temp),
+                 st.sampled_from([1.0, 2.0, 3.0]), _COUNT, _COUNT,
+                 st.one_of(st.none(), st.just(0.0), st.floats(1, 100)))
+
+
+def _gpu_batch(rows) -> agent_pb2.Batch:
+    b = agent_pb2.Batch(seq=1)
+    for t, used, reasons, temp in rows:
+        g = b.gpu_samples.add(time_s=t)
+        if used is not None:
+            g.memory_used_bytes = used
+        if reasons is not None:
+            g.clock_event_reasons = reasons
+        if temp is not None:
+            g.temperature_celsius = temp
+    return agent_pb2.Batch.FromString(b.SerializeToString())  # parsed, as ingest has it
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(_GPU, max_size=8))
+def test_columns_read_as_every_record_does(rows):
+    batch = _gpu_batch(rows)
+    cols = SampleColumns(batch).gpu
+    assert len(cols) == len(rows)
+    for name in _GPU_POINT + ("time_s",):
+        direct = [getattr(g, name) if g.HasField(name) else None for g in batch.gpu_samples] \
+            if name != "time_s" else [g.time_s for g in batch.gpu_samples]
+        assert (cols.optional(name) if name != "time_s" else cols["time_s"]) == direct, name
+        # asked again: the same answer, read once
+        assert cols.optional(name) is cols.optional(name)
+    # the latest: greatest time, the last of equal times (as the state kept it sample by sample)
+    best = -1
+    for i, g in enumerate(batch.gpu_samples):
+        if best < 0 or g.time_s >= batch.gpu_samples[best].time_s:
+            best = i
+    assert cols.latest() == best
+
+
+def test_set_zero_and_unset_stay_apart():
+    batch = _gpu_batch([(1.0, None, 0, None), (2.0, 0, None, 0.0), (3.0, 5, 4, 40.0)])
+    cols = SampleColumns(batch).gpu
+    assert cols.optional("memory_used_bytes") == [None, 0, 5]
+    assert cols.optional("clock_event_reasons") == [0, None, 4]
+    assert cols.optional("temperature_celsius") == [None, 0.0, 40.0]
+    assert cols["memory_used_bytes"] == [0, 0, 5]  # as read: unset reads 0
+
+
+def test_latest_keeps_the_held_sample_unless_a_newer_or_equal_one_comes():
+    held = agent_pb2.HostSample(time_s=5.0, resident_memory_bytes=1)
+    older = agent_pb2.Batch(host=[agent_pb2.HostSample(time_s=4.0, resident_memory_bytes=2)])
+    assert _latest(held, SampleColumns(older).host) is held
+    equal = agent_pb2.Batch(host=[agent_pb2.HostSample(time_s=5.0, resident_memory_bytes=3),
+                                  agent_pb2.HostSample(time_s=3.0, resident_memory_bytes=4)])
+    got = _latest(held, SampleColumns(equal).host)
+    assert got.resident_memory_bytes == 3 and got is not equal.host[0]  # copied out of the batch
+    assert _latest(held, SampleColumns(agent_pb2.Batch()).host) is held
+    assert _latest(None, SampleColumns(agent_pb2.Batch()).host) is None
