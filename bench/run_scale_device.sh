@@ -179,8 +179,40 @@ if [ "${PART:-}" = q ]; then
             --samples-per-batch 5 --repeat 2 >> "$OUT/q_ingest_$v.json" 2>&1
     done
 fi
-for f in q_10000_1core q_10000_2cores q_small_2cores p_small_2cores p_10000_2cores p_10000_1core o_before_10000 o_after_10000 n_2cores m_2cores_b2b m_1core_a m_1core_b l_2cores_a l_1core l_2cores_b j_process j_thread k_process k_thread i_10000w_conn1_3replicas h_a1 h_b1 h_a2 h_b2 g_10000w_conn1 g_10000w_conn1_b2b f_small_conn1 f_10000w_conn1 f_10000w_conn1_b2b f_10000w_conn1_3replicas e_10000w_scrape15_conn1_mb500 e_3000w_scrape15_conn1 d_10000w_scrape15 d_10000w_scrape15_conn1 d_10000w_b2b before_3000w after_3000w_unpaced after_3000w after_10000w after_10000w_scrape15 before_10000 after_10000 after_10000_scrape15 after_small after_3replicas after_3000_scrape15 after_3replicas_scrape15; do
+# PART=r: the samples read as columns (seventh session). A/B on one lease against .bin/ab.tar
+# (`git archive 55b8485 --prefix=ab/`, the code before): in process with 5 and 20 samples of each
+# kind per 20-step batch (20: a paced 20 s batch at the agent's 1 Hz), the code before the
+# fleet work (b4c54ce) too at 20; then 10,000 ranks on one core, before and after.
+if [ "${PART:-}" = r ]; then
+    mkdir -p /tmp/ab && tar -xf .bin/ab.tar -C /tmp/ab && $P --no-build-isolation --target /tmp/sw_ab /tmp/ab/ab
+    for s in 5 20; do
+        for v in ab after; do
+            path=/tmp/sw; [ $v = ab ] && path=/tmp/sw_ab
+            PYTHONPATH=$path:/tmp/site taskset -c 3 python3 bench/ingest_path.py --ranks 1000 --batches 24 \
+                --samples-per-batch $s --repeat 2 >> "$OUT/r_ingest_$v.json" 2>&1
+        done
+    done
+    PYTHONPATH=/tmp/sw_old:/tmp/site taskset -c 3 python3 bench/ingest_path.py --ranks 1000 --batches 24 \
+        --samples-per-batch 20 --repeat 2 >> "$OUT/r_ingest_before.json" 2>&1
+    R=(--ranks 10000 --warmup-s 30 --duration-s 60 --ranks-per-connection 1 --scrape-every-s 15 --collector-cpus 0)
+    PYTHONPATH=/tmp/sw_ab:/tmp/site python3 bench/collector_scale.py "${GEN[@]}" --out "$OUT/r_ab_10000_1core.json" \
+        "${R[@]}" > "$OUT/r_ab_10000_1core.log" 2>&1
+    run r_10000_1core "${R[@]}"
+fi
+# PART=t: as s with the code before (.bin/ab.tar), on the same lease.
+if [ "${PART:-}" = t ]; then
+    mkdir -p /tmp/ab && tar -xf .bin/ab.tar -C /tmp/ab && $P --no-build-isolation --target /tmp/sw_ab /tmp/ab/ab
+    PYTHONPATH=/tmp/sw_ab:/tmp/site python3 bench/collector_scale.py "${GEN[@]}" --out "$OUT/t_ab_10000_2cores.json" \
+        --ranks 10000 --warmup-s 30 --duration-s 60 --ranks-per-connection 1 --scrape-every-s 15 --collector-cpus 0,1 \
+        > "$OUT/t_ab_10000_2cores.log" 2>&1
+fi
+# PART=s: 10,000 ranks on two cores with this code (as q's row).
+if [ "${PART:-}" = s ]; then
+    run s_10000_2cores --ranks 10000 --warmup-s 30 --duration-s 60 --ranks-per-connection 1 --scrape-every-s 15 \
+        --collector-cpus 0,1
+fi
+for f in t_ab_10000_2cores r_ab_10000_1core r_10000_1core s_10000_2cores q_10000_1core q_10000_2cores q_small_2cores p_small_2cores p_10000_2cores p_10000_1core o_before_10000 o_after_10000 n_2cores m_2cores_b2b m_1core_a m_1core_b l_2cores_a l_1core l_2cores_b j_process j_thread k_process k_thread i_10000w_conn1_3replicas h_a1 h_b1 h_a2 h_b2 g_10000w_conn1 g_10000w_conn1_b2b f_small_conn1 f_10000w_conn1 f_10000w_conn1_b2b f_10000w_conn1_3replicas e_10000w_scrape15_conn1_mb500 e_3000w_scrape15_conn1 d_10000w_scrape15 d_10000w_scrape15_conn1 d_10000w_b2b before_3000w after_3000w_unpaced after_3000w after_10000w after_10000w_scrape15 before_10000 after_10000 after_10000_scrape15 after_small after_3replicas after_3000_scrape15 after_3replicas_scrape15; do
     [ -f "$OUT/$f.log" ] && tail -n +3 "$OUT/$f.log" | grep "^| [0-9]" | sed "s/^/$f /"
 done
-for f in q_ingest_before q_ingest_after o_ingest_before o_ingest_after ingest_before ingest_after; do [ -f "$OUT/$f.json" ] && sed "s/^/$f /" "$OUT/$f.json"; done
+for f in r_ingest_ab r_ingest_after r_ingest_before q_ingest_before q_ingest_after o_ingest_before o_ingest_after ingest_before ingest_after; do [ -f "$OUT/$f.json" ] && sed "s/^/$f /" "$OUT/$f.json"; done
 tar -czf "$OUT/scale_runs.tgz" -C "$OUT" $(cd "$OUT" && ls | grep -v scale_runs.tgz) && (cd "$OUT" && ls | grep -v scale_runs.tgz | xargs rm -f)

@@ -12,9 +12,12 @@ from __future__ import annotations
 
 import math
 import operator
+from itertools import chain
 from typing import Optional
 
 from stepwatch.proto.stepwatch.v1 import agent_pb2
+
+from ._sanitize import _plan
 
 __all__ = ["SampleColumns", "Samples", "StepColumns", "step_columns"]
 
@@ -125,6 +128,20 @@ class Samples:
                 v if v or r.HasField(name) else None for v, r in zip(values, self.records)]
         return col
 
+    def finite(self) -> bool:
+        """Every float field of every sample finite (the samples are flat: their numbers are
+        singular floats and integers). Read as columns, which the readers after take from here;
+        two samples or fewer, a getter of all the floats per sample (cheaper than a column per
+        field). False may also mean an overflowing sum: then the exact check decides."""
+        if not self.records:
+            return True
+        floats, getter, repeated, messages = _plan(self.records[0].DESCRIPTOR)
+        if repeated or messages:  # not flat (no sample type is): the exact check decides
+            return False
+        if len(self.records) <= 2:
+            return math.isfinite(sum(chain.from_iterable(map(getter, self.records))))
+        return math.isfinite(sum(sum(self[name]) for name in floats))
+
     def latest(self) -> int:
         """The index of the sample with the greatest time (the last of equal times); -1 when none."""
         times = self["time_s"]
@@ -138,8 +155,12 @@ class SampleColumns:
     """A batch's GPU, host and allocator samples as :class:`Samples` (empty when it has none)."""
 
     __slots__ = ("gpu", "host", "allocator")
+    FIELDS = ("gpu_samples", "host", "allocator")  # the batch's fields they hold
 
     def __init__(self, batch: agent_pb2.Batch) -> None:
         self.gpu = Samples(batch.gpu_samples)
         self.host = Samples(batch.host)
         self.allocator = Samples(batch.allocator)
+
+    def finite(self) -> bool:
+        return self.gpu.finite() and self.host.finite() and self.allocator.finite()

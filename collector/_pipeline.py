@@ -48,14 +48,15 @@ class Pipeline:
     def batch(self, key: RankKey, hello: agent_pb2.Hello, batch: agent_pb2.Batch, now: float) -> bool:
         """Apply one batch; listeners see it only when it was new (not a resent duplicate).
         Records with non-finite numbers are dropped and counted first."""
-        steps = step_columns(batch)
-        finite = steps.finite()
-        dropped = drop_nonfinite(batch, ("steps",) if finite else ())
+        steps, samples = step_columns(batch), SampleColumns(batch)
+        finite, sampled = steps.finite(), samples.finite()
+        dropped = drop_nonfinite(batch, (("steps",) if finite else ()) + (SampleColumns.FIELDS if sampled else ()))
         if dropped:
             self.state.count_nonfinite(dropped)
             if not finite:
                 steps = step_columns(batch)  # without the dropped steps
-        samples = SampleColumns(batch)  # (after the drop: it takes the records as they are now)
+            if not sampled:
+                samples = SampleColumns(batch)  # without the dropped samples
         if not self.state.apply_batch(key, hello.session_id, batch, now, steps, samples):
             return False
         for call in self._each("on_batch"):

@@ -71,3 +71,25 @@ def test_latest_keeps_the_held_sample_unless_a_newer_or_equal_one_comes():
     assert got.resident_memory_bytes == 3 and got is not equal.host[0]  # copied out of the batch
     assert _latest(held, SampleColumns(agent_pb2.Batch()).host) is held
     assert _latest(None, SampleColumns(agent_pb2.Batch()).host) is None
+
+
+def test_the_finiteness_check_covers_every_float_of_every_sample_type():
+    """The pipeline skips the generic non-finite check of the samples when their columns sum
+    finite: each float field of each kind, NaN or infinite in one sample of one, two (a getter
+    per sample) or five (a column per field), must make the check fail."""
+    from stepwatch.collector._sanitize import _plan
+
+    for field, kind in (("gpu_samples", "gpu"), ("host", "host"), ("allocator", "allocator")):
+        desc = getattr(agent_pb2.Batch(), field).add().DESCRIPTOR
+        floats, _, repeated, messages = _plan(desc)
+        assert floats and not repeated and not messages, field  # flat, as the check assumes
+        for n in (1, 2, 5):
+            for name in floats:
+                for bad in (float("nan"), float("inf"), -float("inf")):
+                    batch = agent_pb2.Batch()
+                    for i in range(n):
+                        getattr(batch, field).add(time_s=1.7e9 + i)
+                    assert getattr(SampleColumns(batch), kind).finite()
+                    setattr(getattr(batch, field)[n // 2], name, bad)
+                    assert not getattr(SampleColumns(batch), kind).finite(), (field, name, n)
+                    assert not SampleColumns(batch).finite()
