@@ -41,8 +41,8 @@ class Ring:
             self.append(*row)
 
     def extend_columns(self, *columns: list) -> None:
-        """Append rows given column by column (equal-length lists): the same ring as
-        ``append`` row by row, written with array slices."""
+        """Append rows given column by column (equal-length lists, not other sequences): the
+        same ring as ``append`` row by row, written with array slices."""
         k = len(columns[0])
         if k <= 1:
             if k:
@@ -56,7 +56,7 @@ class Ring:
         if room > 0:  # not full yet: the ring starts at 0
             take = min(room, k)
             for col, values in zip(cols, columns):
-                col.extend(values[:take])
+                col.fromlist(values[:take])  # (lists: three times extend()'s speed)
             if take == k:
                 return
             columns, k = tuple(values[take:] for values in columns), k - take
