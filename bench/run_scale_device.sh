@@ -223,6 +223,12 @@ if [ "${PART:-}" = u ]; then
         done
     done
 fi
+# PART=v: s twice and t once on one lease (a second lease's view of the two-core rows).
+if [ "${PART:-}" = v ]; then
+    for run in s1:s t:t s2:s; do  # each into its own folder (a part ends by packing its folder)
+        mkdir -p "$OUT/${run%%:*}" && OUT=$OUT/${run%%:*} PART=${run##*:} bash "$0"
+    done
+fi
 # PART=s: 10,000 ranks on two cores with this code (as q's row).
 if [ "${PART:-}" = s ]; then
     run s_10000_2cores --ranks 10000 --warmup-s 30 --duration-s 60 --ranks-per-connection 1 --scrape-every-s 15 \
