@@ -10,8 +10,9 @@ The live collector and ``stepwatch replay`` build the same Pipeline; live, ``now
 collector's clock, in replay the recording's. One caller at a time (the event loop thread, or
 the replay loop). A listener is any object with some of ``on_connect(hello, now)``,
 ``on_batch(hello, batch, now, steps, samples)`` (``steps``, ``samples``: the batch's step
-records and samples as columns, read once for everyone: collector/_columns.py), ``on_disconnect(hello, now)``, ``forget(keys)`` and
-``tick(now, connections)``; the methods it lacks are skipped.
+records and samples as columns, read once for everyone: collector/_columns.py),
+``on_disconnect(hello, now)``, ``forget(keys)`` and ``tick(now, connections)``; the methods it
+lacks are skipped.
 """
 
 from __future__ import annotations
