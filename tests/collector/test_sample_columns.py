@@ -93,3 +93,36 @@ def test_the_finiteness_check_covers_every_float_of_every_sample_type():
                     setattr(getattr(batch, field)[n // 2], name, bad)
                     assert not getattr(SampleColumns(batch), kind).finite(), (field, name, n)
                     assert not SampleColumns(batch).finite()
+
+
+_KINDS = (("gpu_samples", "gpu", agent_pb2.GpuSample), ("host", "host", agent_pb2.HostSample),
+          ("allocator", "allocator", agent_pb2.AllocatorSample))
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.data())
+def test_every_field_of_every_kind_reads_as_the_records_do(data):
+    """Any field of any kind, set or not, 0 or not: ``[name]`` is what the record reads,
+    ``optional(name)`` is None exactly where the record does not carry it."""
+    from google.protobuf.descriptor import FieldDescriptor
+
+    field, kind, message = data.draw(st.sampled_from(_KINDS))
+    batch = agent_pb2.Batch(seq=1)
+    for _ in range(data.draw(st.integers(0, 6))):
+        sample = getattr(batch, field).add()
+        for f in message.DESCRIPTOR.fields:
+            if data.draw(st.booleans()):
+                continue
+            if f.type in (FieldDescriptor.TYPE_DOUBLE, FieldDescriptor.TYPE_FLOAT):
+                value = data.draw(st.sampled_from([0.0, 1.5, 1.7e9]))
+            else:
+                value = data.draw(st.sampled_from([0, 1, 7]))
+            setattr(sample, f.name, value)
+    batch = agent_pb2.Batch.FromString(batch.SerializeToString())
+    cols = getattr(SampleColumns(batch), kind)
+    records = list(getattr(batch, field))
+    for f in message.DESCRIPTOR.fields:
+        assert cols[f.name] == [getattr(r, f.name) for r in records], f.name
+        if f.has_presence:
+            assert cols.optional(f.name) == [getattr(r, f.name) if r.HasField(f.name) else None
+                                             for r in records], f.name
