@@ -18,6 +18,7 @@ from typing import Optional
 from stepwatch.proto.stepwatch.v1 import agent_pb2
 
 from ._sanitize import _plan
+from .detect._types import last_max_index
 
 __all__ = ["SampleColumns", "Samples", "StepColumns", "step_columns"]
 
@@ -144,11 +145,7 @@ class Samples:
 
     def latest(self) -> int:
         """The index of the sample with the greatest time (the last of equal times); -1 when none."""
-        times = self["time_s"]
-        if not times:
-            return -1
-        top = max(times)
-        return len(times) - 1 - times[::-1].index(top)
+        return last_max_index(self["time_s"]) if self.records else -1
 
 
 class SampleColumns:

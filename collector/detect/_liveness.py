@@ -11,7 +11,7 @@ import collections
 from typing import Optional
 
 from ._config import GpuConfig, LivenessConfig
-from ._types import CRITICAL, WARNING, Condition, GpuPoint, median
+from ._types import CRITICAL, WARNING, Condition, GpuPoint, last_max_index, median
 
 __all__ = ["RankLiveness", "throttle_condition", "REASON_NAMES"]
 
@@ -49,11 +49,9 @@ class RankLiveness:
     def steps(self, steps: list, times: list, step_times: list) -> None:
         """A batch of steps, as columns: the latest (by time, the last of equal times) is the
         rank's last step; positive step times join the recent ones."""
-        latest = max(times)
-        if self.last_time is None or latest >= self.last_time:
-            # the last of the steps with the latest time (as step by step)
-            i = len(times) - 1 - times[::-1].index(latest)
-            self.last_step, self.last_time = steps[i], latest
+        i = last_max_index(times)  # the last of the steps with the latest time (as step by step)
+        if self.last_time is None or times[i] >= self.last_time:
+            self.last_step, self.last_time = steps[i], times[i]
         total = sum(step_times)  # NaN when one is (min() does not see it)
         self._recent.extend(step_times if min(step_times) > 0 and total == total else
                             [t for t in step_times if t > 0])

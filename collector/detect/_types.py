@@ -13,7 +13,7 @@ import math
 from typing import NamedTuple, Optional
 
 __all__ = ["Condition", "AllocatorPoint", "GpuPoint", "HostPoint", "WindowPoint", "INFO", "WARNING", "CRITICAL",
-           "fmt_bytes", "median"]
+           "fmt_bytes", "last_max_index", "median"]
 
 INFO, WARNING, CRITICAL = "info", "warning", "critical"
 SEVERITIES = (INFO, WARNING, CRITICAL)  # lowest first
@@ -81,6 +81,12 @@ class WindowPoint:
     compute_s: float
     communication_s: float
     step_time_s: float
+
+
+def last_max_index(values: list) -> int:
+    """The index of the greatest of ``values`` (non-empty), the last of equal ones: the latest
+    record by time, as records kept one by one (a later equal time replaces) would leave it."""
+    return len(values) - 1 - values[::-1].index(max(values))
 
 
 def median(values) -> float:
