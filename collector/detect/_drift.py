@@ -253,10 +253,13 @@ class DriftDetector:
     def _by_cusum(self) -> Optional[tuple[float, tuple[int, float]]]:
         """(reference, onset) of a shift against the baseline found by the CUSUM run, or None."""
         cfg, mu = self.cfg, self._mu
-        if len(self._run) < self._n or median(self._recent) - mu < _RAISE * math.log1p(cfg.info_ratio) / 2:
+        if len(self._run) < self._n:
+            return None
+        recent = median(self._recent) - mu
+        if recent < _RAISE * math.log1p(cfg.info_ratio) / 2:
             return None
         ys = [raw + mu for raw in self._run.tail(3, len(self._run))]  # the run's log block medians
-        onset = self._estimate_onset(ys, mu, median(self._recent) - mu)
+        onset = self._estimate_onset(ys, mu, recent)
         level = median(ys[onset:][-_SUSTAINED_BLOCKS:]) - mu
         blocks = len(ys) - onset
         # Below the warning level the baseline test does not raise: a slow wobble of the job's
