@@ -20,7 +20,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from collector_scale import templates  # noqa: E402
-from ingest_path import recorded_batch  # noqa: E402
+from ingest_path import connected_pipeline, recorded_batch  # noqa: E402
 
 
 def rss_bytes() -> int:
@@ -35,21 +35,11 @@ def main() -> None:
     p.add_argument("--samples-per-batch", type=int, default=5, help="GPU, host and allocator samples of each kind")
     args = p.parse_args()
 
-    from stepwatch.collector._pipeline import Pipeline
-    from stepwatch.collector._state import CollectorState
-    from stepwatch.collector.alerting import Detection
-    from stepwatch.collector.detect import DetectionConfig
     from stepwatch.proto.stepwatch.v1 import agent_pb2
 
     parts = templates()
     start = rss_bytes()
-    pipe = Pipeline(CollectorState(300.0), [Detection(DetectionConfig(), log_changes=False)])
-    hellos = []
-    for r in range(args.ranks):
-        h = agent_pb2.Hello(job=f"job{r // 64:04d}", rank=r % 64, world_size=64, host=f"node-{r // 8}",
-                            session_id=f"s{r}", gpu=agent_pb2.GpuIdentity(index=r % 8, uuid=f"GPU-{r}",
-                                                                         name="NVIDIA H200"))
-        hellos.append((pipe.connect(h, 0.0), h))
+    pipe, hellos = connected_pipeline(args.ranks)
     rows, n = [], args.samples_per_batch
     for seq in range(1, args.batches + 1):
         b = recorded_batch(parts, seq, n)

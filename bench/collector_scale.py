@@ -5,13 +5,14 @@ window summaries of a real H200 job) replayed as N ranks.
 One collector process, or ``--replicas`` with the jobs placed as the agents place them
 (pinned with ``--collector-cpus``), and ``--gen-procs`` generator processes (pinned to the
 other CPUs), each holding its share of the ranks as gRPC streams, one TCP connection per
-``--ranks-per-connection`` ranks (10). Every rank ticks every ``--period-s`` from a random first tick
-and sends a Batch on each tick (on every few when the collector paces it, as a sidecar's flusher
-does; ``--spread``), 20 steps made per tick; each batch has the GPU, host and allocator samples
-of the time it spans at ``--sample-hz`` (1 Hz: the agent's NVML, psutil and memory_stats
-intervals; at least one each; 0: one each, as runs before 2026-11-24's sixth session sent), and
-every ``--window-every`` batches a window summary (one per rank per minute at the defaults). The first half of ``--duration-s`` runs without scrapes, the second half scrapes
-/metrics back to back (gzip, as Prometheus asks).
+``--ranks-per-connection`` ranks (10). Every rank ticks every ``--period-s`` from a random first
+tick and sends a Batch on each tick (on every few when the collector paces it, as a sidecar's
+flusher does; ``--spread``), 20 steps made per tick; each batch has the GPU, host and allocator
+samples of the time it spans at ``--sample-hz`` (1 Hz: the agent's NVML, psutil and
+memory_stats intervals; at least one each; 0: one each, as runs before 2026-11-24's sixth
+session sent), and every ``--window-every`` batches a window summary (one per rank per minute
+at the defaults). The first half of ``--duration-s`` runs without scrapes, the second half
+scrapes /metrics (back to back, or every ``--scrape-every-s``; gzip, as Prometheus asks).
 Measured: ack latency p50/p99 without and during scrapes, batches sent/acked, stream errors,
 scrape time and size, collector CPU (cores, and seconds per batch and per step, from the
 half without scrapes; the scraping half's CPU apart), collector RSS.

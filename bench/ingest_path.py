@@ -46,6 +46,25 @@ def recorded_batch(parts: tuple, seq: int, samples: int):
     return b
 
 
+def connected_pipeline(ranks: int, ranks_per_job: int = 64):
+    """A collector pipeline (state and detection, as the collector builds them) with ``ranks``
+    ranks connected, jobs of ``ranks_per_job``: (pipeline, [(rank key, Hello)])."""
+    from stepwatch.collector._pipeline import Pipeline
+    from stepwatch.collector._state import CollectorState
+    from stepwatch.collector.alerting import Detection
+    from stepwatch.collector.detect import DetectionConfig
+    from stepwatch.proto.stepwatch.v1 import agent_pb2
+
+    pipe = Pipeline(CollectorState(300.0), [Detection(DetectionConfig(), log_changes=False)])
+    hellos = []
+    for r in range(ranks):
+        h = agent_pb2.Hello(job=f"job{r // ranks_per_job:04d}", rank=r % ranks_per_job, world_size=ranks_per_job,
+                            host=f"node-{r // 8}", session_id=f"s{r}",
+                            gpu=agent_pb2.GpuIdentity(index=r % 8, uuid=f"GPU-{r}", name="NVIDIA H200"))
+        hellos.append((pipe.connect(h, 0.0), h))
+    return pipe, hellos
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--ranks", type=int, default=1000)
@@ -59,23 +78,12 @@ def main() -> None:
                    "the time-based rules over every rank) on the fed state")
     args = p.parse_args()
 
-    from stepwatch.collector._pipeline import Pipeline
-    from stepwatch.collector._state import CollectorState
-    from stepwatch.collector.alerting import Detection
-    from stepwatch.collector.detect import DetectionConfig
     from stepwatch.proto.stepwatch.v1 import agent_pb2
 
     parts = templates()
     results, ticks = [], []
     for _ in range(args.repeat):
-        state = CollectorState(300.0)
-        pipe = Pipeline(state, [Detection(DetectionConfig(), log_changes=False)])
-        hellos = []
-        for r in range(args.ranks):
-            h = agent_pb2.Hello(job=f"job{r // args.ranks_per_job:04d}", rank=r % args.ranks_per_job,
-                                world_size=args.ranks_per_job, host=f"node-{r // 8}", session_id=f"s{r}",
-                                gpu=agent_pb2.GpuIdentity(index=r % 8, uuid=f"GPU-{r}", name="NVIDIA H200"))
-            hellos.append((pipe.connect(h, 0.0), h))
+        pipe, hellos = connected_pipeline(args.ranks, args.ranks_per_job)
         payloads = [recorded_batch(parts, seq, args.samples_per_batch).SerializeToString()
                     for seq in range(1, args.batches + 1)]
         gc.collect()
