@@ -65,6 +65,28 @@ def connected_pipeline(ranks: int, ranks_per_job: int = 64):
     return pipe, hellos
 
 
+def time_scrapes(state, n: int) -> list[float]:
+    """CPU ms of ``n`` /metrics bodies of ``state`` (summary mode, text, gzip level 1 as the
+    collector sends it), after a full collection and a freeze (the collector's GcFreezer keeps
+    the state frozen; a scrape's own objects are collected as usual)."""
+    import gzip
+
+    from stepwatch.collector._exposition import render
+    from stepwatch.collector._metrics import RankMetrics
+
+    metrics, out = RankMetrics(state), []
+    gc.collect()
+    gc.freeze()
+    try:
+        for _ in range(n):
+            t0 = time.process_time()
+            gzip.compress(render(metrics.families()).encode(), 1)
+            out.append(1e3 * (time.process_time() - t0))
+    finally:
+        gc.unfreeze()
+    return out
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--ranks", type=int, default=1000)
@@ -76,12 +98,15 @@ def main() -> None:
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--ticks", type=int, default=0, help="then time this many housekeeping ticks (expiry and "
                    "the time-based rules over every rank) on the fed state")
+    p.add_argument("--scrapes", type=int, default=0, help="then time this many /metrics bodies of the fed state "
+                   "(summary mode, text format, gzip), as the HTTP thread renders them, with the garbage "
+                   "collector's freeze as the collector keeps it")
     args = p.parse_args()
 
     from stepwatch.proto.stepwatch.v1 import agent_pb2
 
     parts = templates()
-    results, ticks = [], []
+    results, ticks, scrapes = [], [], []
     for _ in range(args.repeat):
         pipe, hellos = connected_pipeline(args.ranks, args.ranks_per_job)
         payloads = [recorded_batch(parts, seq, args.samples_per_batch).SerializeToString()
@@ -98,9 +123,12 @@ def main() -> None:
             t0 = time.process_time()
             pipe.housekeeping(1.7e9 + args.batches * 5 + 1 + i)
             ticks.append(1e3 * (time.process_time() - t0))
+        if args.scrapes:
+            scrapes += time_scrapes(pipe.state, args.scrapes)
     out = {"ranks": args.ranks, "batches_per_rank": args.batches, "samples_per_batch": args.samples_per_batch,
            "us_per_step": sorted(results),
            **({"tick_ms": sorted(ticks)} if ticks else {}),
+           **({"scrape_ms": sorted(scrapes)} if scrapes else {}),
            "python": platform.python_version(), "machine": platform.platform(), "cpus": os.cpu_count()}
     print(json.dumps(out))
 

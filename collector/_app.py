@@ -285,6 +285,7 @@ class Collector:
             return gzip.compress(data, 1) if zipped else data
 
         if self._fork is not None:
+            self.rank_metrics.warm()  # (the child's own additions to the label cache die with it)
             data = self._fork.run(self.state.lock, lambda: body(no_pause, frozen=True))
             if data is not None:
                 return 200, ctype, data, extra

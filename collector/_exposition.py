@@ -3,7 +3,8 @@
 prometheus_client builds a ``Sample`` with a label dict per series and escapes every label on
 every scrape: about 25 us per series on a loaded core, 7-11 s for 10,000 ranks. Here a rank's
 label pairs are rendered once (``labels_text``, cached by value) and each series is one
-f-string. :class:`Family` keeps finished lines; :func:`render` adds the HELP/TYPE headers.
+f-string. :class:`Family` keeps finished lines (an entry may hold several: one histogram's);
+:func:`render` adds the HELP/TYPE headers.
 """
 
 from __future__ import annotations
@@ -60,11 +61,19 @@ class Family:
         text = repr(value) if type(value) is float and value - value == 0.0 else number(value)
         self.lines.append(f"{self._sample}{{{labels}}} {text}\n" if labels else f"{self._sample} {text}\n")
 
-    def add_many(self, labels: list, values: list) -> None:
-        """:meth:`add` for each pair (``labels`` non-empty, no ``extra``), in one comprehension."""
-        head = self._sample + "{"
-        self.lines += [f"{head}{lab}}} {repr(v) if type(v) is float and v - v == 0.0 else number(v)}\n"
-                       for lab, v in zip(labels, values)]
+    def add_column(self, labels: list, values: list, extra: str = "") -> None:
+        """:meth:`add` for each pair whose value is not None, in one comprehension (``labels``
+        non-empty; ``extra``: more pairs after them, the same for all)."""
+        head, tail = self._sample + "{", f",{extra}}} " if extra else "} "
+        self.lines += [f"{head}{lab}{tail}{repr(v) if type(v) is float and v - v == 0.0 else number(v)}\n"
+                       for lab, v in zip(labels, values) if v is not None]
+
+    def add_totals(self, labels: list, counts: list, sums: list) -> None:
+        """A histogram per label set of its +Inf bucket, count and sum only, in one
+        comprehension; label sets with no observation are left out."""
+        name = self.name
+        self.lines += [f'{name}_bucket{{{lab},le="+Inf"}} {n}\n{name}_count{{{lab}}} {n}\n'
+                       f"{name}_sum{{{lab}}} {number(total)}\n" for lab, n, total in zip(labels, counts, sums) if n]
 
     def add_histogram(self, labels: str, cumulative: Iterable[tuple[str, int]], total: float,
                       buckets: bool = True) -> None:

@@ -1,7 +1,8 @@
 """Prometheus export of :class:`CollectorState`: per-job aggregates and per-rank series.
 
-``RankMetrics(state, mode, top_k).families()`` runs on whichever thread scrapes; it reads one
-snapshot, so it never blocks ingest for longer than a copy. Per-rank detail by ``mode``:
+``RankMetrics(state, mode, top_k).families()`` runs on whichever thread scrapes; it reads the
+state once as columns (``_rank_table``, a chunk of ranks per hold of the lock), so it never
+blocks ingest for longer than a chunk. Per-rank detail by ``mode``:
 
 * ``full``: every series (about 110-150 per GPU rank with windows).
 * ``summary`` (default): at most 33 per rank (``SUMMARY``; 32 + the clock event reasons active
@@ -11,23 +12,21 @@ snapshot, so it never blocks ingest for longer than a copy. Per-rank detail by `
   ``stepwatch_gpu_info``. Everything else stays on ``/api``.
 * ``off``: no per-rank series.
 
-Per-job aggregates are always there: merged step-time and data-loader-wait histograms, ranks
-connected, min/median/max across ranks of recent step time, wait ratio, GPU utilisation, SM
-activity and reserved memory, the slowest rank. A metric with no sample source for a rank is not
+Per-job aggregates are always there (``_job_metrics``). A metric with no sample source for a rank is not
 emitted for that rank. Base units only, no timestamps, labels per ARCHITECTURE.md.
 """
 
 from __future__ import annotations
 
-import operator
-import statistics
-from typing import Callable, Iterator
+from typing import Callable, NamedTuple
 
 from ._exposition import Family, labels_text
 from ._fork_render import FAILURE_REASONS
 from ._gcstats import GC_STATS
-from ._state import STEP_BUCKETS, WAIT_BUCKETS, CollectorState, Histogram, RankState
-from ._windows_metrics import aligned_compute, window_families
+from ._job_metrics import job_families
+from ._rank_table import RankTable
+from ._state import STEP_BUCKETS, WAIT_BUCKETS, CollectorState, cumulative
+from ._windows_metrics import window_families
 from ._yield import PAUSE_EVERY_RANKS, no_pause
 
 __all__ = ["RankMetrics", "MODES", "SUMMARY", "CLOCK_EVENT_REASONS", "RANK_LABELS"]
@@ -128,50 +127,72 @@ class RankMetrics:
         if mode not in MODES:
             raise ValueError(f"metrics per-rank mode: expected one of {', '.join(MODES)}, got {mode!r}")
         self._state, self.mode, self._top_k = state, mode, top_k
-        self._labels: dict = {}
+        self._labels: dict = {}  # (job, rank) -> (Hello, GpuIdentity, Labels texts)
 
     def families(self, pause: Callable[[], None] = no_pause, frozen: bool = False) -> list[Family]:
         """``pause``: called between stages (a scrape giving way to ingest: ``_yield``).
-        ``frozen``: nothing writes the state meanwhile (a forked render process): no copies."""
-        ranks = self._state.snapshot(light=True, pause=pause, frozen=frozen)
+        ``frozen``: nothing writes the state meanwhile (a forked render process): no lock."""
+        full = self.mode == "full"
+        table = RankTable.read(self._state, full, pause, frozen)
         pause()
         mode = Family("stepwatch_collector_per_rank_series", "1 for the collector's per-rank series mode "
                       "(full, summary: a bounded set, off: per-job aggregates only).", "gauge")
         mode.add(f'mode="{self.mode}"', 1)
-        fams = [mode, *_collector(self._state), *job_families(ranks, pause)]
+        fams = [mode, *_collector(self._state), *job_families(table, pause)]
         if self.mode == "off":
             return fams
-        if len(self._labels) > 2 * len(ranks) + 1024:
-            self._labels.clear()  # ranks that left
-        full = self.mode == "full"
-        rows = [(st, *self._texts(st)) for st in ranks]
+        labels = self._texts(table)
         keep: Callable[[str], bool] = (lambda name: True) if full else SUMMARY.__contains__
-        for stage in (lambda: _info(rows), lambda: _steps(rows, full, pause),
-                      lambda: _samples(rows, _ALLOCATOR, "allocator", False, keep, pause),
-                      lambda: _samples(rows, _GPU, "gpu_sample", True, keep, pause), lambda: _gpu_extra(rows, full),
-                      lambda: _samples(rows, _HOST, "host", False, keep, pause), lambda: _agent(rows, full),
-                      lambda: window_families(rows, full, self._top_k)):
+        for stage in (lambda: _info(labels), lambda: _steps(table, labels, full, pause),
+                      lambda: _samples(table, labels.rank, _ALLOCATOR, "allocator", keep, pause),
+                      lambda: _samples(table, labels.gpu, _GPU, "gpu_sample", keep, pause),
+                      lambda: _gpu_extra(table, labels.gpu, full),
+                      lambda: _samples(table, labels.rank, _HOST, "host", keep, pause),
+                      lambda: _agent(table, labels.rank, full),
+                      lambda: window_families(table, labels.rank, full, self._top_k)):
             pause()
             fams += stage()
         return fams
 
-    def _texts(self, st: RankState) -> tuple[str, str, str]:
-        """(rank labels, GPU series labels, the rank's full label set for stepwatch_rank_info),
-        rendered once per rank. Summary series carry training_job and rank only."""
-        gpu = st.gpu
-        key = (st.job, st.rank, st.hello.local_rank, st.hello.host, gpu.index if gpu else "",
-               gpu.uuid if gpu else "", gpu.name if gpu else "")
-        texts = self._labels.get(key)
-        if texts is None:
-            ident = labels_text(RANK_LABELS, key[:4])
-            every = labels_text(GPU_LABELS, key[:7]) if gpu else ident  # a CPU rank: no GPU labels
-            if self.mode == "full":
-                texts = (ident, every, every)
-            else:
-                short = labels_text(SUMMARY_LABELS, key[:2])
-                texts = (short, f'{short},gpu="{key[4]}"', every)
-            self._labels[key] = texts
-        return texts
+    def _texts(self, table: RankTable) -> "Labels":
+        """Each rank's label texts, from the cache (:meth:`_text`)."""
+        if len(self._labels) > 2 * len(table) + 1024:
+            self._labels.clear()  # ranks that left
+        texts = list(map(self._text, table.job, table.rank, table.hello, table.gpu))
+        return Labels(*map(list, zip(*texts))) if texts else Labels([], [], [])
+
+    def _text(self, job: str, rank: int, hello, gpu) -> tuple[str, str, str]:
+        """A rank's label texts, rendered when its Hello or GPU identity is new to the cache
+        (both are replaced whole, never changed, so identity tells; the cache holds them)."""
+        held = self._labels.get((job, rank))
+        if held is None or held[0] is not hello or held[1] is not gpu:
+            held = self._labels[(job, rank)] = (hello, gpu, _label_texts(job, rank, hello, gpu, self.mode == "full"))
+        return held[2]
+
+    def warm(self) -> None:
+        """Render the label texts of ranks new since the last call into the cache, here: a
+        forked render's own additions die with it (10,000 ranks' texts are ~50 ms of its CPU on
+        the development machine; looking them up ~5 ms). Called before each fork."""
+        self._state.read_ranks(lambda states: [self._text(st.job, st.rank, st.hello, st.gpu) for st in states])
+
+
+class Labels(NamedTuple):
+    """Label texts per rank: ``rank`` for its series, ``gpu`` for its GPU series, ``info`` its
+    full label set (``stepwatch_rank_info``). Summary series carry training_job and rank only."""
+
+    rank: list
+    gpu: list
+    info: list
+
+
+def _label_texts(job: str, rank: int, hello, gpu, full: bool) -> tuple[str, str, str]:
+    key = (job, rank, hello.local_rank, hello.host, *((gpu.index, gpu.uuid, gpu.name) if gpu is not None else ()))
+    ident = labels_text(RANK_LABELS, key[:4])
+    every = labels_text(GPU_LABELS, key) if gpu is not None else ident  # a CPU rank: no GPU labels
+    if full:
+        return ident, every, every
+    short = labels_text(SUMMARY_LABELS, key[:2])
+    return short, f'{short},gpu="{gpu.index if gpu is not None else ""}"', every
 
 
 def _collector(state: CollectorState) -> list[Family]:
@@ -249,19 +270,18 @@ def _collector(state: CollectorState) -> list[Family]:
     return [*fams, rejected, trimmed, gc_seconds, gc_count, gc_longest, *own]
 
 
-def _info(rows) -> list[Family]:
+def _info(labels: Labels) -> list[Family]:
     """``stepwatch_rank_info``: local_rank, node and the GPU, for joins (summary mode's other
     series carry training_job and rank only)."""
     info = Family("stepwatch_rank", "The rank's local rank, node and GPU (summary mode: the other "
                   "per-rank series carry training_job and rank only; join on them).", "info")
-    for _, _, _, every in rows:
-        info.add(every, 1)
+    info.add_column(labels.info, [1] * len(labels.info))
     return [info]
 
 
-def _steps(rows, full: bool, pause: Callable[[], None] = no_pause) -> list[Family]:
+def _steps(t: RankTable, labels: Labels, full: bool, pause: Callable[[], None] = no_pause) -> list[Family]:
     """Summary mode: histograms as their +Inf bucket; the wait histogram only in full mode.
-    ``pause`` every PAUSE_EVERY_RANKS ranks (a scrape's yield)."""
+    ``pause`` every PAUSE_EVERY_RANKS ranks of full mode's histograms (a scrape's yield)."""
     steps = Family("stepwatch_steps", "Training steps completed (cumulative agent count).", "counter")
     dur = Family("stepwatch_step_duration_seconds", "Duration of training steps in seconds (summary mode: "
                  "the +Inf bucket only; stepwatch_job_step_duration_seconds has the buckets).", "histogram")
@@ -272,164 +292,80 @@ def _steps(rows, full: bool, pause: Callable[[], None] = no_pause) -> list[Famil
     last = Family("stepwatch_last_step_timestamp_seconds", "Unix time at which the last step ended.", "gauge")
     samples = Family("stepwatch_samples", "Training samples processed.", "counter")
     tokens = Family("stepwatch_tokens", "Training tokens processed.", "counter")
-    for i, (st, labels, _, _) in enumerate(rows):
-        if i % PAUSE_EVERY_RANKS == PAUSE_EVERY_RANKS - 1:
-            pause()
-        steps.add(labels, st.steps_total)
-        if st.step_hist.count:
-            dur.add_histogram(labels, st.step_hist.cumulative() if full else (("+Inf", st.step_hist.count),),
-                              st.step_hist.sum, full)
-            if full:
-                wait.add_histogram(labels, st.wait_hist.cumulative(), st.wait_hist.sum, full)
-        r = st.dataloader_wait_ratio
-        if r is not None:
-            ratio.add(labels, r)
-        if st.last_step_time is not None:
-            last.add(labels, st.last_step_time)
-        if st.samples_known:
-            samples.add(labels, st.samples_total)
-        if st.tokens_known:
-            tokens.add(labels, st.tokens_total)
+    steps.add_column(labels.rank, t.steps_total)
+    if full:
+        for i, (lab, n) in enumerate(zip(labels.rank, t.step_count)):
+            if i % PAUSE_EVERY_RANKS == PAUSE_EVERY_RANKS - 1:
+                pause()
+            if n:  # (the wait histogram with the steps', as the agent times both per step)
+                dur.add_histogram(lab, cumulative(STEP_BUCKETS, t.step_counts[i]), t.step_sum[i])
+                wait.add_histogram(lab, cumulative(WAIT_BUCKETS, t.wait_counts[i]), t.wait_sum[i])
+    else:
+        dur.add_totals(labels.rank, t.step_count, t.step_sum)
+    ratio.add_column(labels.rank, t.wait_ratio())
+    last.add_column(labels.rank, t.last_step_time)
+    samples.add_column(labels.rank, [n if known else None for n, known in zip(t.samples_total, t.samples_known)])
+    tokens.add_column(labels.rank, [n if known else None for n, known in zip(t.tokens_total, t.tokens_known)])
     return [steps, dur, wait, ratio, last, samples, tokens]
 
 
-def _samples(rows, table, attr: str, gpu: bool, keep, pause: Callable[[], None] = no_pause) -> list[Family]:
+def _samples(t: RankTable, labels: list, table, kind: str, keep, pause: Callable[[], None] = no_pause) -> list[Family]:
     """One family per kept ``table`` row; a rank lacking the sample or the optional field is
     skipped. ``pause`` between families (a scrape's yield)."""
     fams = []
-    have = [(row[2] if gpu else row[1], sample) for row in rows if (sample := getattr(row[0], attr)) is not None]
-    for name, doc, kind, field in table:
+    for name, doc, kind_letter, field in table:
         if not keep(name):
             continue
         if fams:
             pause()
-        fam = Family(name, doc, _KIND[kind])
-        if have and have[0][1].DESCRIPTOR.fields_by_name[field].has_presence:
-            pairs = [(labels, sample) for labels, sample in have if sample.HasField(field)]
-        else:
-            pairs = have
-        get = operator.attrgetter(field)
-        fam.add_many([labels for labels, _ in pairs], [float(get(sample)) for _, sample in pairs])
+        fam = Family(name, doc, _KIND[kind_letter])
+        fam.add_column(labels, t.field(kind, field))
         fams.append(fam)
     return fams
 
 
-def _gpu_extra(rows, full: bool) -> list[Family]:
+def _gpu_extra(t: RankTable, labels: list, full: bool) -> list[Family]:
     """Every clock event reason (0 or 1) and the ECC counters; summary mode: only the reasons
     active now (usually none; the throttling rules test == 1)."""
     active = Family("stepwatch_gpu_clock_event_active", "1 while the NVML clock event reason is active (summary "
                     "mode: only the active ones are exported).", "gauge")
     ecc = Family("stepwatch_gpu_ecc_errors", "Volatile ECC errors since the last driver reload.", "counter")
-    for st, _, labels, _ in rows:
-        g = st.gpu_sample
-        if g is None:
-            continue
-        if g.HasField("clock_event_reasons"):
+    reasons = t.raw("gpu_sample", "clock_event_reasons")
+    if not full:
+        for lab, bits in zip(labels, reasons):
+            if bits:
+                for reason, bit in CLOCK_EVENT_REASONS:
+                    if bits & bit:
+                        active.add(lab, 1, f'reason="{reason}"')
+        return [active, ecc]
+    corrected, uncorrected = t.raw("gpu_sample", "ecc_corrected_errors"), t.raw("gpu_sample", "ecc_uncorrected_errors")
+    for lab, bits, c, u in zip(labels, reasons, corrected, uncorrected):
+        if bits is not None:
             for reason, bit in CLOCK_EVENT_REASONS:
-                if full or g.clock_event_reasons & bit:
-                    active.add(labels, 1 if g.clock_event_reasons & bit else 0, f'reason="{reason}"')
-        if not full:
-            continue
-        if g.HasField("ecc_corrected_errors"):
-            ecc.add(labels, g.ecc_corrected_errors, 'type="corrected"')
-        if g.HasField("ecc_uncorrected_errors"):
-            ecc.add(labels, g.ecc_uncorrected_errors, 'type="uncorrected"')
+                active.add(lab, 1 if bits & bit else 0, f'reason="{reason}"')
+        if c is not None:
+            ecc.add(lab, c, 'type="corrected"')
+        if u is not None:
+            ecc.add(lab, u, 'type="uncorrected"')
     return [active, ecc]
 
 
-def _agent(rows, full: bool) -> list[Family]:
+def _agent(t: RankTable, labels: list, full: bool) -> list[Family]:
     connected = Family("stepwatch_agent_connected", "1 while the rank's agent is connected, 0 during the grace period.",
                        "gauge")
     info = Family("stepwatch_agent", "Versions reported by the rank's agent.", "info")
     stats = [Family(name, doc, "counter") for name, doc, _ in _STATS]
     spool = Family("stepwatch_agent_spool_bytes", "Bytes held in the agent's disk spool.", "gauge")
     events = Family("stepwatch_agent_events", "Agent events by kind (at most 32 kinds, then 'other').", "counter")
-    for st, labels, _, _ in rows:
-        connected.add(labels, 1 if st.connected else 0)
-        if st.stats is not None:
-            for fam, (_, _, field) in zip(stats, _STATS):
-                fam.add(labels, getattr(st.stats, field))
-        if not full:
-            continue
-        h = st.hello
-        info.add(labels, 1, labels_text(("agent_version", "torch_version", "cuda_version", "driver_version"),
-                                        (h.agent_version, h.torch_version, h.cuda_version, h.driver_version)))
-        if st.stats is not None:
-            spool.add(labels, st.stats.spool_bytes)
-        for kind, n in sorted(st.event_counts.items()):
-            events.add(labels, n, labels_text(("kind",), (kind,)))
+    connected.add_column(labels, [1 if n > 0 else 0 for n in t.streams])
+    for fam, (_, _, field) in zip(stats, _STATS):
+        fam.add_column(labels, t.raw("stats", field))
+    if not full:
+        return [connected, info, *stats, spool, events]
+    spool.add_column(labels, t.raw("stats", "spool_bytes"))
+    for lab, h, kinds in zip(labels, t.hello, t.event_counts):
+        info.add(lab, 1, labels_text(("agent_version", "torch_version", "cuda_version", "driver_version"),
+                                     (h.agent_version, h.torch_version, h.cuda_version, h.driver_version)))
+        for kind, n in sorted(kinds.items()):
+            events.add(lab, n, labels_text(("kind",), (kind,)))
     return [connected, info, *stats, spool, events]
-
-
-# -- per-job aggregates -----------------------------------------------------------------------
-
-_STATS3 = ("min", "median", "max")
-
-
-def _field(pick, field):
-    def get(st):
-        sample = pick(st)
-        if sample is None or (sample.DESCRIPTOR.fields_by_name[field].has_presence and not sample.HasField(field)):
-            return None
-        return float(getattr(sample, field))
-    return get
-
-
-# (name, HELP, value of one rank or None)
-_JOB_SPREAD = (
-    ("stepwatch_job_rank_step_seconds", "Mean step time over each rank's last 100 steps: min, median and max "
-     "across the job's ranks.", lambda st: st.recent_step_s),
-    ("stepwatch_job_rank_dataloader_wait_ratio", "Data-loader wait share of each rank's last 100 steps: min, median "
-     "and max across the job's ranks.", lambda st: st.dataloader_wait_ratio),
-    ("stepwatch_job_gpu_utilization_ratio", "GPU utilisation (NVML): min, median and max across the job's ranks.",
-     _field(lambda st: st.gpu_sample, "utilization_ratio")),
-    ("stepwatch_job_gpu_sm_active_ratio", "SM activity (GPM): min, median and max across the job's ranks.",
-     _field(lambda st: st.gpu_sample, "sm_active_ratio")),
-    ("stepwatch_job_allocator_reserved_bytes", "CUDA allocator reserved bytes: min, median and max across the "
-     "job's ranks.", _field(lambda st: st.allocator, "reserved_bytes")),
-)
-
-
-def job_families(ranks: list[RankState], pause: Callable[[], None] = no_pause) -> Iterator[Family]:
-    """Per-job aggregates across ranks (``ranks`` sorted by job, as the snapshot is);
-    ``pause`` after every PAUSE_EVERY_RANKS ranks' jobs (a scrape's yield)."""
-    count = Family("stepwatch_job_ranks", "Ranks of the job the collector holds, by state (connected, "
-                   "disconnected: in the grace period).", "gauge")
-    dur = Family("stepwatch_job_step_duration_seconds", "Duration of training steps of all the job's ranks.",
-                 "histogram")
-    wait = Family("stepwatch_job_dataloader_wait_seconds", "Seconds per step waiting for the DataLoader, all the "
-                  "job's ranks.", "histogram")
-    spread = [Family(name, doc, "gauge") for name, doc, _ in _JOB_SPREAD]
-    skew = Family("stepwatch_job_rank_skew_ratio", "Slowest rank's compute per step / the median rank's, in the "
-                  "job's latest profiler windows (1 = balanced).", "gauge")
-    slowest = Family("stepwatch_job_slowest_rank", "The rank with the longest mean step time over its last "
-                     "100 steps.", "gauge")
-    jobs: dict[str, list] = {}
-    for st in ranks:
-        jobs.setdefault(st.job, []).append(st)
-    done = 0
-    for job, states in jobs.items():
-        done += len(states)
-        if done >= PAUSE_EVERY_RANKS:
-            done = 0
-            pause()
-        labels = labels_text(("training_job",), (job,))
-        up = sum(1 for st in states if st.connected)
-        count.add(labels, up, 'state="connected"')
-        count.add(labels, len(states) - up, 'state="disconnected"')
-        for fam, hist, bounds in ((dur, "step_hist", STEP_BUCKETS), (wait, "wait_hist", WAIT_BUCKETS)):
-            merged = Histogram.merged(bounds, [getattr(st, hist) for st in states])
-            if merged.count:
-                fam.add_histogram(labels, merged.cumulative(), merged.sum)
-        for fam, (_, _, value) in zip(spread, _JOB_SPREAD):
-            vals = [v for v in map(value, states) if v is not None]
-            if vals:
-                for stat, v in zip(_STATS3, (min(vals), statistics.median(vals), max(vals))):
-                    fam.add(labels, v, f'stat="{stat}"')
-        steps = [(s, st.rank) for st in states if (s := st.recent_step_s) is not None]
-        if steps:
-            slowest.add(labels, max(steps)[1])
-        aligned = aligned_compute(states)
-        if aligned is not None:
-            skew.add(labels, aligned["skew_ratio"])
-    yield from (count, dur, wait, *spread, skew, slowest)

@@ -86,22 +86,28 @@ class Histogram:
         self.count += n
 
     @classmethod
-    def merged(cls, bounds: Iterable[float], hists: list) -> "Histogram":
-        """One histogram of all of ``hists`` (same bounds): a job's from its ranks', summed
-        bucket by bucket in one pass."""
+    def merged(cls, bounds: Iterable[float], counts: list, sums: list, totals: list) -> "Histogram":
+        """One histogram of several with the same bounds (a job's from its ranks'): their bucket
+        ``counts`` (a sequence each), ``sums`` and ``totals`` (observations), added bucket by
+        bucket in one pass."""
         out = cls(bounds)
-        if hists:
-            out.counts = [sum(bucket) for bucket in zip(*[h.counts for h in hists])]
-            out.sum = sum(h.sum for h in hists)
-            out.count = sum(h.count for h in hists)
+        if counts:
+            out.counts = [sum(bucket) for bucket in zip(*counts)]
+            out.sum = sum(sums)
+            out.count = sum(totals)
         return out
 
     def cumulative(self) -> list[tuple[str, int]]:
         """``[(le, cumulative count)]`` ending with ``("+Inf", count)``."""
-        les = _LE_TEXTS.get(self.bounds)
-        if les is None:
-            les = _LE_TEXTS[self.bounds] = tuple(repr(float(b)) for b in self.bounds) + ("+Inf",)
-        return list(zip(les, itertools.accumulate(self.counts)))
+        return cumulative(self.bounds, self.counts)
+
+
+def cumulative(bounds: tuple, counts) -> list[tuple[str, int]]:
+    """``[(le, cumulative count)]`` of bucket ``counts`` (the last one +Inf) over ``bounds``."""
+    les = _LE_TEXTS.get(bounds)
+    if les is None:
+        les = _LE_TEXTS[bounds] = tuple(repr(float(b)) for b in bounds) + ("+Inf",)
+    return list(zip(les, itertools.accumulate(counts)))
 
 
 _LE_TEXTS: dict[tuple, tuple] = {}  # bucket bounds -> their `le` label values
@@ -125,7 +131,9 @@ class RankState:
     last_seen: float = 0.0
     disconnected_at: Optional[float] = None
     sessions: "collections.OrderedDict[str, _Session]" = dataclasses.field(default_factory=collections.OrderedDict)
-    evicted_steps: int = 0
+    # Sum over agent sessions of the highest step seen: monotonic across trainer restarts (kept
+    # as steps arrive; a session evicted past MAX_SESSIONS keeps its steps counted).
+    steps_total: int = 0
     samples_total: int = 0
     samples_known: bool = False
     tokens_total: int = 0
@@ -148,11 +156,6 @@ class RankState:
     @property
     def connected(self) -> bool:
         return self.streams > 0
-
-    @property
-    def steps_total(self) -> int:
-        """Sum over agent sessions of the highest step seen: monotonic across trainer restarts."""
-        return self.evicted_steps + sum(s.max_step for s in self.sessions.values())
 
     @property
     def dataloader_wait_ratio(self) -> Optional[float]:
@@ -184,8 +187,7 @@ class RankState:
     def session(self, session_id: str) -> _Session:
         if session_id not in self.sessions:
             if len(self.sessions) >= MAX_SESSIONS:
-                _, old = self.sessions.popitem(last=False)
-                self.evicted_steps += old.max_step
+                self.sessions.popitem(last=False)
             self.sessions[session_id] = _Session()
         self.sessions.move_to_end(session_id)
         return self.sessions[session_id]
@@ -366,6 +368,7 @@ class CollectorState:
     def _apply_steps(st: RankState, sess: _Session, c: StepColumns) -> None:
         top = max(c.step)
         if top > sess.max_step:
+            st.steps_total += top - sess.max_step
             sess.max_step = top
         st.step_hist.observe_many(c.dur)
         st.wait_hist.observe_many(c.wait)
@@ -410,25 +413,35 @@ class CollectorState:
     def snapshot(self, light: bool = False, job: Optional[str] = None,
                  pause: Callable[[], None] = no_pause, frozen: bool = False) -> list[RankState]:
         """Shallow copies of all rank states, sorted by (job, rank); safe to read without the lock.
-        Copied in chunks (each rank consistent in itself; a rank gone meanwhile is left out).
-        ``light`` (a scrape): the step lists and the event list are left empty. ``job``: only
-        that job's ranks. ``pause``: called between chunks, without the lock (a scrape's yield).
-        ``frozen``: the rank states themselves, not copies, for a reader nothing writes beside
-        (a forked render process: copies there only cost memory)."""
+        ``light``: the step lists and the event list are left empty (a reader of totals only).
+        ``job``, ``pause``, ``frozen``: as :meth:`read_ranks` (frozen: the states, not copies)."""
+        out: list[RankState] = []
+        if frozen:
+            self.read_ranks(out.extend, job, pause, frozen)
+        else:
+            self.read_ranks(lambda chunk: out.extend(_copy(st, light) for st in chunk), job, pause)
+        return out
+
+    def read_ranks(self, read: Callable[[list[RankState]], Any], job: Optional[str] = None,
+                   pause: Callable[[], None] = no_pause, frozen: bool = False, chunk: int = _SNAPSHOT_CHUNK) -> None:
+        """``read(states)`` for every rank (``job``: that job's only) in (job, rank) order, a
+        chunk at a time with the lock held: each rank consistent in itself, ingest going on
+        between chunks, a rank gone meanwhile left out. ``read`` keeps what ingest replaces
+        (protobuf samples, the Hello) by reference and copies what it changes in place.
+        ``pause``: called between chunks, without the lock (a scrape's yield). ``frozen``: one
+        call over the states without the lock, for a reader nothing writes beside (a forked
+        render process). ``chunk``: ranks per hold of the lock."""
         with self._lock:
             keys = sorted(k for k in self._ranks if job is None or k[0] == job)
-            if frozen:
-                return [self._ranks[k] for k in keys]
-        out = []
-        for i in range(0, len(keys), _SNAPSHOT_CHUNK):  # the lock is let go between chunks: ingest goes on
+        if frozen:
+            read([self._ranks[k] for k in keys])
+            return
+        for i in range(0, len(keys), chunk):  # the lock is let go between chunks: ingest goes on
             with self._lock:
-                for key in keys[i:i + _SNAPSHOT_CHUNK]:
-                    st = self._ranks.get(key)
-                    if st is not None:
-                        out.append(_copy(st, light))
+                got = self._ranks.get
+                read([st for key in keys[i:i + chunk] if (st := got(key)) is not None])
             if i % PAUSE_EVERY_RANKS == 0:
                 pause()
-        return out
 
     @property
     def lock(self) -> threading.Lock:
@@ -471,8 +484,8 @@ def _copy(st: RankState, light: bool = False) -> RankState:
     event list and the sessions (their steps_total is kept) are left empty."""
     st.sums()  # (kept by a light copy, which has no ``recent``)
     dup = _clone(st)
-    if light:  # a scrape reads only steps_total of the sessions
-        dup.sessions, dup.evicted_steps = _NO_SESSIONS, st.steps_total
+    if light:  # (steps_total is kept apart from them)
+        dup.sessions = _NO_SESSIONS
     else:
         dup.sessions = collections.OrderedDict((k, _clone(v)) for k, v in st.sessions.items())
     for name in ("step_hist", "wait_hist"):

@@ -53,7 +53,9 @@ def windows_document(state: CollectorState, job: str) -> Optional[dict[str, Any]
     states = state.snapshot(job=job)
     ranks = [{"rank": st.rank, "host": st.hello.host, "connected": st.connected,
               "windows": [message_dict(w) for w in st.windows]} for st in states]
-    return {"job": job, "ranks": ranks, "aligned": aligned_compute(states)} if ranks else None
+    if not ranks:
+        return None
+    return {"job": job, "ranks": ranks, "aligned": aligned_compute([(st.rank, st.windows) for st in states])}
 
 
 def windows_json(state: CollectorState, job: str) -> tuple[int, bytes]:

@@ -10,12 +10,12 @@ characters, and skip reasons are capped at ``MAX_SKIP_REASONS`` per rank.
 from __future__ import annotations
 
 import statistics
-from typing import Optional
+from typing import Iterable, Optional
 
 from ._exposition import Family, labels_text
-from ._state import RankState
 
-__all__ = ["window_families", "MAX_NAME_CHARS", "MAX_SKIP_REASONS", "PHASES", "aligned_compute", "window_steps"]
+__all__ = ["window_families", "MAX_NAME_CHARS", "MAX_SKIP_REASONS", "PHASES", "aligned_compute", "skew_ratio",
+           "window_steps"]
 
 MAX_NAME_CHARS = 120
 MAX_SKIP_REASONS = 16
@@ -46,14 +46,16 @@ _WINDOW = (
 )
 
 
-def window_families(rows, full: bool, top_k: int) -> list[Family]:
-    """The window families; ``rows`` = [(rank state, rank labels, ...)] (:class:`RankMetrics`).
-    Summary mode: the overhead ratio, compute and total communication per step, and the job skew."""
-    fams = [*_stats(rows, full), *_skew(rows, full)]
-    return fams + list(_window(rows, top_k)) if full else fams
+def window_families(t, labels: list, full: bool, top_k: int) -> list[Family]:
+    """The window families of the scrape's :class:`~._rank_table.RankTable` ``t``, ``labels``
+    its ranks' label texts. Summary mode: the overhead ratio, compute and total communication
+    per step."""
+    latest = [w[-1] if w else None for w in t.windows]
+    fams = [*_stats(t, labels, full), *_skew(latest, labels, full)]
+    return fams + list(_window(latest, labels, top_k)) if full else fams
 
 
-def _stats(rows, full: bool) -> tuple:
+def _stats(t, labels: list, full: bool) -> tuple:
     overhead = Family("stepwatch_agent_overhead_ratio",
                       "Share of wall time since attach spent on profiler windows (after the "
                       "warm-up one), captures and their export, 0-1.", "gauge")
@@ -61,16 +63,14 @@ def _stats(rows, full: bool) -> tuple:
     skips = Family("stepwatch_window_skips", "Profiler windows the agent did not take, by reason.", "counter")
     warmup = Family("stepwatch_agent_window_warmup_seconds",
                     "One-time cost of the agent's warm-up profiler window (not in the overhead ratio).", "gauge")
-    for st, labels, *_ in rows:
-        if st.stats is None:
-            continue
-        overhead.add(labels, st.stats.overhead_ratio)
-        if not full:
-            continue
-        warmup.add(labels, st.stats.window_warmup_s)
-        windows.add(labels, st.stats.windows)
-        for reason, n in skip_reasons(dict(st.stats.window_skips)):
-            skips.add(labels, n, labels_text(("reason",), (reason,)))
+    overhead.add_column(labels, t.raw("stats", "overhead_ratio"))
+    if full:
+        warmup.add_column(labels, t.raw("stats", "window_warmup_s"))
+        windows.add_column(labels, t.raw("stats", "windows"))
+        for lab, stats in zip(labels, t.stats):
+            if stats is not None:
+                for reason, n in skip_reasons(dict(stats.window_skips)):
+                    skips.add(lab, n, labels_text(("reason",), (reason,)))
     return overhead, warmup, windows, skips
 
 
@@ -85,7 +85,7 @@ def skip_reasons(skips: dict) -> list[tuple[str, int]]:
     return sorted(out.items())
 
 
-def _window(rows, top_k: int) -> tuple:
+def _window(latest: list, labels: list, top_k: int) -> tuple:
     scalars = [Family(name, doc, "gauge") for name, doc, _ in _WINDOW]
     phase = Family("stepwatch_window_step_phase_seconds",
                    "Device seconds of one average step by phase in the last profiler window.", "gauge")
@@ -98,20 +98,19 @@ def _window(rows, top_k: int) -> tuple:
                "last two profiler windows (only for jobs that use torch.compile).", "gauge"),
         Family("stepwatch_window_recompiles", "Graphs torch.compile compiled between the "
                "last two profiler windows (only for jobs that use torch.compile).", "gauge")]
-    for st, labels, *_ in rows:
-        if not st.windows:
+    for lab, win in zip(labels, latest):
+        if win is None:
             continue
-        win = st.windows[-1]
         for fam, field in zip(compile_health, ("graph_breaks", "recompiles")):
             if win.HasField(field):
-                fam.add(labels, float(getattr(win, field)))
+                fam.add(lab, float(getattr(win, field)))
         for fam, (_, _, field) in zip(scalars, _WINDOW):
-            fam.add(labels, float(getattr(win, field)))
+            fam.add(lab, float(getattr(win, field)))
         if win.HasField("breakdown"):
             for name, field in PHASES:
-                phase.add(labels, getattr(win.breakdown, field), f'phase="{name}"')
-        _add_top(kernels, labels, win.top_kernels, top_k, "kernel")
-        _add_top(ops, labels, win.top_ops, top_k, "op")
+                phase.add(lab, getattr(win.breakdown, field), f'phase="{name}"')
+        _add_top(kernels, lab, win.top_kernels, top_k, "kernel")
+        _add_top(ops, lab, win.top_ops, top_k, "op")
     return (*scalars, phase, kernels, ops, *compile_health)
 
 
@@ -120,22 +119,44 @@ def window_steps(win) -> int:
     return win.last_step - win.first_step + 1 if win.last_step >= win.first_step > 0 else 0
 
 
-def aligned_compute(states: list[RankState]) -> Optional[dict]:
-    """Per-rank figures of one job's latest steps windowed on the most ranks (windows are taken
-    at the same global steps on every rank; a rank's last window may not have arrived yet):
-    ``{"first_step", "skew_ratio", "ranks": [{"rank", "compute_s_per_step",
-    "communication_s_per_step", "exposed_communication_s_per_step", "share_of_slowest"}]}``,
-    or None with fewer than two ranks there. ``skew_ratio`` = max / median compute per step."""
-    by_step: dict[int, list] = {}
-    for st in states:
-        for win in st.windows:
-            if window_steps(win):
-                by_step.setdefault(win.first_step, {})[st.rank] = win
+def _aligned(ranks: Iterable[tuple[int, Iterable]]) -> Optional[tuple[int, dict]]:
+    """``(first step, {rank: window})`` of one job's latest steps windowed on the most ranks
+    (windows are taken at the same global steps on every rank; a rank's last window may not
+    have arrived yet), or None when no window has a step range."""
+    by_step: dict[int, dict] = {}
+    for rank, windows in ranks:
+        for win in windows:
+            first = win.first_step
+            if win.last_step >= first > 0:  # (window_steps, inline: every kept window of every rank)
+                by_step.setdefault(first, {})[rank] = win
     if not by_step:
         return None
     most = max(len(v) for v in by_step.values())
     first = max(f for f, v in by_step.items() if len(v) == most)
-    wins = by_step[first]
+    return first, by_step[first]
+
+
+def skew_ratio(ranks: Iterable[tuple[int, Iterable]]) -> Optional[float]:
+    """``ranks``: one job's ``(rank, its kept windows)``. The slowest rank's compute per step
+    over the median rank's at the aligned steps (:func:`aligned_compute`), or None."""
+    aligned = _aligned(ranks)
+    if aligned is None or len(aligned[1]) < 2:
+        return None
+    per_step = [w.compute_s / window_steps(w) for w in aligned[1].values()]
+    mid = statistics.median(per_step)
+    return None if mid <= 0 else max(per_step) / mid
+
+
+def aligned_compute(ranks: Iterable[tuple[int, Iterable]]) -> Optional[dict]:
+    """``ranks``: one job's ``(rank, its kept windows)``. Per-rank figures of its latest steps
+    windowed on the most ranks: ``{"first_step", "skew_ratio", "ranks": [{"rank",
+    "compute_s_per_step", "communication_s_per_step", "exposed_communication_s_per_step",
+    "share_of_slowest"}]}``, or None with fewer than two ranks there. ``skew_ratio`` = max /
+    median compute per step."""
+    aligned = _aligned(ranks)
+    if aligned is None:
+        return None
+    first, wins = aligned
     per_step = {r: w.compute_s / window_steps(w) for r, w in wins.items()}
     slowest, mid = max(per_step.values()), statistics.median(per_step.values())
     if len(wins) < 2 or mid <= 0:
@@ -148,7 +169,7 @@ def aligned_compute(states: list[RankState]) -> Optional[dict]:
                       for r, w in sorted(wins.items())]}
 
 
-def _skew(rows, full: bool) -> tuple:
+def _skew(latest: list, labels: list, full: bool) -> tuple:
     """Per-rank compute and communication per profiled step (latest window)."""
     compute = Family("stepwatch_rank_compute_seconds_per_step",
                      "Compute seconds per step in the rank's last profiler window (device kernels; "
@@ -156,15 +177,18 @@ def _skew(rows, full: bool) -> tuple:
     comm = Family("stepwatch_rank_communication_seconds_per_step",
                   "Communication seconds per step in the rank's last profiler window: total, or "
                   "exposed (not overlapped by compute).", "gauge")
-    for st, labels, *_ in rows:
-        win = st.windows[-1] if st.windows else None
-        steps = window_steps(win) if win is not None else 0
-        if not steps:
-            continue
-        compute.add(labels, win.compute_s / steps)
-        comm.add(labels, win.communication_s / steps, 'kind="total"')
-        if full and win.HasField("breakdown"):
-            comm.add(labels, win.breakdown.communication_s, 'kind="exposed"')
+    steps = [w.last_step - w.first_step + 1 if w is not None and w.last_step >= w.first_step > 0 else 0
+             for w in latest]  # (window_steps, inline)
+    if not full:
+        compute.add_column(labels, [w.compute_s / n if n else None for w, n in zip(latest, steps)])
+        comm.add_column(labels, [w.communication_s / n if n else None for w, n in zip(latest, steps)], 'kind="total"')
+        return compute, comm
+    for lab, win, n in zip(labels, latest, steps):
+        if n:
+            compute.add(lab, win.compute_s / n)
+            comm.add(lab, win.communication_s / n, 'kind="total"')
+            if win.HasField("breakdown"):
+                comm.add(lab, win.breakdown.communication_s, 'kind="exposed"')
     return compute, comm
 
 

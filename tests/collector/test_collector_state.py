@@ -139,7 +139,8 @@ def test_merged_histogram_is_the_ranks_added_one_by_one(per_rank):
         hists.append(h)
     every = Histogram(STEP_BUCKETS)  # all the ranks' values in one histogram
     every.observe_many([v for values in per_rank for v in values])
-    merged = Histogram.merged(STEP_BUCKETS, hists)
+    merged = Histogram.merged(STEP_BUCKETS, [h.counts for h in hists], [h.sum for h in hists],
+                              [h.count for h in hists])
     assert (merged.counts, merged.count) == (every.counts, every.count)
     assert math.isclose(merged.sum, every.sum, rel_tol=1e-9, abs_tol=1e-9)
 
