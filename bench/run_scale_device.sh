@@ -241,7 +241,7 @@ fi
 if [ "${PART:-}" = x ] || [ "${PART:-}" = y ]; then
     mkdir -p /tmp/ab && tar -xf .bin/ab.tar -C /tmp/ab && $P --no-build-isolation --target /tmp/sw_ab /tmp/ab/ab
     CPUS=0; [ "$PART" = y ] && CPUS=0,1
-    if [ "$PART" = x ]; then
+    if [ "$PART" = x ] && [ -z "${X_ORDER:-}" ]; then
         for v in ab after ab after; do
             path=/tmp/sw; [ $v = ab ] && path=/tmp/sw_ab
             PYTHONPATH=$path:/tmp/site taskset -c 3 python3 bench/ingest_path.py --ranks 10000 --batches 6 \
@@ -249,16 +249,18 @@ if [ "${PART:-}" = x ] || [ "${PART:-}" = y ]; then
         done
     fi
     X=(--ranks 10000 --warmup-s 30 --duration-s 60 --ranks-per-connection 1 --scrape-every-s 15 --collector-cpus $CPUS)
-    PYTHONPATH=/tmp/sw_ab:/tmp/site python3 bench/collector_scale.py "${GEN[@]}" --out "$OUT/${PART}_ab_10000.json" \
-        "${X[@]}" > "$OUT/${PART}_ab_10000.log" 2>&1
-    run ${PART}_10000 "${X[@]}"
+    for v in ${X_ORDER:-ab after}; do  # (X_ORDER="after ab": the other order; a name once per part)
+        path=/tmp/sw; [ $v = ab ] && path=/tmp/sw_ab
+        PYTHONPATH=$path:/tmp/site python3 bench/collector_scale.py "${GEN[@]}" --out "$OUT/${PART}_${v}_10000.json" \
+            "${X[@]}" > "$OUT/${PART}_${v}_10000.log" 2>&1
+    done
 fi
 # PART=s: 10,000 ranks on two cores with this code (as q's row).
 if [ "${PART:-}" = s ]; then
     run s_10000_2cores --ranks 10000 --warmup-s 30 --duration-s 60 --ranks-per-connection 1 --scrape-every-s 15 \
         --collector-cpus 0,1
 fi
-for f in x_ab_10000 x_10000 y_ab_10000 y_10000 w_small_2cores u_10000_3replicas t_ab_10000_2cores r_ab_10000_1core r_10000_1core s_10000_2cores q_10000_1core q_10000_2cores q_small_2cores p_small_2cores p_10000_2cores p_10000_1core o_before_10000 o_after_10000 n_2cores m_2cores_b2b m_1core_a m_1core_b l_2cores_a l_1core l_2cores_b j_process j_thread k_process k_thread i_10000w_conn1_3replicas h_a1 h_b1 h_a2 h_b2 g_10000w_conn1 g_10000w_conn1_b2b f_small_conn1 f_10000w_conn1 f_10000w_conn1_b2b f_10000w_conn1_3replicas e_10000w_scrape15_conn1_mb500 e_3000w_scrape15_conn1 d_10000w_scrape15 d_10000w_scrape15_conn1 d_10000w_b2b before_3000w after_3000w_unpaced after_3000w after_10000w after_10000w_scrape15 before_10000 after_10000 after_10000_scrape15 after_small after_3replicas after_3000_scrape15 after_3replicas_scrape15; do
+for f in x_ab_10000 x_after_10000 y_ab_10000 y_after_10000 w_small_2cores u_10000_3replicas t_ab_10000_2cores r_ab_10000_1core r_10000_1core s_10000_2cores q_10000_1core q_10000_2cores q_small_2cores p_small_2cores p_10000_2cores p_10000_1core o_before_10000 o_after_10000 n_2cores m_2cores_b2b m_1core_a m_1core_b l_2cores_a l_1core l_2cores_b j_process j_thread k_process k_thread i_10000w_conn1_3replicas h_a1 h_b1 h_a2 h_b2 g_10000w_conn1 g_10000w_conn1_b2b f_small_conn1 f_10000w_conn1 f_10000w_conn1_b2b f_10000w_conn1_3replicas e_10000w_scrape15_conn1_mb500 e_3000w_scrape15_conn1 d_10000w_scrape15 d_10000w_scrape15_conn1 d_10000w_b2b before_3000w after_3000w_unpaced after_3000w after_10000w after_10000w_scrape15 before_10000 after_10000 after_10000_scrape15 after_small after_3replicas after_3000_scrape15 after_3replicas_scrape15; do
     [ -f "$OUT/$f.log" ] && tail -n +3 "$OUT/$f.log" | grep "^| [0-9]" | sed "s/^/$f /"
 done
 for f in x_scrape_ab x_scrape_after u_ingest_before u_ingest_ab u_ingest_after r_ingest_ab r_ingest_after r_ingest_before q_ingest_before q_ingest_after o_ingest_before o_ingest_after ingest_before ingest_after; do [ -f "$OUT/$f.json" ] && sed "s/^/$f /" "$OUT/$f.json"; done
