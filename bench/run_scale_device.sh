@@ -235,21 +235,25 @@ if [ "${PART:-}" = w ]; then
         --collector-cpus 0,1 --scrape-every-s 15
 fi
 # PART=x / y: the scrape read as columns (eighth session), A/B on one lease against .bin/ab.tar
-# (`git archive e5535f0 --prefix=ab/`, the code before). x: a scrape's CPU in process at 10,000
-# ranks (bench/ingest_path.py --scrapes), alternated, then 10,000 ranks on one core, before and
-# after; y: the same on two cores (a render process).
+# (`git archive e5535f0 --prefix=ab/`, the code before). In process (x; y with INPROC=1): a
+# scrape's CPU at 10,000 ranks on the thread and in a forked child (bench/ingest_path.py
+# --scrapes [--fork]), alternated; then 10,000 ranks on one core (x) or two (y), in the order
+# X_ORDER (default "ab after"; INPROC=0 skips the in-process part).
 if [ "${PART:-}" = x ] || [ "${PART:-}" = y ]; then
     mkdir -p /tmp/ab && tar -xf .bin/ab.tar -C /tmp/ab && $P --no-build-isolation --target /tmp/sw_ab /tmp/ab/ab
     CPUS=0; [ "$PART" = y ] && CPUS=0,1
-    if [ "$PART" = x ] && [ -z "${X_ORDER:-}" ]; then
+    INPROC=${INPROC:-$([ "$PART" = x ] && echo 1 || echo 0)}
+    if [ "$INPROC" = 1 ]; then
         for v in ab after ab after; do
             path=/tmp/sw; [ $v = ab ] && path=/tmp/sw_ab
-            PYTHONPATH=$path:/tmp/site taskset -c 3 python3 bench/ingest_path.py --ranks 10000 --batches 6 \
-                --samples-per-batch 5 --repeat 1 --scrapes 6 >> "$OUT/x_scrape_$v.json" 2>&1
+            for fork in "" --fork; do
+                PYTHONPATH=$path:/tmp/site taskset -c 3 python3 bench/ingest_path.py --ranks 10000 --batches 6 \
+                    --samples-per-batch 5 --repeat 1 --scrapes 4 $fork >> "$OUT/x_scrape_$v.json" 2>&1
+            done
         done
     fi
     X=(--ranks 10000 --warmup-s 30 --duration-s 60 --ranks-per-connection 1 --scrape-every-s 15 --collector-cpus $CPUS)
-    for v in ${X_ORDER:-ab after}; do  # (X_ORDER="after ab": the other order; a name once per part)
+    for v in ${X_ORDER:-ab after}; do  # (each name once per command)
         path=/tmp/sw; [ $v = ab ] && path=/tmp/sw_ab
         PYTHONPATH=$path:/tmp/site python3 bench/collector_scale.py "${GEN[@]}" --out "$OUT/${PART}_${v}_10000.json" \
             "${X[@]}" > "$OUT/${PART}_${v}_10000.log" 2>&1
