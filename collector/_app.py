@@ -284,12 +284,16 @@ class Collector:
             pause()
             return gzip.compress(data, 1) if zipped else data
 
+        pacing = ScrapeYield(self.state.load)
         if self._fork is not None:
-            self.rank_metrics.warm()  # (the child's own additions to the label cache die with it)
+            # The label texts of ranks new since the last scrape, here (what the child adds to
+            # the cache dies with it), giving way to ingest: 10,000 new ranks are ~0.1 s.
+            self.rank_metrics.warm(pacing.pause)
+            pacing.done()
             data = self._fork.run(self.state.lock, lambda: body(no_pause, frozen=True))
             if data is not None:
+                self.state.scrape_yield_s += pacing.slept
                 return 200, ctype, data, extra
-        pacing = ScrapeYield(self.state.load)
         try:
             return 200, ctype, body(pacing.pause), extra
         finally:

@@ -169,11 +169,13 @@ class RankMetrics:
             held = self._labels[(job, rank)] = (hello, gpu, _label_texts(job, rank, hello, gpu, self.mode == "full"))
         return held[2]
 
-    def warm(self) -> None:
+    def warm(self, pause: Callable[[], None] = no_pause) -> None:
         """Render the label texts of ranks new since the last call into the cache, here: a
         forked render's own additions die with it (10,000 ranks' texts are ~50 ms of its CPU on
-        the development machine; looking them up ~5 ms). Called before each fork."""
-        self._state.read_ranks(lambda states: [self._text(st.job, st.rank, st.hello, st.gpu) for st in states])
+        the development machine; looking them up ~5 ms). Called before each fork; ``pause``
+        between chunks (a scrape's yield)."""
+        self._state.read_ranks(lambda states: [self._text(st.job, st.rank, st.hello, st.gpu) for st in states],
+                               pause=pause)
 
 
 class Labels(NamedTuple):
