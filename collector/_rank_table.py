@@ -24,7 +24,8 @@ from ._yield import no_pause
 
 __all__ = ["RankTable", "aligned"]
 
-# (column, attribute path) read as they are
+# Columns read as they are: each attribute of _PLAIN under its own name, then the histograms'
+# counts and sums: (column, getter).
 _PLAIN = ("job", "rank", "hello", "gpu", "streams", "steps_total", "recent_added", "last_step_time",
           "samples_total", "samples_known", "tokens_total", "tokens_known", "allocator", "gpu_sample", "host",
           "stats")
