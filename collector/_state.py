@@ -37,7 +37,7 @@ MAX_WINDOW_NAMES = 50            # top kernels / ops kept per WindowSummary (the
 MAX_NAME_CHARS = 256             # kernel / op names and Hello label values are cut to this
 RATIO_WINDOW = 100
 MAX_SESSIONS = 16
-_SNAPSHOT_CHUNK = 256  # ranks copied per hold of the lock (~5 ms)
+_SNAPSHOT_CHUNK = 256  # ranks read per hold of the lock (dev machine: a scrape ~0.5 ms, copies ~1.5 ms)
 TREND_POINTS = 300  # (step, end_time_s, duration_s) kept per rank for the page's trend
 WINDOWS_KEPT = 5  # default number of WindowSummary kept per rank (arrival order)
 
