@@ -285,10 +285,10 @@ class Collector:
             return gzip.compress(data, 1) if zipped else data
 
         pacing = ScrapeYield(self.state.load)
+        # The label texts of ranks new since the last scrape first, giving way to ingest (10,000
+        # new ranks are ~0.1 s; what a render process added to the cache would die with it).
+        self.rank_metrics.warm(pacing.pause)
         if self._fork is not None:
-            # The label texts of ranks new since the last scrape, here (what the child adds to
-            # the cache dies with it), giving way to ingest: 10,000 new ranks are ~0.1 s.
-            self.rank_metrics.warm(pacing.pause)
             pacing.done()
             data = self._fork.run(self.state.lock, lambda: body(no_pause, frozen=True))
             if data is not None:

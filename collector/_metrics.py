@@ -171,9 +171,9 @@ class RankMetrics:
 
     def warm(self, pause: Callable[[], None] = no_pause) -> None:
         """Render the label texts of ranks new since the last call into the cache, here: a
-        forked render's own additions die with it (10,000 ranks' texts are ~50 ms of its CPU on
-        the development machine; looking them up ~5 ms). Called before each fork; ``pause``
-        between chunks (a scrape's yield)."""
+        forked render's own additions die with it, and the thread's render then has no long
+        stage for them (10,000 ranks' texts are ~50 ms on the development machine; looking them
+        up ~5 ms). Called before each scrape; ``pause`` between chunks (a scrape's yield)."""
         self._state.read_ranks(lambda states: [self._text(st.job, st.rank, st.hello, st.gpu) for st in states],
                                pause=pause)
 
