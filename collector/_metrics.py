@@ -12,8 +12,8 @@ blocks ingest for longer than a chunk. Per-rank detail by ``mode``:
   ``stepwatch_gpu_info``. Everything else stays on ``/api``.
 * ``off``: no per-rank series.
 
-Per-job aggregates are always there (``_job_metrics``). A metric with no sample source for a rank is not
-emitted for that rank. Base units only, no timestamps, labels per ARCHITECTURE.md.
+Per-job aggregates are always there (``_job_metrics``). A metric with no sample source for a
+rank is not emitted for that rank. Base units only, no timestamps, labels per ARCHITECTURE.md.
 """
 
 from __future__ import annotations
@@ -157,7 +157,7 @@ class RankMetrics:
     def _texts(self, table: RankTable) -> "Labels":
         """Each rank's label texts, from the cache (:meth:`_text`)."""
         if len(self._labels) > 2 * len(table) + 1024:
-            self._labels.clear()  # ranks that left
+            self._labels.clear()  # ranks that left (without warm())
         texts = list(map(self._text, table.job, table.rank, table.hello, table.gpu))
         return Labels(*map(list, zip(*texts))) if texts else Labels([], [], [])
 
@@ -170,12 +170,23 @@ class RankMetrics:
         return held[2]
 
     def warm(self, pause: Callable[[], None] = no_pause) -> None:
-        """Render the label texts of ranks new since the last call into the cache, here: a
-        forked render's own additions die with it, and the thread's render then has no long
-        stage for them (10,000 ranks' texts are ~50 ms on the development machine; looking them
-        up ~5 ms). Called before each scrape; ``pause`` between chunks (a scrape's yield)."""
-        self._state.read_ranks(lambda states: [self._text(st.job, st.rank, st.hello, st.gpu) for st in states],
-                               pause=pause)
+        """Render the label texts of ranks new since the last call into the cache, here, and
+        drop those of ranks that left: a forked render's own additions die with it, and the
+        thread's render then has no long stage for them (10,000 ranks' texts are ~50 ms on the
+        development machine; looking them up ~5 ms). Called before each scrape; ``pause``
+        between chunks (a scrape's yield)."""
+        old, new, full = self._labels, {}, self.mode == "full"
+
+        def read(states: list) -> None:
+            for st in states:
+                key, hello, gpu = (st.job, st.rank), st.hello, st.gpu
+                held = old.get(key)
+                if held is None or held[0] is not hello or held[1] is not gpu:
+                    held = (hello, gpu, _label_texts(st.job, st.rank, hello, gpu, full))
+                new[key] = held
+
+        self._state.read_ranks(read, pause=pause)
+        self._labels = new
 
 
 class Labels(NamedTuple):

@@ -168,3 +168,19 @@ def test_warm_renders_every_label_text_before_a_fork():
     body = render(metrics.families(frozen=True))
     assert metrics._labels == held  # nothing rendered anew
     assert len(_rank_info(body)) == 64
+
+
+def test_the_label_cache_forgets_ranks_that_left():
+    """With a render process only warm() fills the cache (the parent never renders): ranks
+    that left must not pile up in it over a collector's life."""
+    state = CollectorState(1.0)
+    metrics = RankMetrics(state)
+    for wave in range(4):  # four generations of 1,000 ranks, each gone before the next comes
+        keys = [state.connect(hello(job=f"w{wave}", rank=r).hello, T0) for r in range(1000)]
+        metrics.warm()
+        assert len(metrics._labels) == 1000
+        for key in keys:
+            state.disconnect(key, T0)
+        state.expire(T0 + 2.0)
+    metrics.warm()
+    assert metrics._labels == {}  # (no rank left)
