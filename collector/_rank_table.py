@@ -19,7 +19,7 @@ import operator
 from typing import Callable, Optional
 
 from ._columns import Samples
-from ._state import RATIO_WINDOW, CollectorState
+from ._state import CollectorState, mean_step_s, wait_ratio
 from ._yield import no_pause
 
 __all__ = ["RankTable", "aligned"]
@@ -118,14 +118,19 @@ class RankTable:
         return col
 
     def wait_ratio(self) -> list:
-        """Share of step time spent waiting for data over each rank's last steps, in [0, 1];
-        None where no step time is known."""
-        return [None if d <= 0 else min(1.0, max(0.0, w / d)) for w, d in self.sums]
+        """Each rank's data-loader wait share of its last steps (:func:`._state.wait_ratio`)."""
+        col = self._columns.get("wait_ratio")
+        if col is None:
+            col = self._columns["wait_ratio"] = [wait_ratio(w, d) for w, d in self.sums]
+        return col
 
     def recent_step_s(self) -> list:
-        """Mean step time over each rank's last RATIO_WINDOW steps (None before any step)."""
-        return [s[1] / (n if n < RATIO_WINDOW else RATIO_WINDOW) if n else None
-                for s, n in zip(self.sums, self.recent_added)]
+        """Each rank's mean step time over its last steps (:func:`._state.mean_step_s`)."""
+        col = self._columns.get("recent_step_s")
+        if col is None:
+            col = self._columns["recent_step_s"] = list(map(mean_step_s, [s[1] for s in self.sums],
+                                                            self.recent_added))
+        return col
 
     def jobs(self) -> list[tuple[str, int, int]]:
         """``(job, start, end)``: each job's ranks are ``[start:end]``."""

@@ -160,16 +160,12 @@ class RankState:
     @property
     def dataloader_wait_ratio(self) -> Optional[float]:
         """Share of step time spent waiting for data over the last 100 steps, in [0, 1]."""
-        wait, duration = self.sums()
-        if duration <= 0:
-            return None
-        return min(1.0, max(0.0, wait / duration))
+        return wait_ratio(*self.sums())
 
     @property
     def recent_step_s(self) -> Optional[float]:
         """Mean step time over the last 100 steps."""
-        n = min(self.recent_added, RATIO_WINDOW)
-        return self.sums()[1] / n if n else None
+        return mean_step_s(self.sums()[1], self.recent_added)
 
     def sums(self) -> tuple:
         """(wait, duration) summed over ``recent``: taken when first read after a batch (a
@@ -191,6 +187,20 @@ class RankState:
             self.sessions[session_id] = _Session()
         self.sessions.move_to_end(session_id)
         return self.sessions[session_id]
+
+
+def wait_ratio(wait: float, duration: float) -> Optional[float]:
+    """``wait`` over ``duration`` (a rank's recent sums) clamped to [0, 1]; None without time."""
+    if duration <= 0:
+        return None
+    return min(1.0, max(0.0, wait / duration))
+
+
+def mean_step_s(duration: float, added: int) -> Optional[float]:
+    """Mean step time of the last RATIO_WINDOW steps, from their summed ``duration`` and the
+    steps ``added`` so far; None before any step."""
+    n = min(added, RATIO_WINDOW)
+    return duration / n if n else None
 
 
 def own(msg: Any) -> Any:

@@ -142,7 +142,12 @@ def skew_ratio(ranks: Iterable[tuple[int, Iterable]]) -> Optional[float]:
     aligned = _aligned(ranks)
     if aligned is None or len(aligned[1]) < 2:
         return None
-    per_step = [w.compute_s / window_steps(w) for w in aligned[1].values()]
+    return _max_over_median([w.compute_s / window_steps(w) for w in aligned[1].values()])
+
+
+def _max_over_median(per_step) -> Optional[float]:
+    """The largest of the ranks' compute per step over their median; None where the median is
+    not positive."""
     mid = statistics.median(per_step)
     return None if mid <= 0 else max(per_step) / mid
 
@@ -158,10 +163,11 @@ def aligned_compute(ranks: Iterable[tuple[int, Iterable]]) -> Optional[dict]:
         return None
     first, wins = aligned
     per_step = {r: w.compute_s / window_steps(w) for r, w in wins.items()}
-    slowest, mid = max(per_step.values()), statistics.median(per_step.values())
-    if len(wins) < 2 or mid <= 0:
+    ratio = _max_over_median(list(per_step.values())) if len(wins) >= 2 else None
+    if ratio is None:
         return None
-    return {"first_step": first, "skew_ratio": slowest / mid,
+    slowest = max(per_step.values())
+    return {"first_step": first, "skew_ratio": ratio,
             "ranks": [{"rank": r, "compute_s_per_step": per_step[r],
                        "communication_s_per_step": w.communication_s / window_steps(w),
                        "exposed_communication_s_per_step": w.breakdown.communication_s,
