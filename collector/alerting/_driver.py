@@ -18,8 +18,7 @@ from stepwatch.agent.support import OnceLog
 from stepwatch.proto.stepwatch.v1 import agent_pb2
 
 from .._columns import SampleColumns, StepColumns, step_columns
-from ..detect import (SEVERITIES, AllocatorPoint, DetectionConfig, DetectionEngine, GpuPoint, HostPoint,
-                      WindowPoint)
+from ..detect import SEVERITIES, DetectionConfig, DetectionEngine, WindowPoint
 from ._alertmanager import AlertmanagerClient
 from ._book import Alert, AlertBook
 from ._diagnosis import Evidence, diagnose
@@ -57,14 +56,13 @@ def feed_batch(engine: DetectionEngine, job: str, rank: int, batch: agent_pb2.Ba
     s = samples if samples is not None else SampleColumns(batch)
     if len(s.allocator):
         a = s.allocator
-        engine.allocators(job, rank, list(map(AllocatorPoint, a["time_s"], *[a[f] for f in _ALLOCATOR_POINT])))
+        engine.allocator_columns(job, rank, a["time_s"], *[a[f] for f in _ALLOCATOR_POINT])
     if len(s.gpu):
         g = s.gpu
-        engine.gpus(job, rank, list(map(GpuPoint, g["time_s"], *[g.optional(f) for f in _GPU_POINT])))
+        engine.gpu_columns(job, rank, g["time_s"], *[g.optional(f) for f in _GPU_POINT])
     if len(s.host):
         h = s.host
-        engine.hosts(job, rank, list(zip(map(HostPoint, h["time_s"], h["resident_memory_bytes"]),
-                                         h.optional("host_memory_available_bytes"))))
+        engine.host_columns(job, rank, h["time_s"], h["resident_memory_bytes"], h.optional("host_memory_available_bytes"))
     for w in batch.windows:
         steps = w.last_step - w.first_step + 1 if w.last_step >= w.first_step > 0 else 0
         if steps and w.breakdown.step_time_s > 0:

@@ -181,6 +181,30 @@ class DetectionEngine:
                 if memory.allocator(p) or memory.conditions:
                     self._sync(memory, memory.conditions.values())
 
+    def allocator_columns(self, job: str, rank: int, times: list, allocated: list, reserved: list, split: list,
+                          retries: list, ooms: list, device_total: list) -> None:
+        """:meth:`allocators` for a batch given as columns (the fields of AllocatorPoint, in
+        order). The usual batch makes a point only of the samples the leak trend keeps and of
+        the last one: what feeding every sample gives (tests/collector/detect/
+        test_batch_path.py)."""
+        r = self._rank(job, rank)
+        if not times or not (self.cfg.enabled and self.cfg.memory.enabled):
+            return
+        memory = r.memory
+        due = memory.allocators_due(times, reserved, split, retries, ooms)
+        if due is None:
+            self.allocators(job, rank, list(map(AllocatorPoint, times, allocated, reserved, split, retries, ooms,
+                                                device_total)))
+            return
+        for i in due:
+            if memory.allocator(AllocatorPoint(times[i], allocated[i], reserved[i], split[i], retries[i], ooms[i],
+                                               device_total[i])) or memory.conditions:
+                self._sync(memory, memory.conditions.values())
+        memory.keep_allocator(AllocatorPoint(times[-1], allocated[-1], reserved[-1], split[-1], retries[-1],
+                                             ooms[-1], device_total[-1]))
+        if memory.conditions:  # (as after each sample: the same conditions, synced once)
+            self._sync(memory, memory.conditions.values())
+
     def gpu(self, job: str, rank: int, p: GpuPoint) -> None:
         self.gpus(job, rank, (p,))
 
@@ -200,6 +224,31 @@ class DetectionEngine:
                 r.throttle = throttle_condition(self.cfg.gpu, job, rank, p, old, r.live.last_step)
                 if r.throttle is not None or old is not None:  # (neither: nothing held to sync)
                     self._sync(("throttle", job, rank), [r.throttle] if r.throttle else [])
+
+    def gpu_columns(self, job: str, rank: int, times: list, *columns: list) -> None:
+        """:meth:`gpus` for a batch given as columns (the fields of GpuPoint, in order, None
+        where unset): a point of the last sample only, unless throttling is held or seen."""
+        r = self._rank(job, rank)
+        if not times:
+            return
+        if r.throttle is None and (not (self.cfg.enabled and self.cfg.gpu.enabled) or not any(
+                [x & self.cfg.gpu.throttle_mask for x in columns[2] if x])):
+            r.memory.gpu(GpuPoint(times[-1], *[c[-1] for c in columns]))
+            return
+        self.gpus(job, rank, list(map(GpuPoint, times, *columns)))
+
+    def host_columns(self, job: str, rank: int, times: list, resident: list, available: list) -> None:
+        """:meth:`hosts` for a batch given as columns (time, resident bytes, available bytes or
+        None): a point only of the samples the leak trend keeps."""
+        r = self._rank(job, rank)
+        if not times or not (self.cfg.enabled and self.cfg.memory.enabled):
+            return
+        memory = r.memory
+        for i in memory.host_due(times):
+            if memory.host(HostPoint(times[i], resident[i]), available[i]) or memory.conditions:
+                self._sync(memory, memory.conditions.values())
+        if memory.conditions:  # (as after each sample: the same conditions, synced once)
+            self._sync(memory, memory.conditions.values())
 
     def host(self, job: str, rank: int, p: HostPoint, available_bytes: Optional[int] = None) -> None:
         self.hosts(job, rank, ((p, available_bytes),))

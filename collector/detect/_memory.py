@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import collections
 import math
+import operator
 from typing import Optional
 
 from ._config import MemoryConfig
@@ -18,6 +19,8 @@ from ._types import CRITICAL, WARNING, AllocatorPoint, Condition, GpuPoint, Host
 __all__ = ["MemoryDetector", "Trend"]
 
 _NVML_FRESH_S = 30.0
+# conditions a held allocator sample can end or keep: while one is held, every sample is judged
+_ALLOCATOR_HELD = frozenset(("StepwatchAllocRetries", "StepwatchOOM", "StepwatchAllocatorFragmentation"))
 
 
 class Trend:
@@ -54,6 +57,20 @@ class Trend:
             if lows[0][0] == first:
                 lows.popleft()
         return True
+
+    def due(self, times: list) -> list:
+        """Indices of the ``times`` (in order) that :meth:`add` would keep: nothing else in a
+        batch changes the trend (the others are too close to the point kept before them)."""
+        gap, pts = self.window_s / 120, self._pts
+        last = pts[-1][0] if pts else None
+        if last is not None and max(times) - last < gap:  # the usual batch: none
+            return []
+        kept = []
+        for i, t in enumerate(times):
+            if last is None or t - last >= gap:
+                kept.append(i)
+                last = t
+        return kept
 
     def growth(self, capacity: Optional[float] = None) -> Optional[tuple[float, float, float]]:
         """(growth in value units over the window, start level, slope per second) when every
@@ -110,7 +127,6 @@ class MemoryDetector:
         self.conditions: dict[str, Condition] = {}
         self._alloc: Optional[AllocatorPoint] = None
         self._gpu: Optional[GpuPoint] = None
-        self._host_avail: Optional[int] = None
         self._until = {"StepwatchAllocRetries": 0.0, "StepwatchOOM": 0.0}
         trend = (cfg.leak_window_s, cfg.leak_segments, cfg.leak_min_growth_ratio, cfg.leak_min_capacity_ratio)
         self._gpu_trend, self._host_trend = Trend(*trend), Trend(*trend)
@@ -150,6 +166,28 @@ class MemoryDetector:
                                   p.allocated_bytes, p.device_total_bytes or None, p.time)
         return changed
 
+    def allocators_due(self, times: list, reserved: list, split: list, retries: list, ooms: list) -> Optional[list]:
+        """A batch of allocator samples as columns: the indices of the samples that give the
+        leak trend a point, when those are all that feeding them one by one could change
+        (nothing held, no counter moved, no sample fragmented past the ratio: the usual batch);
+        None when the batch must be fed sample by sample."""
+        prev, n = self._alloc, len(times)
+        if (prev is None or not self.conditions.keys().isdisjoint(_ALLOCATOR_HELD)
+                or retries.count(prev.alloc_retries) != n or ooms.count(prev.ooms) != n
+                or not min(reserved) > 0
+                or not max(map(operator.truediv, split, reserved)) < self.cfg.fragmentation_ratio):
+            return None
+        return self._gpu_trend.due(times)
+
+    def keep_allocator(self, p: AllocatorPoint) -> None:
+        """``p`` (a batch's last sample) as the one the next sample's counters compare with."""
+        self._alloc = p
+
+    def host_due(self, times: list) -> list:
+        """The indices of a batch's host samples that give the host trend a point (nothing else
+        is kept of a host sample)."""
+        return self._host_trend.due(times)
+
     def _fragmentation(self, p: AllocatorPoint) -> bool:
         cfg, active = self.cfg, "StepwatchAllocatorFragmentation" in self.conditions
         frag = p.inactive_split_bytes / p.reserved_bytes if p.reserved_bytes else 0.0
@@ -169,7 +207,6 @@ class MemoryDetector:
         return False
 
     def host(self, p: HostPoint, available: Optional[int]) -> bool:
-        self._host_avail = available
         if not self._host_trend.add(p.time, p.resident_memory_bytes):
             return False
         cap = p.resident_memory_bytes + available if available is not None else None

@@ -224,3 +224,63 @@ def test_engine_gpus_matches_the_rule_sample_by_sample(seed):
         assert [c for c in engine.conditions() if c.alertname == "StepwatchGpuThrottled"] == ([held] if held else [])
         if points:
             assert r.memory._gpu == points[-1]
+
+
+def _memory_samples(rng: random.Random, n: int) -> list:
+    """(allocator point, GPU point, host point, host available bytes or None) per second: a
+    leak or a breathing allocator, fragmentation episodes, retry and OOM increments, reserved
+    memory at zero, GPU fullness from NVML or not, a growing host."""
+    from stepwatch.collector.detect import AllocatorPoint, GpuPoint, HostPoint
+
+    gib, t, retries, ooms = 2**30, 1.7e9, 0, 0
+    leak = rng.choice([0.0, 0.0, 2e6, 4e7])
+    out, frag = [], False
+    for i in range(n):
+        t += rng.choice([1.0, 1.0, 1.0, 0.5, 7.0, 30.0])
+        if rng.random() < 0.02:
+            frag = not frag
+        retries += rng.random() < 0.01
+        ooms += rng.random() < 0.003
+        reserved = 0 if rng.random() < 0.01 else int(rng.choice([50, 74, 78]) * gib)
+        allocated = int(30 * gib + leak * i + rng.random() * gib)
+        split = int(reserved * (rng.choice([0.3, 0.21, 0.4]) if frag else rng.random() * 0.1))
+        alloc = AllocatorPoint(t, allocated, reserved, split, retries, ooms, 80 * gib)
+        gpu = GpuPoint(t, rng.choice([None, 70 * gib, 79 * gib]), 80 * gib, rng.choice([0, 0, 4, None]),
+                       1.4e9, 60.0)
+        host = HostPoint(t, int(4 * gib + leak * i))
+        out.append((alloc, gpu, host, rng.choice([None, 100 * gib])))
+    return out
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 10_000))
+def test_engine_memory_columns_match_the_samples_one_by_one(seed):
+    """A batch of allocator, NVML and host samples as columns (the collector's path: points
+    only of what the leak trend keeps and the last sample, unless something is held or moved)
+    against each sample fed in order: the same conditions, the same keys touched per batch, the
+    same memory detector state."""
+    from stepwatch.collector.detect._config import MemoryConfig
+
+    cfg = DetectionConfig(memory=MemoryConfig(leak_window_s=240.0))
+    one, many = DetectionEngine(cfg), DetectionEngine(cfg)
+    rng = random.Random(seed)
+    rows = _memory_samples(rng, 900)
+    i = 0
+    while i < len(rows):
+        batch = rows[i:i + rng.choice([1, 2, 5, 5, 8, 20])]
+        i += len(batch)
+        for alloc, gpu, host, available in batch:
+            one.allocator("j", 0, alloc)
+        for alloc, gpu, host, available in batch:
+            one.gpu("j", 0, gpu)
+        for alloc, gpu, host, available in batch:
+            one.host("j", 0, host, available)
+        many.allocator_columns("j", 0, *map(list, zip(*[b[0] for b in batch])))
+        many.gpu_columns("j", 0, *map(list, zip(*[b[1] for b in batch])))
+        many.host_columns("j", 0, *map(list, zip(*[(b[2].time, b[2].resident_memory_bytes, b[3]) for b in batch])))
+        assert sorted(map(repr, many.conditions())) == sorted(map(repr, one.conditions()))
+        assert many.take_touched() == one.take_touched()
+        a, b = one._rank("j", 0).memory, many._rank("j", 0).memory
+        assert (a._alloc, a._gpu, a._until) == (b._alloc, b._gpu, b._until)
+        assert list(a._gpu_trend._pts) == list(b._gpu_trend._pts)
+        assert list(a._host_trend._pts) == list(b._host_trend._pts)

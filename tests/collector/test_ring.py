@@ -1,0 +1,74 @@
+"""collector._ring.Ring against the semantics it stands for: ``collections.deque(maxlen=...)``
+of rows, whatever mix of row appends, column extends, clears and copies fills it."""
+
+from __future__ import annotations
+
+import collections
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from stepwatch.collector._ring import Ring
+
+_OPS = st.lists(st.one_of(st.tuples(st.just("append"), st.integers(0, 0)),
+                          st.tuples(st.just("columns"), st.integers(0, 90)),
+                          st.tuples(st.just("rows"), st.integers(0, 40)),
+                          st.tuples(st.just("clear"), st.integers(0, 0)),
+                          st.tuples(st.just("copy"), st.integers(0, 0))), max_size=40)
+
+
+def _row(types: str, value: int, nullable: bool, draw) -> tuple:
+    return tuple(None if nullable and draw(st.booleans()) else (float(value + c) if t == "d" else value + c)
+                 for c, t in enumerate(types))
+
+
+@settings(max_examples=300, deadline=None)
+@given(types=st.sampled_from(["d", "Qdd", "qd", "dq"]), maxlen=st.integers(1, 70), ops=_OPS,
+       nullable=st.booleans(), data=st.data())
+def test_ring_reads_as_a_deque_of_rows(types, maxlen, ops, nullable, data):
+    if nullable and "Q" in types:
+        types = types.replace("Q", "q")
+    ring, want, value = Ring(types, maxlen, nullable=nullable), collections.deque(maxlen=maxlen), 0
+    for op, k in ops:
+        if op == "append":
+            row = _row(types, value, nullable, data.draw)
+            ring.append(*row)
+            want.append(row)
+            value += 1
+        elif op in ("columns", "rows"):
+            rows = [_row(types, value + i, nullable, data.draw) for i in range(k)]
+            value += k
+            if op == "columns":
+                ring.extend_columns(*([r[c] for r in rows] for c in range(len(types))))
+            else:
+                ring.extend(rows)
+            want.extend(rows)
+        elif op == "clear":
+            ring.clear()
+            want.clear()
+        else:
+            ring = ring.copy()
+        assert len(ring) == len(want) and bool(ring) == bool(want)
+        assert list(ring) == list(want)
+        if want:
+            i = data.draw(st.integers(-len(want), len(want) - 1))
+            assert ring[i] == want[i]
+        n = data.draw(st.integers(0, maxlen + 5))
+        for c in range(len(types)):
+            if nullable:  # (tail and column read the stored NaN / -1: the evidence's rings are read by rows)
+                continue
+            column = [r[c] for r in want]
+            assert ring.tail(c, n) == (column[-n:] if n else [])
+            assert list(ring.column(c)) == column
+    with pytest.raises(IndexError):
+        ring[len(want)]
+
+
+def test_ring_memory_stays_within_its_slack():
+    """Appending forever keeps at most maxlen + max(32, maxlen / 8) values per column."""
+    ring = Ring("dd", 100)
+    for i in range(10_000):
+        ring.extend_columns([float(i)] * 7, [1.0] * 7)
+        assert len(ring._cols[0]) <= 100 + 32
+    assert len(ring) == 100 and ring[-1] == (9999.0, 1.0) and ring[0] == (9985.0, 1.0)  # 14 batches of 7, 2 rows of the one before
