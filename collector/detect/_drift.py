@@ -99,7 +99,7 @@ class DriftDetector:
         # (step, time, clipped d, d) of the blocks of the current CUSUM run / episode
         self._run = Ring("Qddd", _MAX_RUN_BLOCKS)
         self._mu: Optional[float] = None
-        self._sigma = _SIGMA_FLOOR
+        self._sigma: Optional[float] = _SIGMA_FLOOR  # None: not yet taken for the current baseline
         self._held: list[tuple[int, float, float]] = []  # the current pause run's steps
         self._level_moved = False
         self._quiet = 0
@@ -197,7 +197,7 @@ class DriftDetector:
             return False
         if self._mu is None:
             self._mu = self._base.median()
-            self._sigma = max(1.4826 * self._base.mad(self._mu), _SIGMA_FLOOR)
+            self._sigma = None  # the MAD when a test first needs it (most blocks' tests stop before)
             block_s = math.exp(self._mu) * self.cfg.block_steps
             self._n_time = min(_MAX_TIME_BLOCKS, math.ceil(self.cfg.min_duration_s / block_s))
             # Wide windows are tested every few blocks, not every block (cost per rank bounded).
@@ -213,6 +213,12 @@ class DriftDetector:
             self._run.append(start[0], start[1], d, raw)
         self._recent.append(y)
         return self._judge()
+
+    def _spread(self) -> float:
+        """The baseline's spread in log units: 1.4826 x its MAD, at least _SIGMA_FLOOR."""
+        if self._sigma is None:
+            self._sigma = max(1.4826 * self._base.mad(self._mu), _SIGMA_FLOOR)
+        return self._sigma
 
     def _estimate_onset(self, ys: list, ref: float, level: float) -> int:
         """Index in ``ys`` (log block medians) of the maximum-likelihood start of a shift of
@@ -266,7 +272,7 @@ class DriftDetector:
         # speed reaches a few percent against a lagged baseline; the local jump test decides.
         # The onset is chosen where the shift looks largest, so a few noisy blocks can look like
         # one: the level's lower confidence bound must clear info_ratio as well.
-        bound = level - cfg.z_min * 1.25 * self._sigma / math.sqrt(blocks)
+        bound = level - cfg.z_min * 1.25 * self._spread() / math.sqrt(blocks)
         if blocks < max(self._n, self._n_time) or level < math.log1p(cfg.warning_ratio) * _RAISE \
                 or bound < math.log1p(cfg.info_ratio):
             return None
@@ -286,9 +292,8 @@ class DriftDetector:
             ys = hist.tail(2, after + before)  # the tail only, one column
             ref, level = median(ys[:before]), median(ys[before:])
             jump = level - ref
-            se = 1.25 * self._sigma * math.sqrt(1 / after + 1 / before)
-            if jump < _JUMP_RAISE * math.log1p(ratio) or jump < (cfg.z_min + _JUMP_EXTRA_Z) * se \
-                    or level - self._mu < math.log1p(cfg.info_ratio) / 3:
+            if jump < _JUMP_RAISE * math.log1p(ratio) or level - self._mu < math.log1p(cfg.info_ratio) / 3 \
+                    or jump < (cfg.z_min + _JUMP_EXTRA_Z) * (1.25 * self._spread() * math.sqrt(1 / after + 1 / before)):
                 continue
             # The onset of the shift as it stands now: when a second, larger change follows a
             # small one within the window, the onset is the larger change's (a +5% shift at

@@ -3,6 +3,8 @@ capacity, alloc retries and OOM holds, leak trend and exhaustion forecast."""
 
 from __future__ import annotations
 
+import itertools
+import math
 import random
 
 import pytest
@@ -172,3 +174,57 @@ def test_leak_trend_shortcut_gives_the_full_judgement(seed, shape, capacity):
             full = trend._judge(capacity) if len(values) >= 12 and values and \
                 trend._pts[-1][0] - trend._pts[0][0] >= 0.9 * 1500.0 else None
             assert trend.growth(capacity) == full
+
+
+def _judge_directly(pts: list, segments: int, min_growth: float, min_share: float, capacity):
+    """The leak judgement as first written: every point put in its segment one by one, each
+    deviation against its segment's median computed afresh."""
+    from stepwatch.collector.detect._types import median
+
+    t0, span = pts[0][0], pts[-1][0] - pts[0][0]
+    segs = [[] for _ in range(segments)]
+    for t, v in pts:
+        segs[min(segments - 1, int((t - t0) / span * segments))].append(v)
+    meds = [median(s) for s in segs if s]
+    grow = meds[-1] - meds[0]
+    slack = max(0.0, grow) / segments
+    if len(meds) < segments or any(b < a - slack for a, b in zip(meds, meds[1:])):
+        return None
+    sigma = 1.4826 * median([abs(v - median(seg)) for seg in segs if seg for v in seg])
+    if grow < 4 * 1.2533 * sigma * math.sqrt(2 / min(len(seg) for seg in segs)):
+        return None
+    by_capacity = capacity is not None and min_share > 0 and grow >= min_share * capacity
+    if meds[0] <= 0 or (grow < min_growth * meds[0] and not by_capacity):
+        return None
+    n = len(pts)
+    mt, mv = sum(p[0] for p in pts) / n, sum(p[1] for p in pts) / n
+    slope = sum((t - mt) * (v - mv) for t, v in pts) / max(1e-12, sum((t - mt) ** 2 for t, _ in pts))
+    return grow, meds[0], slope
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=st.data(), segments=st.integers(2, 8), capacity=st.sampled_from([None, 1e9]),
+       shape=st.sampled_from(["leak", "noise", "grid", "steps"]))
+def test_leak_judgement_by_bisection_equals_the_direct_computation(data, segments, capacity, shape):
+    """The segments found by bisection over the kept times (and each segment's median taken
+    once) give the verdict of putting every point in its segment, on rising and noisy series
+    and on times that fall exactly on a segment's bound."""
+    from stepwatch.collector.detect._memory import Trend
+
+    n = data.draw(st.integers(2, 130))
+    if shape == "grid":  # times on the segment bounds
+        times = [T0 + 10.0 * i for i in range(n)]
+    else:
+        gaps = data.draw(st.lists(st.sampled_from([0.001, 1.0, 12.5, 13.0, 60.0]), min_size=n, max_size=n))
+        times = list(itertools.accumulate(gaps, initial=T0))[1:]
+    rng = random.Random(data.draw(st.integers(0, 2**32)))
+    if shape == "leak":
+        values = [1e9 + (t - T0) * 1e5 + rng.gauss(0, 1e6) for t in times]
+    elif shape == "steps":
+        values = [1e9 * (1 + i * segments // n) for i in range(n)]
+    else:
+        values = [1e9 + rng.gauss(0, 2e7) for _ in times]
+    trend = Trend(1500.0, segments, 0.10, 0.02)
+    trend._pts.extend(zip(times, values))
+    want = _judge_directly(list(trend._pts), segments, 0.10, 0.02, capacity)
+    assert trend._judge(capacity) == want
