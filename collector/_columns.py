@@ -89,6 +89,14 @@ def step_columns(batch: agent_pb2.Batch) -> StepColumns:
 _GETTERS: dict = {}
 
 
+def _float_getters(floats: tuple) -> list:
+    """A getter per field of ``floats`` (a type's singular float fields), made once."""
+    getters = _GETTERS.get(floats)
+    if getters is None:
+        getters = _GETTERS[floats] = [_GETTERS.setdefault(name, operator.attrgetter(name)) for name in floats]
+    return getters
+
+
 class Samples:
     """One kind of a batch's samples (a repeated field: GPU, host or allocator), read a field at
     a time when a reader first asks for it, each field once however many readers ask.
@@ -129,6 +137,16 @@ class Samples:
                 v if v or r.HasField(name) else None for v, r in zip(values, self.records)]
         return col
 
+    def last(self, name: str, optional: bool = False):
+        """The last sample's value of the field (``optional``: None when it does not carry it),
+        without reading the column."""
+        col = self._read.get("?" + name if optional else name)
+        if col is not None:
+            return col[-1]
+        record = self.records[-1]
+        value = getattr(record, name)
+        return None if optional and not value and not record.HasField(name) else value
+
     def finite(self) -> bool:
         """Every float field of every sample finite (the samples are flat: their numbers are
         singular floats and integers). Read as columns, which the readers after take from here;
@@ -139,8 +157,14 @@ class Samples:
         floats, getter, repeated, messages = _plan(self.records[0].DESCRIPTOR)
         if repeated or messages:  # not flat (no sample type is): the exact check decides
             return False
-        if len(self.records) <= 2:
-            return math.isfinite(sum(chain.from_iterable(map(getter, self.records))))
+        records = self.records
+        if len(records) <= 2:
+            return math.isfinite(sum(chain.from_iterable(map(getter, records))))
+        read = self._read
+        if not read:  # (the check comes first: every float column read in one pass)
+            columns = [list(map(get, records)) for get in _float_getters(floats)]
+            read.update(zip(floats, columns))
+            return math.isfinite(sum(map(sum, columns)))
         return math.isfinite(sum(sum(self[name]) for name in floats))
 
     def latest(self) -> int:

@@ -31,11 +31,6 @@ log = logging.getLogger("stepwatch.collector")
 SLOWDOWNS = ("StepwatchThroughputDrift", "StepwatchStragglerRank", "StepwatchGpuThrottled")
 
 
-_GPU_POINT = ("memory_used_bytes", "memory_total_bytes", "clock_event_reasons", "sm_clock_hertz", "temperature_celsius")
-_ALLOCATOR_POINT = ("allocated_bytes", "reserved_bytes", "inactive_split_bytes", "alloc_retries", "ooms",
-                    "device_total_bytes")
-
-
 def _trace_text(host: str, ref) -> str:
     """The alert's trace annotation: the collector's URL path once uploaded, else where it lies."""
     if ref.error or not ref.path:
@@ -55,14 +50,11 @@ def feed_batch(engine: DetectionEngine, job: str, rank: int, batch: agent_pb2.Ba
                      {i: phase_name(p) for i, p in c.phase.items()} if c.phase else None)
     s = samples if samples is not None else SampleColumns(batch)
     if len(s.allocator):
-        a = s.allocator
-        engine.allocator_columns(job, rank, a["time_s"], *[a[f] for f in _ALLOCATOR_POINT])
+        engine.allocator_columns(job, rank, s.allocator)
     if len(s.gpu):
-        g = s.gpu
-        engine.gpu_columns(job, rank, g["time_s"], *[g.optional(f) for f in _GPU_POINT])
+        engine.gpu_columns(job, rank, s.gpu)
     if len(s.host):
-        h = s.host
-        engine.host_columns(job, rank, h["time_s"], h["resident_memory_bytes"], h.optional("host_memory_available_bytes"))
+        engine.host_columns(job, rank, s.host)
     for w in batch.windows:
         steps = w.last_step - w.first_step + 1 if w.last_step >= w.first_step > 0 else 0
         if steps and w.breakdown.step_time_s > 0:

@@ -15,11 +15,16 @@ from ._drift import DriftDetector
 from ._liveness import RankLiveness, throttle_condition
 from ._memory import MemoryDetector
 from ._straggler import StragglerDetector
-from ._types import WARNING, AllocatorPoint, Condition, GpuPoint, HostPoint, WindowPoint
+from ._types import WARNING, AllocatorPoint, Condition, GpuPoint, HostPoint, SampleTable, WindowPoint
 
 __all__ = ["DetectionEngine"]
 
 _MAX_PHASE_KINDS = 8  # marked phase kinds per rank (a label each); more count as "other"
+# a SampleTable's columns, in the order of the points' fields
+_ALLOCATOR_FIELDS = ("time_s", "allocated_bytes", "reserved_bytes", "inactive_split_bytes", "alloc_retries", "ooms",
+                     "device_total_bytes")
+_GPU_FIELDS = ("memory_used_bytes", "memory_total_bytes", "clock_event_reasons", "sm_clock_hertz",
+               "temperature_celsius")
 
 
 class _Rank:
@@ -181,27 +186,24 @@ class DetectionEngine:
                 if memory.allocator(p) or memory.conditions:
                     self._sync(memory, memory.conditions.values())
 
-    def allocator_columns(self, job: str, rank: int, times: list, allocated: list, reserved: list, split: list,
-                          retries: list, ooms: list, device_total: list) -> None:
-        """:meth:`allocators` for a batch given as columns (the fields of AllocatorPoint, in
-        order). The usual batch makes a point only of the samples the leak trend keeps and of
-        the last one: what feeding every sample gives (tests/collector/detect/
-        test_batch_path.py)."""
+    def allocator_columns(self, job: str, rank: int, table: SampleTable) -> None:
+        """:meth:`allocators` for a batch given as a :class:`SampleTable` (AllocatorPoint's
+        fields, the time as ``time_s``). The usual batch makes a point only of the samples the
+        leak trend keeps and of the last one, and reads only the columns that decide that:
+        what feeding every sample gives (tests/collector/detect/test_batch_path.py)."""
         r = self._rank(job, rank)
-        if not times or not (self.cfg.enabled and self.cfg.memory.enabled):
+        if not len(table) or not (self.cfg.enabled and self.cfg.memory.enabled):
             return
         memory = r.memory
-        due = memory.allocators_due(times, reserved, split, retries, ooms)
+        due = memory.allocators_due(table["time_s"], table["reserved_bytes"], table["inactive_split_bytes"],
+                                    table["alloc_retries"], table["ooms"])
         if due is None:
-            self.allocators(job, rank, list(map(AllocatorPoint, times, allocated, reserved, split, retries, ooms,
-                                                device_total)))
+            self.allocators(job, rank, list(map(AllocatorPoint, *[table[f] for f in _ALLOCATOR_FIELDS])))
             return
         for i in due:
-            if memory.allocator(AllocatorPoint(times[i], allocated[i], reserved[i], split[i], retries[i], ooms[i],
-                                               device_total[i])) or memory.conditions:
+            if memory.allocator(AllocatorPoint(*[table[f][i] for f in _ALLOCATOR_FIELDS])) or memory.conditions:
                 self._sync(memory, memory.conditions.values())
-        memory.keep_allocator(AllocatorPoint(times[-1], allocated[-1], reserved[-1], split[-1], retries[-1],
-                                             ooms[-1], device_total[-1]))
+        memory.keep_allocator(AllocatorPoint(*[table.last(f) for f in _ALLOCATOR_FIELDS]))
         if memory.conditions:  # (as after each sample: the same conditions, synced once)
             self._sync(memory, memory.conditions.values())
 
@@ -225,28 +227,34 @@ class DetectionEngine:
                 if r.throttle is not None or old is not None:  # (neither: nothing held to sync)
                     self._sync(("throttle", job, rank), [r.throttle] if r.throttle else [])
 
-    def gpu_columns(self, job: str, rank: int, times: list, *columns: list) -> None:
-        """:meth:`gpus` for a batch given as columns (the fields of GpuPoint, in order, None
-        where unset): a point of the last sample only, unless throttling is held or seen."""
+    def gpu_columns(self, job: str, rank: int, table: SampleTable) -> None:
+        """:meth:`gpus` for a batch given as a :class:`SampleTable` (GpuPoint's fields, the time
+        as ``time_s``; unset fields are None): a point of the last sample only, unless
+        throttling is held or seen."""
         r = self._rank(job, rank)
-        if not times:
+        if not len(table):
             return
         if r.throttle is None and (not (self.cfg.enabled and self.cfg.gpu.enabled) or not any(
-                [x & self.cfg.gpu.throttle_mask for x in columns[2] if x])):
-            r.memory.gpu(GpuPoint(times[-1], *[c[-1] for c in columns]))
+                [x & self.cfg.gpu.throttle_mask for x in table["clock_event_reasons"] if x])):
+            r.memory.gpu(GpuPoint(table.last("time_s"), *[table.last(f, optional=True) for f in _GPU_FIELDS]))
             return
-        self.gpus(job, rank, list(map(GpuPoint, times, *columns)))
+        self.gpus(job, rank, list(map(GpuPoint, table["time_s"], *[table.optional(f) for f in _GPU_FIELDS])))
 
-    def host_columns(self, job: str, rank: int, times: list, resident: list, available: list) -> None:
-        """:meth:`hosts` for a batch given as columns (time, resident bytes, available bytes or
-        None): a point only of the samples the leak trend keeps."""
+    def host_columns(self, job: str, rank: int, table: SampleTable) -> None:
+        """:meth:`hosts` for a batch given as a :class:`SampleTable` (``time_s``,
+        ``resident_memory_bytes``, ``host_memory_available_bytes`` or None): a point only of
+        the samples the leak trend keeps."""
         r = self._rank(job, rank)
-        if not times or not (self.cfg.enabled and self.cfg.memory.enabled):
+        if not len(table) or not (self.cfg.enabled and self.cfg.memory.enabled):
             return
         memory = r.memory
-        for i in memory.host_due(times):
-            if memory.host(HostPoint(times[i], resident[i]), available[i]) or memory.conditions:
-                self._sync(memory, memory.conditions.values())
+        due = memory.host_due(table["time_s"])
+        if due:
+            times, resident = table["time_s"], table["resident_memory_bytes"]
+            available = table.optional("host_memory_available_bytes")
+            for i in due:
+                if memory.host(HostPoint(times[i], resident[i]), available[i]) or memory.conditions:
+                    self._sync(memory, memory.conditions.values())
         if memory.conditions:  # (as after each sample: the same conditions, synced once)
             self._sync(memory, memory.conditions.values())
 

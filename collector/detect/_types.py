@@ -10,7 +10,7 @@ import bisect
 import collections
 import dataclasses
 import math
-from typing import NamedTuple, Optional
+from typing import Any, NamedTuple, Optional, Protocol
 
 __all__ = ["Condition", "AllocatorPoint", "GpuPoint", "HostPoint", "WindowPoint", "INFO", "WARNING", "CRITICAL",
            "fmt_bytes", "last_max_index", "median"]
@@ -68,6 +68,22 @@ class GpuPoint(NamedTuple):
 class HostPoint(NamedTuple):
     time: float
     resident_memory_bytes: int
+
+
+class SampleTable(Protocol):
+    """A batch's samples of one kind as columns, by the wire's field names (the collector's
+    ``_columns.Samples``): a column is read only when asked for."""
+
+    def __len__(self) -> int: ...
+
+    def __getitem__(self, name: str) -> list:
+        """The field's values in batch order (unset reads 0)."""
+
+    def optional(self, name: str) -> list:
+        """The field's values, None where a sample does not carry it."""
+
+    def last(self, name: str, optional: bool = False) -> Any:
+        """The last sample's value (``optional``: None when it does not carry it)."""
 
 
 @dataclasses.dataclass(frozen=True)

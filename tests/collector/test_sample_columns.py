@@ -1,6 +1,6 @@
 """A batch's samples read as columns (collector/_columns.py: Samples, SampleColumns) give what
 reading every record directly gives: values, presence of optional counters (None where unset,
-0 where set to 0), the latest sample, and the detectors' points."""
+0 where set to 0), the last sample's values, the latest sample, and the detectors' points."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from stepwatch.collector._columns import SampleColumns
 from stepwatch.collector._state import _latest
-from stepwatch.collector.alerting._driver import _GPU_POINT
+from stepwatch.collector.detect._engine import _GPU_FIELDS as _GPU_POINT
 from stepwatch.proto.stepwatch.v1 import agent_pb2
 
 # an optional counter: unset, set to 0, or set to a value
@@ -119,10 +119,19 @@ def test_every_field_of_every_kind_reads_as_the_records_do(data):
                 value = data.draw(st.sampled_from([0, 1, 7]))
             setattr(sample, f.name, value)
     batch = agent_pb2.Batch.FromString(batch.SerializeToString())
-    cols = getattr(SampleColumns(batch), kind)
+    cols, fresh = getattr(SampleColumns(batch), kind), getattr(SampleColumns(batch), kind)
     records = list(getattr(batch, field))
     for f in message.DESCRIPTOR.fields:
+        if records:  # the last sample's value, without the column (fresh) and from it (cols)
+            last = records[-1]
+            assert fresh.last(f.name) == getattr(last, f.name), f.name
+            if f.has_presence:
+                assert fresh.last(f.name, optional=True) == (getattr(last, f.name) if last.HasField(f.name) else None)
         assert cols[f.name] == [getattr(r, f.name) for r in records], f.name
         if f.has_presence:
             assert cols.optional(f.name) == [getattr(r, f.name) if r.HasField(f.name) else None
                                              for r in records], f.name
+        if records:
+            assert cols.last(f.name) == cols[f.name][-1]
+            if f.has_presence:
+                assert cols.last(f.name, optional=True) == cols.optional(f.name)[-1]

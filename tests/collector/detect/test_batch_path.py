@@ -252,6 +252,27 @@ def _memory_samples(rng: random.Random, n: int) -> list:
     return out
 
 
+class _Table:
+    """A SampleTable of rows (points, or tuples with ``names``), as the collector's Samples
+    reads them: None stands for an unset field (read as 0 unless asked for as optional)."""
+
+    def __init__(self, rows: list, names: tuple = ()):
+        names = names or rows[0]._fields
+        self._cols = {"time_s" if n == "time" else n: [r[i] for r in rows] for i, n in enumerate(names)}
+
+    def __len__(self) -> int:
+        return len(self._cols["time_s"])
+
+    def __getitem__(self, name: str) -> list:
+        return [0 if v is None else v for v in self._cols[name]]
+
+    def optional(self, name: str) -> list:
+        return list(self._cols[name])
+
+    def last(self, name: str, optional: bool = False):
+        return (self.optional(name) if optional else self[name])[-1]
+
+
 @settings(max_examples=40, deadline=None)
 @given(seed=st.integers(0, 10_000))
 def test_engine_memory_columns_match_the_samples_one_by_one(seed):
@@ -275,9 +296,10 @@ def test_engine_memory_columns_match_the_samples_one_by_one(seed):
             one.gpu("j", 0, gpu)
         for alloc, gpu, host, available in batch:
             one.host("j", 0, host, available)
-        many.allocator_columns("j", 0, *map(list, zip(*[b[0] for b in batch])))
-        many.gpu_columns("j", 0, *map(list, zip(*[b[1] for b in batch])))
-        many.host_columns("j", 0, *map(list, zip(*[(b[2].time, b[2].resident_memory_bytes, b[3]) for b in batch])))
+        many.allocator_columns("j", 0, _Table([b[0] for b in batch]))
+        many.gpu_columns("j", 0, _Table([b[1] for b in batch]))
+        many.host_columns("j", 0, _Table([(b[2].time, b[2].resident_memory_bytes, b[3]) for b in batch],
+                                         ("time", "resident_memory_bytes", "host_memory_available_bytes")))
         assert sorted(map(repr, many.conditions())) == sorted(map(repr, one.conditions()))
         assert many.take_touched() == one.take_touched()
         a, b = one._rank("j", 0).memory, many._rank("j", 0).memory
