@@ -259,6 +259,28 @@ if [ "${PART:-}" = x ] || [ "${PART:-}" = y ]; then
             "${X[@]}" > "$OUT/${PART}_${v}_10000.log" 2>&1
     done
 fi
+# PART=z: the collector's Python per step in process (ninth session): b4c54ce (before the fleet
+# work), .bin/ab.tar and this code, alternated per shape, three lanes on their own cores at
+# once: 1,000 x 24 and the steady state 256 x 400 at five samples per batch (two lanes, one
+# round each), and 1,000 x 24 at one and at twenty samples (a third lane).
+if [ "${PART:-}" = z ]; then
+    mkdir -p /tmp/ab && tar -xf .bin/ab.tar -C /tmp/ab && $P --no-build-isolation --target /tmp/sw_ab /tmp/ab/ab
+    lane() {  # CPU NAME SHAPE...: each shape (ranks batches samples) before, ab, after
+        local cpu=$1 name=$2; shift 2
+        for shape in "$@"; do
+            set -- $shape
+            for v in before ab after; do
+                path=/tmp/sw; [ $v = before ] && path=/tmp/sw_old; [ $v = ab ] && path=/tmp/sw_ab
+                PYTHONPATH=$path:/tmp/site taskset -c "$cpu" python3 bench/ingest_path.py --ranks $1 --batches $2 \
+                    --repeat 1 --samples-per-batch $3 | sed "s/^/$v /" >> "$OUT/z_ingest_$name.json" 2>&1
+            done
+        done
+    }
+    lane 3 a "1000 24 5" "256 400 5" &
+    lane 9 b "256 400 5" "1000 24 5" &
+    lane 6 c "1000 24 1" "1000 24 20" &
+    wait
+fi
 # PART=s: 10,000 ranks on two cores with this code (as q's row).
 if [ "${PART:-}" = s ]; then
     run s_10000_2cores --ranks 10000 --warmup-s 30 --duration-s 60 --ranks-per-connection 1 --scrape-every-s 15 \
@@ -267,5 +289,5 @@ fi
 for f in x_ab_10000 x_after_10000 y_ab_10000 y_after_10000 w_small_2cores u_10000_3replicas t_ab_10000_2cores r_ab_10000_1core r_10000_1core s_10000_2cores q_10000_1core q_10000_2cores q_small_2cores p_small_2cores p_10000_2cores p_10000_1core o_before_10000 o_after_10000 n_2cores m_2cores_b2b m_1core_a m_1core_b l_2cores_a l_1core l_2cores_b j_process j_thread k_process k_thread i_10000w_conn1_3replicas h_a1 h_b1 h_a2 h_b2 g_10000w_conn1 g_10000w_conn1_b2b f_small_conn1 f_10000w_conn1 f_10000w_conn1_b2b f_10000w_conn1_3replicas e_10000w_scrape15_conn1_mb500 e_3000w_scrape15_conn1 d_10000w_scrape15 d_10000w_scrape15_conn1 d_10000w_b2b before_3000w after_3000w_unpaced after_3000w after_10000w after_10000w_scrape15 before_10000 after_10000 after_10000_scrape15 after_small after_3replicas after_3000_scrape15 after_3replicas_scrape15; do
     [ -f "$OUT/$f.log" ] && tail -n +3 "$OUT/$f.log" | grep "^| [0-9]" | sed "s/^/$f /"
 done
-for f in x_scrape_ab x_scrape_after u_ingest_before u_ingest_ab u_ingest_after r_ingest_ab r_ingest_after r_ingest_before q_ingest_before q_ingest_after o_ingest_before o_ingest_after ingest_before ingest_after; do [ -f "$OUT/$f.json" ] && sed "s/^/$f /" "$OUT/$f.json"; done
+for f in z_ingest_a z_ingest_b z_ingest_c x_scrape_ab x_scrape_after u_ingest_before u_ingest_ab u_ingest_after r_ingest_ab r_ingest_after r_ingest_before q_ingest_before q_ingest_after o_ingest_before o_ingest_after ingest_before ingest_after; do [ -f "$OUT/$f.json" ] && sed "s/^/$f /" "$OUT/$f.json"; done
 tar -czf "$OUT/scale_runs.tgz" -C "$OUT" $(cd "$OUT" && ls | grep -v scale_runs.tgz) && (cd "$OUT" && ls | grep -v scale_runs.tgz | xargs rm -f)
