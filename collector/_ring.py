@@ -22,15 +22,9 @@ class Ring:
     ``len``, iteration oldest first, ``ring[i]`` (negative too), ``clear``, ``copy``. ``types``
     gives each column's array type code ("Q": uint64 as the wire's steps, "q": int64, "d":
     float). ``nullable``: None is kept as NaN ("d") or -1 ("q"), and read back as None (the
-    values themselves are finite and non-negative: non-finite records stop at ingest).
+    values themselves are finite and non-negative: non-finite records stop at ingest)."""
 
-    Each column is an array in order, oldest first: new values are appended (``fromlist``, in
-    C), and the oldest are cut off only once an eighth of ``maxlen`` (at least 32) more has
-    piled up: one memmove per that many rows, at most that much more memory. Writing in place at a rotating start cost an array and a slice
-    per column per batch, twice what appending does; reads are a few per scrape or
-    diagnosis, against one write per batch."""
-
-    __slots__ = ("maxlen", "_types", "_cols", "_nullable", "_cap")
+    __slots__ = ("maxlen", "_types", "_cols", "_start", "_nullable")
 
     def __init__(self, types: str, maxlen: int, rows: Iterable[tuple] = (), nullable: bool = False):
         if maxlen < 1:
@@ -38,8 +32,8 @@ class Ring:
         if nullable and not set(types) <= set(_NONE):
             raise ValueError("a nullable ring takes only 'd' and 'q' columns")
         self.maxlen, self._types, self._nullable = maxlen, types, nullable
-        self._cap = maxlen + max(32, maxlen // 8)  # values a column holds before its oldest are cut
         self._cols = [array(t) for t in types]
+        self._start = 0
         self.extend(rows)
 
     def extend(self, rows: Iterable[tuple]) -> None:
@@ -48,57 +42,75 @@ class Ring:
 
     def extend_columns(self, *columns: list) -> None:
         """Append rows given column by column (equal-length lists, not other sequences): the
-        same ring as ``append`` row by row."""
-        if not columns[0]:
+        same ring as ``append`` row by row, written with array slices."""
+        k = len(columns[0])
+        if k <= 1:
+            if k:
+                self.append(*[values[0] for values in columns])
             return
         if self._nullable:  # None stored as NaN / -1, a column at a time
             columns = tuple([_NONE[t] if v is None else v for v in values] if None in values else values
                             for t, values in zip(self._types, columns))
-        cols = self._cols
-        for col, values in zip(cols, columns):
-            col.fromlist(values)  # (from a list: three times extend()'s speed)
-        if len(cols[0]) > self._cap:
-            self._trim()
-
-    def _trim(self) -> None:
-        cut = len(self._cols[0]) - self.maxlen
-        for col in self._cols:
-            del col[:cut]
-
-    def _first(self) -> int:
-        """The index, in every column, of the oldest value the ring holds."""
-        return max(0, len(self._cols[0]) - self.maxlen)
+        cols, m = self._cols, self.maxlen
+        room = m - len(cols[0])
+        if room > 0:  # not full yet: the ring starts at 0
+            take = min(room, k)
+            for col, values in zip(cols, columns):
+                col.fromlist(values[:take])  # (lists: three times extend()'s speed)
+            if take == k:
+                return
+            columns, k = tuple(values[take:] for values in columns), k - take
+        if k >= m:
+            self._cols = [array(t, values[k - m:]) for t, values in zip(self._types, columns)]
+            self._start = 0
+            return
+        i = self._start
+        first = min(k, m - i)
+        for t, col, values in zip(self._types, cols, columns):
+            col[i:i + first] = array(t, values[:first])
+            if first < k:
+                col[:k - first] = array(t, values[first:])
+        self._start = (i + k) % m
 
     def column(self, index: int) -> array:
-        """Column ``index``, oldest first (a copy when older values are still stored)."""
-        col = self._cols[index]
-        return col[len(col) - self.maxlen:] if len(col) > self.maxlen else col
+        """Column ``index`` as stored (rotated: for sums and extremes, not for order)."""
+        return self._cols[index]
 
     def tail(self, index: int, n: int) -> list:
         """The newest ``n`` values of column ``index``, oldest first."""
-        col = self._cols[index]
-        n = min(n, len(col), self.maxlen)
-        return col[len(col) - n:].tolist() if n > 0 else []
+        col, size = self._cols[index], len(self._cols[index])
+        n = min(n, size)
+        if size < self.maxlen or self._start == 0:
+            return col[size - n:].tolist()
+        end = self._start  # the newest value sits just before the start
+        if n <= end:
+            return col[end - n:end].tolist()
+        return col[size - (n - end):].tolist() + col[:end].tolist()
 
     def append(self, *row) -> None:
         if self._nullable and None in row:
             row = tuple(_NONE[t] if v is None else v for t, v in zip(self._types, row))
         cols = self._cols
-        for col, value in zip(cols, row):
-            col.append(value)
-        if len(cols[0]) > self._cap:
-            self._trim()
+        if len(cols[0]) < self.maxlen:
+            for col, value in zip(cols, row):
+                col.append(value)
+        else:
+            i = self._start
+            for col, value in zip(cols, row):
+                col[i] = value
+            self._start = (i + 1) % self.maxlen
 
     def __len__(self) -> int:
-        return min(len(self._cols[0]), self.maxlen)
+        return len(self._cols[0])
 
     def __getitem__(self, index: int) -> tuple:
-        n = len(self)
+        n = len(self._cols[0])
         if index < 0:
             index += n
         if not 0 <= index < n:
             raise IndexError("ring index out of range")
-        return self._row(self._first() + index)
+        j = (self._start + index) % self.maxlen if n == self.maxlen else index
+        return self._row(j)
 
     def _row(self, j: int) -> tuple:
         row = tuple(col[j] for col in self._cols)
@@ -108,8 +120,8 @@ class Ring:
         return tuple(None if (v != v if t == "d" else v == -1) else v for t, v in zip(self._types, row))
 
     def __iter__(self) -> Iterator[tuple]:
-        first = self._first()
-        columns = [col[first:].tolist() if first else col.tolist() for col in self._cols]
+        start = self._start  # 0 until the ring is full
+        columns = [col[start:].tolist() + col[:start].tolist() if start else col.tolist() for col in self._cols]
         if not self._nullable:
             return zip(*columns)  # rows made in C
         return (self._nulls(row) for row in zip(*columns))
@@ -119,9 +131,10 @@ class Ring:
 
     def clear(self) -> None:
         self._cols = [array(t) for t in self._types]
+        self._start = 0
 
     def copy(self) -> "Ring":
         dup = Ring(self._types, self.maxlen, nullable=self._nullable)
-        first = self._first()
-        dup._cols = [col[first:] for col in self._cols]
+        dup._cols = [array(t, col) for t, col in zip(self._types, self._cols)]
+        dup._start = self._start
         return dup

@@ -60,15 +60,18 @@ def test_ring_reads_as_a_deque_of_rows(types, maxlen, ops, nullable, data):
                 continue
             column = [r[c] for r in want]
             assert ring.tail(c, n) == (column[-n:] if n else [])
-            assert list(ring.column(c)) == column
+            assert sorted(ring.column(c)) == sorted(column)  # (as stored: rotated, for sums and extremes)
     with pytest.raises(IndexError):
         ring[len(want)]
 
 
-def test_ring_memory_stays_within_its_slack():
-    """Appending forever keeps at most maxlen + max(32, maxlen / 8) values per column."""
+def test_ring_memory_stays_at_maxlen():
+    """Appending forever keeps maxlen values per column, written in place once full (a ring
+    that appended and cut its oldest values every eighth of maxlen cost 1-2% less CPU per step
+    and 14% more resident memory per rank: the cuts reallocated every column,
+    bench/results/ingest_path_2core.md, ninth session)."""
     ring = Ring("dd", 100)
     for i in range(10_000):
         ring.extend_columns([float(i)] * 7, [1.0] * 7)
-        assert len(ring._cols[0]) <= 100 + 32
+        assert len(ring._cols[0]) <= 100
     assert len(ring) == 100 and ring[-1] == (9999.0, 1.0) and ring[0] == (9985.0, 1.0)  # 14 batches of 7, 2 rows of the one before
