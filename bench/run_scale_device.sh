@@ -262,7 +262,8 @@ fi
 # PART=z: the collector's Python per step in process (ninth session): b4c54ce (before the fleet
 # work), .bin/ab.tar and this code, alternated per shape, three lanes on their own cores at
 # once: 1,000 x 24 and the steady state 256 x 400 at five samples per batch (two lanes, one
-# round each), and 1,000 x 24 at one and at twenty samples (a third lane).
+# round each), and 1,000 x 24 at one and at twenty samples (a third lane). Z_SEQUENTIAL=1: the
+# five-sample shapes only, twice, in one lane (parallel lanes disturbed each other's figures).
 if [ "${PART:-}" = z ]; then
     mkdir -p /tmp/ab && tar -xf .bin/ab.tar -C /tmp/ab && $P --no-build-isolation --target /tmp/sw_ab /tmp/ab/ab
     lane() {  # CPU NAME SHAPE...: each shape (ranks batches samples) before, ab, after
@@ -276,10 +277,15 @@ if [ "${PART:-}" = z ]; then
             done
         done
     }
-    lane 3 a "1000 24 5" "256 400 5" &
-    lane 9 b "256 400 5" "1000 24 5" &
-    lane 6 c "1000 24 1" "1000 24 20" &
-    wait
+    if [ -n "${Z_SEQUENTIAL:-}" ]; then  # one lane, two rounds: the three codes in turn, nothing beside them
+        lane 3 a "1000 24 5" "256 400 5"
+        lane 3 b "1000 24 5" "256 400 5"
+    else
+        lane 3 a "1000 24 5" "256 400 5" &
+        lane 9 b "256 400 5" "1000 24 5" &
+        lane 6 c "1000 24 1" "1000 24 20" &
+        wait
+    fi
 fi
 # PART=s: 10,000 ranks on two cores with this code (as q's row).
 if [ "${PART:-}" = s ]; then
