@@ -89,11 +89,14 @@ def step_columns(batch: agent_pb2.Batch) -> StepColumns:
 _GETTERS: dict = {}
 
 
+_FLOAT_GETTERS: dict = {}
+
+
 def _float_getters(floats: tuple) -> list:
     """A getter per field of ``floats`` (a type's singular float fields), made once."""
-    getters = _GETTERS.get(floats)
+    getters = _FLOAT_GETTERS.get(floats)
     if getters is None:
-        getters = _GETTERS[floats] = [_GETTERS.setdefault(name, operator.attrgetter(name)) for name in floats]
+        getters = _FLOAT_GETTERS[floats] = [_GETTERS.setdefault(name, operator.attrgetter(name)) for name in floats]
     return getters
 
 

@@ -8,7 +8,7 @@ import math
 import random
 
 import pytest
-from hypothesis import example, given, settings, strategies as st
+from hypothesis import assume, example, given, settings, strategies as st
 
 from stepwatch.collector.detect import AllocatorPoint, DetectionEngine, GpuPoint, parse_detection
 
@@ -204,7 +204,7 @@ def _judge_directly(pts: list, segments: int, min_growth: float, min_share: floa
 
 @settings(max_examples=300, deadline=None)
 @given(data=st.data(), segments=st.integers(2, 8), capacity=st.sampled_from([None, 1e9]),
-       shape=st.sampled_from(["leak", "noise", "grid", "steps"]))
+       shape=st.sampled_from(["leak", "noise", "grid", "steps", "dip"]))
 def test_leak_judgement_by_bisection_equals_the_direct_computation(data, segments, capacity, shape):
     """The segments found by bisection over the kept times (and each segment's median taken
     once) give the verdict of putting every point in its segment, on rising and noisy series
@@ -222,9 +222,37 @@ def test_leak_judgement_by_bisection_equals_the_direct_computation(data, segment
         values = [1e9 + (t - T0) * 1e5 + rng.gauss(0, 1e6) for t in times]
     elif shape == "steps":
         values = [1e9 * (1 + i * segments // n) for i in range(n)]
+    elif shape == "dip":  # a staircase by segment with one step down two levels: no leak
+        span = (times[-1] - times[0]) or 1.0
+        level = [min(segments - 1, int((t - times[0]) / span * segments)) for t in times]
+        values = [1e9 * (1 + j) - (2e9 if j == segments // 2 else 0) for j in level]
     else:
         values = [1e9 + rng.gauss(0, 2e7) for _ in times]
     trend = Trend(1500.0, segments, 0.10, 0.02)
     trend._pts.extend(zip(times, values))
     want = _judge_directly(list(trend._pts), segments, 0.10, 0.02, capacity)
     assert trend._judge(capacity) == want
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=st.data(), n_seg=st.integers(2, 8))
+@example(data=None, n_seg=6)
+def test_segment_bounds_equal_putting_every_point_in_its_segment(data, n_seg):
+    """Each segment's first point, found by bisection and the rule, is where the rule puts it;
+    the examples have points within a few units in the last place of a bound, where the
+    bisection's guess lands one point off either way."""
+    from stepwatch.collector.detect._memory import segment_bounds
+
+    cases = [([0.0, 2.333333333333333, 2.3333333333333335, 2.333333333333334, 7.0], 6),
+             ([123.456, 1060.9559999999992, 1060.9559999999997, 1060.956, 1060.9560000000001, 1623.456], 8)]
+    if data is not None:
+        gaps = data.draw(st.lists(st.sampled_from([1e-9, 0.001, 1.0, 12.5, 13.0, 60.0]), min_size=1, max_size=130))
+        t0 = data.draw(st.sampled_from([0.0, 123.456, T0]))
+        cases = [(list(itertools.accumulate(gaps, initial=t0)), n_seg)]
+        assume(cases[0][0][-1] > t0)  # (a trend is judged over at least 0.9 x its window)
+    for times, segments in cases:
+        t0, span = times[0], times[-1] - times[0]
+        direct = [min(segments - 1, int((t - t0) / span * segments)) for t in times]
+        want = [0] + [next(i for i, s in enumerate(direct + [segments]) if s >= k) for k in range(1, segments)] \
+            + [len(times)]
+        assert segment_bounds(tuple(times), segments) == want
