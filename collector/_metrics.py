@@ -18,7 +18,7 @@ rank is not emitted for that rank. Base units only, no timestamps, labels per AR
 
 from __future__ import annotations
 
-from typing import Callable, NamedTuple
+from typing import Callable, NamedTuple, Optional
 
 from ._exposition import Family, labels_text
 from ._fork_render import FAILURE_REASONS
@@ -164,9 +164,8 @@ class RankMetrics:
     def _text(self, job: str, rank: int, hello, gpu) -> tuple[str, str, str]:
         """A rank's label texts, rendered when its Hello or GPU identity is new to the cache
         (both are replaced whole, never changed, so identity tells; the cache holds them)."""
-        held = self._labels.get((job, rank))
-        if held is None or held[0] is not hello or held[1] is not gpu:
-            held = self._labels[(job, rank)] = (hello, gpu, _label_texts(job, rank, hello, gpu, self.mode == "full"))
+        held = _held(self._labels.get((job, rank)), job, rank, hello, gpu, self.mode == "full")
+        self._labels[(job, rank)] = held
         return held[2]
 
     def warm(self, pause: Callable[[], None] = no_pause) -> None:
@@ -179,14 +178,19 @@ class RankMetrics:
 
         def read(states: list) -> None:
             for st in states:
-                key, hello, gpu = (st.job, st.rank), st.hello, st.gpu
-                held = old.get(key)
-                if held is None or held[0] is not hello or held[1] is not gpu:
-                    held = (hello, gpu, _label_texts(st.job, st.rank, hello, gpu, full))
-                new[key] = held
+                new[st.job, st.rank] = _held(old.get((st.job, st.rank)), st.job, st.rank, st.hello, st.gpu, full)
 
         self._state.read_ranks(read, pause=pause)
         self._labels = new
+
+
+def _held(held: Optional[tuple], job: str, rank: int, hello, gpu, full: bool) -> tuple:
+    """A rank's cache entry ``(hello, gpu, texts)``: ``held`` while it was rendered from this
+    Hello and GPU identity (both are replaced whole, never changed, so identity tells), else
+    rendered anew."""
+    if held is None or held[0] is not hello or held[1] is not gpu:
+        held = (hello, gpu, _label_texts(job, rank, hello, gpu, full))
+    return held
 
 
 class Labels(NamedTuple):
