@@ -21,28 +21,30 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from collector_scale import templates  # noqa: E402
 
 
-def recorded_batch(parts: tuple, seq: int, samples: int):
+def recorded_batch(parts: tuple, seq: int, samples: int, n: int = 20, period: float = 5.0):
     """Batch ``seq`` of one rank, from the recording's ``parts`` (bench/collector_scale.py's
-    templates()): 20 steps ending at 1.7e9 + 5 x seq, ``samples`` GPU, host and allocator
-    samples of each kind over those 5 s, a window every 12th batch."""
+    templates()): ``n`` steps ending at 1.7e9 + ``period`` x seq, ``samples`` GPU, host and
+    allocator samples of each kind over that period, a window per minute of batches (every
+    12th at 5 s)."""
     from stepwatch.proto.stepwatch.v1 import agent_pb2
 
     steps, gpu, host, alloc, windows = parts
-    b = agent_pb2.Batch(seq=seq, sealed_time_s=1.7e9 + seq * 5)
-    for i in range(20):
+    end = 1.7e9 + seq * period
+    b = agent_pb2.Batch(seq=seq, sealed_time_s=end)
+    for i in range(n):
         s = b.steps.add()
-        s.CopyFrom(steps[(seq * 20 + i) % len(steps)])
-        s.step, s.end_time_s = (seq - 1) * 20 + i + 1, 1.7e9 + seq * 5 - (20 - i) * 0.01
+        s.CopyFrom(steps[(seq * n + i) % len(steps)])
+        s.step, s.end_time_s = (seq - 1) * n + i + 1, end - (n - i) * 0.01
     for src, dst in ((gpu, b.gpu_samples), (host, b.host), (alloc, b.allocator)):
         for k in range(samples):
             dst.add().CopyFrom(src[(seq * samples + k) % len(src)])
-            dst[-1].time_s = 1.7e9 + seq * 5 - (samples - 1 - k) * 5 / samples
-    if seq % 12 == 0 and windows:
+            dst[-1].time_s = end - (samples - 1 - k) * period / samples
+    if seq % max(1, round(60 / period)) == 0 and windows:
         w = b.windows.add()
         w.CopyFrom(windows[seq % len(windows)])
         # (dated as the batch, as bench/collector_scale.py does: a window from the recording's
         # own time would never come after an alert's onset)
-        w.first_step, w.last_step, w.start_time_s = (seq - 1) * 20 + 1, (seq - 1) * 20 + 3, 1.7e9 + seq * 5
+        w.first_step, w.last_step, w.start_time_s = (seq - 1) * n + 1, (seq - 1) * n + 3, end
     return b
 
 
@@ -106,11 +108,14 @@ def time_scrapes(state, n: int, fork: bool = False) -> list[float]:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--ranks", type=int, default=1000)
-    p.add_argument("--batches", type=int, default=24, help="batches per rank (20 steps each)")
+    p.add_argument("--batches", type=int, default=24, help="batches per rank")
     p.add_argument("--ranks-per-job", type=int, default=64)
     p.add_argument("--samples-per-batch", type=int, default=1, help="GPU, host and allocator samples of each kind "
                    "per batch (5: the agent's 1 Hz over a 5 s batch; 1: as recorded results before the sixth "
                    "session)")
+    p.add_argument("--steps-per-batch", type=int, default=20, help="80 with --batch-s 20 and 20 samples: the "
+                   "batches of a collector that paces its agents to 20 s (10,000 ranks at max_batches_per_s 500)")
+    p.add_argument("--batch-s", type=float, default=5.0, help="data time each batch covers")
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--ticks", type=int, default=0, help="then time this many housekeeping ticks (expiry and "
                    "the time-based rules over every rank) on the fed state")
@@ -127,7 +132,8 @@ def main() -> None:
     results, ticks, scrapes = [], [], []
     for _ in range(args.repeat):
         pipe, hellos = connected_pipeline(args.ranks, args.ranks_per_job)
-        payloads = [recorded_batch(parts, seq, args.samples_per_batch).SerializeToString()
+        payloads = [recorded_batch(parts, seq, args.samples_per_batch, args.steps_per_batch,
+                                   args.batch_s).SerializeToString()
                     for seq in range(1, args.batches + 1)]
         gc.collect()
         cpu0 = time.process_time()
@@ -135,15 +141,16 @@ def main() -> None:
             for key, h in hellos:
                 pipe.batch(key, h, agent_pb2.Batch.FromString(data), 1.7e9)
         cpu = time.process_time() - cpu0
-        n_steps = args.ranks * args.batches * 20
+        n_steps = args.ranks * args.batches * args.steps_per_batch
         results.append(1e6 * cpu / n_steps)
         for i in range(args.ticks):  # a tick as the collector runs it, data time just after the last batch
             t0 = time.process_time()
-            pipe.housekeeping(1.7e9 + args.batches * 5 + 1 + i)
+            pipe.housekeeping(1.7e9 + args.batches * args.batch_s + 1 + i)
             ticks.append(1e3 * (time.process_time() - t0))
         if args.scrapes:
             scrapes += time_scrapes(pipe.state, args.scrapes, args.fork)
     out = {"ranks": args.ranks, "batches_per_rank": args.batches, "samples_per_batch": args.samples_per_batch,
+           "steps_per_batch": args.steps_per_batch, "batch_s": args.batch_s,
            "us_per_step": sorted(results),
            **({"tick_ms": sorted(ticks)} if ticks else {}),
            **({("scrape_child_ms" if args.fork else "scrape_ms"): sorted(scrapes)} if scrapes else {}),
