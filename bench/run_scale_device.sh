@@ -287,13 +287,44 @@ if [ "${PART:-}" = z ]; then
         wait
     fi
 fi
+# PART=T1 / T2 / T3 (tenth session): the README's table with this code, on one lease, at the
+# defaults: one connection per rank, samples at the agent's 1 Hz, scraped every 15 s.
+# T1: py-spy of the collector at 10,000 ranks on one core, b4c54ce and this code; the collector's
+# Python per step in process, b4c54ce against this code, alternated, at 20-step batches with five
+# samples (a collector under 500 agents) and at the 80-step batches with 20 samples per 20 s that
+# a collector of 10,000 ranks asks for, each at a fleet's start and at the steady state.
+# T2: 100 / 1,000 / 3,000 ranks on two cores; 10,000 on two cores and on one.
+# T3: three replicas, one core each; 10,000 ranks on one core again.
+if [ "${PART:-}" = T1 ]; then
+    profiled T1_before_10000 /tmp/sw_old --ranks 10000 --ranks-per-connection 1 --per-rank unset --collector-cpus 0
+    profiled T1_after_10000 /tmp/sw --ranks 10000 --ranks-per-connection 1 --collector-cpus 0
+    for shape in "1000 24 5 20 5" "1000 6 20 80 20" "256 400 5 20 5" "256 100 20 80 20"; do
+        set -- $shape
+        for v in before after; do
+            path=/tmp/sw; [ $v = before ] && path=/tmp/sw_old
+            PYTHONPATH=$path:/tmp/site taskset -c 3 python3 bench/ingest_path.py --ranks $1 --batches $2 --repeat 1 \
+                --samples-per-batch $3 --steps-per-batch $4 --batch-s $5 | sed "s/^/$v /" >> "$OUT/T1_ingest.json" 2>&1
+        done
+    done
+fi
+T=(--warmup-s 30 --duration-s 60 --ranks-per-connection 1 --scrape-every-s 15)
+if [ "${PART:-}" = T2 ]; then
+    run T2_small_2cores --ranks 100 1000 3000 --warmup-s 10 --duration-s 40 --ranks-per-connection 1 \
+        --collector-cpus 0,1 --scrape-every-s 15
+    run T2_10000_2cores --ranks 10000 "${T[@]}" --collector-cpus 0,1
+    run T2_10000_1core --ranks 10000 "${T[@]}" --collector-cpus 0
+fi
+if [ "${PART:-}" = T3 ]; then
+    run T3_10000_3replicas --ranks 10000 --replicas 3 "${T[@]}" --collector-cpus "0;1;2"
+    run T3_10000_1core --ranks 10000 "${T[@]}" --collector-cpus 0
+fi
 # PART=s: 10,000 ranks on two cores with this code (as q's row).
 if [ "${PART:-}" = s ]; then
     run s_10000_2cores --ranks 10000 --warmup-s 30 --duration-s 60 --ranks-per-connection 1 --scrape-every-s 15 \
         --collector-cpus 0,1
 fi
-for f in x_ab_10000 x_after_10000 y_ab_10000 y_after_10000 w_small_2cores u_10000_3replicas t_ab_10000_2cores r_ab_10000_1core r_10000_1core s_10000_2cores q_10000_1core q_10000_2cores q_small_2cores p_small_2cores p_10000_2cores p_10000_1core o_before_10000 o_after_10000 n_2cores m_2cores_b2b m_1core_a m_1core_b l_2cores_a l_1core l_2cores_b j_process j_thread k_process k_thread i_10000w_conn1_3replicas h_a1 h_b1 h_a2 h_b2 g_10000w_conn1 g_10000w_conn1_b2b f_small_conn1 f_10000w_conn1 f_10000w_conn1_b2b f_10000w_conn1_3replicas e_10000w_scrape15_conn1_mb500 e_3000w_scrape15_conn1 d_10000w_scrape15 d_10000w_scrape15_conn1 d_10000w_b2b before_3000w after_3000w_unpaced after_3000w after_10000w after_10000w_scrape15 before_10000 after_10000 after_10000_scrape15 after_small after_3replicas after_3000_scrape15 after_3replicas_scrape15; do
+for f in T1_before_10000 T1_after_10000 T2_small_2cores T2_10000_2cores T2_10000_1core T3_10000_3replicas T3_10000_1core x_ab_10000 x_after_10000 y_ab_10000 y_after_10000 w_small_2cores u_10000_3replicas t_ab_10000_2cores r_ab_10000_1core r_10000_1core s_10000_2cores q_10000_1core q_10000_2cores q_small_2cores p_small_2cores p_10000_2cores p_10000_1core o_before_10000 o_after_10000 n_2cores m_2cores_b2b m_1core_a m_1core_b l_2cores_a l_1core l_2cores_b j_process j_thread k_process k_thread i_10000w_conn1_3replicas h_a1 h_b1 h_a2 h_b2 g_10000w_conn1 g_10000w_conn1_b2b f_small_conn1 f_10000w_conn1 f_10000w_conn1_b2b f_10000w_conn1_3replicas e_10000w_scrape15_conn1_mb500 e_3000w_scrape15_conn1 d_10000w_scrape15 d_10000w_scrape15_conn1 d_10000w_b2b before_3000w after_3000w_unpaced after_3000w after_10000w after_10000w_scrape15 before_10000 after_10000 after_10000_scrape15 after_small after_3replicas after_3000_scrape15 after_3replicas_scrape15; do
     [ -f "$OUT/$f.log" ] && tail -n +3 "$OUT/$f.log" | grep "^| [0-9]" | sed "s/^/$f /"
 done
-for f in z_ingest_a z_ingest_b z_ingest_c x_scrape_ab x_scrape_after u_ingest_before u_ingest_ab u_ingest_after r_ingest_ab r_ingest_after r_ingest_before q_ingest_before q_ingest_after o_ingest_before o_ingest_after ingest_before ingest_after; do [ -f "$OUT/$f.json" ] && sed "s/^/$f /" "$OUT/$f.json"; done
+for f in T1_ingest z_ingest_a z_ingest_b z_ingest_c x_scrape_ab x_scrape_after u_ingest_before u_ingest_ab u_ingest_after r_ingest_ab r_ingest_after r_ingest_before q_ingest_before q_ingest_after o_ingest_before o_ingest_after ingest_before ingest_after; do [ -f "$OUT/$f.json" ] && sed "s/^/$f /" "$OUT/$f.json"; done
 tar -czf "$OUT/scale_runs.tgz" -C "$OUT" $(cd "$OUT" && ls | grep -v scale_runs.tgz) && (cd "$OUT" && ls | grep -v scale_runs.tgz | xargs rm -f)

@@ -90,6 +90,7 @@ _GETTERS: dict = {}
 
 
 _FLOAT_GETTERS: dict = {}
+_FEW_FLOATS = 4  # a sample type with at most this many float fields (host, allocator) is checked by column
 
 
 def _float_getters(floats: tuple) -> list:
@@ -152,16 +153,19 @@ class Samples:
 
     def finite(self) -> bool:
         """Every float field of every sample finite (the samples are flat: their numbers are
-        singular floats and integers). Read as columns, which the readers after take from here;
-        two samples or fewer, a getter of all the floats per sample (cheaper than a column per
-        field). False may also mean an overflowing sum: then the exact check decides."""
+        singular floats and integers). Read as columns, which the readers after take from here,
+        when the type has few float fields (host: 2, allocator: 1, all of them read). Else, and
+        for two samples or fewer, a getter of all the floats per sample: the GPU sample has 22,
+        of which the readers take 6, and reading all 22 as columns cost twice the getter
+        (5 samples: 11.3 against 5.2 us, bench/results/ingest_path_2core.md, tenth session).
+        False may also mean an overflowing sum: then the exact check decides."""
         if not self.records:
             return True
         floats, getter, repeated, messages = _plan(self.records[0].DESCRIPTOR)
         if repeated or messages:  # not flat (no sample type is): the exact check decides
             return False
         records = self.records
-        if len(records) <= 2:
+        if len(records) <= 2 or len(floats) > _FEW_FLOATS:
             return math.isfinite(sum(chain.from_iterable(map(getter, records))))
         read = self._read
         if not read:  # (the check comes first: every float column read in one pass)

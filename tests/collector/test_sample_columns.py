@@ -76,7 +76,8 @@ def test_latest_keeps_the_held_sample_unless_a_newer_or_equal_one_comes():
 def test_the_finiteness_check_covers_every_float_of_every_sample_type():
     """The pipeline skips the generic non-finite check of the samples when their columns sum
     finite: each float field of each kind, NaN or infinite in one sample of one, two (a getter
-    per sample) or five (a column per field), must make the check fail."""
+    per sample) or five (a column per field for host and allocator, still a getter per sample for
+    the GPU's 22 float fields), must make the check fail."""
     from stepwatch.collector._sanitize import _plan
 
     for field, kind in (("gpu_samples", "gpu"), ("host", "host"), ("allocator", "allocator")):
