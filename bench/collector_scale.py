@@ -66,6 +66,19 @@ def templates():
     return steps, gpu, host, alloc, windows
 
 
+def _pacing():
+    """The sidecar's pacing rules (agent/_sidecar/_pacing.py) from this tree, loaded by path: the
+    generator sends as this code's sidecars do whatever code the collector under test runs (an
+    older one on PYTHONPATH may have no such module)."""
+    import importlib.util
+
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "agent", "_sidecar", "_pacing.py")
+    spec = importlib.util.spec_from_file_location("_bench_pacing", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod.paced_interval, mod.seal_due
+
+
 def generator(index, ranks, args, ports, results, start_at, stop_at, scrape_from, measure_at):
     """One generator process: ``ranks`` (job, rank, replica index) streams; results into the queue."""
     if args.gen_cpus:
@@ -73,9 +86,9 @@ def generator(index, ranks, args, ports, results, start_at, stop_at, scrape_from
         os.sched_setaffinity(0, {cpus[index % len(cpus)]})
     import grpc
 
-    from stepwatch.agent._sidecar._pacing import paced_interval, seal_due
     from stepwatch.proto.stepwatch.v1 import agent_pb2
 
+    paced_interval, seal_due = _pacing()
     steps, gpu, host, alloc, windows = templates()
     rng = random.Random(index)
     seen_errors: set = set()
