@@ -291,7 +291,7 @@ fi
 # defaults: one connection per rank, samples at the agent's 1 Hz, scraped every 15 s.
 # T1: py-spy of the collector at 10,000 ranks on one core, b4c54ce and this code; the collector's
 # Python per step in process, b4c54ce against this code, alternated, at 20-step batches with five
-# samples (a collector under 500 agents) and at the 80-step batches with 20 samples per 20 s that
+# samples (a collector of up to 2,500 agents) and at the 80-step batches with 20 samples per 20 s that
 # a collector of 10,000 ranks asks for, each at a fleet's start and at the steady state.
 # T2: 100 / 1,000 / 3,000 ranks on two cores; 10,000 on two cores and on one.
 # T3: three replicas, one core each; 10,000 ranks on one core again.
