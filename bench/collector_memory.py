@@ -1,9 +1,9 @@
 """The collector's memory per rank as its state fills: recorded agent batches (as
 bench/ingest_path.py builds them, 20 steps every 5 s, GPU, host and allocator samples at the
 agent's 1 Hz, a window every minute) applied in process to N ranks; resident memory over the
-start after 90 s, 5 min, 15 min and ``--batches`` x 5 s of data. The diagnosis evidence keeps
-15 min of samples and 6,000 steps of blocks, the detectors up to 2,000 blocks: short benchmark
-runs see a fraction of the steady state.
+start after 90 s, 5 min, 15 min, 2,000 s, 5,000 s and ``--batches`` x 5 s of data. The diagnosis
+evidence keeps 15 min of samples and 6,000 steps of blocks (1,500 s of these batches), the drift
+detector up to 2,000 blocks (5,000 s): short benchmark runs see a fraction of the steady state.
 
     python bench/collector_memory.py --ranks 1000 --batches 200
 """
@@ -46,7 +46,7 @@ def main() -> None:
         data = b.SerializeToString()
         for key, h in hellos:
             pipe.batch(key, h, agent_pb2.Batch.FromString(data), 1.7e9 + seq * 5)
-        if seq in (18, 60, 180) or seq == args.batches:
+        if seq in (18, 60, 180, 400, 1000) or seq == args.batches:
             gc.collect()
             grown = rss_bytes() - start
             rows.append({"data_s": seq * 5, "rss_mb": round(grown / 1e6, 1), "kb_per_rank": round(grown / 1e3 / args.ranks, 1)})
