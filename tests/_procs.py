@@ -140,9 +140,15 @@ def _trainer_cmd(args, nproc: int) -> list:
 
 def run_trainer(env: dict, *args: str, nproc: int = 1, timeout: float = 240,
                 check: bool = True) -> subprocess.CompletedProcess:
+    """Run the test trainer to completion (``nproc`` > 1: under torchrun, gloo). ``check``: it
+    must exit 0, except for torch's teardown abort (TEARDOWN_ABORT, below) after every rank
+    printed its last line: then every step was taken and handed to the agent, and the test goes
+    on with what stepwatch made of them (a warning carries the output)."""
     cmd = _trainer_cmd(args, nproc)
+    if nproc > 1:
+        env = dict(env, PYTHONFAULTHANDLER="1")
     run = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
-    if check:
+    if check and not (nproc > 1 and _teardown_abort(run, nproc, "trainer rank {rank}: ")):
         assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     return run
 
@@ -165,6 +171,20 @@ def run_script(script, env: dict, timeout: float = 120) -> subprocess.CompletedP
 TEARDOWN_ABORT = "terminate called without an active exception"
 
 
+def _teardown_abort(run: subprocess.CompletedProcess, ranks: int, marker: str) -> bool:
+    """Whether ``run`` failed only by torch's teardown abort: its output has TEARDOWN_ABORT and
+    the line ``marker`` (formatted with ``rank``) of every rank, printed when its work was done.
+    Then a warning carries the output."""
+    import warnings
+
+    out = run.stdout + run.stderr
+    aborted = (run.returncode != 0 and TEARDOWN_ABORT in out
+               and all(marker.format(rank=rank) in run.stdout for rank in range(ranks)))
+    if aborted:
+        warnings.warn(f"gloo teardown abort after all ranks finished:\n{out[-4000:]}")
+    return aborted
+
+
 def run_gloo_job(cmd: list, env: dict, *, ranks: int, restart=None, timeout: float = 240,
                  cwd=None) -> subprocess.CompletedProcess:
     """Run a multi-process gloo job that prints ``done <rank>`` per rank; it must exit 0, except
@@ -176,18 +196,12 @@ def run_gloo_job(cmd: list, env: dict, *, ranks: int, restart=None, timeout: flo
     test checks what stepwatch made of them. Either way a warning carries faulthandler's
     output. Any other failure fails the test.
     """
-    import warnings
-
     env = dict(env, PYTHONFAULTHANDLER="1")
 
     def run_once():
         run = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout, cwd=cwd)
-        out = run.stdout + run.stderr
-        aborted = (run.returncode != 0 and TEARDOWN_ABORT in out
-                   and all(f"done {rank}" in run.stdout for rank in range(ranks)))
-        if aborted:
-            warnings.warn(f"gloo teardown abort after all ranks finished:\n{out[-4000:]}")
-        else:
+        aborted = _teardown_abort(run, ranks, "done {rank}")
+        if not aborted:
             assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-3000:]
         return run, aborted
 
