@@ -337,7 +337,7 @@ fi
 # T6: py-spy of this code at 10,000 ranks on one core in the steady state: after the 30 s warm-up
 # (the start-up burst and the first unpaced batches), 20 s of the half without scrapes.
 if [ "${PART:-}" = T6 ]; then
-    PROFILE_DELAY_S=45 PROFILE_S=20 profiled T6_after_10000_steady /tmp/sw --ranks 10000 "${T[@]}" --collector-cpus 0
+    PROFILE_DELAY_S=48 PROFILE_S=20 profiled T6_after_10000_steady /tmp/sw --ranks 10000 "${T[@]}" --collector-cpus 0
 fi
 if [ "${PART:-}" = T3 ]; then
     run T3_10000_3replicas --ranks 10000 --replicas 3 "${T[@]}" --collector-cpus "0;1;2"
