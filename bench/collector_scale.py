@@ -449,6 +449,10 @@ def run_once(n, args):
                                             series(body, "stepwatch_collector_scrape_child_private_bytes ").values()),
                                            default=None),
             "render_fork": fork_times(bodies[-1]) if bodies else None,
+            # seconds the thread renders slept giving way to ingest, all scrapes so far (the one
+            # before measuring included; at most 5 s each: collector/_yield.py's BUDGET_S)
+            "scrape_yield_s": next(iter(series(bodies[-1], "stepwatch_collector_scrape_yield_seconds_total ").values()),
+                                   None) if bodies else None,
             "render_child_failures": sum(v for body in bodies[-1:] for v in
                                          series(body, "stepwatch_collector_scrape_child_failures_total{").values()),
             # measured window only (after the warm-up): {gen: [seconds, collections]}
