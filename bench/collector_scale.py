@@ -370,7 +370,10 @@ def run_once(n, args):
                 if scrapes and args.scrape_every_s:
                     time.sleep(max(0.0, scrapes[-1][4] + args.scrape_every_s - time.time()))
                 t0 = time.time()
-                req = urllib.request.Request(f"http://{http}/metrics", headers={"Accept-Encoding": "gzip"})
+                headers = {"Accept-Encoding": "gzip"}
+                if args.scrape_timeout_s:  # as Prometheus sends its scrape_timeout
+                    headers["X-Prometheus-Scrape-Timeout-Seconds"] = f"{args.scrape_timeout_s:g}"
+                req = urllib.request.Request(f"http://{http}/metrics", headers=headers)
                 with urllib.request.urlopen(req, timeout=120) as resp:
                     body = resp.read()
                 raw = gzip.decompress(body) if resp.headers.get("Content-Encoding") == "gzip" else body
@@ -467,6 +470,8 @@ def run_once(n, args):
             "batches_per_second": {"min": min(full_seconds, default=0), "max": max(full_seconds, default=0),
                                    "mean": statistics.mean(full_seconds) if full_seconds else 0},
             "scrapes": len(scrapes),
+            "scrape_timeout_s": args.scrape_timeout_s,
+            "scrapes_over_timeout": sum(1 for s in scrapes if args.scrape_timeout_s and s[0] > args.scrape_timeout_s),
             "scrape_s": {"p50": pct([s[0] for s in scrapes], 0.5), "max": max((s[0] for s in scrapes), default=None)},
             "scrape_mb": max((s[1] for s in scrapes), default=0) / 1e6,
             "scrape_gzip_mb": max((s[2] for s in scrapes), default=0) / 1e6,
@@ -507,6 +512,9 @@ def main():
                    help="the collectors' metrics_per_rank (unset: not passed, for a collector older than it)")
     p.add_argument("--scrape-every-s", type=float, default=0.0,
                    help="scrape every this many seconds in the second half (0: back to back)")
+    p.add_argument("--scrape-timeout-s", type=float, default=10.0,
+                   help="the scrape timeout sent with each scrape, as Prometheus does (its default 10 s; 0: none); "
+                   "scrapes longer than it are counted (scrapes_over_timeout)")
     p.add_argument("--gen-cpus", default="", help="CPUs for the generators, comma-separated")
     p.add_argument("--out", default="")
     args = p.parse_args()

@@ -47,7 +47,7 @@ from ._server import IngestServer
 from ._state import CollectorState
 from ._trace_store import TraceStore, TraceStoreMetrics
 from ._windows_api import traces_json, windows_json
-from ._yield import ScrapeYield, no_pause
+from ._yield import ScrapeYield, no_pause, scrape_timeout
 from ._fork_render import ForkRender, available as fork_available, cores
 from . import GRPC_FORK_HANDLERS_OFF
 from stepwatch.proto.stepwatch.v1 import agent_pb2
@@ -268,7 +268,8 @@ class Collector:
     def _metrics(self, headers):
         """The scrape, never on the event loop: OpenMetrics when the scraper asks for it, gzip
         when it accepts it (Prometheus does). Rendered by a forked child (``_fork_render``) or
-        on the HTTP worker thread, giving way to a busy ingest between stages (``_yield``)."""
+        on the HTTP worker thread, giving way to a busy ingest between stages, inside the scraper's
+        timeout (``_yield``)."""
         openmetrics = "application/openmetrics-text" in headers.get("accept", "")
         zipped = "gzip" in headers.get("accept-encoding", "")
         ctype = OPENMETRICS_CONTENT_TYPE if openmetrics else CONTENT_TYPE_LATEST
@@ -284,7 +285,8 @@ class Collector:
             pause()
             return gzip.compress(data, 1) if zipped else data
 
-        pacing = ScrapeYield(self.state.load)
+        # (sleeps spread to end well inside the scraper's own timeout, when it sends one)
+        pacing = ScrapeYield(self.state.load, scrape_timeout(headers.get("x-prometheus-scrape-timeout-seconds")))
         # The label texts of ranks new since the last scrape first, giving way to ingest (10,000
         # new ranks are ~0.1 s; what a render process added to the cache would die with it).
         self.rank_metrics.warm(pacing.pause)

@@ -10,21 +10,36 @@ for several seconds after every scrape (bench/results/collector_scale_h100host_s
 :meth:`ScrapeYield.pause` between its stages; when ingest took more than ``IDLE_SHARE`` of a
 core, the render sleeps after each stage long enough that its own share stays at about
 ``HEADROOM - ingest`` (never under ``MIN_SHARE``), so the loop gets what it needs and the scrape
-what is left. Sleeps stop once a scrape has slept ``BUDGET_S`` in all, well inside Prometheus's
-default 10 s scrape timeout. When ingest is light nothing sleeps.
+what is left. When ingest is light nothing sleeps.
+
+A scrape has a deadline: ``DEADLINE_SHARE`` of the timeout its scraper sends
+(``X-Prometheus-Scrape-Timeout-Seconds``; Prometheus and vmagent send it), else of Prometheus's
+default 10 s. The render's share is raised to what finishes its expected CPU (the last scrape's,
+``SPARE`` times, less what it has used; past that, a quarter more than it has used) in the time
+left, so the sleeps are spread over the scrape; above ``MAX_SHARE`` it stops sleeping. Before, a scrape slept up to a fixed 5 s and then ran the rest at full speed: on a core
+where ingest needed 0.8, the render's last second or two took half the core from ingest and
+acks ran up to 0.7 s late (bench/results/collector_scale_h100host_tenth.md, T6), and a scraper
+with a timeout of 5 s or less could time out.
 """
 
 from __future__ import annotations
 
+import math
 import threading
 import time
+from typing import Optional
 
-__all__ = ["LoadMeter", "ScrapeYield", "no_pause", "PAUSE_EVERY_RANKS"]
+__all__ = ["LoadMeter", "ScrapeYield", "no_pause", "scrape_timeout", "PAUSE_EVERY_RANKS"]
 
 IDLE_SHARE = 0.3  # ingest below this share of a core: scrapes do not yield
 HEADROOM = 0.95  # ingest + render shares aimed at while ingest is busy
 MIN_SHARE = 0.1  # the least share of a core a scrape keeps
-BUDGET_S = 5.0  # the most a scrape sleeps in all
+MAX_SHARE = 0.5  # a render needing more than this to finish in time stops sleeping (two threads
+                 # wanting the GIL get about half each: sleeping cannot buy more)
+DEADLINE_SHARE = 0.75  # of the scraper's timeout, the time a scrape may take (the rest: the
+                       # registry's families, gzip, the transfer)
+DEFAULT_TIMEOUT_S = 10.0  # Prometheus's default scrape_timeout, when the scraper sends none
+SPARE = 1.25  # the render CPU expected: the last scrape's, times this
 PAUSE_EVERY_RANKS = 2048  # a long scrape stage pauses after this many ranks (~30 ms on the 2-core machine)
 
 
@@ -32,15 +47,30 @@ def no_pause() -> None:
     """The ``pause`` of a render that does not give way (tests, ``/api``)."""
 
 
+def scrape_timeout(raw: Optional[str]) -> Optional[float]:
+    """The scraper's timeout from its ``X-Prometheus-Scrape-Timeout-Seconds`` header, or None
+    when absent or not a positive finite number (the header only paces the scrape: a bad one
+    falls back to the default, it does not fail the scrape)."""
+    if raw is None:
+        return None
+    try:
+        value = float(raw)
+    except ValueError:
+        return None
+    return value if 0.0 < value < math.inf else None
+
+
 class LoadMeter:
     """CPU share of a core the collector spent outside scrapes over the last ``window_s``.
 
     ``sample()`` runs on the event loop (every loop-watch tick); ``add_render`` runs on the
-    scrape thread. ``share`` is read anywhere (a float, replaced whole)."""
+    scrape thread. ``share`` is read anywhere (a float, replaced whole). ``last_scrape_s``: the
+    thread CPU of the last scrape rendered on the thread (what the next one expects)."""
 
     def __init__(self, window_s: float = 1.0, clock=time.monotonic, cpu=time.process_time):
         self.window_s, self._clock, self._cpu = window_s, clock, cpu
         self.share = 0.0
+        self.last_scrape_s = 0.0
         self._render = 0.0  # CPU seconds rendering scrapes, all threads, since start
         self._lock = threading.Lock()
         self._mark = (clock(), cpu(), 0.0)
@@ -60,28 +90,47 @@ class LoadMeter:
 
 
 class ScrapeYield:
-    """One scrape's pacing: ``pause()`` between stages (on the scrape's own thread)."""
+    """One scrape's pacing: ``pause()`` between stages (on the scrape's own thread).
+    ``timeout_s``: the scraper's timeout (:func:`scrape_timeout`), None for the default."""
 
-    def __init__(self, meter: LoadMeter, sleep=time.sleep, thread_cpu=time.thread_time):
-        self._meter, self._sleep, self._thread_cpu = meter, sleep, thread_cpu
+    def __init__(self, meter: LoadMeter, timeout_s: Optional[float] = None, sleep=time.sleep,
+                 thread_cpu=time.thread_time, clock=time.monotonic):
+        self._meter, self._sleep, self._thread_cpu, self._clock = meter, sleep, thread_cpu, clock
+        span = DEADLINE_SHARE * (timeout_s or DEFAULT_TIMEOUT_S)
+        self._deadline = clock() + span
+        self._expect = SPARE * meter.last_scrape_s
+        # with no scrape before to go by, sleeps stop at half the span (the rest is for the render)
+        self._sleep_cap = span if self._expect else span / 2
         self._last = thread_cpu()
+        self._used = 0.0  # render CPU so far
         self.slept = 0.0
 
     def pause(self) -> None:
         cpu = self._thread_cpu()
         used, self._last = cpu - self._last, cpu
+        self._used += used
         self._meter.add_render(used)
         busy = self._meter.share
-        if busy <= IDLE_SHARE or self.slept >= BUDGET_S or used <= 0:
+        if busy <= IDLE_SHARE or used <= 0:
             return
-        share = max(MIN_SHARE, HEADROOM - busy)
-        nap = min(BUDGET_S - self.slept, used * (1.0 - share) / share)
+        left = self._deadline - self._clock()
+        if left <= 0 or self.slept >= self._sleep_cap:
+            return
+        # the CPU still to come: as expected, and at least a quarter of what it took so far
+        # (a render past its expectation has no better guess)
+        rest = max(self._expect, SPARE * self._used) - self._used
+        share = max(MIN_SHARE, HEADROOM - busy, rest / left)
+        if share >= MAX_SHARE:
+            return
+        nap = min(left, self._sleep_cap - self.slept, used * (1.0 - share) / share)
         self.slept += nap
         self._sleep(nap)
         self._last = self._thread_cpu()
 
     def done(self) -> None:
-        """Count the render CPU since the last pause."""
+        """Count the render CPU since the last pause; the scrape's CPU is what the next expects."""
         cpu = self._thread_cpu()
+        self._used += cpu - self._last
         self._meter.add_render(cpu - self._last)
         self._last = cpu
+        self._meter.last_scrape_s = self._used

@@ -38,16 +38,30 @@ def test_load_meter_counts_the_cpu_outside_scrapes_per_window():
     assert m.share == pytest.approx(0.1)
 
 
-def _pacer(share):
+def _pacer(share, timeout_s=None, last_scrape_s=0.0):
     meter = LoadMeter()
-    meter.share = share
-    cpu, naps = [0.0], []
-    pacer = ScrapeYield(meter, sleep=naps.append, thread_cpu=lambda: cpu[0])
-    return meter, pacer, cpu, naps
+    meter.share, meter.last_scrape_s = share, last_scrape_s
+    cpu, naps, clock = [0.0], [], [1000.0]
+
+    def sleep(s):
+        naps.append(s)
+        clock[0] += s
+
+    pacer = ScrapeYield(meter, timeout_s, sleep=sleep, thread_cpu=lambda: cpu[0], clock=lambda: clock[0])
+    return meter, pacer, cpu, naps, clock
+
+
+def _run(pacer, cpu, clock, seconds):
+    """Render CPU ``seconds`` in 10 ms stages, the thread running alone (wall = CPU)."""
+    for _ in range(round(seconds / 0.01)):
+        cpu[0] += 0.01
+        clock[0] += 0.01
+        pacer.pause()
+    pacer.done()
 
 
 def test_a_scrape_does_not_sleep_while_ingest_is_light():
-    _, pacer, cpu, naps = _pacer(_yield.IDLE_SHARE - 0.01)
+    _, pacer, cpu, naps, _ = _pacer(_yield.IDLE_SHARE - 0.01)
     for _ in range(5):
         cpu[0] += 0.05
         pacer.pause()
@@ -55,7 +69,7 @@ def test_a_scrape_does_not_sleep_while_ingest_is_light():
 
 
 def test_a_scrape_keeps_to_the_share_ingest_leaves():
-    meter, pacer, cpu, naps = _pacer(0.75)
+    meter, pacer, cpu, naps, _ = _pacer(0.75)
     cpu[0] += 0.02
     pacer.pause()
     share = _yield.HEADROOM - 0.75  # 0.2: sleep four times the CPU just used
@@ -67,12 +81,57 @@ def test_a_scrape_keeps_to_the_share_ingest_leaves():
     assert naps[-1] == pytest.approx(0.01 * (1 - _yield.MIN_SHARE) / _yield.MIN_SHARE)  # at least MIN_SHARE
 
 
-def test_a_scrape_sleeps_at_most_the_budget():
-    _, pacer, cpu, naps = _pacer(0.9)
-    for _ in range(100):
-        cpu[0] += 0.1
-        pacer.pause()
-    assert sum(naps) == pytest.approx(_yield.BUDGET_S) and pacer.slept == pytest.approx(_yield.BUDGET_S)
+def test_with_no_scrape_before_a_scrape_sleeps_at_most_half_its_span():
+    meter, pacer, cpu, naps, clock = _pacer(0.9)
+    _run(pacer, cpu, clock, 1.0)
+    span = _yield.DEADLINE_SHARE * _yield.DEFAULT_TIMEOUT_S
+    assert sum(naps) == pytest.approx(span / 2) and pacer.slept == pytest.approx(span / 2)
+    assert meter.last_scrape_s == pytest.approx(1.0)  # what the next scrape expects
+
+
+@pytest.mark.parametrize("timeout_s", [None, 10.0, 4.0, 30.0])
+def test_a_scrape_spreads_its_sleeps_to_end_inside_the_scrapers_timeout(timeout_s):
+    """Ingest at 0.9 of the core, 1 s of render CPU (as the last scrape): the render keeps one
+    share all through, the larger of ingest's leftover and what finishes SPARE x 1 s inside the
+    span, instead of sleeping first and running the rest at full speed. It ends inside the span."""
+    span = _yield.DEADLINE_SHARE * (timeout_s or _yield.DEFAULT_TIMEOUT_S)
+    meter, pacer, cpu, naps, clock = _pacer(0.9, timeout_s, last_scrape_s=1.0)
+    start = clock[0]
+    _run(pacer, cpu, clock, 1.0)
+    took = clock[0] - start
+    share = max(_yield.MIN_SHARE, _yield.SPARE * 1.0 / span)
+    assert len(naps) == 100 and [0.01 / (0.01 + n) for n in naps] == [pytest.approx(share, rel=0.01)] * 100
+    assert took == pytest.approx(1.0 / share, rel=0.01) and took < span
+    if timeout_s == 30.0:  # time to spare: at ingest's leftover
+        assert share == _yield.MIN_SHARE
+
+
+def test_a_render_slower_than_expected_raises_its_share_to_end_in_time():
+    """0.5 s of render CPU expected, 1.5 s taken: past its expectation the render's share rises
+    until it stops sleeping, and it ends inside the scraper's timeout (not inside the span: the
+    expectation was wrong)."""
+    _, pacer, cpu, naps, clock = _pacer(0.9, None, last_scrape_s=0.4)
+    start = clock[0]
+    _run(pacer, cpu, clock, 1.5)
+    shares = [0.01 / (0.01 + n) for n in naps]
+    assert shares[0] == pytest.approx(_yield.MIN_SHARE) and shares[-1] > shares[0]
+    assert all(b >= a - 1e-9 for a, b in zip(shares, shares[1:]))
+    assert max(shares) < _yield.MAX_SHARE and len(naps) < 150  # the last stages did not sleep
+    assert clock[0] - start < _yield.DEFAULT_TIMEOUT_S
+
+
+def test_a_render_that_cannot_finish_in_time_stops_sleeping():
+    _, pacer, cpu, naps, clock = _pacer(0.9, 2.0, last_scrape_s=2.0)  # 1.5 s span, 2.5 s expected
+    cpu[0] += 0.01
+    clock[0] += 0.01
+    pacer.pause()
+    assert naps == []
+
+
+@pytest.mark.parametrize("raw, expected", [("10", 10.0), ("2.5", 2.5), (None, None), ("", None), ("ten", None),
+                                           ("0", None), ("-3", None), ("nan", None), ("inf", None)])
+def test_the_scrape_timeout_header_is_read_or_left_out(raw, expected):
+    assert _yield.scrape_timeout(raw) == expected
 
 
 def _sample(text, name):
@@ -80,12 +139,35 @@ def _sample(text, name):
     return float(line.rsplit(" ", 1)[1])
 
 
+def _fill(collector, ranks: int) -> None:
+    """``ranks`` ranks with a batch each, through the collector's own pipeline on its loop."""
+    from stepwatch.proto.stepwatch.v1 import agent_pb2
+
+    async def fill():
+        now = collector.clock()
+        for r in range(ranks):
+            h = agent_pb2.Hello(job=f"job{r // 64}", rank=r % 64, world_size=64, host=f"node-{r // 8}",
+                                session_id=f"s{r}", pid=r + 1)
+            key = collector.collector.pipeline.connect(h, now)
+            b = agent_pb2.Batch(seq=1, sealed_time_s=now)
+            for i in range(20):
+                b.steps.add(step=i + 1, end_time_s=now - 1 + i * 0.05, duration_s=0.05, dataloader_wait_s=0.001)
+            b.gpu_samples.add(time_s=now, sm_clock_hertz=1.98e9, power_watts=500.0, utilization_ratio=0.9)
+            b.host.add(time_s=now, cpu_seconds=10.0, resident_memory_bytes=2 << 30)
+            b.allocator.add(time_s=now, reserved_bytes=8 << 30, allocated_bytes=6 << 30)
+            collector.collector.pipeline.batch(key, h, b, now)
+
+    collector.loop.call(fill(), timeout=60)
+
+
 def test_a_real_scrape_gives_way_while_the_process_is_busy(start_collector):
     """The collector's process busy (a thread spinning in Python, as a loaded ingest is): its
     ingest CPU gauge rises, and scrapes rendered on the thread (the setting, and the fallback of
     a failed render process) sleep (stepwatch_collector_scrape_yield_seconds_total grows) yet
-    return everything."""
+    return everything. A scrape that brings a short timeout, as Prometheus sends its own,
+    sleeps less than its span, where one without sleeps longer."""
     collector = start_collector(metrics_render="thread")
+    _fill(collector, 2000)  # (a render of some tens of ms: its sleeps are several times that)
     quiet = collector.get("/metrics")[2].decode()
     assert _sample(quiet, "stepwatch_collector_scrape_yield_seconds_total") == 0.0
     stop = threading.Event()
@@ -96,16 +178,25 @@ def test_a_real_scrape_gives_way_while_the_process_is_busy(start_collector):
 
     burner = threading.Thread(target=spin, daemon=True)
     burner.start()
+    total = "stepwatch_collector_scrape_yield_seconds_total"
     try:
         deadline = time.monotonic() + 20
         while True:
             busy = collector.get("/metrics")[2].decode()
-            if _sample(busy, "stepwatch_collector_scrape_yield_seconds_total") > 0 or time.monotonic() > deadline:
+            if _sample(busy, total) > 0 or time.monotonic() > deadline:
                 break
             time.sleep(0.3)
+        # (a body counts the sleeps of the scrapes before it)
+        plain = collector.get("/metrics")[2].decode()
+        short = collector.get("/metrics", {"X-Prometheus-Scrape-Timeout-Seconds": "0.2"})[2].decode()
+        after = collector.get("/metrics")[2].decode()
     finally:
         stop.set()
         burner.join(5)
     assert _sample(busy, "stepwatch_collector_ingest_cpu_ratio") > _yield.IDLE_SHARE
-    assert _sample(busy, "stepwatch_collector_scrape_yield_seconds_total") > 0
-    assert "stepwatch_collector_per_rank_series" in busy and "stepwatch_collector_loop_lag_seconds_count" in busy
+    assert _sample(busy, total) > 0
+    for body in (busy, short):
+        assert "stepwatch_collector_per_rank_series" in body and "stepwatch_collector_loop_lag_seconds_count" in body
+        assert 'job="job31",rank="15"' in body  # the last of the 2,000 ranks
+    assert _sample(short, total) - _sample(plain, total) > _yield.DEADLINE_SHARE * 0.2  # no header: slept longer
+    assert 0.0 <= _sample(after, total) - _sample(short, total) <= _yield.DEADLINE_SHARE * 0.2 + 1e-6
