@@ -53,12 +53,14 @@ class Ring:
                             for t, values in zip(self._types, columns))
         cols, m = self._cols, self.maxlen
         room = m - len(cols[0])
-        if room > 0:  # not full yet: the ring starts at 0
-            take = min(room, k)
+        if room >= k:  # room for all: the ring starts at 0 (the usual batch until it is full)
             for col, values in zip(cols, columns):
-                col.fromlist(values[:take])  # (lists: three times extend()'s speed)
-            if take == k:
-                return
+                col.fromlist(values)  # (lists: three times extend()'s speed)
+            return
+        if room > 0:  # room for some
+            take = room
+            for col, values in zip(cols, columns):
+                col.fromlist(values[:take])
             columns, k = tuple(values[take:] for values in columns), k - take
         if k >= m:
             self._cols = [array(t, values[k - m:]) for t, values in zip(self._types, columns)]
