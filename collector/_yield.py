@@ -14,12 +14,20 @@ what is left. When ingest is light nothing sleeps.
 
 A scrape has a deadline: ``DEADLINE_SHARE`` of the timeout its scraper sends
 (``X-Prometheus-Scrape-Timeout-Seconds``; Prometheus and vmagent send it), else of Prometheus's
-default 10 s. The render's share is raised to what finishes its expected CPU (the last scrape's,
-``SPARE`` times, less what it has used; past that, a quarter more than it has used) in the time
-left, so the sleeps are spread over the scrape; above ``MAX_SHARE`` it stops sleeping. Before, a scrape slept up to a fixed 5 s and then ran the rest at full speed: on a core
-where ingest needed 0.8, the render's last second or two took half the core from ingest and
-acks ran up to 0.7 s late (bench/results/collector_scale_h100host_tenth.md, T6), and a scraper
-with a timeout of 5 s or less could time out.
+default 10 s. It sleeps as above until the time left is only what the rest of its render needs
+at about half the core (``MAX_SHARE``, what it gets against a busy loop): the rest expected is
+``SPARE`` times the last scrape's CPU less what it has used, and at least a quarter of what it
+has used (a render past its expectation has no better guess). Then it runs to the end without
+sleeping. With no scrape before to go by, sleeps stop at half the span.
+
+Before, a scrape slept up to a fixed 5 s whatever its timeout, then ran the rest at full speed:
+on a core where ingest needed 0.8-0.9, a render that needed more than 5 s of sleep took half the
+core from ingest for its last seconds and acks ran up to 0.7 s late
+(bench/results/collector_scale_h100host_tenth.md, T6), and a scraper with a timeout of 5 s or less
+could time out. Raising the render's share early to finish in time instead (tried: eleventh
+session) made acks late where the deadline did not bind: a 4 s timeout at 14,000 ranks on one
+core, ack p99 while scraped 462 ms against 97 ms
+(bench/results/collector_scale_h100host_eleventh.md, T8c).
 """
 
 from __future__ import annotations
@@ -34,8 +42,8 @@ __all__ = ["LoadMeter", "ScrapeYield", "no_pause", "scrape_timeout", "PAUSE_EVER
 IDLE_SHARE = 0.3  # ingest below this share of a core: scrapes do not yield
 HEADROOM = 0.95  # ingest + render shares aimed at while ingest is busy
 MIN_SHARE = 0.1  # the least share of a core a scrape keeps
-MAX_SHARE = 0.5  # a render needing more than this to finish in time stops sleeping (two threads
-                 # wanting the GIL get about half each: sleeping cannot buy more)
+MAX_SHARE = 0.5  # the share a render running without sleeps gets against a busy loop (two threads
+                 # wanting the GIL get about half each)
 DEADLINE_SHARE = 0.75  # of the scraper's timeout, the time a scrape may take (the rest: the
                        # registry's families, gzip, the transfer)
 DEFAULT_TIMEOUT_S = 10.0  # Prometheus's default scrape_timeout, when the scraper sends none
@@ -113,16 +121,14 @@ class ScrapeYield:
         busy = self._meter.share
         if busy <= IDLE_SHARE or used <= 0:
             return
-        left = self._deadline - self._clock()
-        if left <= 0 or self.slept >= self._sleep_cap:
-            return
         # the CPU still to come: as expected, and at least a quarter of what it took so far
-        # (a render past its expectation has no better guess)
         rest = max(self._expect, SPARE * self._used) - self._used
-        share = max(MIN_SHARE, HEADROOM - busy, rest / left)
-        if share >= MAX_SHARE:
+        # time it may still sleep: what is left less the rest run at about half the core
+        room = self._deadline - self._clock() - rest / MAX_SHARE
+        if room <= 0 or self.slept >= self._sleep_cap:
             return
-        nap = min(left, self._sleep_cap - self.slept, used * (1.0 - share) / share)
+        share = max(MIN_SHARE, HEADROOM - busy)
+        nap = min(room, self._sleep_cap - self.slept, used * (1.0 - share) / share)
         self.slept += nap
         self._sleep(nap)
         self._last = self._thread_cpu()
