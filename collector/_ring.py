@@ -68,9 +68,12 @@ class Ring:
             return
         i = self._start
         first = min(k, m - i)
-        for t, col, values in zip(self._types, cols, columns):
-            col[i:i + first] = array(t, values[:first])
-            if first < k:
+        if first == k:  # (no wrap: the columns as they are)
+            for t, col, values in zip(self._types, cols, columns):
+                col[i:i + k] = array(t, values)
+        else:
+            for t, col, values in zip(self._types, cols, columns):
+                col[i:i + first] = array(t, values[:first])
                 col[:k - first] = array(t, values[first:])
         self._start = (i + k) % m
 

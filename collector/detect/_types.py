@@ -102,7 +102,10 @@ class WindowPoint:
 def last_max_index(values: list) -> int:
     """The index of the greatest of ``values`` (non-empty), the last of equal ones: the latest
     record by time, as records kept one by one (a later equal time replaces) would leave it."""
-    return len(values) - 1 - values[::-1].index(max(values))
+    top = max(values)
+    if values[-1] == top:  # (the usual: samples in time order)
+        return len(values) - 1
+    return len(values) - 1 - values[::-1].index(top)
 
 
 def median(values) -> float:
