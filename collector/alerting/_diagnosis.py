@@ -99,7 +99,7 @@ class Evidence:
             r.gpu.extend_columns(s.gpu["time_s"], *[s.gpu.optional(f) for f in _GPU_FIELDS])
         if len(s.allocator):
             r.alloc.extend_columns(s.allocator["time_s"], s.allocator["alloc_retries"])
-        for w in batch.windows:
+        for w in batch.windows or ():  # (an empty repeated field: its truth is cheaper than its loop)
             if w.last_step >= w.first_step:
                 _keep_window(r.windows, own(w))
 

@@ -55,7 +55,7 @@ def feed_batch(engine: DetectionEngine, job: str, rank: int, batch: agent_pb2.Ba
         engine.gpu_columns(job, rank, s.gpu)
     if len(s.host):
         engine.host_columns(job, rank, s.host)
-    for w in batch.windows:
+    for w in batch.windows or ():  # (an empty repeated field: its truth is cheaper than its loop)
         steps = w.last_step - w.first_step + 1 if w.last_step >= w.first_step > 0 else 0
         if steps and w.breakdown.step_time_s > 0:
             engine.window(job, rank, WindowPoint(w.start_time_s, w.first_step, steps, w.compute_s,
@@ -126,7 +126,7 @@ class Detection:
             if samples is None:
                 samples = SampleColumns(batch)
             self.evidence.on_batch(hello, batch, now, steps, samples)
-            for ref in batch.traces:
+            for ref in batch.traces or ():
                 key = self._trace_alerts.pop(ref.request_id, None)
                 if key is not None:
                     self.book.annotate(key, trace=_trace_text(hello.host, ref))
