@@ -285,7 +285,7 @@ class Collector:
             pause()
             return gzip.compress(data, 1) if zipped else data
 
-        # (sleeps spread to end well inside the scraper's own timeout, when it sends one)
+        # (it ends inside the timeout the scraper sends: Prometheus sends its scrape_timeout)
         pacing = ScrapeYield(self.state.load, scrape_timeout(headers.get("x-prometheus-scrape-timeout-seconds")))
         # The label texts of ranks new since the last scrape first, giving way to ingest (10,000
         # new ranks are ~0.1 s; what a render process added to the cache would die with it).
