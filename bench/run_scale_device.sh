@@ -386,10 +386,10 @@ if [ "${PART:-}" = T8d ]; then
 fi
 # T8e: T6's regime made on purpose: 16,000 ranks on one core (ingest near 0.85-0.9 core), the
 # default 10 s timeout, before (a fixed 5 s of sleep) and after (sleeps until the deadline needs
-# the rest of the render).
+# the rest of the render). Run twice, the second time after first.
 if [ "${PART:-}" = T8e ]; then
     mkdir -p /tmp/ab && tar -xf .bin/ab.tar -C /tmp/ab && $P --no-build-isolation --target /tmp/sw_ab /tmp/ab/ab
-    for who in before after; do
+    for who in ${T8E_ORDER:-before after}; do  # (T8E_ORDER="after before": the other order)
         [ $who = before ] && SW=/tmp/sw_ab || SW=/tmp/sw
         PYTHONPATH=$SW:/tmp/site python3 bench/collector_scale.py "${GEN[@]}" --out "$OUT/T8e_${who}_16000.json" \
             --ranks 16000 "${T[@]}" --collector-cpus 0 > "$OUT/T8e_${who}_16000.log" 2>&1
