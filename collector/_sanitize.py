@@ -79,9 +79,14 @@ def _all_finite(records) -> bool:
     return total - total == 0.0 or all(map(_finite, records))  # (an overflow: the exact check)
 
 
+_USUAL = frozenset(("steps", "gpu_samples", "host", "allocator"))  # what nearly every batch holds
+
+
 def drop_nonfinite(batch: agent_pb2.Batch, checked: tuple = ()) -> int:
     """Remove, in place, every record of ``batch`` with a non-finite number; return how many.
     ``checked``: record fields the caller already found finite."""
+    if _USUAL.issubset(checked) and not (batch.windows or batch.events or batch.traces or batch.HasField("stats")):
+        return 0  # the usual batch, its steps and samples checked: nothing else to look at (0.4 us, not 1.5)
     dropped = 0
     stats = None
     for field, records in batch.ListFields():  # the fields present, in one call

@@ -83,3 +83,31 @@ def test_drop_nonfinite_reaches_nested_records_and_keeps_overflowing_finite_ones
     assert [w.window_id for w in b.windows] == [1] and len(b.gpu_samples) == 2 and not b.host
     assert b.stats.windows == 2 and b.stats.window_warmup_s == 0.0  # cleared
     assert drop_nonfinite(b) == 0
+
+
+def _rare(part: str) -> dict:
+    """A batch part other than steps and samples, with a non-finite number."""
+    return {"windows": {"windows": [agent_pb2.WindowSummary(window_id=1, first_step=1, last_step=3, gpu_busy_ratio=NAN)]},
+            "events": {"events": [agent_pb2.Event(time_s=INF, kind="checkpoint")]},
+            "stats": {"stats": agent_pb2.AgentStats(overhead_ratio=NAN, windows=1)}}[part]
+
+
+def test_a_batch_whose_steps_and_samples_were_checked_still_has_its_other_parts_checked():
+    """The caller checked the steps and samples (as the pipeline does); drop_nonfinite's shortcut
+    for the usual batch (nothing else in it) must not skip windows, events or stats (trace
+    references carry no floats)."""
+    from stepwatch.collector._sanitize import drop_nonfinite
+
+    checked = ("steps", "gpu_samples", "host", "allocator")
+    usual = dict(steps=[agent_pb2.StepRecord(step=1, end_time_s=1.7e9, duration_s=0.1)],
+                 host=[agent_pb2.HostSample(time_s=1.7e9, cpu_seconds=1.0)])
+    assert drop_nonfinite(agent_pb2.Batch(seq=1, **usual), checked) == 0
+    for part in ("windows", "events"):
+        b = agent_pb2.Batch(seq=1, **usual, **_rare(part))
+        assert drop_nonfinite(b, checked) == 1, part
+        assert not getattr(b, part) and len(b.steps) == 1, part
+    b = agent_pb2.Batch(seq=1, **usual, **_rare("stats"))
+    assert drop_nonfinite(b, checked) == 0 and b.stats.overhead_ratio == 0.0 and b.stats.windows == 1
+    # checked only in part: the rest is looked at even in a batch of nothing else
+    b = agent_pb2.Batch(seq=1, **usual, allocator=[agent_pb2.AllocatorSample(time_s=NAN)])
+    assert drop_nonfinite(b, ("steps", "gpu_samples", "host")) == 1 and not b.allocator
