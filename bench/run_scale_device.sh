@@ -405,6 +405,11 @@ if [ "${PART:-}" = T8f ]; then
             --ranks 16000 "${T[@]}" --collector-cpus 0 > "$OUT/T8f_${who}_16000.log" 2>&1
     done
 fi
+# T8g: the final code at 10,000 ranks on one core, twice.
+if [ "${PART:-}" = T8g ]; then
+    run T8g_10000_a --ranks 10000 "${T[@]}" --collector-cpus 0
+    run T8g_10000_b --ranks 10000 "${T[@]}" --collector-cpus 0
+fi
 if [ "${PART:-}" = T3 ]; then
     run T3_10000_3replicas --ranks 10000 --replicas 3 "${T[@]}" --collector-cpus "0;1;2"
     run T3_10000_1core --ranks 10000 "${T[@]}" --collector-cpus 0
@@ -414,7 +419,7 @@ if [ "${PART:-}" = s ]; then
     run s_10000_2cores --ranks 10000 --warmup-s 30 --duration-s 60 --ranks-per-connection 1 --scrape-every-s 15 \
         --collector-cpus 0,1
 fi
-for f in T8f_after_10000 T8f_before_16000 T8f_after_16000 T8e_before_16000 T8e_after_16000 T8d_before_t4 T8d_after_t4 T8d_after_t10 T8c_before_14000_t4 T8c_after_14000_t4 T8a_before_14000 T8a_after_14000 T8b_before_10000 T8b_after_10000 T7_12000_1core T7_10000_1core T6_after_10000_steady T1_before_10000 T1_after_10000 T2_small_2cores T2_10000_2cores T2_10000_1core T3_10000_3replicas T3_10000_1core T4_before_10000 T4_10000_1core x_ab_10000 x_after_10000 y_ab_10000 y_after_10000 w_small_2cores u_10000_3replicas t_ab_10000_2cores r_ab_10000_1core r_10000_1core s_10000_2cores q_10000_1core q_10000_2cores q_small_2cores p_small_2cores p_10000_2cores p_10000_1core o_before_10000 o_after_10000 n_2cores m_2cores_b2b m_1core_a m_1core_b l_2cores_a l_1core l_2cores_b j_process j_thread k_process k_thread i_10000w_conn1_3replicas h_a1 h_b1 h_a2 h_b2 g_10000w_conn1 g_10000w_conn1_b2b f_small_conn1 f_10000w_conn1 f_10000w_conn1_b2b f_10000w_conn1_3replicas e_10000w_scrape15_conn1_mb500 e_3000w_scrape15_conn1 d_10000w_scrape15 d_10000w_scrape15_conn1 d_10000w_b2b before_3000w after_3000w_unpaced after_3000w after_10000w after_10000w_scrape15 before_10000 after_10000 after_10000_scrape15 after_small after_3replicas after_3000_scrape15 after_3replicas_scrape15; do
+for f in T8g_10000_a T8g_10000_b T8f_after_10000 T8f_before_16000 T8f_after_16000 T8e_before_16000 T8e_after_16000 T8d_before_t4 T8d_after_t4 T8d_after_t10 T8c_before_14000_t4 T8c_after_14000_t4 T8a_before_14000 T8a_after_14000 T8b_before_10000 T8b_after_10000 T7_12000_1core T7_10000_1core T6_after_10000_steady T1_before_10000 T1_after_10000 T2_small_2cores T2_10000_2cores T2_10000_1core T3_10000_3replicas T3_10000_1core T4_before_10000 T4_10000_1core x_ab_10000 x_after_10000 y_ab_10000 y_after_10000 w_small_2cores u_10000_3replicas t_ab_10000_2cores r_ab_10000_1core r_10000_1core s_10000_2cores q_10000_1core q_10000_2cores q_small_2cores p_small_2cores p_10000_2cores p_10000_1core o_before_10000 o_after_10000 n_2cores m_2cores_b2b m_1core_a m_1core_b l_2cores_a l_1core l_2cores_b j_process j_thread k_process k_thread i_10000w_conn1_3replicas h_a1 h_b1 h_a2 h_b2 g_10000w_conn1 g_10000w_conn1_b2b f_small_conn1 f_10000w_conn1 f_10000w_conn1_b2b f_10000w_conn1_3replicas e_10000w_scrape15_conn1_mb500 e_3000w_scrape15_conn1 d_10000w_scrape15 d_10000w_scrape15_conn1 d_10000w_b2b before_3000w after_3000w_unpaced after_3000w after_10000w after_10000w_scrape15 before_10000 after_10000 after_10000_scrape15 after_small after_3replicas after_3000_scrape15 after_3replicas_scrape15; do
     [ -f "$OUT/$f.log" ] && tail -n +3 "$OUT/$f.log" | grep "^| [0-9]" | sed "s/^/$f /"
 done
 for f in T8c_ingest T5_ingest T1_ingest z_ingest_a z_ingest_b z_ingest_c x_scrape_ab x_scrape_after u_ingest_before u_ingest_ab u_ingest_after r_ingest_ab r_ingest_after r_ingest_before q_ingest_before q_ingest_after o_ingest_before o_ingest_after ingest_before ingest_after; do [ -f "$OUT/$f.json" ] && sed "s/^/$f /" "$OUT/$f.json"; done
