@@ -111,3 +111,11 @@ def test_a_batch_whose_steps_and_samples_were_checked_still_has_its_other_parts_
     # checked only in part: the rest is looked at even in a batch of nothing else
     b = agent_pb2.Batch(seq=1, **usual, allocator=[agent_pb2.AllocatorSample(time_s=NAN)])
     assert drop_nonfinite(b, ("steps", "gpu_samples", "host")) == 1 and not b.allocator
+
+
+def test_the_usual_batch_shortcut_names_every_part_it_skips():
+    """drop_nonfinite's shortcut looks at windows, events, traces and stats by name: every other
+    record field it handles must be one of the usual ones the caller checks."""
+    from stepwatch.collector import _sanitize
+
+    assert set(_sanitize._RECORDS) == _sanitize._USUAL | {"windows", "events", "traces"}
