@@ -25,10 +25,18 @@ profiled() {  # NAME PYTHONPATH bench-args...: one run, the collector sampled by
     wait $bench
 }
 
-run() {  # NAME bench-args...
+run() {  # NAME bench-args...: one run of this tree's collector (SW=/tmp/sw_ab: .bin/ab.tar's)
     local name=$1; shift
-    PYTHONPATH=/tmp/sw:/tmp/site python3 bench/collector_scale.py "${GEN[@]}" --out "$OUT/$name.json" "$@" \
+    PYTHONPATH=${SW:-/tmp/sw}:/tmp/site python3 bench/collector_scale.py "${GEN[@]}" --out "$OUT/$name.json" "$@" \
         > "$OUT/$name.log" 2>&1
+}
+
+ab_install() {  # .bin/ab.tar (`git archive <commit> --prefix=ab/`) installed as /tmp/sw_ab
+    mkdir -p /tmp/ab && tar -xf .bin/ab.tar -C /tmp/ab && $P --no-build-isolation --target /tmp/sw_ab /tmp/ab/ab
+}
+
+code() {  # before|after -> where that code is installed (before: .bin/ab.tar's)
+    [ "$1" = before ] && echo /tmp/sw_ab || echo /tmp/sw
 }
 
 ingest() {  # NAME PYTHONPATH: the collector's Python per step, in process (bench/ingest_path.py)
@@ -98,7 +106,7 @@ if [ "${PART:-}" = g ]; then
 fi
 # PART=h: A/B on one machine: .bin/ab.tar (`git archive <commit> --prefix=ab/`) against this tree.
 if [ "${PART:-}" = h ]; then
-    mkdir -p /tmp/ab && tar -xf .bin/ab.tar -C /tmp/ab && $P --no-build-isolation --target /tmp/sw_ab /tmp/ab/ab
+    ab_install
     H=(--ranks 10000 --warmup-s 30 --duration-s 60 --ranks-per-connection 1 --collector-cpus 0 --scrape-every-s 15)
     for i in 1 2; do
         PYTHONPATH=/tmp/sw_ab:/tmp/site python3 bench/collector_scale.py "${GEN[@]}" --out "$OUT/h_a$i.json" "${H[@]}" \
@@ -184,7 +192,7 @@ fi
 # kind per 20-step batch (20: a paced 20 s batch at the agent's 1 Hz), the code before the
 # fleet work (b4c54ce) too at 20; then 10,000 ranks on one core, before and after.
 if [ "${PART:-}" = r ]; then
-    mkdir -p /tmp/ab && tar -xf .bin/ab.tar -C /tmp/ab && $P --no-build-isolation --target /tmp/sw_ab /tmp/ab/ab
+    ab_install
     for s in 5 20; do
         for v in ab after; do
             path=/tmp/sw; [ $v = ab ] && path=/tmp/sw_ab
@@ -201,7 +209,7 @@ if [ "${PART:-}" = r ]; then
 fi
 # PART=t: as s with the code before (.bin/ab.tar), on the same lease.
 if [ "${PART:-}" = t ]; then
-    mkdir -p /tmp/ab && tar -xf .bin/ab.tar -C /tmp/ab && $P --no-build-isolation --target /tmp/sw_ab /tmp/ab/ab
+    ab_install
     PYTHONPATH=/tmp/sw_ab:/tmp/site python3 bench/collector_scale.py "${GEN[@]}" --out "$OUT/t_ab_10000_2cores.json" \
         --ranks 10000 --warmup-s 30 --duration-s 60 --ranks-per-connection 1 --scrape-every-s 15 --collector-cpus 0,1 \
         > "$OUT/t_ab_10000_2cores.log" 2>&1
@@ -210,7 +218,7 @@ fi
 # (this code); three replicas at 1 Hz; in process, 20 samples per batch and the steady state
 # (256 x 400, 5 samples), alternated: b4c54ce (before the fleet work), .bin/ab.tar, this code.
 if [ "${PART:-}" = u ]; then
-    mkdir -p /tmp/ab && tar -xf .bin/ab.tar -C /tmp/ab && $P --no-build-isolation --target /tmp/sw_ab /tmp/ab/ab
+    ab_install
     profiled u_after_10000_1hz /tmp/sw --ranks 10000 --ranks-per-connection 1 --collector-cpus 0
     run u_10000_3replicas --ranks 10000 --replicas 3 --warmup-s 30 --duration-s 60 --ranks-per-connection 1 \
         --collector-cpus "0;1;2" --scrape-every-s 15
@@ -240,7 +248,7 @@ fi
 # --scrapes [--fork]), alternated; then 10,000 ranks on one core (x) or two (y), in the order
 # X_ORDER (default "ab after"; INPROC=0 skips the in-process part).
 if [ "${PART:-}" = x ] || [ "${PART:-}" = y ]; then
-    mkdir -p /tmp/ab && tar -xf .bin/ab.tar -C /tmp/ab && $P --no-build-isolation --target /tmp/sw_ab /tmp/ab/ab
+    ab_install
     CPUS=0; [ "$PART" = y ] && CPUS=0,1
     INPROC=${INPROC:-$([ "$PART" = x ] && echo 1 || echo 0)}
     if [ "$INPROC" = 1 ]; then
@@ -265,7 +273,7 @@ fi
 # round each), and 1,000 x 24 at one and at twenty samples (a third lane). Z_SEQUENTIAL=1: the
 # five-sample shapes only, twice, in one lane (parallel lanes disturbed each other's figures).
 if [ "${PART:-}" = z ]; then
-    mkdir -p /tmp/ab && tar -xf .bin/ab.tar -C /tmp/ab && $P --no-build-isolation --target /tmp/sw_ab /tmp/ab/ab
+    ab_install
     lane() {  # CPU NAME SHAPE...: each shape (ranks batches samples) before, ab, after
         local cpu=$1 name=$2; shift 2
         for shape in "$@"; do
@@ -349,23 +357,19 @@ fi
 # `git archive 7c9dfd6 --prefix=ab/`), one core, the generator sending Prometheus's 10 s timeout:
 # T8a at 14,000 ranks (ingest near 0.8 core, as T6's slower machine had at 10,000), T8b at 10,000.
 if [ "${PART:-}" = T8a ] || [ "${PART:-}" = T8b ]; then
-    mkdir -p /tmp/ab && tar -xf .bin/ab.tar -C /tmp/ab && $P --no-build-isolation --target /tmp/sw_ab /tmp/ab/ab
+    ab_install
     N=$([ "$PART" = T8a ] && echo 14000 || echo 10000)
     for who in before after; do
-        [ $who = before ] && SW=/tmp/sw_ab || SW=/tmp/sw
-        PYTHONPATH=$SW:/tmp/site python3 bench/collector_scale.py "${GEN[@]}" --out "$OUT/${PART}_${who}_$N.json" \
-            --ranks $N "${T[@]}" --collector-cpus 0 > "$OUT/${PART}_${who}_$N.log" 2>&1
+        SW=$(code $who) run "${PART}_${who}_$N" --ranks $N "${T[@]}" --collector-cpus 0
     done
 fi
 # T8c: a scraper with a short timeout (4 s), 14,000 ranks on one core, before and after; then the
 # collector's Python per step in process (20-step, five-sample batches at a fleet's start),
 # b4c54ce against this tree, alternated, three rounds.
 if [ "${PART:-}" = T8c ]; then
-    mkdir -p /tmp/ab && tar -xf .bin/ab.tar -C /tmp/ab && $P --no-build-isolation --target /tmp/sw_ab /tmp/ab/ab
+    ab_install
     for who in before after; do
-        [ $who = before ] && SW=/tmp/sw_ab || SW=/tmp/sw
-        PYTHONPATH=$SW:/tmp/site python3 bench/collector_scale.py "${GEN[@]}" --out "$OUT/T8c_${who}_14000_t4.json" \
-            --ranks 14000 "${T[@]}" --scrape-timeout-s 4 --collector-cpus 0 > "$OUT/T8c_${who}_14000_t4.log" 2>&1
+        SW=$(code $who) run T8c_${who}_14000_t4 --ranks 14000 "${T[@]}" --scrape-timeout-s 4 --collector-cpus 0
     done
     for i in 1 2 3; do
         for sw in /tmp/sw_old /tmp/sw; do
@@ -377,32 +381,26 @@ fi
 # T8d: the rule as kept (sleeps stop only when the rest of the render just fits before the
 # deadline), 14,000 ranks on one core: before and after with a 4 s timeout, after with 10 s.
 if [ "${PART:-}" = T8d ]; then
-    mkdir -p /tmp/ab && tar -xf .bin/ab.tar -C /tmp/ab && $P --no-build-isolation --target /tmp/sw_ab /tmp/ab/ab
-    for run in before_t4 after_t4 after_t10; do
-        [ "${run%_*}" = before ] && SW=/tmp/sw_ab || SW=/tmp/sw
-        PYTHONPATH=$SW:/tmp/site python3 bench/collector_scale.py "${GEN[@]}" --out "$OUT/T8d_$run.json" \
-            --ranks 14000 "${T[@]}" --scrape-timeout-s "${run##*_t}" --collector-cpus 0 > "$OUT/T8d_$run.log" 2>&1
+    ab_install
+    for one in before_t4 after_t4 after_t10; do
+        SW=$(code "${one%_*}") run T8d_$one --ranks 14000 "${T[@]}" --scrape-timeout-s "${one##*_t}" --collector-cpus 0
     done
 fi
 # T8e: T6's regime made on purpose: 16,000 ranks on one core (ingest near 0.85-0.9 core), the
 # default 10 s timeout, before (a fixed 5 s of sleep) and after (sleeps until the deadline needs
 # the rest of the render). Run twice, the second time after first.
 if [ "${PART:-}" = T8e ]; then
-    mkdir -p /tmp/ab && tar -xf .bin/ab.tar -C /tmp/ab && $P --no-build-isolation --target /tmp/sw_ab /tmp/ab/ab
+    ab_install
     for who in ${T8E_ORDER:-before after}; do  # (T8E_ORDER="after before": the other order)
-        [ $who = before ] && SW=/tmp/sw_ab || SW=/tmp/sw
-        PYTHONPATH=$SW:/tmp/site python3 bench/collector_scale.py "${GEN[@]}" --out "$OUT/T8e_${who}_16000.json" \
-            --ranks 16000 "${T[@]}" --collector-cpus 0 > "$OUT/T8e_${who}_16000.log" 2>&1
+        SW=$(code $who) run T8e_${who}_16000 --ranks 16000 "${T[@]}" --collector-cpus 0
     done
 fi
 # T8f: the rule kept at 10,000 ranks on one core, then a third T8e pair (before first).
 if [ "${PART:-}" = T8f ]; then
-    mkdir -p /tmp/ab && tar -xf .bin/ab.tar -C /tmp/ab && $P --no-build-isolation --target /tmp/sw_ab /tmp/ab/ab
+    ab_install
     run T8f_after_10000 --ranks 10000 "${T[@]}" --collector-cpus 0
     for who in before after; do
-        [ $who = before ] && SW=/tmp/sw_ab || SW=/tmp/sw
-        PYTHONPATH=$SW:/tmp/site python3 bench/collector_scale.py "${GEN[@]}" --out "$OUT/T8f_${who}_16000.json" \
-            --ranks 16000 "${T[@]}" --collector-cpus 0 > "$OUT/T8f_${who}_16000.log" 2>&1
+        SW=$(code $who) run T8f_${who}_16000 --ranks 16000 "${T[@]}" --collector-cpus 0
     done
 fi
 # T8g: the final code at 10,000 ranks on one core, twice.
