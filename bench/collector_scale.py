@@ -453,7 +453,7 @@ def run_once(n, args):
                                            default=None),
             "render_fork": fork_times(bodies[-1]) if bodies else None,
             # seconds the thread renders slept giving way to ingest, all scrapes so far (the one
-            # before measuring included; at most 5 s each: collector/_yield.py's BUDGET_S)
+            # before measuring included; each ends inside 0.75 of its timeout: collector/_yield.py)
             "scrape_yield_s": next(iter(series(bodies[-1], "stepwatch_collector_scrape_yield_seconds_total ").values()),
                                    None) if bodies else None,
             "render_child_failures": sum(v for body in bodies[-1:] for v in
