@@ -1,0 +1,108 @@
+#!/bin/bash
+# Real GPU jobs on a lent 4-GPU machine: the recording corpus (tests/data/real) and the
+# window after-effect A/B (issue: the profiler never leaves the job slower).
+#   setsid bash bench/run_real_device.sh corpus-start 660 &   # 3 jobs side by side, one collector each
+#   bash bench/run_real_device.sh ab 100        # A/B arms alternated per GPU slot
+#   bash bench/run_real_device.sh live SIZE SECONDS   # one healthy 1-GPU job at defaults
+#   bash bench/run_real_device.sh pack [PREFIX] # $OUT/real.tgz: recordings, the jobs' own step
+#                                               # clocks, /api/alerts and /api/jobs, logs
+# Carried: .whl/ (grpcio, grpcio-health-checking, protobuf). Software only: no GPU setting is
+# touched. Collectors run on their own cores (taskset), trainers on the rest.
+set -u
+P="python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade"
+$P --target /tmp/site .whl/*.whl >/dev/null 2>&1
+$P --no-build-isolation --target /tmp/sw . >/dev/null 2>&1
+export PYTHONPATH=/tmp/sw:/tmp/site PYTHONUNBUFFERED=1
+W=/tmp/real; [ "$1" = pack ] || [ "$1" = ab ] || rm -rf $W; mkdir -p $W
+nvidia-smi --query-gpu=index,name,driver_version --format=csv,noheader | tee $W/gpus.txt
+python3 -c "import torch, sys; print('torch', torch.__version__, 'python', sys.version.split()[0])" | tee -a $W/gpus.txt
+NCPU=$(nproc)
+
+collector() {  # NAME PORT: a collector recording to $W/NAME.jsonl on the last cores
+    taskset -c $((NCPU - 1 - ($2 % 4))) python3 -m stepwatch.collector.tools collector \
+        --grpc-listen 127.0.0.1:$((7400 + $2 * 2)) --http-listen 127.0.0.1:$((7401 + $2 * 2)) \
+        --record $W/$1.jsonl > $W/$1.collector.log 2>&1 &
+    echo $! > $W/$1.collector.pid
+    sleep 3
+}
+
+finish() {  # NAME PORT: alerts (active and resolved) and jobs, then stop the collector
+    python3 - "$1" "$((7401 + $2 * 2))" <<'EOF'
+import json, sys, urllib.request
+name, port = sys.argv[1], sys.argv[2]
+for path in ("api/alerts", "api/jobs"):
+    try:
+        body = urllib.request.urlopen(f"http://127.0.0.1:{port}/{path}", timeout=10).read()
+    except Exception as exc:
+        body = json.dumps({"error": repr(exc)}).encode()
+    open(f"/tmp/real/{name}.{path.split('/')[1]}.json", "wb").write(body)
+print(name, "alerts:", open(f"/tmp/real/{name}.alerts.json").read()[:1500])
+EOF
+    kill -TERM $(cat $W/$1.collector.pid) 2>/dev/null; sleep 2
+    gzip -9 -f $W/$1.jsonl 2>/dev/null
+}
+
+job1() {  # NAME PORT GPU SIZE SECONDS [job args...]: one 1-GPU job
+    local name=$1 port=$2 gpu=$3 size=$4 secs=$5; shift 5
+    CUDA_VISIBLE_DEVICES=$gpu STEPWATCH_COLLECTOR=127.0.0.1:$((7400 + port * 2)) \
+        python3 bench/real_job.py --size $size --duration-s $secs --job $name \
+        --steps-out $W/$name.steps.json "$@" > $W/$name.log 2>&1
+}
+
+job2() {  # NAME PORT GPUS SIZE SECONDS [job args...]: 2-GPU NCCL DDP under torchrun
+    local name=$1 port=$2 gpus=$3 size=$4 secs=$5; shift 5
+    CUDA_VISIBLE_DEVICES=$gpus STEPWATCH_COLLECTOR=127.0.0.1:$((7400 + port * 2)) \
+        python3 -m torch.distributed.run --nproc_per_node 2 --master_port $((29500 + port)) \
+        bench/real_job.py --size $size --duration-s $secs --job $name \
+        --steps-out $W/$name.steps.r\${RANK}.json "$@" > $W/$name.log 2>&1
+}
+
+what=$1; shift
+case $what in
+corpus-start)
+    # Started detached (the jobs outlive this command: 11 minutes, longer than one command may
+    # run); `corpus-end` on the same warm machine waits for them and packs the results.
+    tag=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | grep -o 'H[12]00' | tr H h)
+    echo $tag > $W/tag
+    collector ${tag}_1gpu_s 0; collector ${tag}_1gpu_m_pauses 1; collector ${tag}_2gpu_m 2
+    job1 ${tag}_1gpu_s 0 0 s "$1" &
+    job1 ${tag}_1gpu_m_pauses 1 1 m "$1" --eval-every-s 150 --eval-s 4 --ckpt-every-s 200 &
+    job2 ${tag}_2gpu_m 2 2,3 m "$1" &
+    wait
+    finish ${tag}_1gpu_s 0; finish ${tag}_1gpu_m_pauses 1; finish ${tag}_2gpu_m 2
+    touch $W/corpus.done ;;
+ab)
+    # Slot A (GPUs 0,1, 2-GPU DDP ~40 ms) and slots B, C (GPU 2, GPU 3, 1-GPU ~40 ms): arms
+    # of $1 s in alternated orders, each its own collector; the jobs' own clocks are compared.
+    secs=$1; shift
+    slot() {  # SLOT PORT GPU(S) ARMS...
+        local s=$1 port=$2 g=$3; shift 3; local i=0
+        for arm in "$@"; do
+            i=$((i + 1)); local n=ab_${s}${i}_$arm
+            collector $n $port
+            (
+                extra=()
+                case $arm in
+                    none) extra=(--agent none) ;; off) export STEPWATCH_WINDOWS=0 ;;
+                    cuda) export STEPWATCH_WINDOW_ACTIVITIES=cuda ;;
+                    cpu) export STEPWATCH_WINDOW_ACTIVITIES=cpu ;; teardown0) export TEARDOWN_CUPTI=0 ;;
+                esac
+                if [ $s = A ]; then job2 $n $port $g m $secs "${extra[@]}"
+                else job1 $n $port $g m $secs "${extra[@]}"; fi
+            )
+            finish $n $port
+        done
+    }
+    slot A 3 0,1 none default off default &
+    slot B 4 2 default none cuda teardown0 &
+    slot C 5 3 none default cpu default &
+    wait ;;
+live)
+    collector live_$1 0
+    job1 live_$1 0 0 "$1" "$2"
+    finish live_$1 0 ;;
+pack)  # $W's files whose names start with $1 (default: all) into $OUT/real.tgz
+    grep -H "rank .*steps, batch" $W/${1:-}*.log
+    (cd $W && tar czf $OUT/real.tgz gpus.txt ${1:-}*)
+    ls -la $W | head -70 ;;
+esac
