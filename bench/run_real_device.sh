@@ -93,9 +93,9 @@ ab)
             finish $n $port
         done
     }
-    slot A 3 0,1 none default off default &
-    slot B 4 2 default none cuda teardown0 &
-    slot C 5 3 none default cpu default &
+    slot A 3 0,1 ${ARMS_A:-none default off default} &
+    slot B 4 2 ${ARMS_B:-default none cuda teardown0} &
+    slot C 5 3 ${ARMS_C:-none default cpu default} &
     wait ;;
 live)
     collector live_$1 0
