@@ -43,33 +43,36 @@ def _on(help: str = "run this detector") -> Any:
 
 @dataclasses.dataclass(frozen=True)
 class DriftConfig:
+    """Horizons are seconds of job time, not steps: a machine's speed wobbles over seconds
+    whatever the step length. Defaults were set on real H100 recordings (tests/data/real,
+    bench/results/detection_real.md): silent on every healthy one."""
     enabled: bool = _on()
-    block_steps: int = _count(10, "one block median per this many steps")
-    # 3000, not 1000: with 1000 the baseline follows a slow ramp (+10% over 2000 steps) and
-    # never alarms (bench/results/detection.md).
-    baseline_steps: int = _n(3000, "robust baseline over this many steps ...")
-    baseline_lag_steps: int = _n(100, "... ending this many steps before the newest")
-    min_baseline_steps: int = _n(200, "no verdict before the baseline holds this many steps")
-    min_duration_steps: int = _n(50, "a shift must last this long before it alarms")
-    # Seconds as well as steps: a machine's own speed wobbles over seconds whatever the step
-    # length (the lent H100 host: medians of 1 s of steps +21..53% above the job's median, of
-    # 5 s +8..20%, with no profiler at all; bench/results/window_aftereffect_h100.json), so 100
-    # steps of 8 ms are no trend. Steps of 25 ms and longer are not affected at the default.
-    min_duration_s: float = _n(5.0, "... and at least this many seconds (fast steps)")
+    bucket_s: float = option(5.0, "steps are judged as the median of each this many seconds",
+                             check=at_least(0.01))
+    min_bucket_steps: int = _count(5, "... holding at least this many steps")
+    warmup_s: float = _n(60.0, "nothing is judged this long after a rank's first step (compilation, "
+                         "allocator growth, the loader starting, the first profiler windows)")
+    settle_s: float = _n(120.0, "then the job's settled level and spread are learnt this long; armed after")
     info_ratio: float = _n(0.03, "+3% sustained step time: info (the lowest level raised)")
-    info_duration_steps: int = _n(200, "a shift below warning_ratio must last this long")
     warning_ratio: float = _n(0.05, "+5% step time: warning")
     critical_ratio: float = _n(0.10, "+10%: critical")
-    z_min: float = _n(3.0, "and the shift must stand z_min baseline sigmas out")
-    pause_ratio: float = option(1.5, "a step this many times the baseline is a pause (evaluation, "
+    critical_window_s: float = option(30.0, "a critical shift must hold this long", check=at_least(0.01))
+    warning_window_s: float = option(90.0, "a warning shift must hold this long", check=at_least(0.01))
+    info_window_s: float = option(240.0, "an info shift must hold this long", check=at_least(0.01))
+    z: float = _n(4.0, "and stand this many of the job's own spreads (medians over that window) out")
+    noise_history_s: float = _n(1800.0, "the spreads are measured over this much quiet history")
+    pause_ratio: float = option(1.5, "a step this many times the current level is a pause (evaluation, "
                                 "checkpoint, stall): counted, never drift", check=at_least(1.05))
     max_pause_steps: int = _count(100, "a run of this many pause steps is a level change, not a pause")
-    clear_steps: int = _n(100, "an episode ends once the level has been back this long")
-    for_s: float = _n(0.0, "pending time before firing (the step rule already waits)")
+    clear_s: float = option(30.0, "an episode ends once the median of this long is back under half "
+                            "of info_ratio", check=at_least(0.01))
+    for_s: float = _n(0.0, "pending time before firing (the windows already wait)")
 
     def __post_init__(self) -> None:
         if not self.info_ratio <= self.warning_ratio <= self.critical_ratio:
             raise ValueError("drift: must have info_ratio <= warning_ratio <= critical_ratio")
+        if not self.critical_window_s <= self.warning_window_s <= self.info_window_s:
+            raise ValueError("drift: must have critical_window_s <= warning_window_s <= info_window_s")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -142,7 +145,7 @@ class DetectionConfig:
     warmup_steps: int = _n(100, "steps of each rank ignored (compilation, warm-up)")
     eval_interval_s: float = _n(5.0, "collector tick for time-based rules and `for` durations")
     resolved_retention_s: float = _n(3600.0, "resolved alerts listed on /api/alerts this long")
-    resolve_hold_s: float = _n(120.0, "an alert resolves only once its condition has been absent "
+    resolve_hold_s: float = _n(60.0, "an alert resolves only once its condition has been absent "
                                "this long; back within it, the same episode goes on")
     trace_steps: int = _n(5, "steps of a full trace captured when a slowdown alert fires (0: none)")
     trace_every_s: float = _n(3600.0, "at most one such trace per job this often")

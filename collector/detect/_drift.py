@@ -1,129 +1,131 @@
-"""Throughput drift of one rank against its own lagged, robust baseline.
+"""Throughput drift of one rank, judged in seconds of job time against the job's own noise.
 
 Per step the engine feeds a step time (seconds, normalised to the first token count seen when
-tokens are reported). Steps the agent profiled never reach this detector (the engine drops them).
+tokens are reported). Steps the agent profiled, marked steps and the engine's warm-up steps
+never reach this detector.
 
-Pauses: once a baseline exists, a step at least ``pause_ratio`` x the baseline is a pause step
-(evaluation, checkpoint, a stall, a data-loader burst): it is counted (a run of one is a
-"stall", longer runs a "pause") and left out of every block, so pauses never accumulate
-change-point evidence. A run starts at ``pause_ratio`` and goes on while steps stay above it
-(above its square root when the run began below ``pause_ratio`` squared). A run of ``max_pause_steps`` steps is no pause: the level itself has moved, so
-the run's steps (held back until then) and the ones after it count as drift until a step
-near the old level comes again.
+**Buckets.** Steps are summarised as the median of each ``bucket_s`` of data time (at least
+``min_bucket_steps`` steps); the detector judges bucket medians (log seconds), never single
+steps: a machine's speed wobbles over seconds whatever the step length (real H100 jobs:
+medians of 10 s of 8 ms steps ranged 0.89-1.32x of the job's median; of 44 ms steps
+0.99-1.05x; tests/data/real/README.md).
 
-Every ``block_steps`` kept steps the block median's log joins a lag queue; blocks leave it
-into the baseline (median and 1.4826*MAD of the last ``baseline_steps``) only while no drift
-is flagged, so a lasting regression does not become the new normal. Two tests raise:
+**Warm-up and settling.** The first ``warmup_s`` after the rank's first step are not judged
+(compilation, allocator growth, the loader starting, the first profiler windows). The next
+``settle_s`` give the job's **settled level**: the median of those buckets. From then on the
+detector is *armed* (``armed``). The settled level never follows the job: a slow ramp is
+measured against it however long it takes.
 
-- Against the baseline: a one-sided CUSUM on the log ratio (allowance half the ``info_ratio``
-  shift, each block's contribution clipped at ``log(pause_ratio)``) starts a candidate change.
-  The onset is the maximum-likelihood change point of a mean shift among the blocks of the run,
-  so a pause or a noisy block before the change does not pull it early. It is raised once the
-  run has lasted ``min_duration_steps`` and the sustained level (the median of the blocks since
-  the onset) is at least 0.9x ``warning_ratio`` above baseline with its lower confidence bound
-  (``z_min`` standard errors) above ``info_ratio``: the onset is picked where the shift looks
-  largest, so a few noisy blocks alone must not pass. Below warning this test never raises: a
-  slow wobble of a job's speed reaches a few percent against a lagged baseline.
-- A local step: the median of the last ``info_duration_steps`` of kept blocks (for a jump of
-  ``warning_ratio``: the last 2 x ``min_duration_steps``) against the median of the 20 blocks
-  before them, at a fixed split, so the jump is measured rather than selected. A jump of 0.8x
-  the ratio that also stands ``z_min`` + 0.5 standard errors out (it is tested at every
-  block), on two blocks running, with the new level at least a third of ``info_ratio`` above
-  baseline, raises. A wobble moves the level little between two windows this close, and a
-  change in a wobble's trough (small against the baseline) still jumps. The reference is then the level before the jump (the summary says "vs
-  the level before"), which the alert's ratio and its clearing use.
+**Noise.** The job's own spread at each test window: the robust spread (1.4826 x MAD) of the
+medians of every run of that window's length in the quiet history (buckets outside episodes,
+the last ``noise_history_s``), around the quiet history's median. Until the history holds
+enough of a long window, the spread of the longest window it does hold stands in (a median
+over a longer window moves less). A shift must stand ``z`` spreads out to raise.
 
-Both tests also need ``min_duration_s`` of steps (at the baseline's step time) since the onset,
-and the jump test compares windows at least that long: a machine's speed wobbles over seconds
-whatever the step length, so with 8 ms steps 100 steps are no trend.
+**Pauses.** A step at least ``pause_ratio`` x the current level is a pause step (evaluation,
+checkpoint, stall): counted (a run of one is a "stall", longer runs a "pause") and left out of
+every bucket. A run of ``max_pause_steps`` is a level change: its steps are then kept.
 
-Severity (info / warning / critical) follows the sustained level with hysteresis: it goes
-down a level only below 0.8x that level's threshold, and only after ``clear_steps`` of blocks
-in a row said so (up at once). The condition clears once the level of
-the last ``min_duration_steps`` has stayed under 0.6x ``info_ratio`` for ``clear_steps``. O(1)
-per step amortised (one sort of the baseline per block). Not thread-safe: one caller at a time.
+**Tests.** For each severity, from the highest: over its window (``critical_window_s``,
+``warning_window_s``, ``info_window_s``) the median of the buckets against two references —
+the settled level ("vs this job's level at HH:MM") and the level just before the window (the
+median of the preceding ``max(window, 120 s)``, "vs the level before") — must be at least
+``0.8 x`` the severity's ratio, ``z`` noise spreads, and two thirds of the window's buckets
+must stand above half the shift (sustained, not one spike). The onset is the
+maximum-likelihood change point of the buckets since the reference.
+
+**Episodes.** Severity only rises while the change lasts, one level at a time (each raise is
+kept in the episode's history by the alert book). The ratio and summary follow the sustained level (the
+median of the last ``warning_window_s``). The condition clears once the median of the last
+``clear_s`` is back under half of ``info_ratio`` (and two critical-window noise spreads). O(1)
+per step amortised; the noise spreads are recomputed once a minute (a few hundred sorts of
+short lists). Not thread-safe: one caller at a time.
 """
 
 from __future__ import annotations
 
-import collections
+import bisect
+import datetime
 import itertools
 import math
 from typing import Optional
 
 from .._ring import Ring
 from ._config import DriftConfig
-from ._types import CRITICAL, INFO, SEVERITIES, WARNING, Condition, SortedWindow, finite_positive, median
+from ._types import CRITICAL, INFO, SEVERITIES, WARNING, Condition, finite_positive, median
 
 __all__ = ["DriftDetector"]
 
 _SIGMA_FLOOR = 0.002  # log units (0.2%): keeps z finite on perfectly steady series
-_MAX_RUN_BLOCKS = 2000  # blocks of a CUSUM run kept for the onset estimate
-_RAISE = 0.9  # an estimate this close to info_ratio raises: a change of exactly info_ratio
-# sits at the threshold half the time
-_JUMP_RAISE = 0.8  # a local jump this close to the ratio raises (it is measured, not selected)
-_BEFORE_BLOCKS = 20  # the local jump test's reference: this many blocks before the last ones
-# The jump test runs at every block (a hundred tests per 1,000 steps): it needs this many more
-# standard errors than z_min. At z_min alone a stationary series with 4.7% per-step noise and
-# a 1.6% wobble raised +3.3% "vs the level before" (a 3.2-sigma jump; Hypothesis found it).
-_JUMP_EXTRA_Z = 0.5
-_SUSTAINED_BLOCKS = 50  # the sustained level: median of at most this many blocks since onset
-_MAX_TIME_BLOCKS = 900  # min_duration_s in blocks is capped here (steps under ~0.6 ms at 5 s)
+_RAISE = 0.8  # a measured level this close to a severity's ratio raises it (the reference
+# itself sits anywhere in the settled noise)
+_SUSTAINED_SHARE = 2 / 3  # share of a test window's buckets above half the shift
+_MIN_BEFORE_S = 120.0  # the "level before" reference spans at least this long
+_NOISE_EVERY = 12  # buckets between recomputations of the noise spreads
+_NOISE_SAMPLES = 6  # runs of a window the quiet history must hold for its own spread
+_MAX_BUCKETS = 4096  # history kept (5 s buckets: 5.7 h)
+
+
+def _clock(t: float) -> str:
+    return datetime.datetime.fromtimestamp(t, datetime.timezone.utc).strftime("%H:%M UTC")
+
+
+def _ago(seconds: float) -> str:
+    if seconds >= 5400:
+        return f"{seconds / 3600:.0f} h ago"
+    return f"{max(1, round(seconds / 60))} min ago"
 
 
 class DriftDetector:
-    """``feed`` returns True when ``condition`` (None or an active Condition) changed.
-    ``pauses`` counts pause episodes by kind ("stall", "pause")."""
+    """``feed`` / ``feed_many`` return True when ``condition`` (None or an active Condition)
+    changed. ``pauses`` counts pause episodes by kind ("stall", "pause"); ``armed`` says
+    whether the settled level is known; ``baseline_s`` is the current level in seconds."""
 
     def __init__(self, cfg: DriftConfig, job: str, rank: int):
         self.cfg, self.job, self.rank = cfg, job, rank
-        b = cfg.block_steps
-        self._n = max(1, math.ceil(cfg.min_duration_steps / b))
-        self._n_info = max(self._n, math.ceil(cfg.info_duration_steps / b))
-        self._clear_blocks = max(1, math.ceil(cfg.clear_steps / b))
-        self._lag: collections.deque = collections.deque()
-        self._lag_blocks = math.ceil(cfg.baseline_lag_steps / b)
-        self._base = SortedWindow(max(1, cfg.baseline_steps // b))
-        self._min_base = max(2, math.ceil(cfg.min_baseline_steps / b))
-        self._recent: collections.deque = collections.deque(maxlen=self._n)  # log block medians
-        self._n_jump_warn = 2 * self._n
-        self._n_time = 0  # min_duration_s in blocks at the baseline's step time (0: no baseline)
-        self._jump_stride = 1
-        self._blocks = 0  # blocks seen (the history ring stops growing at its size)
-        self._history = Ring("Qdd", _MAX_RUN_BLOCKS)  # (first step, time, log block median)
-        self._block: list[float] = []
-        self._block_start: Optional[tuple[int, float]] = None
-        self._k = math.log1p(cfg.info_ratio) / 2
+        b = max(cfg.bucket_s, 1e-6)
+        self._n = {sev: max(1, math.ceil(w / b)) for sev, w in
+                   ((CRITICAL, cfg.critical_window_s), (WARNING, cfg.warning_window_s),
+                    (INFO, cfg.info_window_s))}
+        self._n_before = {sev: max(n, math.ceil(_MIN_BEFORE_S / b)) for sev, n in self._n.items()}
+        self._n_clear = max(1, math.ceil(cfg.clear_s / b))
+        self._n_noise = max(1, math.ceil(cfg.noise_history_s / b))
+        self._ratio = {INFO: cfg.info_ratio, WARNING: cfg.warning_ratio, CRITICAL: cfg.critical_ratio}
         self._clip = math.log(cfg.pause_ratio)
-        self._cusum = 0.0
-        # (step, time, clipped d, d) of the blocks of the current CUSUM run / episode
-        self._run = Ring("Qddd", _MAX_RUN_BLOCKS)
-        self._mu: Optional[float] = None
-        self._sigma: Optional[float] = _SIGMA_FLOOR  # None: not yet taken for the current baseline
-        self._held: list[tuple[int, float, float]] = []  # the current pause run's steps
+        # (first step, end time, log bucket median, quiet 1/0) of every bucket since settling
+        self._history = Ring("Qddd", _MAX_BUCKETS)
+        self._bucket: list[float] = []
+        self._bucket_start: Optional[tuple[int, float]] = None
+        self._first_time: Optional[float] = None
+        self._settle: list[float] = []
+        self._settled: Optional[float] = None  # log seconds
+        self._settled_at: Optional[float] = None
+        self._level: Optional[float] = None  # log seconds: the current level (pause reference)
+        self._noise: dict[str, float] = {}
+        self._since_noise = 0
+        self._held: list[tuple[int, float, float]] = []
         self._level_moved = False
-        self._quiet = 0
+        self._ref: Optional[float] = None
+        self._ref_text = ""
         self._onset: Optional[tuple[int, float]] = None
-        self._ref: Optional[float] = None  # log level the active condition is measured against
-        self._since: collections.deque = collections.deque(maxlen=_SUSTAINED_BLOCKS)
-        self._jump_hits = 0
-        self._down = 0  # blocks in a row whose level says a lower severity than the episode's
         self.pauses: dict[str, int] = {}
         self.condition: Optional[Condition] = None
         self.baseline_s: Optional[float] = None
+
+    @property
+    def armed(self) -> bool:
+        return self._settled is not None
 
     # -- steps ----------------------------------------------------------------------------------
     def feed(self, step: int, time: float, value: float) -> bool:
         if not finite_positive(value):
             return False
-        # A run starts at pause_ratio x baseline and goes on down to its square root, so a
-        # level near pause_ratio does not split into many short "pauses".
-        # (Only for a run that began moderately: after a big outlier — an evaluation pause, a
-        # checkpoint — the first step below pause_ratio ends the pause.)
-        moderate = self._level_moved or (bool(self._held) and
-                                         math.log(self._held[0][2]) - self._mu < 2 * self._clip)
+        if self._first_time is None:
+            self._first_time = time
+        moderate = self._level_moved or (bool(self._held) and self._level is not None and
+                                         math.log(self._held[0][2]) - self._level < 2 * self._clip)
         limit = self._clip / 2 if moderate else self._clip
-        outlier = self._mu is not None and math.log(value) - self._mu >= limit
+        outlier = self._level is not None and math.log(value) - self._level >= limit
         if not outlier:
             self._level_moved = False
             self._end_pause()
@@ -137,30 +139,29 @@ class DriftDetector:
         return self._add(step, time, value)
 
     def feed_many(self, steps: list, times: list, values: list) -> bool:
-        """:meth:`feed` for each (a batch, as columns); True when ``condition`` changed.
-
-        Up to the next block boundary the baseline stands still, so a run of steps that are
-        all plain (finite, positive, below the pause limit, no pause being held) goes into the
-        block at once; anything else takes the step-by-step path."""
-        changed, i, n, size = False, 0, len(values), self.cfg.block_steps
-        while i < n:
-            j = min(n, i + size - len(self._block))
-            part = values[i:j]
+        """:meth:`feed` for each (a batch, as columns); True when ``condition`` changed. A run
+        of plain steps (finite, under the pause limit, no pause held, inside one bucket) goes
+        into the bucket at once; anything else takes the step-by-step path."""
+        changed, n = False, len(values)
+        if not n:
+            return False
+        if self._first_time is None:
+            self._first_time = times[0]
+        start = self._bucket_start[1] if self._bucket_start else times[0]
+        limit = start + self.cfg.bucket_s  # steps ending before this cannot close the bucket
+        j = bisect.bisect_left(times, limit)  # (times arrive in order; a clock step only ends a bucket late)
+        if j:
+            part = values[:j]
             low, high, total = min(part), max(part), sum(part)
-            if (self._held or self._level_moved or not low > 0 or not math.isfinite(total)
-                    or (self._mu is not None and math.log(high) - self._mu >= self._clip)):
-                for k in range(i, j):
-                    changed |= self.feed(steps[k], times[k], values[k])
-                i = j
-                continue
-            if self._block_start is None:
-                self._block_start = (steps[i], times[i])
-            self._block.extend(part)
-            i = j
-            if len(self._block) >= size:
-                y, start = math.log(median(self._block)), self._block_start
-                self._block, self._block_start = [], None
-                changed |= self._on_block(y, start)
+            if not (self._held or self._level_moved or not low > 0 or not math.isfinite(total)
+                    or (self._level is not None and math.log(high) - self._level >= self._clip / 2)):
+                if self._bucket_start is None:
+                    self._bucket_start = (steps[0], times[0])
+                self._bucket.extend(part)
+            else:
+                j = 0
+        for k in range(j, n):
+            changed |= self.feed(steps[k], times[k], values[k])
         return changed
 
     def _end_pause(self) -> None:
@@ -170,173 +171,160 @@ class DriftDetector:
             self._held = []
 
     def _add(self, step: int, time: float, value: float) -> bool:
-        if self._block_start is None:
-            self._block_start = (step, time)
-        self._block.append(value)
-        if len(self._block) < self.cfg.block_steps:
+        if self._bucket_start is None:
+            self._bucket_start = (step, time)
+        self._bucket.append(value)
+        if time - self._bucket_start[1] < self.cfg.bucket_s or len(self._bucket) < self.cfg.min_bucket_steps:
             return False
-        y, start = math.log(median(self._block)), self._block_start
-        self._block, self._block_start = [], None
-        return self._on_block(y, start)
+        y, first = math.log(median(self._bucket)), self._bucket_start[0]
+        self._bucket, self._bucket_start = [], None
+        return self._on_bucket(first, time, y)
 
-    # -- blocks ---------------------------------------------------------------------------------
-    def _on_block(self, y: float, start: tuple[int, float]) -> bool:
-        self._blocks += 1
-        self._lag.append(y)
-        # A shift must be able to raise (min_duration_s included) before its blocks could
-        # reach the baseline.
-        if len(self._lag) > max(self._lag_blocks, self._n_time + self._n):
-            old = self._lag.popleft()
-            if self.condition is None:
-                self._base.append(old)
-                self._mu = None  # recomputed below
-        self._history.append(start[0], start[1], y)
-        if self.condition is not None:
-            self._since.append(y)
-        if len(self._base) < self._min_base:
+    # -- buckets --------------------------------------------------------------------------------
+    def _on_bucket(self, step: int, time: float, y: float) -> bool:
+        cfg = self.cfg
+        if time - self._first_time < cfg.warmup_s:
+            self._level = y if self._level is None else self._level  # pauses need a level early
             return False
-        if self._mu is None:
-            self._mu = self._base.median()
-            self._sigma = None  # the MAD when a test first needs it (most blocks' tests stop before)
-            block_s = math.exp(self._mu) * self.cfg.block_steps
-            self._n_time = min(_MAX_TIME_BLOCKS, math.ceil(self.cfg.min_duration_s / block_s))
-            # Wide windows are tested every few blocks, not every block (cost per rank bounded).
-            self._jump_stride = max(1, self._n_time // 16)
-        self.baseline_s = math.exp(self._mu)
-        raw = y - self._mu
-        d = min(raw, self._clip)
-        self._cusum = max(0.0, self._cusum + d - self._k)
-        if self._cusum == 0.0 and self.condition is None:
-            if self._run:  # (a clear makes new arrays)
-                self._run.clear()
-        else:
-            self._run.append(start[0], start[1], d, raw)
-        self._recent.append(y)
+        if self._settled is None:
+            self._settle.append(y)
+            self._level = median(self._settle)
+            self.baseline_s = math.exp(self._level)
+            self._history.append(step, time, y, 1.0)
+            if time - self._first_time >= cfg.warmup_s + cfg.settle_s and len(self._settle) >= 3:
+                self._settled, self._settled_at = self._level, time
+                self._update_noise()
+            return False
+        self._history.append(step, time, y, 0.0 if self.condition is not None else 1.0)
+        self._since_noise += 1
+        if self._since_noise >= _NOISE_EVERY and self.condition is None:
+            self._update_noise()
         return self._judge()
 
-    def _spread(self) -> float:
-        """The baseline's spread in log units: 1.4826 x its MAD, at least _SIGMA_FLOOR."""
-        if self._sigma is None:
-            self._sigma = max(1.4826 * self._base.mad(self._mu), _SIGMA_FLOOR)
-        return self._sigma
+    def _update_noise(self) -> None:
+        """Each test window's spread: the robust spread of the difference between the medians
+        of two adjacent runs of that length, over the quiet history (the last
+        ``noise_history_s`` but the newest ``info_window_s``, so a fresh shift can raise before
+        it widens the spread), divided by sqrt(2). Differences, not deviations from a centre:
+        a slow ramp inside the history would otherwise widen the spread it is judged by."""
+        self._since_noise = 0
+        hist, lag = self._history, (self._n[INFO] if self._noise else 0)
+        n_hist = min(len(hist), self._n_noise + lag)
+        rows = list(zip(hist.tail(2, n_hist), hist.tail(3, n_hist)))[:max(0, n_hist - lag)]
+        ys = [y for y, quiet in rows if quiet]
+        spread = None
+        for sev in (CRITICAL, WARNING, INFO):  # shortest first: it stands in for longer ones
+            n = self._n[sev]
+            if len(ys) >= 2 * n + _NOISE_SAMPLES:
+                stride = max(1, n // 4)
+                meds = [median(ys[i:i + n]) for i in range(0, len(ys) - n + 1, stride)]
+                gap = max(1, n // stride)
+                diffs = [abs(b - a) for a, b in zip(meds, meds[gap:])]
+                spread = max(1.4826 * median(diffs) / math.sqrt(2), _SIGMA_FLOOR)
+                self._noise[sev] = spread
+            elif spread is not None and sev not in self._noise:
+                # Provisional, until the history holds enough of this window: a shorter run's
+                # spread scaled as for independent buckets, doubled (real series wobble: the
+                # medians of longer runs shrink more slowly than that).
+                self._noise[sev] = max(2 * spread * math.sqrt(self._n[CRITICAL] / n), _SIGMA_FLOOR)
+        if not self._noise and len(ys) >= 3:
+            center = median(ys)
+            self._noise[CRITICAL] = max(1.4826 * median([abs(y - center) for y in ys]), _SIGMA_FLOOR)
+        if self._noise:
+            last = self._noise.setdefault(CRITICAL, _SIGMA_FLOOR)
+            for sev in (WARNING, INFO):  # a longer window's spread never exceeds a shorter one's
+                last = self._noise[sev] = min(self._noise.get(sev, last), last)
 
-    def _estimate_onset(self, ys: list, ref: float, level: float) -> int:
-        """Index in ``ys`` (log block medians) of the maximum-likelihood start of a shift of
-        ``level`` above ``ref`` (log units)."""
-        if not ys:
-            return 0
-        clip = self._clip
-        half = min(level, clip) / 2
-        # the gain of starting at each block, summed from the newest back (in C); the first
-        # (newest) start where the sum peaks
-        totals = list(itertools.accumulate([min(y - ref, clip) - half for y in reversed(ys)]))
-        return len(ys) - 1 - totals.index(max(totals))
+    # -- judging --------------------------------------------------------------------------------
+    def _shift(self, sev: str, ref: float) -> Optional[float]:
+        """The shift of ``sev``'s window above ``ref`` (log units) when it raises ``sev``:
+        at least 0.9x its ratio and ``z`` noise spreads, sustained over two thirds of the
+        window's buckets; else None."""
+        n = self._n[sev]
+        window = self._history.tail(2, n)
+        shift = median(window) - ref
+        if shift < max(math.log1p(_RAISE * self._ratio[sev]), self.cfg.z * self._noise.get(sev, _SIGMA_FLOOR)):
+            return None
+        if sum(1 for y in window if y - ref >= shift / 2) < _SUSTAINED_SHARE * n:
+            return None
+        return shift
+
+    def _test(self, sev: str) -> Optional[tuple[float, float, str]]:
+        """(shift, reference, which) for ``sev`` over its window against the settled level and
+        the level just before the window (the smaller shift when both raise), or None."""
+        n, nb = self._n[sev], self._n_before[sev]
+        hist = self._history
+        if len(hist) < n:
+            return None
+        refs = [(self._settled, "settled")]
+        if len(hist) >= n + nb // 2:
+            refs.append((median(hist.tail(2, min(len(hist), n + nb))[:-n]), "before"))
+        best = None
+        for ref, which in refs:
+            shift = self._shift(sev, ref)
+            if shift is not None and (best is None or shift < best[0]):
+                best = (shift, ref, which)
+        return best
 
     def _judge(self) -> bool:
-        cfg, old = self.cfg, self.condition
-        if len(self._recent) < self._n:
-            return False
+        old = self.condition
         if old is None:
-            found = self._by_cusum() or self._by_jump()
-            if found is None or self._history[-1][1] - found[1][1] < cfg.min_duration_s:
-                # (the jump test's median turns once most of its window has moved: the change
-                # itself must also have lasted min_duration_s of data time)
-                return False
-            self._ref, self._onset = found
-            self._since = collections.deque((y for s, _, y in self._history if s >= self._onset[0]),
-                                            maxlen=_SUSTAINED_BLOCKS)
-            self._quiet, self._jump_hits = 0, 0
+            for sev in (CRITICAL, WARNING, INFO):
+                found = self._test(sev)
+                if found is not None:
+                    return self._raise(sev, *found)
+            self._level = median(self._history.tail(2, min(len(self._history), self._n[CRITICAL])))
+            self.baseline_s = math.exp(self._level)
+            return False
+        hist = self._history
+        recent = median(hist.tail(2, min(len(hist), self._n_clear)))
+        if recent - self._ref < max(math.log1p(self.cfg.info_ratio) / 2, 2 * self._noise.get(CRITICAL, 0.0)):
+            self.condition, self._onset, self._ref = None, None, None
+            self._level = recent
+            return True
+        i = SEVERITIES.index(old.severity)
+        if i + 1 < len(SEVERITIES):  # one level up at a time, never down while it lasts
+            sev = SEVERITIES[i + 1]
+            shift = self._shift(sev, self._ref) if len(hist) >= self._n[sev] else None
+            if shift is not None:
+                return self._set(sev, shift)
+        # the ratio and summary follow the sustained level (the warning window's median)
+        level = median(hist.tail(2, min(len(hist), self._n[WARNING]))) - self._ref
+        if abs(level - math.log(old.ratio)) >= 0.005:
+            return self._set(old.severity, level)
+        return False
+
+    def _raise(self, sev: str, shift: float, ref: float, which: str) -> bool:
+        n = self._n[sev] + self._n_before[sev]
+        rows = [self._history[k] for k in range(max(0, len(self._history) - n), len(self._history))]
+        ys = [r[2] for r in rows]
+        k = _estimate_onset(ys, ref, shift, self._clip)
+        self._onset = (int(rows[k][0]), rows[k][1] - self.cfg.bucket_s)
+        self._ref = ref
+        if which == "settled":
+            ago = self._history[-1][1] - self._settled_at
+            self._ref_text = f"vs this job's level at {_clock(self._settled_at)}, {_ago(ago)}"
         else:
-            recent = median(self._recent) - self._ref
-            self._quiet = self._quiet + 1 if recent < 0.6 * math.log1p(cfg.info_ratio) else 0
-            if self._quiet >= self._clear_blocks:
-                self.condition, self._onset, self._ref = None, None, None
-                self._run.clear()
-                self._cusum = 0.0
-                return True
-        return self._set(median(self._since) - self._ref, old)
+            self._ref_text = "vs the level before"
+        return self._set(sev, shift)
 
-    def _by_cusum(self) -> Optional[tuple[float, tuple[int, float]]]:
-        """(reference, onset) of a shift against the baseline found by the CUSUM run, or None."""
-        cfg, mu = self.cfg, self._mu
-        if len(self._run) < self._n:
-            return None
-        recent = median(self._recent) - mu
-        if recent < _RAISE * math.log1p(cfg.info_ratio) / 2:
-            return None
-        ys = [raw + mu for raw in self._run.tail(3, len(self._run))]  # the run's log block medians
-        onset = self._estimate_onset(ys, mu, recent)
-        level = median(ys[onset:][-_SUSTAINED_BLOCKS:]) - mu
-        blocks = len(ys) - onset
-        # Below the warning level the baseline test does not raise: a slow wobble of the job's
-        # speed reaches a few percent against a lagged baseline; the local jump test decides.
-        # The onset is chosen where the shift looks largest, so a few noisy blocks can look like
-        # one: the level's lower confidence bound must clear info_ratio as well.
-        bound = level - cfg.z_min * 1.25 * self._spread() / math.sqrt(blocks)
-        if blocks < max(self._n, self._n_time) or level < math.log1p(cfg.warning_ratio) * _RAISE \
-                or bound < math.log1p(cfg.info_ratio):
-            return None
-        return mu, self._run[onset][:2]
-
-    def _by_jump(self) -> Optional[tuple[float, tuple[int, float]]]:
-        """(level before, onset) of a local step up, or None: the last blocks' median against
-        the median of the _BEFORE_BLOCKS before them (two blocks running)."""
-        cfg, hist, hit = self.cfg, self._history, None
-        if self._jump_stride > 1 and self._blocks % self._jump_stride:
-            return None
-        before = max(_BEFORE_BLOCKS, self._n_time)
-        for after, ratio in ((max(self._n_jump_warn, self._n_time), cfg.warning_ratio),
-                             (max(self._n_info, self._n_time), cfg.info_ratio)):
-            if len(hist) < after + before:
-                continue
-            ys = hist.tail(2, after + before)  # the tail only, one column
-            ref, level = median(ys[:before]), median(ys[before:])
-            jump = level - ref
-            if jump < _JUMP_RAISE * math.log1p(ratio) or level - self._mu < math.log1p(cfg.info_ratio) / 3 \
-                    or jump < (cfg.z_min + _JUMP_EXTRA_Z) * (1.25 * self._spread() * math.sqrt(1 / after + 1 / before)):
-                continue
-            # The onset of the shift as it stands now: when a second, larger change follows a
-            # small one within the window, the onset is the larger change's (a +5% shift at
-            # step 331 then +45% at 400 is "since 400", measured against the level before 331).
-            now = max(jump, median(self._recent) - ref)
-            hit = ref, hist[len(hist) - len(ys) + self._estimate_onset(ys, ref, now)][:2]
-            break
-        self._jump_hits = self._jump_hits + 1 if hit else 0
-        return hit if self._jump_hits >= 2 else None
-
-    def _set(self, level: float, old: Optional[Condition]) -> bool:
-        cfg = self.cfg
-        shift = math.expm1(max(level, 0.0))
-        severity = _severity(shift, cfg, old.severity if old is not None else None)
-        if old is not None and SEVERITIES.index(severity) < SEVERITIES.index(old.severity):
-            # Down a level only once the level has stayed below it for clear_steps: early in an
-            # episode the median of a few blocks swings (one GPU job went critical -> warning
-            # -> critical -> warning -> info within 4 s).
-            self._down += 1
-            if self._down < self._clear_blocks:
-                severity = old.severity
-            else:
-                self._down = 0
-        else:
-            self._down = 0
+    def _set(self, sev: str, shift_log: float) -> bool:
+        shift = math.expm1(shift_log)
         step, since = self._onset
         base_ms = math.exp(self._ref) * 1e3
-        against = "vs baseline" if self._ref == self._mu else "vs the level before"
-        summary = (f"step time {shift:+.1%} {against} ({base_ms:.1f} ms -> {base_ms * (1 + shift):.1f} ms) "
-                   f"since step {step:,}")
-        self.condition = Condition("StepwatchThroughputDrift", self.job, self.rank, severity, summary,
-                                   since, step, cfg.for_s, ratio=1 + shift)
+        summary = (f"step time {shift:+.1%} {self._ref_text} ({base_ms:.1f} ms -> "
+                   f"{base_ms * (1 + shift):.1f} ms) since step {step:,}")
+        old = self.condition
+        self.condition = Condition("StepwatchThroughputDrift", self.job, self.rank, sev, summary,
+                                   since, step, self.cfg.for_s, ratio=1 + shift)
         return self.condition != old
 
 
-def _severity(shift: float, cfg: DriftConfig, old: Optional[str]) -> str:
-    """The level whose threshold ``shift`` reaches; staying at ``old`` down to 0.8x its threshold."""
-    thresholds = {INFO: cfg.info_ratio, WARNING: cfg.warning_ratio, CRITICAL: cfg.critical_ratio}
-    level = INFO
-    for name in SEVERITIES:
-        if shift >= thresholds[name]:
-            level = name
-    if old in thresholds and SEVERITIES.index(old) > SEVERITIES.index(level) \
-            and shift >= 0.8 * thresholds[old]:
-        return old
-    return level
+def _estimate_onset(ys: list, ref: float, level: float, clip: float) -> int:
+    """Index in ``ys`` (log bucket medians) of the maximum-likelihood start of a shift of
+    ``level`` above ``ref`` (log units)."""
+    if not ys:
+        return 0
+    half = min(level, clip) / 2
+    totals = list(itertools.accumulate([min(y - ref, clip) - half for y in reversed(ys)]))
+    return len(ys) - 1 - totals.index(max(totals))

@@ -23,7 +23,7 @@ from stepwatch.proto.stepwatch.v1 import agent_pb2, agent_pb2_grpc
 T0 = 1_700_000_000.0
 TICK_S = 10.0
 DETECTION = {"warmup_steps": 10, "eval_interval_s": TICK_S,
-             "drift": {"baseline_steps": 300, "baseline_lag_steps": 50, "min_baseline_steps": 200},
+             "drift": {"bucket_s": 0.5, "min_bucket_steps": 3, "warmup_s": 2, "settle_s": 6, "critical_window_s": 2, "warning_window_s": 3, "info_window_s": 6, "clear_s": 1, "z": 3},
              "gpu": {"for_s": 20},
              "memory": {"leak_window_s": 60, "leak_segments": 6, "leak_min_growth_ratio": 0.1}}
 

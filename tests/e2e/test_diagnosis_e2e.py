@@ -15,7 +15,7 @@ import yaml
 from _procs import Collector, start_trainer, trainer_env
 
 DETECTION = {"warmup_steps": 10, "resolve_hold_s": 600,
-             "drift": {"baseline_steps": 300, "baseline_lag_steps": 50, "min_baseline_steps": 150}}
+             "drift": {"bucket_s": 0.5, "min_bucket_steps": 3, "warmup_s": 2, "settle_s": 6, "critical_window_s": 2, "warning_window_s": 3, "info_window_s": 6, "clear_s": 1, "z": 3}}
 SMALL = ("--step-sleep-s", "0.04", "--d-model", "32", "--layers", "1", "--batch", "4", "--seq", "16")
 STEPS, FROM = 700, 400
 CAUSES = {"backward": "backward", "dataloader": "data-loader wait", "optimizer": "optimizer"}

@@ -26,7 +26,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 from _procs import Collector, trainer_env  # noqa: E402
 
 DETECTION = {"warmup_steps": 10, "resolve_hold_s": 600, "trace_steps": 0,
-             "drift": {"baseline_steps": 300, "baseline_lag_steps": 50, "min_baseline_steps": 150}}
+             "drift": {"bucket_s": 0.5, "min_bucket_steps": 3, "warmup_s": 2, "settle_s": 6, "critical_window_s": 2, "warning_window_s": 3, "info_window_s": 6, "clear_s": 1, "z": 3}}
 MODEL = ("--device", "cuda", "--d-model", "512", "--layers", "4", "--batch", "16", "--seq", "256", "--item")
 CAUSES = {"backward": ("backward", 6.0), "dataloader": ("data-loader wait", 6.0), "optimizer": ("optimizer", 6.0)}
 STEPS, FROM = 1200, 400

@@ -16,7 +16,7 @@ def drive(levels, trace_min_severity=None):
     """40 ms steps at 1.0 then each (factor, steps) in turn; returns (windows, traces) asked for."""
     extra = {"trace_min_severity": trace_min_severity} if trace_min_severity else {}
     cfg = parse_detection({"warmup_steps": 10, "resolve_hold_s": 600, **extra,
-                           "drift": {"baseline_steps": 300, "baseline_lag_steps": 50, "min_baseline_steps": 200}})
+                           "drift": {"bucket_s": 0.5, "min_bucket_steps": 3, "warmup_s": 2, "settle_s": 6, "critical_window_s": 2, "warning_window_s": 3, "info_window_s": 6, "clear_s": 1, "z": 3}})
     windows, traces = [], []
     det = Detection(cfg, log_changes=False,
                     request_window=lambda job, rank, why: windows.append(why) or True,
@@ -44,7 +44,7 @@ def test_an_info_episode_asks_for_a_window_and_no_trace():
 
 
 def test_an_episode_that_grows_to_warning_gets_its_trace_then():
-    windows, traces, firing = drive([(1.035, 600), (1.08, 600)])
+    windows, traces, firing = drive([(1.035, 600), (1.065, 600)])
     assert firing == [("StepwatchThroughputDrift", ["info", "warning"])], firing
     assert windows == ["StepwatchThroughputDrift"] and traces == [5]
 

@@ -1,8 +1,12 @@
-"""Drift detector properties (Hypothesis): stationary noisy series stay quiet; sustained
-shifts of 8-35% are flagged within the documented delay (min_duration_steps, or
-min_duration_s of steps when that is longer, + 3 blocks after the shift, at default block size
-and up to 2% per-step noise), larger ones (which noise can carry past the pause ratio) within
-max_pause_steps + 3 blocks. Fast steps: a burst of a second is no drift."""
+"""Drift detector rules (Hypothesis, default settings, data time): a unit test of the rules on
+synthetic series; the evidence that they are quiet on real hosts is the real-recording replay
+(tests/collector/test_real_corpus.py, bench/detection_real.py).
+
+Stationary series with per-step noise, a slow wobble and pauses stay quiet; warm-up (a slow
+first minute) never raises; shifts are raised within their window (+10% critical within 60 s,
++5% within 3 minutes) with the onset within 30 s of the change; a ramp to +5% over 15 minutes is
+raised within 10 minutes of reaching +5% against the settled level; severity only rises while
+the change lasts, and the condition clears once the job is back."""
 
 from __future__ import annotations
 
@@ -12,72 +16,96 @@ import random
 from hypothesis import given, settings, strategies as st
 
 from stepwatch.collector.detect import DetectionEngine, parse_detection
+from stepwatch.collector.detect._types import SEVERITIES
 
-CFG = parse_detection({"warmup_steps": 10, "drift": {"baseline_steps": 300, "baseline_lag_steps": 50,
-                                                     "min_baseline_steps": 200}})
-SHIFT_AT = 400
-STEP_S = 0.035
-# the documented delay: min_duration_steps, or min_duration_s worth of steps when longer
-DELAY = max(CFG.drift.min_duration_steps, math.ceil(CFG.drift.min_duration_s / STEP_S))  # (upper bound)
+CFG = parse_detection({"warmup_steps": 10})
+T0 = 1.7e9
 
 
-def _run(seed: int, noise: float, shift: float, steps: int, wobble: float = 0.0, pauses: bool = True,
-         step_s: float = STEP_S, until: int = 0):
-    rng, engine, first, now = random.Random(seed), DetectionEngine(CFG), None, 1e9
-    for s in range(1, steps + 1):
-        level = (1 + shift if SHIFT_AT <= s < (until or steps + 1) else 1.0) * (1 + wobble * math.sin(s / 400))
-        t = step_s * level * math.exp(rng.gauss(0, noise))
-        if s == 1 or (pauses and rng.random() < 0.01):
-            t *= 200  # compilation, checkpoint or evaluation pause: one very long step
-        now += t
-        engine.step("j", 0, s, now, t)
-        if first is None and any(c.alertname == "StepwatchThroughputDrift" for c in engine.conditions()):
-            first = s
-    return first
+def _run(seed: int, noise: float, level, seconds: float, step_s: float = 0.04, wobble: float = 0.0,
+         pause_every_s: float = 0.0):
+    """Feed ``seconds`` of steps whose level is ``level(t)`` (t: seconds since the start);
+    returns [(t, severity, summary, since - T0)] whenever the drift condition changed."""
+    rng, engine, now, s, seen, last = random.Random(seed), DetectionEngine(CFG), T0, 0, [], None
+    next_pause = pause_every_s
+    while now - T0 < seconds:
+        s += 1
+        t = now - T0
+        dt = step_s * level(t) * (1 + wobble * math.sin(t / 97)) * math.exp(rng.gauss(0, noise))
+        if s == 1:
+            dt = 20.0  # compilation: one very long first step
+        if pause_every_s and t >= next_pause:
+            dt, next_pause = 4.0, next_pause + pause_every_s  # an unmarked evaluation
+        now += dt
+        engine.steps("j", 0, [s], [now], [dt], [0.0])
+        conds = [c for c in engine.conditions() if c.alertname == "StepwatchThroughputDrift"]
+        cur = conds[0] if conds else None
+        if (cur and (cur.severity, cur.summary)) != (last and (last.severity, last.summary)):
+            seen.append((now - T0, cur.severity if cur else None, cur.summary if cur else "",
+                         (cur.since - T0) if cur else None))
+        last = cur
+    return seen
 
 
-@settings(max_examples=25, deadline=None)
-@given(seed=st.integers(0, 2**32), noise=st.floats(0.0, 0.05), wobble=st.floats(0.0, 0.02))
-def test_stationary_noisy_series_raise_no_alert(seed, noise, wobble):
-    assert _run(seed, noise, 0.0, 1500, wobble) is None
+@settings(max_examples=8, deadline=None)
+@given(seed=st.integers(0, 2**32), noise=st.floats(0.0, 0.05), wobble=st.floats(0.0, 0.01))
+def test_stationary_series_with_wobble_and_pauses_stay_quiet(seed, noise, wobble):
+    assert _run(seed, noise, lambda t: 1.0, 1200, wobble=wobble, pause_every_s=150) == []
 
 
-@settings(max_examples=25, deadline=None)
-@given(seed=st.integers(0, 2**32), noise=st.floats(0.0, 0.02), shift=st.floats(0.08, 0.35))
-def test_sustained_shift_is_detected_within_documented_delay(seed, noise, shift):
-    first = _run(seed, noise, shift, SHIFT_AT + DELAY + 60)
-    assert first is not None and SHIFT_AT <= first <= SHIFT_AT + DELAY + 30, first
+@settings(max_examples=5, deadline=None)
+@given(seed=st.integers(0, 2**32), noise=st.floats(0.0, 0.03))
+def test_warm_up_never_raises(seed, noise):
+    """The first minute twice as slow (compilation, allocator growth), then steady."""
+    assert _run(seed, noise, lambda t: 2.0 if t < 50 else 1.0, 600) == []
 
 
-@settings(max_examples=10, deadline=None)
-@given(seed=st.integers(0, 2**32), noise=st.floats(0.0, 0.02), shift=st.floats(0.08, 0.35))
-def test_fast_steps_a_burst_of_a_second_is_no_drift_a_lasting_shift_is(seed, noise, shift):
-    """8 ms steps: +8..35% for 125 steps (1 s) raises nothing; the same shift for good raises
-    once min_duration_s (5 s: 463-579 steps at the new level) has passed, and not before."""
-    assert _run(seed, noise, shift, 2000, step_s=0.008, until=SHIFT_AT + 125) is None
-    first = _run(seed, noise, shift, 2000, step_s=0.008)
-    after = 5.0 / (0.008 * (1 + shift))  # steps in 5 s at the new level
-    assert first is not None and SHIFT_AT + after <= first <= SHIFT_AT + 5.0 / 0.008 + 60, first
+@settings(max_examples=8, deadline=None)
+@given(seed=st.integers(0, 2**32), noise=st.floats(0.0, 0.03), shift=st.floats(0.12, 0.35))
+def test_a_large_shift_is_critical_within_60_s_with_the_onset_within_30_s(seed, noise, shift):
+    seen = _run(seed, noise, lambda t: 1 + shift if t >= 400 else 1.0, 520)
+    assert seen, seen
+    t, severity, summary, since = seen[0]
+    assert 400 <= t <= 460 and severity == "critical", seen
+    assert abs(since - 400) <= 30, seen
 
 
-@settings(max_examples=15, deadline=None)
-@given(seed=st.integers(0, 2**32), noise=st.floats(0.0, 0.02), shift=st.floats(0.35, 3.0))
-def test_a_shift_near_or_beyond_the_pause_ratio_is_detected_after_max_pause_steps(seed, noise, shift):
-    """Steps >= 1.5x baseline start pause runs (which go on down to 1.22x) until a run of
-    max_pause_steps (100) shows the level moved; then the held steps count, so a shift near
-    or beyond the pause ratio is found within max_pause_steps + 3 blocks."""
-    first = _run(seed, noise, shift, SHIFT_AT + 300)
-    assert first is not None and SHIFT_AT <= first <= SHIFT_AT + 100 + 30, first
+@settings(max_examples=6, deadline=None)
+@given(seed=st.integers(0, 2**32), noise=st.floats(0.0, 0.03))
+def test_a_5_percent_shift_is_raised_within_3_minutes(seed, noise):
+    seen = _run(seed, noise, lambda t: 1.05 if t >= 400 else 1.0, 620)
+    assert seen and 400 <= seen[0][0] <= 580 and seen[0][1] in ("info", "warning"), seen
+    assert abs(seen[0][3] - 400) <= 30, seen
 
 
-def test_fast_steps_after_the_history_ring_is_full_a_shift_is_still_found():
-    """8 ms steps: the jump test runs every few blocks when its windows are wide; past 20,000
-    steps (the 2,000-block history is full) it still runs."""
-    engine, rng, first, now = DetectionEngine(CFG), random.Random(5), None, 1e9
-    for s in range(1, 27_001):
-        t = 0.008 * (1.2 if s >= 25_000 else 1.0) * math.exp(rng.gauss(0, 0.01))
-        now += t
-        engine.step("j", 0, s, now, t)
-        if first is None and any(c.alertname == "StepwatchThroughputDrift" for c in engine.conditions()):
-            first = s
-    assert first is not None and 25_000 + 5.0 / 0.0096 <= first <= 25_000 + 5.0 / 0.0096 + 100, first
+@settings(max_examples=4, deadline=None)
+@given(seed=st.integers(0, 2**32), noise=st.floats(0.0, 0.03))
+def test_a_ramp_is_raised_against_the_settled_level(seed, noise):
+    """+5% over 15 minutes from t = 300 s: raised no later than 10 minutes after it reached +5%
+    (t = 1,200 s), against the job's settled level, whatever the level just before says."""
+    seen = _run(seed, noise, lambda t: 1 + 0.05 * min(1.0, max(0.0, t - 300) / 900), 1800)
+    assert seen and seen[0][0] <= 1800, seen
+    assert "this job's level at" in seen[0][2], seen
+
+
+@settings(max_examples=5, deadline=None)
+@given(seed=st.integers(0, 2**32), noise=st.floats(0.0, 0.03))
+def test_severity_only_rises_while_the_change_lasts_and_clears_after(seed, noise):
+    """+4% at 400 s, +12% from 700 s, back to normal at 1,000 s: one episode whose severity
+    never falls while it lasts, raised by one level at a time; gone within 2 minutes after."""
+    seen = _run(seed, noise, lambda t: 1.0 if t < 400 or t >= 1000 else (1.04 if t < 700 else 1.12), 1200)
+    sev = [s for _, s, _, _ in seen]
+    assert None in sev and sev[-1] is None, seen
+    during = [s for i, s in enumerate(sev[:sev.index(None)]) if i == 0 or s != sev[i - 1]]
+    ranks = [SEVERITIES.index(s) for s in during]
+    assert ranks == sorted(ranks) and all(b - a == 1 for a, b in zip(ranks, ranks[1:])), seen
+    assert during[-1] == "critical", seen
+    cleared = seen[sev.index(None)][0]
+    assert 1000 <= cleared <= 1120, seen
+
+
+@settings(max_examples=6, deadline=None)
+@given(seed=st.integers(0, 2**32), noise=st.floats(0.0, 0.02), shift=st.floats(0.1, 0.5))
+def test_fast_steps_a_burst_of_seconds_is_no_drift(seed, noise, shift):
+    """8 ms steps: +10..50% for 3 s raises nothing."""
+    assert _run(seed, noise, lambda t: 1 + shift if 400 <= t < 403 else 1.0, 500, step_s=0.008) == []

@@ -43,45 +43,42 @@ def test_healthy_runs_with_pauses_bursts_and_wobble_raise_nothing(seed, cv):
 
 @pytest.mark.parametrize("seed", range(3))
 @pytest.mark.parametrize("size", [0.05, 0.10])
-def test_onset_within_150_steps_despite_periodic_pauses(seed, size):
-    (episode,) = drift(run(series(50 + seed, AT + 1500, Phenomena(), ("step", size), AT))[1])
-    assert abs(episode.step - AT) <= 150, episode.summary
-    # Raised within 200 steps when the local shift is >= warning; a wobble trough can make a +5%
-    # change look like +3% for a while, which then needs info_duration_steps (200) to raise.
-    assert episode.raised_step - AT <= 300, episode.raised_step
+def test_onset_within_30_s_despite_periodic_pauses(seed, size):
+    # 40 ms steps: 750 steps are 30 s; +10% raised within 60 s (1,500), +5% within 180 s (4,500)
+    (episode,) = drift(run(series(50 + seed, AT + 5000, Phenomena(), ("step", size), AT))[1])
+    assert abs(episode.step - AT) <= 750, episode.summary
+    assert episode.raised_step - AT <= (1500 if size >= 0.10 else 4500), episode.raised_step
     assert f"since step {episode.step:,}" in episode.summary
 
 
 @pytest.mark.parametrize("seed", range(3))
-def test_three_percent_is_raised_at_info_within_600_steps(seed):
-    steps = series(70 + seed, AT + 700, Phenomena(wobble=0.0), ("step", 0.03), AT)
+def test_three_percent_is_raised_at_info_within_10_minutes(seed):
+    steps = series(70 + seed, AT + 15_500, Phenomena(wobble=0.0), ("step", 0.03), AT)
     (episode,) = drift(run(steps)[1])
-    assert episode.raised_step - AT <= 600
+    assert episode.raised_step - AT <= 15_000
     assert episode.history[0][1] == "info" and episode.severity == "info"
     assert 1.02 <= episode.ratio <= 1.045  # the sustained level, not one noisy block
 
 
 @pytest.mark.parametrize("seed", range(3))
-def test_three_percent_in_a_wobble_trough_is_raised_against_the_level_before(seed):
-    # A +-1.5% wobble (period 5000 steps) at its trough when +3% lands: against the lagged
-    # 3000-step baseline the new level is only about +1.5%; the local jump test still sees +3%.
+def test_three_percent_in_a_wobble_trough_is_raised(seed):
+    # A +-0.7% wobble (period 5000 steps, 200 s; real 44 ms H100 jobs: 60 s medians within
+    # +-0.7%) at its trough when +3% lands.
     import math
-    steps = series(40 + seed, AT + 700, Phenomena(wobble=0.0), ("step", 0.03), AT)
-    steps = [t * (1 - 0.015 * math.cos(2 * math.pi * (i - AT) / 5000)) for i, t in enumerate(steps, 1)]
+    steps = series(40 + seed, AT + 15_500, Phenomena(wobble=0.0), ("step", 0.03), AT)
+    steps = [t * (1 - 0.007 * math.cos(2 * math.pi * (i - AT) / 5000)) for i, t in enumerate(steps, 1)]
     (episode,) = drift(run(steps)[1])
-    assert episode.raised_step - AT <= 600 and abs(episode.step - AT) <= 150
+    assert episode.raised_step - AT <= 15_000 and abs(episode.step - AT) <= 750
     assert episode.severity == "info" and 1.02 <= episode.ratio <= 1.045, episode.summary
-    assert "vs the level before" in episode.summary
 
 
 def test_warning_to_critical_is_one_episode_with_its_history():
-    # +7% for 1500 steps, then +15%: one change that grows, one alert.
-    base = series(5, AT + 3000, Phenomena(), ("step", 0.07), AT)
-    steps = [t * (1.15 / 1.07 if i >= AT + 1500 else 1.0) for i, t in enumerate(base, 1)]
+    # +7% for 6,000 steps (4 min), then +15%: one change that grows, one alert.
+    base = series(5, AT + 9000, Phenomena(), ("step", 0.07), AT)
+    steps = [t * (1.15 / 1.07 if i >= AT + 6000 else 1.0) for i, t in enumerate(base, 1)]
     (episode,) = drift(run(steps)[1])
     history = [sev for _, sev in episode.history]
-    # (raised once the change has lasted min_duration_s; the level of its first blocks may
-    # still read +4.8%, info, for a block: the severity only ever goes up)
+    # (the severity only ever goes up, one level at a time)
     order = ["info", "warning", "critical"]
     assert history[-2:] == ["warning", "critical"] and history == sorted(history, key=order.index), history
     assert episode.state == "firing" and episode.ratio > 1.12
@@ -94,15 +91,16 @@ def test_a_level_at_the_warning_threshold_does_not_flap(seed):
 
 
 def test_recovery_resolves_the_episode_once():
-    base = series(11, AT + 6000, Phenomena(), ("step", 0.10), AT)
-    steps = [t / 1.10 if i >= AT + 1000 else t for i, t in enumerate(base, 1)]
+    base = series(11, AT + 9000, Phenomena(), ("step", 0.10), AT)
+    steps = [t / 1.10 if i >= AT + 3000 else t for i, t in enumerate(base, 1)]
     (episode,) = drift(run(steps)[1])
-    # Clear after clear_steps (100) back at the old level, then the resolve hold (120 s of
-    # 40 ms steps: 3000 steps) without the condition.
-    hold = DetectionConfig().resolve_hold_s / 0.040
+    # Clear once clear_s (30 s: 750 steps) are back at the old level, then the resolve hold
+    # (60 s: 1,500 steps) without the condition: within 2 minutes of the recovery.
+    cfg = DetectionConfig()
+    hold, clear = cfg.resolve_hold_s / 0.040, cfg.drift.clear_s / 0.040
     assert episode.state == "resolved"
     # (the series' evaluation pauses make its mean step longer than 40 ms: fewer steps)
-    assert AT + 1000 + hold / 2 < episode.resolved_step < AT + 1000 + hold + 800, episode.resolved_step
+    assert AT + 3000 + hold < episode.resolved_step < AT + 3000 + hold + clear + 300, episode.resolved_step
 
 
 def test_profiled_steps_are_not_drift_and_are_counted():
@@ -117,8 +115,8 @@ def test_profiled_steps_are_not_drift_and_are_counted():
 
 def test_a_doubling_is_no_pause():
     """A level that moves beyond pause_ratio is drift after max_pause_steps, not pauses."""
-    (episode,) = drift(run(series(8, AT + 600, Phenomena(), ("step", 1.0), AT))[1])
-    assert episode.severity == "critical" and abs(episode.step - AT) <= 150
+    (episode,) = drift(run(series(8, AT + 2500, Phenomena(), ("step", 1.0), AT))[1])
+    assert episode.severity == "critical" and abs(episode.step - AT) <= 750
     assert 1.9 <= episode.ratio <= 2.1
 
 
@@ -161,14 +159,12 @@ def test_phase_kinds_per_rank_are_bounded():
 
 
 def test_severity_does_not_swing_back_and_forth_early_in_an_episode():
-    # Right after the onset the sustained level is the median of a few blocks: +16% for 60
-    # steps, +6% for 80, +16% again. Going down a level needs clear_steps (100) in a row, so
-    # the episode never goes critical -> warning -> critical. (Raised after min_duration_s, 125
-    # steps, it may open at warning while the blocks since the onset are still mixed.)
+    # +16% for 25 s, +6% for 25 s, +16% again: the severity never goes down while the
+    # episode lasts, so it never goes critical -> warning -> critical.
     import random
     rng = random.Random(3)
-    steps = [0.04 * (1 + 0.005 * rng.gauss(0, 1)) for _ in range(3000)]
-    for size, n in ((0.16, 60), (0.06, 80), (0.16, 80), (0.16, 400)):
+    steps = [0.04 * (1 + 0.005 * rng.gauss(0, 1)) for _ in range(8000)]
+    for size, n in ((0.16, 625), (0.06, 625), (0.16, 625), (0.16, 1500)):
         steps += [0.04 * (1 + size) * (1 + 0.005 * rng.gauss(0, 1)) for _ in range(n)]
     (episode,) = drift(run(steps)[1])
     history = [sev for _, sev in episode.history]

@@ -14,7 +14,7 @@ import pytest
 from stepwatch.collector.tools import main
 
 T0 = 1_700_000_000.0
-SMALL = "{warmup_steps: 5, drift: {baseline_steps: 300, baseline_lag_steps: 50, min_baseline_steps: 200}}"
+SMALL = "{warmup_steps: 5, drift: {bucket_s: 0.5, min_bucket_steps: 3, warmup_s: 2, settle_s: 6, critical_window_s: 2, warning_window_s: 3, info_window_s: 6, clear_s: 1, z: 3}}"
 
 
 def step(s, t, dt, **extra):
@@ -48,8 +48,8 @@ def test_json_output_has_the_documented_fields(tmp_path, capsys):
     assert {"alertname", "severity", "job", "rank", "step", "raised_step", "resolved_step", "time",
             "severity_history", "summary_at_raise", "summary"} <= set(a), a
     assert (a["job"], a["rank"]) == ("j", 0) and 390 <= a["step"] <= 420 and a["time"] > T0
-    # raised once the change has lasted min_duration_s (5 s: ~119 steps of 42 ms) and a block more
-    assert a["step"] + 119 <= a["raised_step"] <= a["step"] + 140 and a["resolved_step"] is None
+    # raised within critical_window_s (2 s: ~48 steps of 42 ms) and a bucket (0.5 s) more
+    assert a["step"] + 20 <= a["raised_step"] <= a["step"] + 60 and a["resolved_step"] is None
     assert [sev for _, sev in a["severity_history"]] == ["critical"]
     assert "+20" in a["summary"] or "+19" in a["summary"] or "+21" in a["summary"], a["summary"]
     assert [a["alertname"] for a in alerts if a["alertname"] == "StepwatchOOM"] == ["StepwatchOOM"]
@@ -75,7 +75,8 @@ def test_every_episode_with_its_resolve_and_a_zero_count(tmp_path, capsys):
     f = tmp_path / "twice.jsonl"
     f.write_text("\n".join(lines) + "\n")
     assert main(["replay", str(f), "--detection", "{warmup_steps: 5, resolve_hold_s: 5, drift: "
-                 "{baseline_steps: 300, baseline_lag_steps: 50, min_baseline_steps: 200}}",
+                 "{bucket_s: 0.5, min_bucket_steps: 3, warmup_s: 2, settle_s: 6, critical_window_s: 2, "
+                 "warning_window_s: 3, info_window_s: 6, clear_s: 1, z: 3}}",
                  "--format", "json"]) == 0
     *episodes, count = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert count["episodes"] == 2 == len(episodes)
@@ -125,8 +126,8 @@ def test_missing_file_and_bad_detection_option_are_errors(tmp_path, capsys):
     assert main(["replay", str(tmp_path / "nope.jsonl")]) == 2
     assert "No such file" in capsys.readouterr().err
     f = slowed_job(tmp_path / "rec.jsonl", steps=10)
-    assert main(["replay", str(f), "--detection", "{drift: {block_steps: 0}}"]) == 2
-    assert "detection.drift.block_steps" in capsys.readouterr().err
+    assert main(["replay", str(f), "--detection", "{drift: {bucket_s: 0}}"]) == 2
+    assert "detection.drift.bucket_s" in capsys.readouterr().err
 
 
 REPLAY_DATA = pathlib.Path(__file__).resolve().parents[2] / "data" / "replay"

@@ -1,0 +1,215 @@
+"""The detection backtest on real noise: every recording in tests/data/real replayed through the
+collector's own pipeline (``stepwatch.collector._replay.replay``: state, detection, alert book)
+as it is, and with changes injected into its real step series.
+
+    python bench/detection_real.py --out bench/results/detection_real.json --md bench/results/detection_real.md
+
+Healthy: each recording as recorded; any alert of any severity is a false alarm.
+Injected (on every rank of the job at once, from ``--at`` seconds after the job's first step,
+or a spread of starts with ``--starts``): a step of +3, +5, +10%; ramps to +5% over 15 and 30
+minutes (the ramp goes on at +5% to the recording's end). A step's duration is multiplied by
+the change at its end time, and every later time of that rank (steps, samples, the collector's
+clock) moves by the time added, so the series stays a consistent job.
+Reported per change: raised or not (a drift episode whose onset is at or after 30 s before the
+change), the delay from the change (seconds of job time and steps) to the raise, the onset
+error in seconds, the severity reached, episodes per change; for the ramps the delay from the
+time the ramp reached +5%.
+
+Which recordings were used to set the defaults and which are held out is written in
+tests/data/real/README.md (``HELD_OUT`` below mirrors it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import gzip
+import json
+import os
+import statistics
+import sys
+import time
+
+from stepwatch.collector._record import read_record
+from stepwatch.collector._replay import replay
+from stepwatch.collector.detect import parse_detection
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REAL = os.path.join(HERE, "..", "tests", "data", "real")
+HELD_OUT = {"h100_2gpu_m.jsonl.gz", "h100_1gpu_m_short.jsonl.gz"}
+CHANGES = {"+3%": ("step", 0.03, 0), "+5%": ("step", 0.05, 0), "+10%": ("step", 0.10, 0),
+           "ramp +5%/15min": ("ramp", 0.05, 900), "ramp +5%/30min": ("ramp", 0.05, 1800)}
+TARGET_S = {"+3%": 600, "+5%": 180, "+10%": 60, "ramp +5%/15min": 600, "ramp +5%/30min": 600}
+
+
+def load(path: str) -> list[dict]:
+    with gzip.open(path, "rt") if path.endswith(".gz") else open(path) as fh:
+        return [json.loads(line) for line in fh if line.strip()]
+
+
+def first_step_time(lines: list[dict]) -> float:
+    return min(float(s["end_time_s"]) - float(s["duration_s"]) for o in lines if o["kind"] == "batch"
+               for s in o["batch"].get("steps", ())[:1])
+
+
+def inject(lines: list[dict], kind: str, ratio: float, at: float, span: float) -> list[dict]:
+    """A copy of ``lines`` with the change applied to every rank's steps from Unix time ``at``."""
+    extra: dict[int, float] = {}  # rank -> seconds added so far
+    out = []
+
+    def factor(t: float) -> float:
+        if t < at:
+            return 1.0
+        return 1.0 + (ratio if kind == "step" else ratio * min(1.0, (t - at) / span))
+
+    for o in lines:
+        if o["kind"] != "batch":
+            out.append(o)
+            continue
+        rank = int(o.get("rank", 0))
+        add = extra.get(rank, 0.0)
+        b = dict(o["batch"])
+        steps = []
+        for s in b.get("steps", ()):
+            s = dict(s)
+            end, dur = float(s["end_time_s"]), float(s["duration_s"])
+            more = dur * (factor(end) - 1.0)
+            add += more
+            s["duration_s"], s["end_time_s"] = dur + more, end + add
+            steps.append(s)
+        if steps:
+            b["steps"] = steps
+        for key in ("gpu_samples", "host", "allocator"):
+            if b.get(key):
+                b[key] = [dict(x, time_s=float(x.get("time_s", 0)) + add) for x in b[key]]
+        extra[rank] = add
+        out.append(dict(o, batch=b, time=float(o["time"]) + add))
+    return out
+
+
+def repeat(lines: list[dict], times: int) -> list[dict]:
+    """The recording played ``times`` times in a row as one longer job (the same sessions; each
+    copy's times moved by the recording's span and its step numbers by its last step): real
+    noise for changes longer than one recording (ramps over 15 and 30 minutes). The copies leave
+    out the first three minutes (warm-up)."""
+    if times <= 1:
+        return lines
+    t_first = min(float(o["time"]) for o in lines)
+    span = max(float(o["time"]) for o in lines) - t_first + 1.0
+    last = max(int(s["step"]) for o in lines if o["kind"] == "batch" for s in o["batch"].get("steps", ()))
+    body = [o for o in lines if o["kind"] == "batch"]
+    # copies after the first leave out the job's first three minutes (its warm-up would be a
+    # restart in the middle of the longer job, not noise)
+    start = first_step_time(lines) + 180.0
+    body = [o for o in body if float(o["time"]) >= start]
+    seq = max(int(o["batch"].get("seq", 0)) for o in body)
+    out = [o for o in lines if o["kind"] != "disconnect"]
+    for k in range(1, times):
+        dt = k * span
+        for o in body:
+            b = dict(o["batch"], seq=str(int(o["batch"].get("seq", 0)) + k * seq))
+            if b.get("steps"):
+                b["steps"] = [dict(s, step=str(int(s["step"]) + k * last),
+                                   end_time_s=float(s["end_time_s"]) + dt) for s in b["steps"]]
+            for key in ("gpu_samples", "host", "allocator"):
+                if b.get(key):
+                    b[key] = [dict(x, time_s=float(x.get("time_s", 0)) + dt) for x in b[key]]
+            for key in ("windows",):
+                b.pop(key, None)
+            out.append(dict(o, batch=b, time=float(o["time"]) + dt))
+    out += [dict(o, time=float(o["time"]) + (times - 1) * span) for o in lines if o["kind"] == "disconnect"]
+    return out
+
+
+def events(lines: list[dict]):
+    return read_record(json.dumps(o) for o in lines)
+
+
+def episodes(alerts: list) -> list[dict]:
+    return [{"alertname": a.alertname, "rank": a.rank, "severity": a.severity,
+             "history": [h[1] for h in a.history],
+             "step": a.step, "since": a.starts_at, "fired_at": a.fired_at,
+             "summary": a.fired_summary or a.summary, "ends_at": a.ends_at} for a in alerts]
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--recordings", nargs="*", default=None)
+    p.add_argument("--at", type=float, default=240.0, help="change starts this long after the first step")
+    p.add_argument("--starts", type=int, default=1, help="injections per change, spread 30 s apart")
+    p.add_argument("--detection", default=None, help="detection settings (YAML/JSON)")
+    p.add_argument("--changes", nargs="*", default=list(CHANGES))
+    p.add_argument("--repeat", type=int, default=1, help="play each recording this many times in a row")
+    p.add_argument("--out")
+    p.add_argument("--md")
+    a = p.parse_args()
+    cfg = parse_detection(a.detection)
+    paths = a.recordings or sorted(os.path.join(REAL, f) for f in os.listdir(REAL) if f.endswith(".jsonl.gz"))
+    doc = {"command": " ".join(["python", *sys.argv]), "python": sys.version.split()[0],
+           "date": datetime.date.today().isoformat(), "held_out": sorted(HELD_OUT), "recordings": []}
+    for path in paths:
+        name = os.path.basename(path)
+        lines = repeat(load(path), a.repeat)
+        t0 = first_step_time(lines)
+        t_end = max(float(o["time"]) for o in lines)
+        t = time.perf_counter()
+        healthy = episodes(replay(events(lines), cfg))
+        rec = {"name": name, "repeat": a.repeat, "held_out": name in HELD_OUT, "minutes": round((t_end - t0) / 60, 1),
+               "healthy_episodes": healthy, "replay_s": round(time.perf_counter() - t, 1), "changes": {}}
+        print(f"{name}: {rec['minutes']} min, healthy episodes: {len(healthy)} "
+              f"({rec['replay_s']} s) {[(e['severity'], e['summary']) for e in healthy]}", flush=True)
+        for change in a.changes:
+            kind, ratio, span = CHANGES[change]
+            runs = []
+            for i in range(a.starts):
+                at = t0 + a.at + 30 * i
+                if at + (span or 0) + 60 > t_end:
+                    continue
+                found = episodes(replay(events(inject(lines, kind, ratio, at, span)), cfg))
+                after = [e for e in found if e["since"] is not None and e["since"] >= at - 30]
+                ref = at + (span if kind == "ramp" else 0)  # the ramp is measured from reaching +5%
+                first = min((e for e in after if e["fired_at"]), key=lambda e: e["fired_at"], default=None)
+                delay = None if first is None else round(_ts(first["fired_at"]) - ref, 1)
+                runs.append({"at": round(at - t0, 1), "raised": first is not None, "delay_s": delay,
+                             "onset_error_s": None if first is None else round(first["since"] - at, 1),
+                             "severity": None if first is None else first["severity"],
+                             "episodes_after": len(after), "episodes_before": len(found) - len(after),
+                             "summary": None if first is None else first["summary"]})
+            rec["changes"][change] = runs
+            ok = sum(1 for r in runs if r["raised"] and r["delay_s"] is not None and r["delay_s"] <= TARGET_S[change])
+            print(f"  {change:16s} within target {ok}/{len(runs)}  "
+                  f"{[(r['delay_s'], r['severity'], r['episodes_after'], r['onset_error_s']) for r in runs]}", flush=True)
+        doc["recordings"].append(rec)
+    if a.out:
+        with open(a.out, "w") as fh:
+            json.dump(doc, fh, indent=1)
+    if a.md:
+        with open(a.md, "w") as fh:
+            fh.write(markdown(doc))
+
+
+def _ts(value) -> float:
+    if isinstance(value, (int, float)):
+        return float(value)
+    return datetime.datetime.fromisoformat(str(value).replace("Z", "+00:00")).timestamp()
+
+
+def markdown(doc: dict) -> str:
+    rows = ["| recording | held out | minutes | healthy episodes | " + " | ".join(CHANGES) + " |",
+            "|---|---|---:|---:|" + "---|" * len(CHANGES)]
+    for r in doc["recordings"]:
+        cells = []
+        for change in CHANGES:
+            runs = r["changes"].get(change, [])
+            ok = [x for x in runs if x["raised"]]
+            cells.append(f"{len(ok)}/{len(runs)}: " + ", ".join(f"{x['delay_s']} s {x['severity']}" for x in ok)
+                         if runs else "-")
+        rows.append(f"| {r['name']} | {'yes' if r['held_out'] else 'no'} | {r['minutes']} | "
+                    f"{len(r['healthy_episodes'])} | " + " | ".join(cells) + " |")
+    return (f"# Detection on real recordings\n\n`{doc['command']}` (Python {doc['python']}, {doc['date']}).\n"
+            "Cells: raised/injected, then delay from the change (ramps: from reaching +5%) and the "
+            "severity first raised.\n\n" + "\n".join(rows) + "\n")
+
+
+if __name__ == "__main__":
+    main()
