@@ -261,7 +261,7 @@ class Agent:
     def _stats_record(self) -> dict:
         return contract.stats(self._writer.dropped, self.hook_errors, self.windows.windows,
                               self.windows.skips, self.windows.overhead_ratio,
-                              self.windows.warmup_cost_s)
+                              self.windows.warmup_cost_s, self.windows.aftereffect_ratio)
 
     def _read_replies(self) -> None:
         """Non-blocking read of the sidecar's back channel; complete lines are handled."""

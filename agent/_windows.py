@@ -16,20 +16,23 @@ from __future__ import annotations
 import collections
 import gc
 import contextlib
+import logging
 import os
-import statistics
 import sys
 import time
 import warnings
 from typing import Callable, Optional
 
 from . import contract
+from ._aftereffect import AftereffectWatch
 
 __all__ = ["WindowScheduler"]
 
 _MIN_BASELINE_STEPS = 20  # first-step compilation and warm-up pass before the first window
-_POST_WINDOW_STEPS = 32  # steps compared before/after a window for a lasting slowdown
-_POST_WINDOW_SLOWDOWN = 0.03  # report when the median step after a window is >3% slower
+# A kind of session that left the job slower is tried again after this long (a lasting
+# after-effect is the profiler's, CUPTI's or the driver's state, which an upgrade may change).
+_AFTEREFFECT_RETRY_S = 6 * 3600.0
+_log = logging.getLogger("stepwatch.agent")
 
 
 @contextlib.contextmanager
@@ -91,10 +94,15 @@ class WindowScheduler:
         self._next_id = 1
         self._backoff_until = float("-inf")
         self._cuda_windows: set[int] = set()
-        self._post: Optional[tuple] = None  # (window id, median step before, durations after)
         self._compile_seen = (0, 0)
         self._early: Optional[str] = None  # a window asked for ahead of the schedule (reason)
-        self.post_window_slowdowns = 0
+        # After-effect back-off: each level drops a kind of session (CUDA activity, then
+        # windows and captures altogether) that left the job slower.
+        self._watch = AftereffectWatch()
+        self._levels = self._backoff_levels(self._activities)
+        self._level = 0
+        self._retry_at = float("inf")
+        self.aftereffects = 0  # checks that found a lasting after-effect
 
     # -- public, training thread ------------------------------------------------------------
     def on_boundary(self, step: int, host_duration_s: float, cuda: bool) -> None:
@@ -103,11 +111,15 @@ class WindowScheduler:
             self._advance(step)
             return
         self._baseline.append(host_duration_s)
-        if self._post is not None:
-            self._check_post_window(host_duration_s)
+        now = self._clock()
+        done = self._watch.step(now)
+        if done is not None:
+            self._aftereffect(*done, now)
+        if now >= self._retry_at:
+            self._retry(now)
         if self._captures:
             self._start_capture(step, cuda)
-        elif self.enabled and (self._early_due(step) or self._due(step)):
+        elif self.enabled and self._levels[self._level] != "off" and (self._early_due(step) or self._due(step)):
             self._start_window(step, cuda)
 
     def request_capture(self, request_id: str, steps: int) -> None:
@@ -125,6 +137,12 @@ class WindowScheduler:
                 # Another CUPTI subscriber (Nsight, DCGM profiling) took the GPU events.
                 self._backoff_until = self._clock() + self._backoff_s
             self._cuda_windows.discard(wid)
+
+    @property
+    def aftereffect_ratio(self) -> float:
+        """Wall time per step in the 50 s after the last checked session over the 25 s before
+        it (0 before any check)."""
+        return self._watch.ratio or 0.0
 
     def profiling(self) -> bool:
         """True while a window or capture is open (its steps carry the profiler's cost)."""
@@ -220,7 +238,8 @@ class WindowScheduler:
 
     def _activity_list(self, cuda: bool):
         acts = self._torch.profiler.ProfilerActivity
-        names = [a for a in self._activities.split(",") if a != "cuda" or cuda] or ["cpu"]
+        level = self._levels[self._level]
+        names = [a for a in level.split(",") if a != "cuda" or cuda] or ["cpu"]
         return names, [acts.CPU if n == "cpu" else acts.CUDA for n in names]
 
     # -- window life cycle ----------------------------------------------------------------------
@@ -245,6 +264,7 @@ class WindowScheduler:
             activities=activities, on_trace_ready=ready,
             schedule=torch.profiler.schedule(wait=0, warmup=warmup, active=active, repeat=1))
         self._window = window
+        self._watch.opened(window.start_clock)
         with _quiet():
             window.prof.start()
         if cuda and "cuda" in names:
@@ -255,6 +275,11 @@ class WindowScheduler:
 
     def _start_capture(self, step: int, cuda: bool) -> None:
         request_id, steps = self._captures.popleft()
+        if self._levels[self._level] == "off":
+            self._emit(contract.trace(request_id, "", step, step, (
+                "refused: a profiler session left this job slower "
+                f"({self.aftereffect_ratio - 1:+.1%} per step); profiling is off in this process")))
+            return
         if self._sessions and self.overhead_ratio > self._capture_budget:
             # Captures come on request (a person, an alert); they must not be able to make
             # profiling the job's main cost: refused, and the reply says why.
@@ -289,23 +314,43 @@ class WindowScheduler:
             self._account(cost, spacing=window.kind == "window")
         self._sessions += 1
         self._report(window, step, cost)
-        if self._baseline:
-            self._post = (window.wid, self._step_s(), [])
+        self._watch.closed(window.activities, self._clock())
 
-    def _check_post_window(self, duration_s: float) -> None:
-        """CUPTI teardown can leave every later step slower: compare after vs before."""
-        wid, before, after = self._post
-        after.append(duration_s)
-        if len(after) < _POST_WINDOW_STEPS:
+    @staticmethod
+    def _backoff_levels(activities: str) -> list:
+        """The kinds of session stepped down through: as set, without CUDA activity, off."""
+        levels = [activities]
+        names = [a for a in activities.split(",") if a != "cuda"]
+        if names and len(names) < len(activities.split(",")):
+            levels.append(",".join(names))
+        return levels + ["off"]
+
+    def _aftereffect(self, label: str, ratio: float, lasting: bool, now: float) -> None:
+        """A finished after-effect check of a session with activities ``label``."""
+        if not lasting:
             return
-        self._post = None
-        ratio = statistics.median(after) / before if before > 0 else 1.0
-        if ratio > 1 + _POST_WINDOW_SLOWDOWN:
-            self.post_window_slowdowns += 1
-            self._emit(contract.event(
-                self._wall(), "post_window_slowdown",
-                f"median step {ratio - 1:+.1%} slower in the {len(after)} steps "
-                f"after window {wid} than before ({before * 1e3:.2f} ms before)"))
+        self.aftereffects += 1
+        # The measured spell (the 50 s after the session) counts as the session's cost, so the
+        # reported overhead ratio carries it.
+        spell = 2 * self._watch.span_s + self._watch.settle_s
+        self.total_cost_s += (1 - 1 / ratio) * spell
+        if self._levels[self._level] == "off":
+            return  # (a capture's check while profiling is off cannot happen; kept safe)
+        self._level += 1
+        self._retry_at = now + _AFTEREFFECT_RETRY_S
+        nxt = self._levels[self._level]
+        what = "profiling is off in this process" if nxt == "off" else f"windows now take {nxt} activity only"
+        message = (f"a profiler session ({label}) left the job {ratio - 1:+.1%} slower per step for 50 s; "
+                   f"{what}; retried in {_AFTEREFFECT_RETRY_S / 3600:.0f} h")
+        _log.warning("stepwatch: %s", message)
+        self._emit(contract.event(self._wall(), "window_aftereffect", message))
+
+    def _retry(self, now: float) -> None:
+        """Step back up one level, once per _AFTEREFFECT_RETRY_S, under the same check."""
+        self._level = max(0, self._level - 1)
+        self._retry_at = now + _AFTEREFFECT_RETRY_S if self._level else float("inf")
+        self._emit(contract.event(self._wall(), "window_aftereffect_retry",
+                                  f"profiler sessions with {self._levels[self._level]} activity tried again"))
 
     def _account(self, cost: float, spacing: bool = True) -> None:
         """Add to the reported overhead; scheduled windows (not captures, which come on

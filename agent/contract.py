@@ -11,7 +11,7 @@ Trainer -> sidecar (the sidecar's stdin)::
     alloc   {"time_s", "device", "device_total_bytes", AllocatorSample fields...}
     event   {"time_s", "kind", "message"}
     stats   {"records_dropped", "hook_errors", "windows", "window_skips": {reason: N},
-             "overhead_ratio", "window_warmup_s"}               (cumulative, trainer side)
+             "overhead_ratio", "window_warmup_s", "window_aftereffect_ratio"}               (cumulative, trainer side)
     window  {"window_id", "path", "first_step", "last_step", "start_time_s", "activities",
              "overhead_s", "export_s", "discard", "graph_breaks"?, "recompiles"?}
     trace   {"request_id", "path", "first_step", "last_step", "error"}
@@ -220,10 +220,12 @@ def event(time_s: float, kind: str, message: str) -> dict:
 
 
 def stats(records_dropped: int, hook_errors: int, windows: int, window_skips: dict,
-          overhead_ratio: float, window_warmup_s: float = 0.0) -> dict:
+          overhead_ratio: float, window_warmup_s: float = 0.0,
+          window_aftereffect_ratio: float = 0.0) -> dict:
     return _record(STATS, records_dropped=records_dropped, hook_errors=hook_errors,
                    windows=windows, window_skips=dict(window_skips),
-                   overhead_ratio=overhead_ratio, window_warmup_s=window_warmup_s)
+                   overhead_ratio=overhead_ratio, window_warmup_s=window_warmup_s,
+                   window_aftereffect_ratio=window_aftereffect_ratio)
 
 
 def window(window_id: int, path: str, first_step: int, last_step: int, start_time_s: float,

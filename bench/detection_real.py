@@ -23,16 +23,15 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import gzip
 import json
 import os
 import statistics
 import sys
 import time
 
-from stepwatch.collector._record import read_record
 from stepwatch.collector._replay import replay
 from stepwatch.collector.detect import parse_detection
+from stepwatch.collector.tools.corpus import events, first_step_time, inject, load, repeat
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REAL = os.path.join(HERE, "..", "tests", "data", "real")
@@ -40,89 +39,6 @@ HELD_OUT = {"h100_2gpu_m.jsonl.gz", "h100_1gpu_m_short.jsonl.gz"}
 CHANGES = {"+3%": ("step", 0.03, 0), "+5%": ("step", 0.05, 0), "+10%": ("step", 0.10, 0),
            "ramp +5%/15min": ("ramp", 0.05, 900), "ramp +5%/30min": ("ramp", 0.05, 1800)}
 TARGET_S = {"+3%": 600, "+5%": 180, "+10%": 60, "ramp +5%/15min": 600, "ramp +5%/30min": 600}
-
-
-def load(path: str) -> list[dict]:
-    with gzip.open(path, "rt") if path.endswith(".gz") else open(path) as fh:
-        return [json.loads(line) for line in fh if line.strip()]
-
-
-def first_step_time(lines: list[dict]) -> float:
-    return min(float(s["end_time_s"]) - float(s["duration_s"]) for o in lines if o["kind"] == "batch"
-               for s in o["batch"].get("steps", ())[:1])
-
-
-def inject(lines: list[dict], kind: str, ratio: float, at: float, span: float) -> list[dict]:
-    """A copy of ``lines`` with the change applied to every rank's steps from Unix time ``at``."""
-    extra: dict[int, float] = {}  # rank -> seconds added so far
-    out = []
-
-    def factor(t: float) -> float:
-        if t < at:
-            return 1.0
-        return 1.0 + (ratio if kind == "step" else ratio * min(1.0, (t - at) / span))
-
-    for o in lines:
-        if o["kind"] != "batch":
-            out.append(o)
-            continue
-        rank = int(o.get("rank", 0))
-        add = extra.get(rank, 0.0)
-        b = dict(o["batch"])
-        steps = []
-        for s in b.get("steps", ()):
-            s = dict(s)
-            end, dur = float(s["end_time_s"]), float(s["duration_s"])
-            more = dur * (factor(end) - 1.0)
-            add += more
-            s["duration_s"], s["end_time_s"] = dur + more, end + add
-            steps.append(s)
-        if steps:
-            b["steps"] = steps
-        for key in ("gpu_samples", "host", "allocator"):
-            if b.get(key):
-                b[key] = [dict(x, time_s=float(x.get("time_s", 0)) + add) for x in b[key]]
-        extra[rank] = add
-        out.append(dict(o, batch=b, time=float(o["time"]) + add))
-    return out
-
-
-def repeat(lines: list[dict], times: int) -> list[dict]:
-    """The recording played ``times`` times in a row as one longer job (the same sessions; each
-    copy's times moved by the recording's span and its step numbers by its last step): real
-    noise for changes longer than one recording (ramps over 15 and 30 minutes). The copies leave
-    out the first three minutes (warm-up)."""
-    if times <= 1:
-        return lines
-    t_first = min(float(o["time"]) for o in lines)
-    span = max(float(o["time"]) for o in lines) - t_first + 1.0
-    last = max(int(s["step"]) for o in lines if o["kind"] == "batch" for s in o["batch"].get("steps", ()))
-    body = [o for o in lines if o["kind"] == "batch"]
-    # copies after the first leave out the job's first three minutes (its warm-up would be a
-    # restart in the middle of the longer job, not noise)
-    start = first_step_time(lines) + 180.0
-    body = [o for o in body if float(o["time"]) >= start]
-    seq = max(int(o["batch"].get("seq", 0)) for o in body)
-    out = [o for o in lines if o["kind"] != "disconnect"]
-    for k in range(1, times):
-        dt = k * span
-        for o in body:
-            b = dict(o["batch"], seq=str(int(o["batch"].get("seq", 0)) + k * seq))
-            if b.get("steps"):
-                b["steps"] = [dict(s, step=str(int(s["step"]) + k * last),
-                                   end_time_s=float(s["end_time_s"]) + dt) for s in b["steps"]]
-            for key in ("gpu_samples", "host", "allocator"):
-                if b.get(key):
-                    b[key] = [dict(x, time_s=float(x.get("time_s", 0)) + dt) for x in b[key]]
-            for key in ("windows",):
-                b.pop(key, None)
-            out.append(dict(o, batch=b, time=float(o["time"]) + dt))
-    out += [dict(o, time=float(o["time"]) + (times - 1) * span) for o in lines if o["kind"] == "disconnect"]
-    return out
-
-
-def events(lines: list[dict]):
-    return read_record(json.dumps(o) for o in lines)
 
 
 def episodes(alerts: list) -> list[dict]:

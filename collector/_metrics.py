@@ -51,7 +51,7 @@ SUMMARY = frozenset((
     "stepwatch_agent_connected", "stepwatch_agent_records_dropped", "stepwatch_agent_hook_errors",
     "stepwatch_agent_spool_batches_dropped",
     "stepwatch_rank_compute_seconds_per_step", "stepwatch_rank_communication_seconds_per_step",
-    "stepwatch_agent_overhead_ratio",
+    "stepwatch_agent_overhead_ratio", "stepwatch_agent_window_aftereffect_ratio",
 ))
 
 # NVML nvmlClocksEventReason* bits (nvml.h).

@@ -107,4 +107,6 @@ def drop_nonfinite(batch: agent_pb2.Batch, checked: tuple = ()) -> int:
             stats.ClearField("overhead_ratio")
         if not math.isfinite(stats.window_warmup_s):
             stats.ClearField("window_warmup_s")
+        if not math.isfinite(stats.window_aftereffect_ratio):
+            stats.ClearField("window_aftereffect_ratio")
     return dropped

@@ -63,7 +63,12 @@ def _stats(t, labels: list, full: bool) -> tuple:
     skips = Family("stepwatch_window_skips", "Profiler windows the agent did not take, by reason.", "counter")
     warmup = Family("stepwatch_agent_window_warmup_seconds",
                     "One-time cost of the agent's warm-up profiler window (not in the overhead ratio).", "gauge")
+    aftereffect = Family("stepwatch_agent_window_aftereffect_ratio",
+                         "Wall time per step in the 50 s after the agent's last checked profiler "
+                         "session over the 25 s before it (0: none checked yet); at 1.02 or more "
+                         "in both halves the agent drops that kind of session.", "gauge")
     overhead.add_column(labels, t.raw("stats", "overhead_ratio"))
+    aftereffect.add_column(labels, t.raw("stats", "window_aftereffect_ratio"))
     if full:
         warmup.add_column(labels, t.raw("stats", "window_warmup_s"))
         windows.add_column(labels, t.raw("stats", "windows"))
@@ -71,7 +76,7 @@ def _stats(t, labels: list, full: bool) -> tuple:
             if stats is not None:
                 for reason, n in skip_reasons(dict(stats.window_skips)):
                     skips.add(lab, n, labels_text(("reason",), (reason,)))
-    return overhead, warmup, windows, skips
+    return overhead, aftereffect, warmup, windows, skips
 
 
 def skip_reasons(skips: dict) -> list[tuple[str, int]]:

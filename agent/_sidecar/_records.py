@@ -104,7 +104,8 @@ def _stats(obj: Mapping[str, Any]) -> Record:
         raise ValueError("negative counts")
     msg = agent_pb2.AgentStats(records_dropped=dropped, hook_errors=errors, windows=windows,
                                overhead_ratio=float(obj.get("overhead_ratio") or 0.0),
-                               window_warmup_s=float(obj.get("window_warmup_s") or 0.0))
+                               window_warmup_s=float(obj.get("window_warmup_s") or 0.0),
+                               window_aftereffect_ratio=float(obj.get("window_aftereffect_ratio") or 0.0))
     msg.window_skips.update(skips)
     return Record(contract.STATS, msg=msg, stats=(dropped, errors))
 

@@ -30,9 +30,15 @@ every bucket. A run of ``max_pause_steps`` is a level change: its steps are then
 ``warning_window_s``, ``info_window_s``) the median of the buckets against two references —
 the settled level ("vs this job's level at HH:MM") and the level just before the window (the
 median of the preceding ``max(window, 120 s)``, "vs the level before") — must be at least
-``0.8 x`` the severity's ratio, ``z`` noise spreads, and two thirds of the window's buckets
+``0.8 x`` the severity's ratio (``0.7 x`` for info), ``z`` noise spreads, and two thirds of the window's buckets
 must stand above half the shift (sustained, not one spike). The onset is the
 maximum-likelihood change point of the buckets since the reference.
+
+**The agent's own cost.** The engine tells the detector where each profiler window ended
+(``note_window``). A shift whose onset is within two buckets of a window's end, where the 50
+kept steps after the window stand at least half the shift above the 50 before it, is raised
+as ``StepwatchProfilerOverhead`` naming the window, not as throughput drift: stepwatch's cost,
+which the agent itself backs off from (agent/_aftereffect.py).
 
 **Episodes.** Severity only rises while the change lasts, one level at a time (each raise is
 kept in the episode's history by the alert book). The ratio and summary follow the sustained level (the
@@ -45,6 +51,7 @@ short lists). Not thread-safe: one caller at a time.
 from __future__ import annotations
 
 import bisect
+import collections
 import datetime
 import itertools
 import math
@@ -57,13 +64,16 @@ from ._types import CRITICAL, INFO, SEVERITIES, WARNING, Condition, finite_posit
 __all__ = ["DriftDetector"]
 
 _SIGMA_FLOOR = 0.002  # log units (0.2%): keeps z finite on perfectly steady series
-_RAISE = 0.8  # a measured level this close to a severity's ratio raises it (the reference
-# itself sits anywhere in the settled noise)
+# A measured level this close to a severity's ratio raises it: the settled level itself sits
+# anywhere in the job's early noise (a real 44 ms H100 job: its first 4 minutes 0.2-2% above
+# its later level), so an exact +5% can measure +4.5%. Info, the lowest level, at 0.7.
+_RAISE = {INFO: 0.7, WARNING: 0.8, CRITICAL: 0.8}
 _SUSTAINED_SHARE = 2 / 3  # share of a test window's buckets above half the shift
 _MIN_BEFORE_S = 120.0  # the "level before" reference spans at least this long
 _NOISE_EVERY = 12  # buckets between recomputations of the noise spreads
 _NOISE_SAMPLES = 6  # runs of a window the quiet history must hold for its own spread
 _MAX_BUCKETS = 4096  # history kept (5 s buckets: 5.7 h)
+_AROUND_STEPS = 50  # kept steps compared just before and after a profiler window's end
 
 
 def _clock(t: float) -> str:
@@ -107,10 +117,26 @@ class DriftDetector:
         self._level_moved = False
         self._ref: Optional[float] = None
         self._ref_text = ""
+        self._alertname, self._window_note = "StepwatchThroughputDrift", ""
         self._onset: Optional[tuple[int, float]] = None
+        # The agent's own cost: kept steps just before each profiler window's end and just after
+        # it, [window end step, end time, median before, steps after]
+        self._recent_values: collections.deque = collections.deque(maxlen=_AROUND_STEPS)
+        self._windows: collections.deque = collections.deque(maxlen=8)
         self.pauses: dict[str, int] = {}
         self.condition: Optional[Condition] = None
         self.baseline_s: Optional[float] = None
+
+    def note_window(self, step: int, time: float) -> None:
+        """A profiler window of the agent's ended at ``step`` (its last profiled step, Unix
+        ``time``): a shift that starts there is the agent's after-effect, not the job's."""
+        before = median(list(self._recent_values)) if len(self._recent_values) >= 5 else None
+        self._windows.append([step, time, before, []])
+
+    def _after_window(self, values: list) -> None:
+        for w in self._windows:
+            if len(w[3]) < _AROUND_STEPS:
+                w[3].extend(values[:_AROUND_STEPS - len(w[3])])
 
     @property
     def armed(self) -> bool:
@@ -158,6 +184,9 @@ class DriftDetector:
                 if self._bucket_start is None:
                     self._bucket_start = (steps[0], times[0])
                 self._bucket.extend(part)
+                self._recent_values.extend(part)
+                if self._windows:
+                    self._after_window(part)
             else:
                 j = 0
         for k in range(j, n):
@@ -174,6 +203,9 @@ class DriftDetector:
         if self._bucket_start is None:
             self._bucket_start = (step, time)
         self._bucket.append(value)
+        self._recent_values.append(value)
+        if self._windows:
+            self._after_window([value])
         if time - self._bucket_start[1] < self.cfg.bucket_s or len(self._bucket) < self.cfg.min_bucket_steps:
             return False
         y, first = math.log(median(self._bucket)), self._bucket_start[0]
@@ -243,15 +275,15 @@ class DriftDetector:
         n = self._n[sev]
         window = self._history.tail(2, n)
         shift = median(window) - ref
-        if shift < max(math.log1p(_RAISE * self._ratio[sev]), self.cfg.z * self._noise.get(sev, _SIGMA_FLOOR)):
+        if shift < max(math.log1p(_RAISE[sev] * self._ratio[sev]), self.cfg.z * self._noise.get(sev, _SIGMA_FLOOR)):
             return None
         if sum(1 for y in window if y - ref >= shift / 2) < _SUSTAINED_SHARE * n:
             return None
         return shift
 
     def _test(self, sev: str) -> Optional[tuple[float, float, str]]:
-        """(shift, reference, which) for ``sev`` over its window against the settled level and
-        the level just before the window (the smaller shift when both raise), or None."""
+        """(shift, reference, which) for ``sev`` over its window against the settled level, else
+        the level just before the window, or None."""
         n, nb = self._n[sev], self._n_before[sev]
         hist = self._history
         if len(hist) < n:
@@ -259,12 +291,11 @@ class DriftDetector:
         refs = [(self._settled, "settled")]
         if len(hist) >= n + nb // 2:
             refs.append((median(hist.tail(2, min(len(hist), n + nb))[:-n]), "before"))
-        best = None
-        for ref, which in refs:
+        for ref, which in refs:  # the settled level first: the job's own long-run level
             shift = self._shift(sev, ref)
-            if shift is not None and (best is None or shift < best[0]):
-                best = (shift, ref, which)
-        return best
+            if shift is not None:
+                return shift, ref, which
+        return None
 
     def _judge(self) -> bool:
         old = self.condition
@@ -301,6 +332,12 @@ class DriftDetector:
         k = _estimate_onset(ys, ref, shift, self._clip)
         self._onset = (int(rows[k][0]), rows[k][1] - self.cfg.bucket_s)
         self._ref = ref
+        self._alertname, self._window_note = "StepwatchThroughputDrift", ""
+        window = self._window_at(self._onset[1], shift)
+        if window is not None:
+            self._alertname = "StepwatchProfilerOverhead"
+            self._window_note = (f"; it began when the agent's profiler window ending at step {window:,} "
+                                 "closed: stepwatch's own cost, not the job's (the agent backs off)")
         if which == "settled":
             ago = self._history[-1][1] - self._settled_at
             self._ref_text = f"vs this job's level at {_clock(self._settled_at)}, {_ago(ago)}"
@@ -308,14 +345,25 @@ class DriftDetector:
             self._ref_text = "vs the level before"
         return self._set(sev, shift)
 
+    def _window_at(self, onset: float, shift: float) -> Optional[int]:
+        """The end step of a profiler window near ``onset`` after which the kept steps jumped by
+        at least half ``shift`` (log units) at once, or None. A change of the job's own that
+        lands near a window by chance shows no jump at the window's end."""
+        slack = 2 * self.cfg.bucket_s
+        for step, time, before, after in reversed(self._windows):
+            if before and len(after) >= _AROUND_STEPS // 2 and onset - slack <= time <= onset + slack + self.cfg.bucket_s:
+                if math.log(median(after) / before) >= max(shift / 2, 0.01):
+                    return int(step)
+        return None
+
     def _set(self, sev: str, shift_log: float) -> bool:
         shift = math.expm1(shift_log)
         step, since = self._onset
         base_ms = math.exp(self._ref) * 1e3
         summary = (f"step time {shift:+.1%} {self._ref_text} ({base_ms:.1f} ms -> "
-                   f"{base_ms * (1 + shift):.1f} ms) since step {step:,}")
+                   f"{base_ms * (1 + shift):.1f} ms) since step {step:,}{self._window_note}")
         old = self.condition
-        self.condition = Condition("StepwatchThroughputDrift", self.job, self.rank, sev, summary,
+        self.condition = Condition(self._alertname, self.job, self.rank, sev, summary,
                                    since, step, self.cfg.for_s, ratio=1 + shift)
         return self.condition != old
 

@@ -131,6 +131,9 @@ class DetectionEngine:
         else:
             keep = []
             skip = set(profiled)
+            for i in sorted(skip):  # a run's last profiled step: a window's end
+                if i + 1 not in skip and i < n:
+                    r.drift.note_window(steps[i], times[i])
             for i in range(n):
                 phase = r.mark(phases.get(i, "") if phases else "")
                 if i in skip:

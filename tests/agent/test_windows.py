@@ -203,16 +203,36 @@ def test_zero_gpu_events_backs_off(tmp_path):
     assert len(windows(out)) == 1
 
 
-def test_lasting_slowdown_after_a_window_is_reported(tmp_path):
-    sched, out, clock = make(tmp_path, window_every_steps=64, overhead_budget=0.9)
-    run_steps(sched, clock, 1, 68)  # the warm-up window at 32, the window at 64 closes at 68
+def test_a_window_that_leaves_the_job_slower_makes_the_agent_back_off(tmp_path):
+    """A test hook for the after-effect: from the end of a window on, steps take 5% longer.
+    The check (25 s before the window, two 25 s spans after it) finds it: the event says so,
+    the ratio is exported, the measured spell counts in the overhead ratio, and the next
+    windows drop CUDA activity, then (a second lasting after-effect) profiling is off and a
+    capture is refused with the reason. A window after which nothing changed is no finding."""
+    sched, out, clock = make(tmp_path, window_every_steps=8192, overhead_budget=0.9)
+    run_steps(sched, clock, 1, 8196)  # the warm-up window at 32, the window at 8192 closes at 8196
     assert len(windows(out)) == 2
-    run_steps(sched, clock, 69, 100, step_s=0.0105)  # 5% slower from now on
-    events = [r for r in out if r["t"] == "event" and r["kind"] == "post_window_slowdown"]
-    assert len(events) == 1 and "+5.0% slower" in events[0]["message"]
-    run_steps(sched, clock, 101, 127, step_s=0.0105)
-    run_steps(sched, clock, 128, 180, step_s=0.0105)  # window at 128: no change this time
-    assert sched.post_window_slowdowns == 1
+    run_steps(sched, clock, 8197, 16383)  # nothing changed after it: no finding
+    assert sched.aftereffects == 0 and 0.98 < sched.aftereffect_ratio < 1.02
+    cost_before = sched.total_cost_s
+    run_steps(sched, clock, 16384, 16388)  # the window at 16384
+    run_steps(sched, clock, 16389, 24575, step_s=0.0105)  # 5% slower from its end on
+    events = [r for r in out if r["t"] == "event" and r["kind"] == "window_aftereffect"]
+    assert len(events) == 1 and "+5.0% slower per step" in events[0]["message"], events
+    assert "windows now take cpu activity only" in events[0]["message"]
+    assert sched.aftereffect_ratio == pytest.approx(1.05, abs=0.005)
+    assert sched.total_cost_s - cost_before > 50 * (1 - 1 / 1.05) * 0.9  # the spell counts
+    run_steps(sched, clock, 24576, 24580, step_s=0.0105)  # the window at 24576
+    run_steps(sched, clock, 24581, 32767, step_s=0.011)  # slower again after it
+    events = [r for r in out if r["t"] == "event" and r["kind"] == "window_aftereffect"]
+    assert len(events) == 2 and "profiling is off in this process" in events[1]["message"]
+    n = len(windows(out))
+    run_steps(sched, clock, 32768, 40000, step_s=0.011)
+    assert len(windows(out)) == n  # no window while off
+    sched.on_message({"t": "capture", "request_id": "asked", "steps": 2})
+    run_steps(sched, clock, 40001, 40003, step_s=0.011)
+    (trace,) = [r for r in out if r["t"] == "trace"]
+    assert trace["path"] == "" and trace["error"].startswith("refused: a profiler session left this job slower")
 
 
 def test_compile_health_counts_graph_breaks_and_new_graphs_between_windows(tmp_path):

@@ -237,7 +237,7 @@ class Event(_message.Message):
     def __init__(self, time_s: _Optional[float] = ..., kind: _Optional[str] = ..., message: _Optional[str] = ...) -> None: ...
 
 class AgentStats(_message.Message):
-    __slots__ = ("records_dropped", "hook_errors", "spool_batches_dropped", "spool_bytes", "windows", "window_skips", "overhead_ratio", "window_warmup_s")
+    __slots__ = ("records_dropped", "hook_errors", "spool_batches_dropped", "spool_bytes", "windows", "window_skips", "overhead_ratio", "window_warmup_s", "window_aftereffect_ratio")
     class WindowSkipsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -253,6 +253,7 @@ class AgentStats(_message.Message):
     WINDOW_SKIPS_FIELD_NUMBER: _ClassVar[int]
     OVERHEAD_RATIO_FIELD_NUMBER: _ClassVar[int]
     WINDOW_WARMUP_S_FIELD_NUMBER: _ClassVar[int]
+    WINDOW_AFTEREFFECT_RATIO_FIELD_NUMBER: _ClassVar[int]
     records_dropped: int
     hook_errors: int
     spool_batches_dropped: int
@@ -261,7 +262,8 @@ class AgentStats(_message.Message):
     window_skips: _containers.ScalarMap[str, int]
     overhead_ratio: float
     window_warmup_s: float
-    def __init__(self, records_dropped: _Optional[int] = ..., hook_errors: _Optional[int] = ..., spool_batches_dropped: _Optional[int] = ..., spool_bytes: _Optional[int] = ..., windows: _Optional[int] = ..., window_skips: _Optional[_Mapping[str, int]] = ..., overhead_ratio: _Optional[float] = ..., window_warmup_s: _Optional[float] = ...) -> None: ...
+    window_aftereffect_ratio: float
+    def __init__(self, records_dropped: _Optional[int] = ..., hook_errors: _Optional[int] = ..., spool_batches_dropped: _Optional[int] = ..., spool_bytes: _Optional[int] = ..., windows: _Optional[int] = ..., window_skips: _Optional[_Mapping[str, int]] = ..., overhead_ratio: _Optional[float] = ..., window_warmup_s: _Optional[float] = ..., window_aftereffect_ratio: _Optional[float] = ...) -> None: ...
 
 class NamedTime(_message.Message):
     __slots__ = ("name", "seconds", "count")

@@ -109,3 +109,40 @@ def test_severity_only_rises_while_the_change_lasts_and_clears_after(seed, noise
 def test_fast_steps_a_burst_of_seconds_is_no_drift(seed, noise, shift):
     """8 ms steps: +10..50% for 3 s raises nothing."""
     assert _run(seed, noise, lambda t: 1 + shift if 400 <= t < 403 else 1.0, 500, step_s=0.008) == []
+
+
+def _with_windows(shift_at: float, shift: float, seconds: float = 700, seed: int = 1):
+    """40 ms steps with a profiler window (5 profiled steps of 3x) every 60 s, the level
+    ``1 + shift`` from ``shift_at`` on; the drift-family conditions seen, in order."""
+    rng, engine, now, s, seen, next_window = random.Random(seed), DetectionEngine(CFG), T0, 0, [], 60.0
+    while now - T0 < seconds:
+        t = now - T0
+        steps, times, durs, profiled = [], [], [], []
+        window = t >= next_window
+        for i in range(5 if window else 20):
+            s += 1
+            dt = 0.04 * (1 + shift if now - T0 >= shift_at else 1.0) * math.exp(rng.gauss(0, 0.01))
+            dt = dt * 3 if window else dt
+            now += dt
+            steps.append(s), times.append(now), durs.append(dt)
+            if window:
+                profiled.append(i)
+        if window:
+            next_window += 60.0
+        engine.steps("j", 0, steps, times, durs, [0.0] * len(steps), profiled=profiled)
+        for c in engine.conditions():
+            if c.alertname in ("StepwatchThroughputDrift", "StepwatchProfilerOverhead") and \
+                    (not seen or seen[-1][:2] != (c.alertname, c.severity)):
+                seen.append((c.alertname, c.severity, c.summary))
+    return seen
+
+
+def test_a_shift_that_starts_where_a_profiler_window_ends_is_the_agents_cost_not_drift():
+    """The window at 420 s leaves the job 8% slower: raised as StepwatchProfilerOverhead naming
+    the window (no drift alert, so no "host CPU" diagnosis and no window or trace asked for).
+    The same change 25 s after that window is the job's own: throughput drift."""
+    at_window = _with_windows(420.2, 0.08)
+    assert at_window and {a for a, _, _ in at_window} == {"StepwatchProfilerOverhead"}, at_window
+    assert "profiler window ending at step" in at_window[0][2], at_window
+    elsewhere = _with_windows(445.0, 0.08)
+    assert elsewhere and {a for a, _, _ in elsewhere} == {"StepwatchThroughputDrift"}, elsewhere

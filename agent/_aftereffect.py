@@ -1,0 +1,87 @@
+"""Does a profiler session leave the job slower after it closed? Measured on the job's own
+step boundaries (same rank, same clock), never with a synchronize.
+
+Wall time per step is read from the boundaries' clock: the span of a run of steps lasting at
+least ``_BLOCK_S`` divided by its steps (a GPU job's host steps are bimodal, their rate is not);
+a span's figure is the median of its runs, so one evaluation pause does not move it. The
+before figure is the ``span_s`` (25 s) up to the session's start; after it, two spans of
+``span_s`` starting ``settle_s`` (5 s) after it closed: 55 s, inside the default spacing of
+windows (60 s or more). A session that opens before a check is complete voids it. The session left the job slower when **both** after
+spans are at least ``1 + threshold`` x before: one span can be the job's own wobble (real 44 ms
+H100 jobs: 30 s medians moved up to 2% between neighbours), a lasting after-effect is in both.
+
+Called on the training thread only; O(1) per step (a deque append), the judgement O(steps in
+the spans) once per session.
+"""
+
+from __future__ import annotations
+
+import collections
+import statistics
+from typing import Optional
+
+__all__ = ["AftereffectWatch"]
+
+_BLOCK_S = 1.0  # a run of steps at least this long gives one wall-time-per-step figure
+_MAX_BOUNDARIES = 50_000  # step boundary clocks kept (30 s of 1 ms steps and more)
+
+
+def _per_step(clocks: list) -> Optional[float]:
+    """Median over runs of >= _BLOCK_S of (run span / its steps), or None with fewer than 3 runs."""
+    values, start, n = [], None, 0
+    for c in clocks:
+        if start is None:
+            start, n = c, 0
+            continue
+        n += 1
+        if c - start >= _BLOCK_S:
+            values.append((c - start) / n)
+            start, n = c, 0
+    return statistics.median(values) if len(values) >= 3 else None
+
+
+class AftereffectWatch:
+    """``step(clock)`` at every step boundary outside a session; ``opened(clock)`` and
+    ``closed(label, clock)`` around each session; ``step`` returns a finished check as
+    ``(label, ratio, lasting)`` once the second after span is complete, else None."""
+
+    def __init__(self, span_s: float = 25.0, settle_s: float = 5.0, threshold: float = 0.02):
+        self.span_s, self.settle_s, self.threshold = span_s, settle_s, threshold
+        self._clocks: collections.deque = collections.deque(maxlen=_MAX_BOUNDARIES)
+        self._before: Optional[float] = None
+        self._pending: Optional[tuple[str, float]] = None  # (label, clock the session closed)
+        self.ratio: Optional[float] = None  # the last finished check's after / before
+
+    @property
+    def pending(self) -> bool:
+        """A check is waiting for its after spans (no new session should disturb them)."""
+        return self._pending is not None
+
+    def opened(self, clock: float) -> None:
+        if self._pending is not None:
+            self._pending = None  # a session inside the after spans: that check is void
+        clocks = [c for c in self._clocks if clock - self.span_s <= c <= clock]
+        self._before = _per_step(clocks)
+
+    def closed(self, label: str, clock: float) -> None:
+        if self._before is not None:
+            self._pending = (label, clock)
+        self._clocks.clear()
+
+    def step(self, clock: float) -> Optional[tuple[str, float, bool]]:
+        self._clocks.append(clock)
+        if self._pending is None:
+            return None
+        label, closed = self._pending
+        first = closed + self.settle_s
+        if clock < first + 2 * self.span_s:
+            return None
+        self._pending = None
+        spans = [[c for c in self._clocks if lo <= c < lo + self.span_s]
+                 for lo in (first, first + self.span_s)]
+        after = [_per_step(s) for s in spans]
+        if None in after or not self._before:
+            return None
+        ratios = [a / self._before for a in after]
+        self.ratio = _per_step(spans[0] + spans[1]) / self._before
+        return label, self.ratio, min(ratios) >= 1 + self.threshold

@@ -1,0 +1,67 @@
+"""The real corpus (tests/data/real: collector recordings of real jobs on lent H100s, README
+beside them) replayed through the collector's own pipeline at default detection settings:
+every healthy recording raises nothing, at any severity; changes injected into a real series
+(the times after the change moved by the time added) are raised within the issue's targets.
+The full table, held-out part included, is bench/detection_real.py's."""
+
+from __future__ import annotations
+
+import pathlib
+
+import pytest
+
+from stepwatch.collector._replay import replay
+from stepwatch.collector.detect import DetectionConfig
+from stepwatch.collector.tools.corpus import events, first_step_time, inject, load, repeat
+
+REAL = pathlib.Path(__file__).resolve().parents[1] / "data" / "real"
+CORPUS = sorted(p.name for p in REAL.glob("*.jsonl.gz"))
+
+
+@pytest.fixture(scope="module")
+def lines():
+    cache = {}
+
+    def get(name: str) -> list:
+        if name not in cache:
+            cache[name] = load(str(REAL / name))
+        return cache[name]
+
+    return get
+
+
+def test_the_corpus_is_there_with_its_readme():
+    assert len(CORPUS) >= 5, CORPUS
+    readme = (REAL / "README.md").read_text()
+    for name in CORPUS:
+        assert name in readme, f"{name} is not described in tests/data/real/README.md"
+
+
+@pytest.mark.parametrize("name", CORPUS)
+def test_a_healthy_real_recording_raises_nothing(name, lines):
+    alerts = replay(events(lines(name)), DetectionConfig())
+    assert alerts == [], [(a.alertname, a.rank, a.severity, a.fired_summary) for a in alerts]
+
+
+@pytest.mark.parametrize("ratio, severity, within_s", [(0.10, "critical", 60), (0.05, "warning", 180)])
+def test_a_shift_injected_into_a_real_series_is_raised_in_time(ratio, severity, within_s, lines):
+    series = lines("h100_1gpu_m_pauses.jsonl.gz")
+    at = first_step_time(series) + 240
+    alerts = replay(events(inject(series, "step", ratio, at, 0)), DetectionConfig())
+    drift = [a for a in alerts if a.alertname == "StepwatchThroughputDrift"]
+    assert len(drift) == 1, [(a.severity, a.fired_summary) for a in alerts]
+    (a,) = drift
+    assert a.history[0][1] == severity and a.fired_at - at <= within_s, (a.history, a.fired_at - at)
+    assert abs(a.starts_at - at) <= 30, a.starts_at - at
+
+
+def test_a_ramp_injected_into_a_real_series_is_raised_against_the_settled_level(lines):
+    """+5% over 15 minutes into the 44 ms job played three times in a row (33 minutes): raised
+    no later than 10 minutes after it reached +5%, against the job's settled level."""
+    series = repeat(lines("h100_1gpu_m_pauses.jsonl.gz"), 3)
+    at = first_step_time(series) + 240
+    alerts = replay(events(inject(series, "ramp", 0.05, at, 900)), DetectionConfig())
+    drift = [a for a in alerts if a.alertname == "StepwatchThroughputDrift"]
+    assert len(drift) == 1, [(a.severity, a.fired_summary) for a in alerts]
+    assert drift[0].fired_at <= at + 900 + 600
+    assert "vs this job's level at" in drift[0].fired_summary, drift[0].fired_summary
