@@ -100,7 +100,8 @@ ab)
 live)
     collector live_$1 0
     job1 live_$1 0 0 "$1" "$2"
-    finish live_$1 0 ;;
+    finish live_$1 0
+    touch $W/live.done ;;
 pack)  # $W's files whose names start with $1 (default: all) into $OUT/real.tgz
     grep -H "rank .*steps, batch" $W/${1:-}*.log
     (cd $W && tar czf $OUT/real.tgz gpus.txt ${1:-}*)
