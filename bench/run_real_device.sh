@@ -54,7 +54,7 @@ job2() {  # NAME PORT GPUS SIZE SECONDS [job args...]: 2-GPU NCCL DDP under torc
     CUDA_VISIBLE_DEVICES=$gpus STEPWATCH_COLLECTOR=127.0.0.1:$((7400 + port * 2)) \
         python3 -m torch.distributed.run --nproc_per_node 2 --master_port $((29500 + port)) \
         bench/real_job.py --size $size --duration-s $secs --job $name \
-        --steps-out $W/$name.steps.r\${RANK}.json "$@" > $W/$name.log 2>&1
+        --steps-out $W/$name.steps.r{rank}.json "$@" > $W/$name.log 2>&1
 }
 
 what=$1; shift

@@ -64,8 +64,8 @@ class DriftConfig:
     pause_ratio: float = option(1.5, "a step this many times the current level is a pause (evaluation, "
                                 "checkpoint, stall): counted, never drift", check=at_least(1.05))
     max_pause_steps: int = _count(100, "a run of this many pause steps is a level change, not a pause")
-    clear_s: float = option(30.0, "an episode ends once the median of this long is back under half "
-                            "of info_ratio", check=at_least(0.01))
+    clear_s: float = option(60.0, "an episode ends once the median of this long is back under half "
+                            "of info_ratio and 40% of the shift it was raised on", check=at_least(0.01))
     for_s: float = _n(0.0, "pending time before firing (the windows already wait)")
 
     def __post_init__(self) -> None:

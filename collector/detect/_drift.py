@@ -13,7 +13,7 @@ medians of 10 s of 8 ms steps ranged 0.89-1.32x of the job's median; of 44 ms st
 **Warm-up and settling.** The first ``warmup_s`` after the rank's first step are not judged
 (compilation, allocator growth, the loader starting, the first profiler windows). The next
 ``settle_s`` give the job's **settled level**: the median of those buckets. From then on the
-detector is *armed* (``armed``). The settled level never follows the job: a slow ramp is
+detector is *armed* (``armed``). The settled level never follows the job up: a slow ramp is
 measured against it however long it takes.
 
 **Noise.** The job's own spread at each test window: the robust spread (1.4826 x MAD) of the
@@ -43,7 +43,7 @@ which the agent itself backs off from (agent/_aftereffect.py).
 **Episodes.** Severity only rises while the change lasts, one level at a time (each raise is
 kept in the episode's history by the alert book). The ratio and summary follow the sustained level (the
 median of the last ``warning_window_s``). The condition clears once the median of the last
-``clear_s`` is back under half of ``info_ratio`` (and two critical-window noise spreads). O(1)
+``clear_s`` is back under half of ``info_ratio`` and under 40% of the shift it was raised on. O(1)
 per step amortised; the noise spreads are recomputed once a minute (a few hundred sorts of
 short lists). Not thread-safe: one caller at a time.
 """
@@ -73,6 +73,9 @@ _MIN_BEFORE_S = 120.0  # the "level before" reference spans at least this long
 _NOISE_EVERY = 12  # buckets between recomputations of the noise spreads
 _NOISE_SAMPLES = 6  # runs of a window the quiet history must hold for its own spread
 _MAX_BUCKETS = 4096  # history kept (5 s buckets: 5.7 h)
+# An episode clears once the level is back under this share of the shift it was raised on (and
+# under half of info_ratio): a real +3% hovering at +2.1% against the settled level must not clear
+_CLEAR_SHARE = 0.4
 _AROUND_STEPS = 50  # kept steps compared just before and after a profiler window's end
 
 
@@ -117,6 +120,7 @@ class DriftDetector:
         self._level_moved = False
         self._ref: Optional[float] = None
         self._ref_text = ""
+        self._raised = 0.0  # log shift the episode was raised on
         self._alertname, self._window_note = "StepwatchThroughputDrift", ""
         self._onset: Optional[tuple[int, float]] = None
         # The agent's own cost: kept steps just before each profiler window's end and just after
@@ -309,7 +313,7 @@ class DriftDetector:
             return False
         hist = self._history
         recent = median(hist.tail(2, min(len(hist), self._n_clear)))
-        if recent - self._ref < max(math.log1p(self.cfg.info_ratio) / 2, 2 * self._noise.get(CRITICAL, 0.0)):
+        if recent - self._ref < min(math.log1p(self.cfg.info_ratio) / 2, _CLEAR_SHARE * self._raised):
             self.condition, self._onset, self._ref = None, None, None
             self._level = recent
             return True
@@ -331,7 +335,7 @@ class DriftDetector:
         ys = [r[2] for r in rows]
         k = _estimate_onset(ys, ref, shift, self._clip)
         self._onset = (int(rows[k][0]), rows[k][1] - self.cfg.bucket_s)
-        self._ref = ref
+        self._ref, self._raised = ref, shift
         self._alertname, self._window_note = "StepwatchThroughputDrift", ""
         window = self._window_at(self._onset[1], shift)
         if window is not None:
