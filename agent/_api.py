@@ -325,7 +325,7 @@ def _cupti_teardown(torch) -> None:
     """Have Kineto tear CUPTI down after each profiler window (``TEARDOWN_CUPTI=1``) unless
     the user chose otherwise. Without it CUPTI stays attached after the first window and every
     later step pays for it: measured on an H200 (torch 2.11, CUDA 13), +27.5% step time for the
-    rest of a job after its first window (the agent's post_window_slowdown event), +8..18% in a
+    rest of a job after its first window, +8..18% in a
     micro-benchmark, against -0.0..+0.2% with teardown. Teardown crashed with CUDA graphs
     before CUDA 12.6, so older CUDA keeps Kineto's default."""
     try:

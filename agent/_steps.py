@@ -124,8 +124,10 @@ class StepTracker:
 
     # -- phase marks -----------------------------------------------------------------------
     def mark(self, kind: str) -> None:
-        """The step now running contains a phase ``kind`` (the first mark of a step wins)."""
-        if self._phase is None:
+        """The step now running contains a phase ``kind``. One kind per step: the first,
+        except that any other kind replaces "log" (Hugging Face logs the evaluation's and the
+        checkpoint's steps too; a step that evaluated is an "eval" step)."""
+        if self._phase is None or (self._phase == "log" and kind != "log"):
             self._phase = kind
 
     def open_phase(self, kind: str) -> None:

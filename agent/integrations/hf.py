@@ -7,8 +7,9 @@
   (set ``include_num_input_tokens_seen=True`` in the arguments, else no tokens), divided by the
   world size when the Trainer counts them over all processes;
 - ``on_evaluate`` / ``on_predict`` mark "eval", ``on_save`` "checkpoint", ``on_log`` "log" (or
-  "eval" for the evaluation's own metrics): each marks the step that phase delayed (a step
-  keeps its first mark).
+  "eval" for the evaluation's own metrics): each marks the step that phase delayed ("eval" or
+  "checkpoint" replace "log" on the same step). The collector leaves a marked step out of
+  detection only when the phase actually delayed it, so logging every step hides nothing.
 
 Never raises into the Trainer.
 """

@@ -8,6 +8,7 @@ Unix time ``now``. ``conditions()`` lists what holds now; it never raises.
 
 from __future__ import annotations
 
+import collections
 from typing import Iterable, Optional, Sequence
 
 from ._config import DetectionConfig
@@ -15,11 +16,16 @@ from ._drift import DriftDetector
 from ._liveness import RankLiveness, throttle_condition
 from ._memory import MemoryDetector
 from ._straggler import StragglerDetector
-from ._types import WARNING, AllocatorPoint, Condition, GpuPoint, HostPoint, SampleTable, WindowPoint
+from ._types import WARNING, AllocatorPoint, Condition, GpuPoint, HostPoint, SampleTable, WindowPoint, median
 
 __all__ = ["DetectionEngine"]
 
 _MAX_PHASE_KINDS = 8  # marked phase kinds per rank (a label each); more count as "other"
+# A marked step is left out of drift and stragglers only when the phase delayed it: at least
+# this many times the rank's current level. Marks never hide a slowdown: a Hugging Face job
+# logging every step marks every step "log", and a +70% slowdown went unreported when every
+# marked step was left out.
+_MARK_DELAY = 1.2
 # a SampleTable's columns, in the order of the points' fields
 _ALLOCATOR_FIELDS = ("time_s", "allocated_bytes", "reserved_bytes", "inactive_split_bytes", "alloc_retries", "ooms",
                      "device_total_bytes")
@@ -34,6 +40,7 @@ class _Rank:
         self.marked: dict[str, int] = {}  # phase kind -> marked pause episodes
         self.last_phase = ""
         self.ref_tokens: Optional[int] = None
+        self.recent: collections.deque = collections.deque(maxlen=64)  # durations (marked or not)
         self.drift = DriftDetector(cfg.drift, job, rank)
         self.memory = MemoryDetector(cfg.memory, job, rank)
         self.live = RankLiveness(cfg.liveness, job, rank)
@@ -104,7 +111,8 @@ class DetectionEngine:
         A ``profiled`` step (the agent's own profiler was on) counts for liveness and as a
         pause of kind "profiler", never for drift or stragglers. A step with a marked
         ``phase`` (evaluation, checkpoint... marked by the user or an integration) is left out
-        the same way; a run of steps marked with one kind counts as one pause of that kind
+        the same way when the phase delayed it (at least _MARK_DELAY x the median of the rank's
+        last 64 steps, marked or not; before 8 are known, always); otherwise it is a plain step; a run of steps marked with one kind counts as one pause of that kind
         (at most _MAX_PHASE_KINDS kinds per rank, later ones count as "other")."""
         self.steps(job, rank, [step], [time], [step_time_s], [wait_s],
                    [tokens] if tokens is not None else None, (0,) if profiled else (),
@@ -128,18 +136,24 @@ class DetectionEngine:
         r.seen += n
         if not profiled and not phases and not r.last_phase:
             keep = None if warm == 0 else range(warm, n)  # the usual batch: every step counts
+            r.recent.extend(durations[-64:])
         else:
             keep = []
             skip = set(profiled)
             for i in sorted(skip):  # a run's last profiled step: a window's end
                 if i + 1 not in skip and i < n:
                     r.drift.note_window(steps[i], times[i])
+            recent = r.recent
             for i in range(n):
                 phase = r.mark(phases.get(i, "") if phases else "")
                 if i in skip:
                     r.profiled += 1
-                elif not phase and i >= warm:
+                    continue
+                # a marked step the phase did not delay (against the rank's recent steps,
+                # marked or not) is a plain step
+                if i >= warm and (not phase or (len(recent) >= 8 and durations[i] < _MARK_DELAY * median(recent))):
                     keep.append(i)
+                recent.append(durations[i])
         if not self.cfg.enabled:
             return
         if keep is not None:

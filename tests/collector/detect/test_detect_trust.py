@@ -170,3 +170,22 @@ def test_severity_does_not_swing_back_and_forth_early_in_an_episode():
     history = [sev for _, sev in episode.history]
     assert history[-1] == "critical" and history in (["critical"], ["warning", "critical"]), history
 
+
+
+def test_marks_on_every_step_never_hide_a_slowdown():
+    """A Hugging Face job with logging_steps=1 marks every step "log": steps the mark did not
+    delay are plain steps, so a +20% slowdown is still raised; a marked step that the phase
+    delayed (an evaluation, 25x) is still left out."""
+    steps = series(12, AT + 3000, Phenomena(eval_every=0, ckpt_every=0), ("step", 0.20), AT)
+    engine, now = DetectionEngine(), T0
+    book = AlertBook(1e9, DetectionConfig().resolve_hold_s, steps=engine.last_step)
+    for i, dt in enumerate(steps, 1):
+        dt = dt * 25 if i % 2000 == 0 else dt
+        now += dt
+        engine.step("j", 0, i, now, dt, phase="eval" if i % 2000 == 0 else "log")
+        if engine.changed or i % 100 == 0:
+            engine.take_touched()
+            book.update(now, engine.conditions())
+    (episode,) = drift(book.snapshot())
+    assert abs(episode.step - AT) <= 750 and episode.severity == "critical", episode.summary
+    assert engine.pauses()[("j", 0)]["eval"] == (AT + 3000) // 2000
