@@ -154,7 +154,7 @@ class LocalStack:
             sys.executable, "-m", "stepwatch.collector.tools", "collector",
             "--grpc-listen", f"{self.host}:{self.ports['grpc']}",
             "--http-listen", f"{self.host}:{self.ports['http']}",
-            "--ready-file", str(ready), *self.collector_args])
+            "--ready-file", str(ready), *self._alertmanager_args(), *self.collector_args])
         deadline = time.monotonic() + self.timeout_s
         while not ready.exists():
             if proc.poll() is not None:
@@ -165,6 +165,13 @@ class LocalStack:
             time.sleep(0.05)
         addrs = json.loads(ready.read_text())
         self.collector_grpc, self.collector_http = addrs["grpc"], addrs["http"]
+
+    def _alertmanager_args(self) -> list:
+        """The collector sends its own alerts (drift, stragglers, memory: with their why and
+        trace) to the stack's Alertmanager, unless the caller's arguments name one."""
+        if any(a.startswith("--alertmanager-url") for a in self.collector_args):
+            return []
+        return ["--alertmanager-url", self.alertmanager_url]
 
     def _start_prometheus(self) -> None:
         addr = f"{self.host}:{self._port('prometheus')}"
@@ -198,6 +205,7 @@ class LocalStack:
     def describe(self) -> str:
         return (f"  collector     gRPC {self.collector_grpc} (STEPWATCH_COLLECTOR), "
                 f"metrics http://{self.collector_http}/metrics\n"
+                f"  live page     http://{self.collector_http}/  (jobs, alerts with their why, windows, traces)\n"
                 f"  Prometheus    {self.prometheus_url}  (alerts: {self.prometheus_url}/alerts)\n"
                 f"  Alertmanager  {self.alertmanager_url}\n"
                 f"  logs, data    {self.workdir}")

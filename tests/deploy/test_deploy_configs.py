@@ -111,6 +111,10 @@ def test_compose_file_is_valid_and_everything_it_mounts_exists():
     prom = yaml.safe_load((DEPLOY / "prometheus" / "prometheus.yml").read_text())
     assert prom["scrape_configs"][0]["static_configs"][0]["targets"] == ["collector:7471"]
     assert prom["alerting"]["alertmanagers"][0]["static_configs"][0]["targets"] == ["alertmanager:9093"]
+    # ... and the collector sends its own alerts to that Alertmanager.
+    cmd = services["collector"]["command"]
+    assert cmd[cmd.index("--alertmanager-url") + 1] == "http://alertmanager:9093", cmd
+    assert "alertmanager" in services["collector"]["depends_on"]
 
 
 def test_dockerfile_installs_the_collectors_dependencies():

@@ -72,6 +72,8 @@ def test_collector_config_map_is_a_valid_collector_config(tmp_path):
     settings = load_settings({}, environ={"STEPWATCH_AUTH_TOKEN": "from-the-secret"},
                              config_file=str(tmp_path / "collector.yaml"))
     assert settings.agent_grace_s == 300 and settings.grpc_listen == "0.0.0.0:7470"
+    # the collector's own alerts reach the operator's Alertmanager
+    assert settings.alertmanager_url == "http://alertmanager-operated.monitoring.svc:9093"
     with pytest.raises(SettingsError, match="no credential is set"):
         load_settings({}, environ={}, config_file=str(tmp_path / "collector.yaml"))
 

@@ -1,0 +1,47 @@
+"""`stepwatch stack` wires the collector to its Alertmanager: a collector alert (an OOM sent by
+an agent over real gRPC) arrives in the stack's real Alertmanager with its summary, and the
+banner names the live page. Needs the Debian prometheus and prometheus-alertmanager binaries."""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.request
+
+import grpc
+import pytest
+
+from stepwatch.collector.tools.stack import LocalStack, binaries
+from stepwatch.proto.stepwatch.v1 import agent_pb2, agent_pb2_grpc
+
+pytestmark = pytest.mark.skipif(binaries() is None, reason="needs prometheus and prometheus-alertmanager")
+
+
+def _batch(seq: int, now: float, ooms: int) -> agent_pb2.AgentMessage:
+    return agent_pb2.AgentMessage(batch=agent_pb2.Batch(
+        seq=seq, steps=[agent_pb2.StepRecord(step=seq, end_time_s=now, duration_s=0.05)],
+        allocator=[agent_pb2.AllocatorSample(time_s=now, device=0, allocated_bytes=1 << 30, reserved_bytes=2 << 30,
+                                             device_total_bytes=80 << 30, ooms=ooms)]))
+
+
+def test_a_collector_alert_reaches_the_stacks_alertmanager(tmp_path):
+    stack = LocalStack(str(tmp_path / "stack"), scrape_interval="1s").start()
+    try:
+        assert f"live page     http://{stack.collector_http}/" in stack.describe()
+        now = time.time()
+        messages = [agent_pb2.AgentMessage(hello=agent_pb2.Hello(job="oom-job", rank=0, world_size=1, host="node-a",
+                                                                 pid=4242, session_id="s1")),
+                    _batch(1, now, 0), _batch(2, now + 1, 1)]
+        with grpc.insecure_channel(stack.collector_grpc) as chan:
+            list(agent_pb2_grpc.AgentServiceStub(chan).Connect(iter(messages), timeout=10))
+        deadline, found = time.monotonic() + 60, []
+        while time.monotonic() < deadline and not found:
+            with urllib.request.urlopen(stack.alertmanager_url + "/api/v2/alerts", timeout=5) as resp:
+                alerts = json.loads(resp.read())
+            found = [a for a in alerts if a["labels"].get("alertname") == "StepwatchOOM"
+                     and a["labels"].get("training_job") == "oom-job"]
+            time.sleep(0.5)
+        assert found, "the collector's StepwatchOOM alert never reached the stack's Alertmanager"
+        assert found[0]["labels"]["source"] == "collector" and found[0]["annotations"]["summary"]
+    finally:
+        stack.stop()
