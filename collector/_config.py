@@ -155,7 +155,7 @@ class CollectorSettings:
         env="STEPWATCH_WINDOWS_KEPT", check=between(1, 100))
     metrics_per_rank: str = option(
         "summary", "per-rank series on /metrics: full (every series, ~110-150 per GPU rank), summary "
-        "(at most 33 per rank; per-job aggregates carry the distributions) or off (per-job "
+        "(at most 34 per rank; per-job aggregates carry the distributions) or off (per-job "
         "aggregates only); /api has every rank's detail in any mode",
         env="STEPWATCH_METRICS_PER_RANK", parse=_per_rank_mode)
     metrics_render: str = option(

@@ -5,7 +5,7 @@ state once as columns (``_rank_table``, a chunk of ranks per hold of the lock), 
 blocks ingest for longer than a chunk. Per-rank detail by ``mode``:
 
 * ``full``: every series (about 110-150 per GPU rank with windows).
-* ``summary`` (default): at most 33 per rank (``SUMMARY``; 32 + the clock event reasons active
+* ``summary`` (default): at most 34 per rank (``SUMMARY``; 33 + the clock event reasons active
   now, usually none): step, allocator, the main GPU and host counters, agent health,
   compute/communication per step; histograms keep only their +Inf bucket (rate of _sum / _count
   is the mean) and GPU series carry the GPU index, with UUID and model in

@@ -35,8 +35,8 @@ must stand above half the shift (sustained, not one spike). The onset is the
 maximum-likelihood change point of the buckets since the reference.
 
 **The agent's own cost.** The engine tells the detector where each profiler window ended
-(``note_window``). A shift whose onset is within two buckets of a window's end, where the 50
-kept steps after the window stand at least half the shift above the 50 before it, is raised
+(``note_window``). A shift whose onset is within two buckets of a window's end, where the 10
+kept steps after the window stand at least half the shift above the 10 before it, is raised
 as ``StepwatchProfilerOverhead`` naming the window, not as throughput drift: stepwatch's cost,
 which the agent itself backs off from (agent/_aftereffect.py).
 
@@ -76,7 +76,10 @@ _MAX_BUCKETS = 4096  # history kept (5 s buckets: 5.7 h)
 # An episode clears once the level is back under this share of the shift it was raised on (and
 # under half of info_ratio): a real +3% hovering at +2.1% against the settled level must not clear
 _CLEAR_SHARE = 0.4
-_AROUND_STEPS = 50  # kept steps compared just before and after a profiler window's end
+# Kept steps compared just before and just after a profiler window's end: few, so a change of
+# the job's own a few steps away from a window (windows every 32 steps in a CPU test) shows no
+# jump there
+_AROUND_STEPS = 10
 
 
 def _clock(t: float) -> str:

@@ -10,8 +10,10 @@ import yaml
 from _procs import Collector, start_trainer, trainer_env
 
 DETECTION = {"warmup_steps": 10, "eval_interval_s": 0.5,
-             "drift": {"block_steps": 5, "baseline_steps": 100, "baseline_lag_steps": 20,
-                       "min_baseline_steps": 30, "min_duration_steps": 20}}
+             # ~0.06 s steps: horizons of seconds (the defaults are minutes)
+             "drift": {"bucket_s": 0.5, "min_bucket_steps": 3, "warmup_s": 2, "settle_s": 6,
+                       "critical_window_s": 2, "warning_window_s": 3, "info_window_s": 6,
+                       "clear_s": 1, "z": 3}}
 SMALL = ("--step-sleep-s", "0.05", "--d-model", "16", "--layers", "1", "--batch", "2", "--seq", "8")
 
 

@@ -119,9 +119,10 @@ def _with_windows(shift_at: float, shift: float, seconds: float = 700, seed: int
         t = now - T0
         steps, times, durs, profiled = [], [], [], []
         window = t >= next_window
+        level = 1 + shift if t >= shift_at else 1.0  # (from a batch's first step: a window's)
         for i in range(5 if window else 20):
             s += 1
-            dt = 0.04 * (1 + shift if now - T0 >= shift_at else 1.0) * math.exp(rng.gauss(0, 0.01))
+            dt = 0.04 * level * math.exp(rng.gauss(0, 0.01))
             dt = dt * 3 if window else dt
             now += dt
             steps.append(s), times.append(now), durs.append(dt)
@@ -138,10 +139,11 @@ def _with_windows(shift_at: float, shift: float, seconds: float = 700, seed: int
 
 
 def test_a_shift_that_starts_where_a_profiler_window_ends_is_the_agents_cost_not_drift():
-    """The window at 420 s leaves the job 8% slower: raised as StepwatchProfilerOverhead naming
-    the window (no drift alert, so no "host CPU" diagnosis and no window or trace asked for).
-    The same change 25 s after that window is the job's own: throughput drift."""
-    at_window = _with_windows(420.2, 0.08)
+    """The window at 420 s leaves the job 8% slower from its own steps on: raised as
+    StepwatchProfilerOverhead naming the window (no drift alert, so no "host CPU" diagnosis and
+    no window or trace asked for). The same change 25 s after that window is the job's own:
+    throughput drift."""
+    at_window = _with_windows(420.0, 0.08)
     assert at_window and {a for a, _, _ in at_window} == {"StepwatchProfilerOverhead"}, at_window
     assert "profiler window ending at step" in at_window[0][2], at_window
     elsewhere = _with_windows(445.0, 0.08)
