@@ -35,7 +35,7 @@ from stepwatch.collector.tools.corpus import events, first_step_time, inject, lo
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REAL = os.path.join(HERE, "..", "tests", "data", "real")
-HELD_OUT = {"h100_2gpu_m.jsonl.gz", "h100_1gpu_m_short.jsonl.gz"}
+HELD_OUT = {"h100_1gpu_l.jsonl.gz", "h100_1gpu_m_short.jsonl.gz"}
 CHANGES = {"+3%": ("step", 0.03, 0), "+5%": ("step", 0.05, 0), "+10%": ("step", 0.10, 0),
            "ramp +5%/15min": ("ramp", 0.05, 900), "ramp +5%/30min": ("ramp", 0.05, 1800)}
 TARGET_S = {"+3%": 600, "+5%": 180, "+10%": 60, "ramp +5%/15min": 600, "ramp +5%/30min": 600}

@@ -275,11 +275,11 @@ class DriftDetector:
                 last = self._noise[sev] = min(self._noise.get(sev, last), last)
 
     # -- judging --------------------------------------------------------------------------------
-    def _shift(self, sev: str, ref: float) -> Optional[float]:
-        """The shift of ``sev``'s window above ``ref`` (log units) when it raises ``sev``:
-        at least 0.9x its ratio and ``z`` noise spreads, sustained over two thirds of the
-        window's buckets; else None."""
-        n = self._n[sev]
+    def _shift(self, sev: str, ref: float, n: int = 0) -> Optional[float]:
+        """The shift of ``sev``'s window (or of the last ``n`` buckets) above ``ref`` (log
+        units) when it raises ``sev``: at least 0.8x its ratio (0.7x for info) and ``z`` noise
+        spreads, sustained over two thirds of the window's buckets; else None."""
+        n = n or self._n[sev]
         window = self._history.tail(2, n)
         shift = median(window) - ref
         if shift < max(math.log1p(_RAISE[sev] * self._ratio[sev]), self.cfg.z * self._noise.get(sev, _SIGMA_FLOOR)):
@@ -322,8 +322,12 @@ class DriftDetector:
             return True
         i = SEVERITIES.index(old.severity)
         if i + 1 < len(SEVERITIES):  # one level up at a time, never down while it lasts
+            # A rise needs the higher level over the longer of its window and the warning
+            # window: once raised, a severity never comes down, so one noisy 30 s must not
+            # make a +5% episode critical for good.
             sev = SEVERITIES[i + 1]
-            shift = self._shift(sev, self._ref) if len(hist) >= self._n[sev] else None
+            n = max(self._n[sev], self._n[WARNING])
+            shift = self._shift(sev, self._ref, n) if len(hist) >= n else None
             if shift is not None:
                 return self._set(sev, shift)
         # the ratio and summary follow the sustained level (the warning window's median)
