@@ -37,6 +37,7 @@ _MAX_RESTARTS = 5  # sidecar restarts per attach
 _MAX_CONSECUTIVE_ERRORS = 5
 _DRAIN_TIMEOUT_S = 2.0  # bounded wait at exit for a full pipe; never more
 _agent: Optional["Agent"] = None
+_deferred = None  # the settings of an attach() in a multiprocessing child, until its first step
 
 
 def _version() -> str:
@@ -344,9 +345,13 @@ def attach(collector: Optional[str] = None, job: Optional[str] = None,
     Returns the :class:`Agent`, or None when disabled (``STEPWATCH_DISABLE=1``), when the
     sidecar cannot be started, or when an environment variable holds a bad value (logged as
     one error line; training goes on). Raises ``SettingsError`` for an unknown option or an
-    invalid value passed here as an argument, naming it.
+    invalid value passed here as an argument, naming it. In a multiprocessing child (a spawned
+    DataLoader worker re-importing the script, an ``mp.spawn`` trainer) it returns None and
+    the agent starts at the process's first optimizer step or ``step()``: data workers never
+    get one.
     """
     global _agent
+    defer = options.pop("_defer", True)  # (the zero-code hook attaches from inside a step)
     args = dict(options, collector=collector, job=job, samples_per_step=samples_per_step,
                 tokens_per_step=tokens_per_step)
     try:
@@ -363,6 +368,54 @@ def attach(collector: Optional[str] = None, job: Optional[str] = None,
     if _agent is not None:
         _log.warning("stepwatch: attach() called twice; keeping the first agent")
         return _agent
+    if defer and _in_child():
+        _defer_until_first_step(settings)
+        return None
+    return _start(settings)
+
+
+def _in_child() -> bool:
+    """A process started by multiprocessing (spawned DataLoader workers re-import the script,
+    and with it an ``attach()`` at its top; ``mp.spawn`` trainers are children too)."""
+    import multiprocessing
+    # (while a spawned child re-imports the main module, parent_process() is still None; its
+    # name is already the child's)
+    return multiprocessing.parent_process() is not None or \
+        multiprocessing.current_process().name != "MainProcess"
+
+
+def _defer_until_first_step(settings: AgentSettings) -> None:
+    """In a multiprocessing child, the agent starts at the process's first optimizer step (or
+    ``step()``): a spawned DataLoader worker never steps, so it never gets an agent, a sidecar
+    or a session, while an ``mp.spawn`` trainer is reported from its first step on."""
+    global _deferred
+    if _deferred is not None:
+        return
+    _deferred = settings
+    try:
+        import torch.optim.optimizer as optimizer_module
+    except Exception:  # no torch: nothing will step
+        return
+    done = []
+
+    def first_step(optimizer, args, kwargs):
+        # (stays registered: removing it would change the dict torch iterates; one test after)
+        if not done:
+            done.append(True)
+            _start_deferred()
+
+    optimizer_module.register_optimizer_step_pre_hook(first_step)
+
+
+def _start_deferred() -> None:
+    global _deferred
+    settings, _deferred = _deferred, None
+    if settings is not None and _agent is None:
+        _start(settings)
+
+
+def _start(settings: AgentSettings) -> Optional[Agent]:
+    global _agent
     try:
         _agent = Agent(settings, identity_from_env(settings.job))
     except Exception as exc:
@@ -377,6 +430,8 @@ def step(samples: Optional[int] = None, tokens: Optional[int] = None) -> None:
 
     From the first call on, optimizer hooks stop counting steps so nothing is counted twice.
     """
+    if _agent is None and _deferred is not None:
+        _start_deferred()
     if _agent is not None:
         _agent.explicit_step(samples, tokens)
 

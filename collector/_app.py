@@ -100,7 +100,7 @@ class Collector:
         self._fork = ForkRender() if self.render_mode == "process" else None
         self.state.scrape_child = self._fork
         AlertMetrics(self.detection.book, self.registry, client, pauses=self.detection.engine.pauses,
-                     per_rank=settings.metrics_per_rank == "full")
+                     per_rank=settings.metrics_per_rank == "full", armed=self.detection.engine.armed)
         self.grpc_address: Optional[str] = None
         self.http_address: Optional[str] = None
         self._recorder: Optional[Recorder] = None

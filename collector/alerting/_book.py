@@ -198,14 +198,17 @@ def _copy(a: Alert) -> Alert:
 
 
 class AlertMetrics(Collector):
-    """``stepwatch_alert_active``: 1 per firing alert; with an Alertmanager ``client``,
+    """``stepwatch_alert_active``: 1 per firing alert; ``stepwatch_pauses_total`` and
+    ``stepwatch_drift_armed_ranks`` from the engine; with an Alertmanager ``client``,
     ``stepwatch_collector_alertmanager_alerts_total{outcome}`` (sent, failed, dropped).
     Registers itself on ``registry``."""
 
-    def __init__(self, book: AlertBook, registry, client=None, pauses=None, per_rank: bool = True):
+    def __init__(self, book: AlertBook, registry, client=None, pauses=None, per_rank: bool = True,
+                 armed=None):
         self._book, self._per_rank = book, per_rank
         self._client = client
         self._pauses = pauses  # () -> {(job, rank): {kind: count}}
+        self._armed = armed  # () -> {(job, rank): bool}
         registry.register(self)
 
     def collect(self):
@@ -233,6 +236,17 @@ class AlertMetrics(Collector):
             for key, n in sorted(summed.items()):
                 pauses.add_metric(key, n)
             yield pauses
+        if self._armed is not None:
+            armed = GaugeMetricFamily(
+                "stepwatch_drift_armed_ranks", "Ranks of the job whose drift detector is armed: past "
+                "warm-up (detection.drift.warmup_s) and settling (settle_s), judging step time "
+                "against the job's settled level. Before, no drift is raised.", labels=("training_job",))
+            counts: dict = {}
+            for (job, _rank), on in sorted(self._armed().items()):
+                counts[job] = counts.get(job, 0) + (1 if on else 0)
+            for job, n in sorted(counts.items()):
+                armed.add_metric((job,), n)
+            yield armed
         if self._client is not None:
             sent = CounterMetricFamily(
                 "stepwatch_collector_alertmanager_alerts",

@@ -334,6 +334,11 @@ class DetectionEngine:
             conds = [c for c in (r.live.stalled(now), r.live.gone(now, others)) if c is not None]
             self._sync(("live", job, rank), conds)
 
+    def armed(self) -> dict[tuple, bool]:
+        """``{(job, rank): armed}``: whether the rank's drift detector has its settled level
+        (warm-up and settling over; before, nothing is judged)."""
+        return {key: r.drift.armed for key, r in list(self._ranks.items())}
+
     def pauses(self) -> dict[tuple, dict[str, int]]:
         """``{(job, rank): {kind: count}}``: pause episodes the drift detector left out
         ("stall": one step, "pause": several), steps the agent profiled ("profiler") and

@@ -189,3 +189,23 @@ def test_marks_on_every_step_never_hide_a_slowdown():
     (episode,) = drift(book.snapshot())
     assert abs(episode.step - AT) <= 750 and episode.severity == "critical", episode.summary
     assert engine.pauses()[("j", 0)]["eval"] == (AT + 3000) // 2000
+
+
+def test_armed_after_warm_up_and_settling_and_exported():
+    """Nothing is judged before a rank is armed (warm-up 60 s, then 120 s of settling); the
+    collector exports how many of a job's ranks are armed."""
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from stepwatch.collector.alerting import AlertMetrics
+    engine, book, now = DetectionEngine(), AlertBook(1e9, 60.0), T0
+    registry = CollectorRegistry()
+    AlertMetrics(book, registry, armed=engine.armed)
+    seen = []
+    for i in range(1, 6001):  # 40 ms steps: 240 s
+        now += 0.04
+        engine.step("j", 0, i, now, 0.04)
+        if i % 250 == 0:
+            seen.append((round(now - T0), engine.armed()[("j", 0)]))
+    first = next(t for t, on in seen if on)
+    assert 180 <= first <= 200, seen
+    assert b'stepwatch_drift_armed_ranks{training_job="j"} 1.0' in generate_latest(registry)
