@@ -350,7 +350,6 @@ def attach(collector: Optional[str] = None, job: Optional[str] = None,
     the agent starts at the process's first optimizer step or ``step()``: data workers never
     get one.
     """
-    global _agent
     defer = options.pop("_defer", True)  # (the zero-code hook attaches from inside a step)
     args = dict(options, collector=collector, job=job, samples_per_step=samples_per_step,
                 tokens_per_step=tokens_per_step)

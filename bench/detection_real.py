@@ -25,7 +25,6 @@ import argparse
 import datetime
 import json
 import os
-import statistics
 import sys
 import time
 

@@ -20,9 +20,11 @@ import gzip
 import json
 import logging
 import os
+import shutil
 import signal
 import ssl
 import sys
+import tempfile
 import time
 import uuid
 from typing import Callable, Optional
@@ -104,6 +106,7 @@ class Collector:
         self.grpc_address: Optional[str] = None
         self.http_address: Optional[str] = None
         self._recorder: Optional[Recorder] = None
+        self._owned_trace_dir: Optional[str] = None  # made by this collector, removed at stop
         self.trace_store: Optional[TraceStore] = None
         self._ingest: Optional[IngestServer] = None
         self._http: Optional[HttpServer] = None
@@ -130,7 +133,10 @@ class Collector:
                 self._recorder = Recorder(self.settings.record)
                 self.pipeline.listeners.append(self._recorder)
             if self.settings.trace_store_dir:
-                self.trace_store = TraceStore(self.settings.trace_store_dir, self.settings.trace_store_max_bytes,
+                directory = self.settings.trace_store_dir
+                if directory == "auto":  # this collector's own, never another user's or collector's
+                    directory = self._owned_trace_dir = tempfile.mkdtemp(prefix="stepwatch-collector-traces-")
+                self.trace_store = TraceStore(directory, self.settings.trace_store_max_bytes,
                                               self.settings.trace_upload_max_bytes)
                 TraceStoreMetrics(self.trace_store, self.registry)
             self._ingest = IngestServer(self.pipeline, auth_token=self.settings.auth_token,
@@ -184,6 +190,9 @@ class Collector:
             await self.detection.client.stop()
         if self._recorder is not None:
             self._recorder.close()
+        if self._owned_trace_dir is not None:
+            shutil.rmtree(self._owned_trace_dir, ignore_errors=True)
+            self._owned_trace_dir = None
         self.gc.stop()
         if self._switch_interval is not None:
             sys.setswitchinterval(self._switch_interval)

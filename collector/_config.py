@@ -12,7 +12,6 @@ import dataclasses
 import logging
 import ipaddress
 import os
-import tempfile
 from typing import Any, Mapping, Optional
 
 from stepwatch.agent.settings import (SettingsError, between, load, non_negative, option, parse_duration,
@@ -168,9 +167,10 @@ class CollectorSettings:
         5, "top kernels and ops per rank exported as stepwatch_window_top_*_seconds",
         env="STEPWATCH_METRICS_TOP_K", check=between(0, 50))
     trace_store_dir: str = option(
-        os.path.join(tempfile.gettempdir(), "stepwatch-collector-traces"),
-        "directory uploaded traces are kept in (served at /api/traces/<id>); empty: refuse uploads",
-        env="STEPWATCH_TRACE_STORE_DIR")
+        "auto",
+        "directory uploaded traces are kept in (served at /api/traces/<id>); auto: a private "
+        "directory of this collector's own (mode 0700) under the temp directory, removed when it "
+        "stops; empty: refuse uploads", env="STEPWATCH_TRACE_STORE_DIR")
     trace_store_max_bytes: int = option(
         2 << 30, "bytes of uploaded traces kept in all; the oldest are removed beyond",
         env="STEPWATCH_TRACE_STORE_MAX_BYTES", parse=parse_size, check=between(1 << 20, 1 << 50))

@@ -127,3 +127,28 @@ def test_collector_down_ends_in_an_upload_error_after_retries(tmp_path):
     ref = agent_pb2.TraceRef(request_id="x", path=str(path))
     TraceUploader("127.0.0.1:9", "", "job", 0, attempts=2, first_delay_s=0.05, timeout_s=2).upload(ref)
     assert not ref.trace_id and ref.upload_error.startswith("upload failed: UNAVAILABLE"), ref.upload_error
+
+
+def test_the_default_trace_store_is_this_collectors_own_and_removed_at_stop(tmp_path):
+    """Two collectors on one host with the default trace_store_dir never share a store: each
+    gets a private directory (mode 0700) of its own, removed when it stops."""
+    import asyncio
+    import stat
+
+    from stepwatch.collector import Collector
+    from stepwatch.collector._config import CollectorSettings
+
+    async def both():
+        made = [Collector(CollectorSettings(grpc_listen="127.0.0.1:0", http_listen="127.0.0.1:0"))
+                for _ in range(2)]
+        for c in made:
+            await c.start()
+        dirs = [c.trace_store.directory for c in made]
+        modes = [stat.S_IMODE(os.stat(d).st_mode) for d in dirs]
+        for c in made:
+            await c.stop(grace_s=0)
+        return dirs, modes
+
+    dirs, modes = asyncio.run(both())
+    assert dirs[0] != dirs[1] and modes == [0o700, 0o700], (dirs, modes)
+    assert not any(os.path.exists(d) for d in dirs)
