@@ -29,8 +29,10 @@ def _feed(collector, ranks=3):
 
 
 def _rank_lines(body: bytes) -> list:
-    """Every series but the collector's own (those move between two renders)."""
-    return [line for line in body.decode().splitlines() if not line.startswith(("stepwatch_collector_", "#"))]
+    """Every series but the collector's own (those move between two renders) and the alert
+    registry's (rendered beside the state's, not by it)."""
+    return [line for line in body.decode().splitlines()
+            if not line.startswith(("stepwatch_collector_", "stepwatch_drift_armed_ranks", "#"))]
 
 
 def _children() -> set:
