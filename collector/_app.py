@@ -38,6 +38,7 @@ from stepwatch.agent.support import read_pem
 from . import _gcstats as gcstats
 from ._api import jobs_json, steps_json
 from ._config import CollectorSettings
+from .detect._persist import DriftStore
 from ._exposition import render
 from ._http import HttpServer
 from .alerting import AlertmanagerClient, AlertMetrics, Detection
@@ -93,8 +94,10 @@ class Collector:
         self.gc = gcstats.GcFreezer(settings.gc_full_every_s)
         self.state = CollectorState(settings.agent_grace_s, windows_kept=settings.windows_kept)
         client = AlertmanagerClient.from_settings(settings, clock) if settings.alertmanager_url else None
+        # Each rank's settled level, noise and open drift episode survive a restart in state_dir.
+        self._store = DriftStore(settings.state_dir) if settings.state_dir else None
         self.detection = Detection(settings.detection, client, request_window=self._request_window,
-                                   request_trace=self._request_trace)
+                                   request_trace=self._request_trace, store=self._store)
         self.pipeline = Pipeline(self.state, [self.detection])
         self.registry = registry if registry is not None else CollectorRegistry(auto_describe=False)
         self.rank_metrics = RankMetrics(self.state, settings.metrics_per_rank, settings.metrics_top_k)
@@ -190,6 +193,8 @@ class Collector:
             await self.detection.client.stop()
         if self._recorder is not None:
             self._recorder.close()
+        if self._store is not None:
+            self._store.close()
         if self._owned_trace_dir is not None:
             shutil.rmtree(self._owned_trace_dir, ignore_errors=True)
             self._owned_trace_dir = None

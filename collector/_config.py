@@ -171,6 +171,11 @@ class CollectorSettings:
         "directory uploaded traces are kept in (served at /api/traces/<id>); auto: a private "
         "directory of this collector's own (mode 0700) under the temp directory, removed when it "
         "stops; empty: refuse uploads", env="STEPWATCH_TRACE_STORE_DIR")
+    state_dir: str = option(
+        "", "directory where detection keeps each rank's settled level, noise and open drift "
+        "episode (SQLite), so a restarted collector, or a replica that shares it, goes on where "
+        "it was instead of warming up again; empty: kept in memory only",
+        env="STEPWATCH_STATE_DIR")
     trace_store_max_bytes: int = option(
         2 << 30, "bytes of uploaded traces kept in all; the oldest are removed beyond",
         env="STEPWATCH_TRACE_STORE_MAX_BYTES", parse=parse_size, check=between(1 << 20, 1 << 50))

@@ -70,7 +70,8 @@ class Detection:
     def __init__(self, cfg: DetectionConfig, client: Optional[AlertmanagerClient] = None,
                  log_changes: bool = True,
                  request_window: Optional[Callable[[str, int, str], bool]] = None,
-                 request_trace: Optional[Callable[[str, int, int], Optional[str]]] = None):
+                 request_trace: Optional[Callable[[str, int, int], Optional[str]]] = None,
+                 store=None):
         self.cfg = cfg
         self._log_changes = log_changes
         # (job, rank, reason) -> sent: ask a rank for a window now (live only), so a slowdown
@@ -86,7 +87,7 @@ class Detection:
         # ranks with a firing slowdown whose diagnosis still lacks a window after its onset: only
         # their window batches are checked (one set lookup per batch for everyone else)
         self._incomplete: set[tuple] = set()
-        self.engine = DetectionEngine(cfg)
+        self.engine = DetectionEngine(cfg, store)  # (store: drift state kept across restarts)
         self.book = AlertBook(cfg.resolved_retention_s, cfg.resolve_hold_s, steps=self.engine.last_step)
         self.evidence = Evidence()
         self.client = client
@@ -156,6 +157,7 @@ class Detection:
             for job, rank, connected, since in connections:
                 self.engine.connection(job, rank, connected, since)
             self.engine.tick(now)
+            self.engine.save(now)
             self._update(now, full=True)
             if self.client is not None and now - self._last_resend >= self.client.resend_s:
                 self._last_resend = now

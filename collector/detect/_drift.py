@@ -133,6 +133,7 @@ class DriftDetector:
         self.pauses: dict[str, int] = {}
         self.condition: Optional[Condition] = None
         self.baseline_s: Optional[float] = None
+        self._version = 0
 
     def note_window(self, step: int, time: float) -> None:
         """A profiler window of the agent's ended at ``step`` (its last profiled step, Unix
@@ -148,6 +149,51 @@ class DriftDetector:
     @property
     def armed(self) -> bool:
         return self._settled is not None
+
+    @property
+    def version(self) -> int:
+        """Changes whenever :meth:`state` would: arming, a new noise measurement, an episode."""
+        return self._version
+
+    def state(self) -> Optional[dict]:
+        """What survives a collector restart (``_persist.DriftStore``): the settled level, the
+        noise spreads and an open episode; None before the rank is armed."""
+        if self._settled is None:
+            return None
+        out = {"v": 1, "settled": self._settled, "settled_at": self._settled_at,
+               "noise": dict(self._noise), "pauses": dict(self.pauses)}
+        c = self.condition
+        if c is not None:
+            out["episode"] = {"alertname": c.alertname, "severity": c.severity, "ref": self._ref,
+                              "ref_text": self._ref_text, "onset": list(self._onset), "raised": self._raised,
+                              "note": self._window_note, "ratio": c.ratio}
+        return out
+
+    def restore(self, state: dict) -> None:
+        """Take up ``state`` (from :meth:`state`): armed at once against the saved settled level
+        (no warm-up or settling again), an open episode goes on from its saved onset. The
+        bucket history starts empty: the tests judge once their windows hold new buckets."""
+        try:
+            settled, at = float(state["settled"]), float(state["settled_at"])
+            noise = {k: float(v) for k, v in state.get("noise", {}).items() if k in self._n}
+        except (KeyError, TypeError, ValueError):
+            return
+        if not (math.isfinite(settled) and math.isfinite(at)):
+            return
+        self._settled, self._settled_at, self._noise = settled, at, noise
+        self._level, self.baseline_s = settled, math.exp(settled)
+        self._first_time = at - self.cfg.warmup_s - self.cfg.settle_s
+        self.pauses.update({str(k): int(v) for k, v in state.get("pauses", {}).items()})
+        ep = state.get("episode")
+        if isinstance(ep, dict) and ep.get("severity") in SEVERITIES:
+            try:
+                self._ref, self._raised = float(ep["ref"]), float(ep["raised"])
+                self._onset = (int(ep["onset"][0]), float(ep["onset"][1]))
+                self._ref_text, self._window_note = str(ep["ref_text"]), str(ep.get("note", ""))
+                self._alertname = str(ep.get("alertname", "StepwatchThroughputDrift"))
+                self._set(ep["severity"], math.log(float(ep["ratio"])))
+            except (KeyError, TypeError, ValueError, IndexError):
+                self.condition = None
 
     # -- steps ----------------------------------------------------------------------------------
     def feed(self, step: int, time: float, value: float) -> bool:
@@ -246,6 +292,7 @@ class DriftDetector:
         ``noise_history_s`` but the newest ``info_window_s``, so a fresh shift can raise before
         it widens the spread), divided by sqrt(2). Differences, not deviations from a centre:
         a slow ramp inside the history would otherwise widen the spread it is judged by."""
+        self._version += 1
         self._since_noise = 0
         hist, lag = self._history, (self._n[INFO] if self._noise else 0)
         n_hist = min(len(hist), self._n_noise + lag)
@@ -319,6 +366,7 @@ class DriftDetector:
         if recent - self._ref < min(math.log1p(self.cfg.info_ratio) / 2, _CLEAR_SHARE * self._raised):
             self.condition, self._onset, self._ref = None, None, None
             self._level = recent
+            self._version += 1
             return True
         i = SEVERITIES.index(old.severity)
         if i + 1 < len(SEVERITIES):  # one level up at a time, never down while it lasts
@@ -374,6 +422,7 @@ class DriftDetector:
         summary = (f"step time {shift:+.1%} {self._ref_text} ({base_ms:.1f} ms -> "
                    f"{base_ms * (1 + shift):.1f} ms) since step {step:,}{self._window_note}")
         old = self.condition
+        self._version += 1
         self.condition = Condition(self._alertname, self.job, self.rank, sev, summary,
                                    since, step, self.cfg.for_s, ratio=1 + shift)
         return self.condition != old

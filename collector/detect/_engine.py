@@ -26,6 +26,11 @@ _MAX_PHASE_KINDS = 8  # marked phase kinds per rank (a label each); more count a
 # logging every step marks every step "log", and a +70% slowdown went unreported when every
 # marked step was left out.
 _MARK_DELAY = 1.2
+
+
+def _now() -> float:
+    import time
+    return time.time()
 # a SampleTable's columns, in the order of the points' fields
 _ALLOCATOR_FIELDS = ("time_s", "allocated_bytes", "reserved_bytes", "inactive_split_bytes", "alloc_retries", "ooms",
                      "device_total_bytes")
@@ -63,8 +68,12 @@ class DetectionEngine:
     went since :meth:`take_touched` (an alert book updates those, not every condition of the
     fleet); ``changed``: whether there are any."""
 
-    def __init__(self, cfg: Optional[DetectionConfig] = None):
+    def __init__(self, cfg: Optional[DetectionConfig] = None, store=None):
         self.cfg = cfg or DetectionConfig()
+        # (a _persist.DriftStore: drift state saved when it changed, restored when a rank is
+        # first seen)
+        self._store = store
+        self._saved: dict[tuple, int] = {}
         self._ranks: dict[tuple, _Rank] = {}
         self._stragglers: dict[str, StragglerDetector] = {}
         self._active: dict[tuple, Condition] = {}
@@ -75,7 +84,26 @@ class DetectionEngine:
         r = self._ranks.get((job, rank))
         if r is None:
             r = self._ranks[(job, rank)] = _Rank(self.cfg, job, rank)
+            if self._store is not None:
+                state = self._store.load(job, rank, _now())
+                if state is not None:
+                    r.drift.restore(state)
+                    if r.drift.condition is not None:
+                        self._sync(r.drift, [r.drift.condition])
         return r
+
+    def save(self, now: float) -> None:
+        """Save the drift state of each armed rank whose state changed since its last save
+        (armed, its noise measured again, an episode raised, risen or cleared: at most about
+        once a minute of data per rank)."""
+        if self._store is None:
+            return
+        for key, r in list(self._ranks.items()):
+            if r.drift.version != self._saved.get(key):
+                state = r.drift.state()
+                if state is not None:
+                    self._store.save(key[0], key[1], state, _now())
+                    self._saved[key] = r.drift.version
 
     def _sync(self, owner: object, conds: Iterable[Condition]) -> None:
         if not conds and not self._owned.get(owner):  # the usual tick of a quiet rank

@@ -1,0 +1,85 @@
+"""The drift detectors' long-lived state on disk, so a collector that restarts (redeployed,
+killed, a job moved to another replica that shares the directory) keeps each rank's settled
+level, its measured noise and an open episode instead of warming up again: jobs run for weeks,
+and a slow ramp must be judged against the level the job settled at, not the level it had
+drifted to by the restart.
+
+One SQLite file (the standard library's ``sqlite3``) in the collector's ``state_dir``. The
+caller is the engine, on the collector's event loop thread: a save is one small row per armed
+rank at most once a minute (``REPLACE``), a load one indexed read when a rank is first seen.
+A store that fails (disk full, read-only, damaged file) logs once and answers "nothing saved":
+detection goes on without it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sqlite3
+from typing import Optional
+
+__all__ = ["DriftStore"]
+
+log = logging.getLogger("stepwatch.collector")
+
+_SCHEMA = """CREATE TABLE IF NOT EXISTS drift (
+    job TEXT NOT NULL, rank INTEGER NOT NULL, state TEXT NOT NULL, saved_at REAL NOT NULL,
+    PRIMARY KEY (job, rank))"""
+
+
+class DriftStore:
+    """``load(job, rank)`` -> the state saved for that rank, or None; ``save(job, rank, state,
+    now)``. ``max_age_s``: older rows are not restored (that job is gone)."""
+
+    def __init__(self, directory: str, max_age_s: float = 7 * 86400.0):
+        self.path = os.path.join(directory, "detection.sqlite")
+        self.max_age_s = max_age_s
+        self._db: Optional[sqlite3.Connection] = None
+        self._failed = False
+        try:
+            os.makedirs(directory, mode=0o700, exist_ok=True)
+            self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+            self._db.execute(_SCHEMA)
+        except (OSError, sqlite3.Error) as exc:
+            self._fail("open", exc)
+
+    def _fail(self, what: str, exc: Exception) -> None:
+        if not self._failed:
+            log.error("stepwatch collector: detection state %s %s failed (%s); detection goes on "
+                      "without it", self.path, what, exc)
+        self._failed = True
+
+    def load(self, job: str, rank: int, now: float) -> Optional[dict]:
+        if self._db is None:
+            return None
+        try:
+            row = self._db.execute("SELECT state, saved_at FROM drift WHERE job = ? AND rank = ?",
+                                   (job, rank)).fetchone()
+        except sqlite3.Error as exc:
+            self._fail("read", exc)
+            return None
+        if row is None or now - row[1] > self.max_age_s:
+            return None
+        try:
+            state = json.loads(row[0])
+        except ValueError:
+            return None
+        return state if isinstance(state, dict) else None
+
+    def save(self, job: str, rank: int, state: dict, now: float) -> None:
+        if self._db is None:
+            return
+        try:
+            self._db.execute("REPLACE INTO drift (job, rank, state, saved_at) VALUES (?, ?, ?, ?)",
+                             (job, rank, json.dumps(state), now))
+        except (sqlite3.Error, ValueError) as exc:
+            self._fail("write", exc)
+
+    def close(self) -> None:
+        if self._db is not None:
+            try:
+                self._db.close()
+            except sqlite3.Error:
+                pass
+            self._db = None
