@@ -83,7 +83,9 @@ def parse_float(raw: Any) -> float:
     return value
 
 
-_DURATION = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*(ms|s|m|h|d)?\s*$")
+# (a sign is read, so "-1" is a value the option's check refuses with its rule, "> 0", rather
+# than text that is no duration)
+_DURATION = re.compile(r"^\s*([-+]?[0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*(ms|s|m|h|d)?\s*$")
 _DURATION_UNITS = {None: 1.0, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 
 
@@ -211,8 +213,14 @@ def _convert(cls: type, f: dataclasses.Field, spec: _Spec, raw: Any, where: str)
     return value
 
 
+_SHOW_MAX = 80  # characters of a bad value shown in an error (a 5,000-character job name)
+
+
 def _show(raw: Any, spec: _Spec) -> str:
-    return "'***'" if spec.secret else repr(raw)
+    if spec.secret:
+        return "'***'"
+    text = repr(raw)
+    return text if len(text) <= _SHOW_MAX else f"{text[:_SHOW_MAX - 3]}... ({len(str(raw))} characters)"
 
 
 def _yaml_mapping(raw: Any, what: str) -> Mapping[str, Any]:

@@ -45,10 +45,27 @@ def environment(args: argparse.Namespace, base: dict) -> dict:
     return env
 
 
+def _check_flags(args: argparse.Namespace) -> str:
+    """The flags' values checked as the agent will check them, so a bad one is reported as the
+    flag typed here (not as the environment variable it becomes); "" when all are good."""
+    from stepwatch.agent._options import AgentSettings
+    from stepwatch.agent.settings import SettingsError, load
+    given = {name: getattr(args, name) for name in ("collector", "job") if getattr(args, name)}
+    try:
+        load(AgentSettings, given, environ={})
+    except SettingsError as exc:
+        return str(exc).replace("option '", "--", 1).replace("' from argument", "", 1)
+    return ""
+
+
 def run(args: argparse.Namespace) -> int:
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if not command:
         print("stepwatch run: error: no command given (stepwatch run [options] -- COMMAND ...)", file=sys.stderr)
+        return 2
+    bad = _check_flags(args)
+    if bad:
+        print(f"stepwatch run: error: {bad}", file=sys.stderr)
         return 2
     env = environment(args, dict(os.environ))
     try:

@@ -1,6 +1,6 @@
 """``stepwatch trace``: ask a collector (ControlService.Capture) for a trace of the next steps.
 
-Prints one line per rank, ``rank R  host H  PATH  (N MiB)  [collector: /api/traces/ID]`` or
+Prints one line per rank, ``rank R  host H  PATH  (SIZE)  [collector: /api/traces/ID]`` or
 ``rank R  host H  error: E``. With ``--out DIR`` each uploaded trace is downloaded from the
 collector (ControlService.DownloadTrace) into ``DIR/ID.json.gz`` (opens in Perfetto).
 Exit status: 0 when every asked rank delivered a trace (and, with --out, it was saved), 1
@@ -74,7 +74,15 @@ def line(rank_trace) -> str:
         return head + f"error: {ref.error or 'no path reported'}"
     where = f"  collector: /api/traces/{ref.trace_id}" if ref.trace_id else \
         (f"  ({ref.upload_error})" if ref.upload_error else "")
-    return head + f"{ref.path}  ({ref.bytes / (1 << 20):.1f} MiB){where}"
+    return head + f"{ref.path}  ({_size(ref.bytes)}){where}"
+
+
+def _size(n: int) -> str:
+    """Bytes for a person: "20.3 KiB", not "0.0 MiB"."""
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n} B"
 
 
 def download(stub, trace_id: str, out_dir: str, timeout: float, metadata) -> str:

@@ -83,9 +83,10 @@ def test_parsers():
         [0.25, 30.0, 300.0, 3600.0, 86400.0, 2.0, 1.5]
     assert [parse_size(v) for v in ("64MiB", "2GiB", "1K", "512", 1024, "1.5KiB")] == \
         [64 << 20, 2 << 30, 1024, 512, 1024, 1536]
-    for bad in ("5 parsecs", "-1s", "nan"):
+    for bad in ("5 parsecs", "--1s", "nan"):
         with pytest.raises(ValueError):
             parse_duration(bad)
+    assert parse_duration("-1s") == -1.0  # a number: each option's check says what it must be
 
 
 @given(st.floats(min_value=0, max_value=1e9, allow_nan=False), st.sampled_from(["ms", "s", "m", "h"]))
@@ -107,3 +108,24 @@ def test_undeclared_field_is_a_programming_error():
 
     with pytest.raises(TypeError, match="Bad.plain is not declared"):
         load(Bad, {}, {})
+
+
+def test_errors_state_the_real_rule_and_cut_long_values():
+    """A negative duration is refused by its rule ("> 0"), not as text that is no duration; a
+    5,000-character value is shown cut, with its length."""
+    from stepwatch.agent._options import AgentSettings
+    with pytest.raises(SettingsError) as bad:
+        load(AgentSettings, {}, environ={"STEPWATCH_FLUSH_INTERVAL_S": "-1"})
+    assert str(bad.value) == ("option 'flush_interval_s' from environment STEPWATCH_FLUSH_INTERVAL_S: "
+                              "invalid value '-1': must be > 0")
+    with pytest.raises(SettingsError) as long:
+        load(AgentSettings, {}, environ={"STEPWATCH_JOB": "x" * 5000})
+    assert len(str(long.value)) < 300 and "(5000 characters)" in str(long.value)
+
+
+def test_stepwatch_run_names_the_flag_it_was_given(capsys):
+    from stepwatch.collector.tools import main
+    assert main(["run", "--collector", "not-an-address", "--", "true"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("stepwatch run: error: --collector: invalid value 'not-an-address'"), err
+    assert "STEPWATCH_COLLECTOR" not in err

@@ -240,3 +240,8 @@ def test_undecodable_control_requests_are_invalid_argument(collector):
                 list(result) if method == "DownloadTrace" else result
             assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT, (method, err.value)
             assert err.value.details().startswith("malformed "), err.value.details()
+
+
+def test_trace_sizes_read_as_a_person_would():
+    from stepwatch.collector.tools.trace import _size
+    assert [_size(n) for n in (512, 20_800, 3_670_016, 5 << 30)] == ["512 B", "20.3 KiB", "3.5 MiB", "5.0 GiB"]
