@@ -150,6 +150,12 @@ class DriftDetector:
     def armed(self) -> bool:
         return self._settled is not None
 
+    def end_episode(self) -> None:
+        """The job ended (every rank disconnected): the open episode, if any, ends."""
+        if self.condition is not None:
+            self.condition, self._onset, self._ref = None, None, None
+            self._version += 1
+
     @property
     def version(self) -> int:
         """Changes whenever :meth:`state` would: arming, a new noise measurement, an episode."""

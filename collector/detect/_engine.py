@@ -26,6 +26,7 @@ _MAX_PHASE_KINDS = 8  # marked phase kinds per rank (a label each); more count a
 # logging every step marks every step "log", and a +70% slowdown went unreported when every
 # marked step was left out.
 _MARK_DELAY = 1.2
+_ENDED_AFTER_S = 10.0  # every rank of a job disconnected this long: its drift episodes end
 
 
 def _now() -> float:
@@ -353,8 +354,20 @@ class DetectionEngine:
         if not self.cfg.enabled:
             return
         connected: dict[str, int] = {}
+        last_gone: dict[str, float] = {}  # job -> when its last rank disconnected
         for (job, _), r in self._ranks.items():
             connected[job] = connected.get(job, 0) + (1 if r.live.connected else 0)
+            gone = r.live.disconnected_at
+            if not r.live.connected and gone is not None:
+                last_gone[job] = max(last_gone.get(job, gone), gone)
+        for (job, rank), r in self._ranks.items():
+            # A job none of whose ranks is connected any more has ended (or lost its collector):
+            # its slowdown episodes end, so they resolve within a minute instead of firing on
+            # until the ranks expire (agent_grace_s).
+            if r.drift.condition is not None and not connected[job] and job in last_gone \
+                    and now - last_gone[job] >= _ENDED_AFTER_S:
+                r.drift.end_episode()
+                self._sync(r.drift, [])
         for (job, rank), r in self._ranks.items():
             if r.memory.tick(now) or r.memory.conditions:
                 self._sync(r.memory, r.memory.conditions.values())

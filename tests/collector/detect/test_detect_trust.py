@@ -209,3 +209,27 @@ def test_armed_after_warm_up_and_settling_and_exported():
     first = next(t for t, on in seen if on)
     assert 180 <= first <= 200, seen
     assert b'stepwatch_drift_armed_ranks{training_job="j"} 1.0' in generate_latest(registry)
+
+
+def test_a_slowdown_of_a_job_that_ended_resolves_within_about_a_minute():
+    """Every rank disconnected for 10 s: the job's drift episode ends, and the alert resolves
+    once the hold (60 s) has passed, instead of firing until the ranks expire."""
+    cfg = DetectionConfig()
+    engine, now = DetectionEngine(cfg), T0
+    book = AlertBook(1e9, cfg.resolve_hold_s, steps=engine.last_step)
+    for i, dt in enumerate(series(21, AT + 3000, Phenomena(), ("step", 0.15), AT), 1):
+        now += dt
+        engine.step("j", 0, i, now, dt)
+        if engine.changed or i % 100 == 0:
+            engine.take_touched()
+            book.update(now, engine.conditions())
+    assert [a.state for a in drift(book.snapshot())] == ["firing"]
+    end = now
+    engine.connection("j", 0, False, end)
+    while now < end + 120:
+        now += 5
+        engine.tick(now)
+        book.update(now, engine.conditions())
+        if drift(book.snapshot())[0].state == "resolved":
+            break
+    assert drift(book.snapshot())[0].state == "resolved" and now - end <= 75, now - end
