@@ -3,7 +3,7 @@
 Importing this package is cheap (torch is imported by attach()).
 """
 
-from ._api import Agent, attach, detach, mark, pause, step
+from ._api import Agent, attach, check_options, detach, mark, pause, step
 from .settings import SettingsError
 
-__all__ = ["attach", "step", "mark", "pause", "detach", "Agent", "SettingsError"]
+__all__ = ["attach", "step", "mark", "pause", "detach", "check_options", "Agent", "SettingsError"]

@@ -373,6 +373,16 @@ def attach(collector: Optional[str] = None, job: Optional[str] = None,
     return _start(settings)
 
 
+def check_options(**options: Any) -> str:
+    """The error the agent would report for these ``attach()`` arguments, or "" when they are
+    good (``stepwatch run`` checks its flags with it, to name the flag, not the variable)."""
+    try:
+        load(AgentSettings, options, environ={})
+    except SettingsError as exc:
+        return str(exc)
+    return ""
+
+
 def _in_child() -> bool:
     """A process started by multiprocessing (spawned DataLoader workers re-import the script,
     and with it an ``attach()`` at its top; ``mp.spawn`` trainers are children too)."""

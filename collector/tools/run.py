@@ -48,14 +48,9 @@ def environment(args: argparse.Namespace, base: dict) -> dict:
 def _check_flags(args: argparse.Namespace) -> str:
     """The flags' values checked as the agent will check them, so a bad one is reported as the
     flag typed here (not as the environment variable it becomes); "" when all are good."""
-    from stepwatch.agent._options import AgentSettings
-    from stepwatch.agent.settings import SettingsError, load
     given = {name: getattr(args, name) for name in ("collector", "job") if getattr(args, name)}
-    try:
-        load(AgentSettings, given, environ={})
-    except SettingsError as exc:
-        return str(exc).replace("option '", "--", 1).replace("' from argument", "", 1)
-    return ""
+    problem = _agent_pkg.check_options(**given)
+    return problem.replace("option '", "--", 1).replace("' from argument", "", 1)
 
 
 def run(args: argparse.Namespace) -> int:
