@@ -59,3 +59,28 @@ def test_lightning_ddp_callback_reports_both_ranks_and_marks_validation(tmp_path
         assert col.value("stepwatch_steps_total", training_job="pljob", rank=2) is None
     finally:
         col.kill()
+
+
+def test_hf_logging_every_step_does_not_hide_a_slowdown(tmp_path):
+    """logging_steps=1: the callback marks every step "log"; the steps the logging did not delay
+    still count, so a slowdown from step 200 on raises a drift alert (it was never reported when
+    every marked step was left out)."""
+    pytest.importorskip("transformers")
+    pytest.importorskip("accelerate")
+    import time
+    detection = ("{warmup_steps: 10, eval_interval_s: 0.5, drift: {bucket_s: 0.5, min_bucket_steps: 3, "
+                 "warmup_s: 2, settle_s: 5, critical_window_s: 2, warning_window_s: 3, info_window_s: 5, "
+                 "clear_s: 1, z: 3}}")
+    col = Collector(tmp_path, ["--detection", detection]).start()
+    try:
+        env = trainer_env(tmp_path, col.grpc, "hflog", PYTHONPATH=HERE + os.pathsep + os.environ.get("PYTHONPATH", ""))
+        _run("hf_slow_job.py", env, str(tmp_path / "out"))
+        col.wait_value("stepwatch_steps_total", 400, training_job="hflog", rank=0)
+        assert col.value("stepwatch_pauses_total", training_job="hflog", rank=0, kind="log") >= 1
+        time.sleep(1.0)
+        drift = [a for a in col.api("/api/alerts")["alerts"]
+                 if a["job"] == "hflog" and a["alertname"] == "StepwatchThroughputDrift"]
+        assert drift, col.api("/api/alerts")
+        assert 190 <= drift[0]["step"] <= 240, drift[0]
+    finally:
+        col.kill()
