@@ -1,7 +1,7 @@
 """A/B of CUPTI teardown after profiler windows, on a GPU: the same one-minute job with the
 agent (windows every ~10 s, cpu+cuda activities) with TEARDOWN_CUPTI=1 (the agent's default on
 CUDA >= 12.6) and =0 (Kineto's default in torch 2.11). Reports steps done in the time, the
-agent's post_window_slowdown events, windows and overhead ratio.
+agent's window_aftereffect events (its own after-effect check), windows and overhead ratio.
 
     python bench/cupti_teardown.py --seconds 60 --out bench/results/cupti_teardown_h200.json
 """
@@ -38,11 +38,11 @@ def run(teardown: str, seconds: float) -> dict:
     col.wait()
     batches = [ev.batch for ev in read_record(open(rec)) if ev.kind == "batch"]
     steps = [s for b in batches for s in b.steps]
-    events = [e.message for b in batches for e in b.events if e.kind == "post_window_slowdown"]
+    events = [e.message for b in batches for e in b.events if e.kind == "window_aftereffect"]
     stats = [b.stats for b in batches if b.HasField("stats")][-1]
     plain = sorted(s.duration_s for s in steps if not s.profiled)
     return {"TEARDOWN_CUPTI": teardown, "steps": max(s.step for s in steps),
-            "median_step_ms": 1e3 * plain[len(plain) // 2], "post_window_slowdown": events,
+            "median_step_ms": 1e3 * plain[len(plain) // 2], "window_aftereffect": events,
             "windows": stats.windows, "overhead_ratio": stats.overhead_ratio,
             "window_warmup_s": stats.window_warmup_s}
 

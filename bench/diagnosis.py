@@ -29,7 +29,10 @@ EXPECTED = {"backward": "backward", "forward": "forward", "dataloader": "data-lo
             "optimizer": "optimizer", "loop_sleep": "other", "small_ops": "forward",
             "cpu_thread": "host CPU", "slow_optimizer": "optimizer"}
 DETECTION = {"warmup_steps": 10, "resolve_hold_s": 600, "trace_steps": 0,
-             "drift": {"baseline_steps": 300, "baseline_lag_steps": 50, "min_baseline_steps": 150}}
+             # horizons of seconds for these short jobs (the defaults are minutes)
+             "drift": {"bucket_s": 0.5, "min_bucket_steps": 3, "warmup_s": 2, "settle_s": 6,
+                       "critical_window_s": 2, "warning_window_s": 3, "info_window_s": 6,
+                       "clear_s": 1, "z": 3}}
 SMALL = ["--step-sleep-s", "0.04", "--d-model", "32", "--layers", "1", "--batch", "4", "--seq", "16"]
 
 
@@ -66,8 +69,8 @@ def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--causes", nargs="+", default=list(EXPECTED), choices=list(EXPECTED))
     p.add_argument("--ms", type=float, nargs="+", default=[4.0, 12.0], help="cause sizes, ms per step")
-    p.add_argument("--steps", type=int, help="default 700 on CPU, 1,200 on CUDA (min_duration_s "
-                   "5 s is ~500 GPU steps)")
+    p.add_argument("--steps", type=int, help="default 700 on CPU, 1,200 on CUDA (the drift "
+                   "detector is armed after 8 s of steps here)")
     p.add_argument("--at", type=int, default=400)
     p.add_argument("--device", default="cpu")
     p.add_argument("--parallel", type=int, default=2)

@@ -45,8 +45,8 @@ def jobs(tmp_path_factory):
         # its step 400 slowed the early job from its step ~400 on 2 cores, so the early job's
         # onset could be dated before its last scheduled window (a CI run). "early": windows only
         # every 512 steps (the discarded warm-up one at 32, then 512, the last before the onset
-        # at 560): the collector's request after the alert (raised once the change has lasted
-        # min_duration_s, 5 s, ~95 steps here; 739 in a CI run) brings one before 1,024.
+        # at 560): the collector's request after the alert (raised once the change has held
+        # over the critical window, 2 s here) brings one before 1,024.
         for name in ("backward", "early"):
             procs[name] = cause_job("backward") if name == "backward" else early_job(tmp, col, "early")
             out, _ = procs[name].communicate(timeout=240)

@@ -1,6 +1,6 @@
 """Explained alerts on a real GPU: a transformer job (d_model 512, 4 layers, batch 16 x 256
-tokens, loss.item() every step, 1,200 steps: with ~10 ms steps the detector's min_duration_s
-of 5 s is ~500 steps) gets slower from step 400 for a known reason; the drift
+tokens, loss.item() every step, 1,200 steps; the drift detector on horizons of seconds, armed
+after 8 s of steps) gets slower from step 400 for a known reason; the drift
 alert's diagnosis names that reason first:
   backward    extra 2048^2 GEMMs queued in the backward pass (GPU work; the kernel is named)
   dataloader  a sleep in the DataLoader's collate (the trainer waits for data)
