@@ -6,9 +6,10 @@ least ``_BLOCK_S`` divided by its steps (a GPU job's host steps are bimodal, the
 a span's figure is the median of its runs, so one evaluation pause does not move it. The
 before figure is the ``span_s`` (25 s) up to the session's start; after it, two spans of
 ``span_s`` starting ``settle_s`` (5 s) after it closed: 55 s, inside the default spacing of
-windows (60 s or more). A session that opens before a check is complete voids it. The session left the job slower when **both** after
-spans are at least ``1 + threshold`` x before: one span can be the job's own wobble (real 44 ms
-H100 jobs: 30 s medians moved up to 2% between neighbours), a lasting after-effect is in both.
+windows (60 s or more). A session that opens before a check is complete voids it. The session
+left the job slower when **both** after spans are at least ``1 + threshold`` x before: one span
+can be the job's own wobble (real 44 ms H100 jobs: 30 s medians moved up to 2% between
+neighbours), a lasting after-effect is in both.
 
 Called on the training thread only; O(1) per step (a deque append), the judgement O(steps in
 the spans) once per session.
@@ -51,11 +52,6 @@ class AftereffectWatch:
         self._before: Optional[float] = None
         self._pending: Optional[tuple[str, float]] = None  # (label, clock the session closed)
         self.ratio: Optional[float] = None  # the last finished check's after / before
-
-    @property
-    def pending(self) -> bool:
-        """A check is waiting for its after spans (no new session should disturb them)."""
-        return self._pending is not None
 
     def opened(self, clock: float) -> None:
         if self._pending is not None:

@@ -30,8 +30,8 @@ every bucket. A run of ``max_pause_steps`` is a level change: its steps are then
 ``warning_window_s``, ``info_window_s``) the median of the buckets against two references —
 the settled level ("vs this job's level at HH:MM") and the level just before the window (the
 median of the preceding ``max(window, 120 s)``, "vs the level before") — must be at least
-``0.8 x`` the severity's ratio (``0.7 x`` for info), ``z`` noise spreads, and two thirds of the window's buckets
-must stand above half the shift (sustained, not one spike). The onset is the
+``0.8 x`` the severity's ratio (``0.7 x`` for info), ``z`` noise spreads, and two thirds of the
+window's buckets must stand above half the shift (sustained, not one spike). The onset is the
 maximum-likelihood change point of the buckets since the reference.
 
 **The agent's own cost.** The engine tells the detector where each profiler window ended
@@ -151,7 +151,8 @@ class DriftDetector:
         return self._settled is not None
 
     def end_episode(self) -> None:
-        """The job ended (every rank disconnected): the open episode, if any, ends."""
+        """The open episode, if any, ends: its level came back, or the job ended (every rank
+        disconnected)."""
         if self.condition is not None:
             self.condition, self._onset, self._ref = None, None, None
             self._version += 1
@@ -370,9 +371,8 @@ class DriftDetector:
         hist = self._history
         recent = median(hist.tail(2, min(len(hist), self._n_clear)))
         if recent - self._ref < min(math.log1p(self.cfg.info_ratio) / 2, _CLEAR_SHARE * self._raised):
-            self.condition, self._onset, self._ref = None, None, None
+            self.end_episode()
             self._level = recent
-            self._version += 1
             return True
         i = SEVERITIES.index(old.severity)
         if i + 1 < len(SEVERITIES):  # one level up at a time, never down while it lasts

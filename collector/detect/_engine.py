@@ -22,16 +22,11 @@ __all__ = ["DetectionEngine"]
 
 _MAX_PHASE_KINDS = 8  # marked phase kinds per rank (a label each); more count as "other"
 # A marked step is left out of drift and stragglers only when the phase delayed it: at least
-# this many times the rank's current level. Marks never hide a slowdown: a Hugging Face job
-# logging every step marks every step "log", and a +70% slowdown went unreported when every
-# marked step was left out.
+# this many times the median of the rank's last 64 steps. Marks never hide a slowdown: a Hugging
+# Face job logging every step marks every step "log", and a +70% slowdown went unreported when
+# every marked step was left out.
 _MARK_DELAY = 1.2
 _ENDED_AFTER_S = 10.0  # every rank of a job disconnected this long: its drift episodes end
-
-
-def _now() -> float:
-    import time
-    return time.time()
 # a SampleTable's columns, in the order of the points' fields
 _ALLOCATOR_FIELDS = ("time_s", "allocated_bytes", "reserved_bytes", "inactive_split_bytes", "alloc_retries", "ooms",
                      "device_total_bytes")
@@ -86,7 +81,7 @@ class DetectionEngine:
         if r is None:
             r = self._ranks[(job, rank)] = _Rank(self.cfg, job, rank)
             if self._store is not None:
-                state = self._store.load(job, rank, _now())
+                state = self._store.load(job, rank)
                 if state is not None:
                     r.drift.restore(state)
                     if r.drift.condition is not None:
@@ -103,7 +98,7 @@ class DetectionEngine:
             if r.drift.version != self._saved.get(key):
                 state = r.drift.state()
                 if state is not None:
-                    self._store.save(key[0], key[1], state, _now())
+                    self._store.save(key[0], key[1], state)
                     self._saved[key] = r.drift.version
 
     def _sync(self, owner: object, conds: Iterable[Condition]) -> None:
@@ -141,7 +136,8 @@ class DetectionEngine:
         pause of kind "profiler", never for drift or stragglers. A step with a marked
         ``phase`` (evaluation, checkpoint... marked by the user or an integration) is left out
         the same way when the phase delayed it (at least _MARK_DELAY x the median of the rank's
-        last 64 steps, marked or not; before 8 are known, always); otherwise it is a plain step; a run of steps marked with one kind counts as one pause of that kind
+        last 64 steps, marked or not; before 8 are known, always); otherwise it is a plain step;
+        a run of steps marked with one kind counts as one pause of that kind
         (at most _MAX_PHASE_KINDS kinds per rank, later ones count as "other")."""
         self.steps(job, rank, [step], [time], [step_time_s], [wait_s],
                    [tokens] if tokens is not None else None, (0,) if profiled else (),
@@ -368,7 +364,6 @@ class DetectionEngine:
                     and now - last_gone[job] >= _ENDED_AFTER_S:
                 r.drift.end_episode()
                 self._sync(r.drift, [])
-        for (job, rank), r in self._ranks.items():
             if r.memory.tick(now) or r.memory.conditions:
                 self._sync(r.memory, r.memory.conditions.values())
             others = connected[job] - (1 if r.live.connected else 0)

@@ -17,6 +17,7 @@ import json
 import logging
 import os
 import sqlite3
+import time
 from typing import Optional
 
 __all__ = ["DriftStore"]
@@ -29,12 +30,13 @@ _SCHEMA = """CREATE TABLE IF NOT EXISTS drift (
 
 
 class DriftStore:
-    """``load(job, rank)`` -> the state saved for that rank, or None; ``save(job, rank, state,
-    now)``. ``max_age_s``: older rows are not restored (that job is gone)."""
+    """``load(job, rank)`` -> the state saved for that rank, or None; ``save(job, rank,
+    state)``. Rows carry the wall clock of their save; ``max_age_s``: older rows are not
+    restored (that job is gone). ``clock`` is injectable."""
 
-    def __init__(self, directory: str, max_age_s: float = 7 * 86400.0):
+    def __init__(self, directory: str, max_age_s: float = 7 * 86400.0, clock=time.time):
         self.path = os.path.join(directory, "detection.sqlite")
-        self.max_age_s = max_age_s
+        self.max_age_s, self._clock = max_age_s, clock
         self._db: Optional[sqlite3.Connection] = None
         self._failed = False
         try:
@@ -50,7 +52,7 @@ class DriftStore:
                       "without it", self.path, what, exc)
         self._failed = True
 
-    def load(self, job: str, rank: int, now: float) -> Optional[dict]:
+    def load(self, job: str, rank: int) -> Optional[dict]:
         if self._db is None:
             return None
         try:
@@ -59,7 +61,7 @@ class DriftStore:
         except sqlite3.Error as exc:
             self._fail("read", exc)
             return None
-        if row is None or now - row[1] > self.max_age_s:
+        if row is None or self._clock() - row[1] > self.max_age_s:
             return None
         try:
             state = json.loads(row[0])
@@ -67,12 +69,12 @@ class DriftStore:
             return None
         return state if isinstance(state, dict) else None
 
-    def save(self, job: str, rank: int, state: dict, now: float) -> None:
+    def save(self, job: str, rank: int, state: dict) -> None:
         if self._db is None:
             return
         try:
             self._db.execute("REPLACE INTO drift (job, rank, state, saved_at) VALUES (?, ?, ?, ?)",
-                             (job, rank, json.dumps(state), now))
+                             (job, rank, json.dumps(state), self._clock()))
         except (sqlite3.Error, ValueError) as exc:
             self._fail("write", exc)
 
