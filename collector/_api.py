@@ -38,6 +38,7 @@ def _rank(st: RankState, events: bool) -> dict[str, Any]:
                      "driver": h.driver_version},
         "connected": st.connected, "last_seen": st.last_seen, "disconnected_at": st.disconnected_at,
         "steps_total": st.steps_total, "last_step_time": st.last_step_time,
+        "step_median_s": st.recent_median,
         "samples_total": st.samples_total if st.samples_known else None,
         "tokens_total": st.tokens_total if st.tokens_known else None,
         "dataloader_wait_ratio": st.dataloader_wait_ratio,
@@ -52,11 +53,12 @@ def _rank(st: RankState, events: bool) -> dict[str, Any]:
 def jobs_document(state: CollectorState, job: Optional[str] = None) -> dict[str, Any]:
     """``{"jobs": [{"job": name, "ranks": [rank, ...]}]}``, jobs and ranks sorted.
 
-    Every job: each rank's identity, counters and latest samples, copied without its step
+    Every job: each rank's identity, counters, latest samples and ``step_median_s`` (the median
+    of its last 100 steps), copied without its step
     lists and events (a fleet of 10,000 ranks was 500,000 event messages per request). One
     ``job``: that job's ranks only, with their last events."""
     jobs: dict[str, list] = {}
-    for st in state.snapshot(light=job is None, job=job):
+    for st in state.snapshot(light=job is None, job=job, median=True):
         jobs.setdefault(st.job, []).append(_rank(st, events=job is not None))
     return {"jobs": [{"job": name, "ranks": ranks} for name, ranks in jobs.items()]}
 

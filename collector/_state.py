@@ -13,6 +13,7 @@ import collections
 import dataclasses
 import itertools
 import math
+import statistics
 import threading
 from typing import Any, Callable, Iterable, Optional
 
@@ -143,6 +144,7 @@ class RankState:
     recent: Ring = dataclasses.field(default_factory=lambda: Ring("dd", RATIO_WINDOW))  # (wait, duration)
     recent_added: int = 0
     recent_sums: Optional[tuple] = None  # (wait, duration) sums of ``recent`` once read; None after a batch
+    recent_median: Optional[float] = None  # median duration of ``recent`` once read; None after a batch
     trend: Ring = dataclasses.field(default_factory=lambda: Ring("Qdd", TREND_POINTS))  # (step, end, duration)
     last_step_time: Optional[float] = None
     allocator: Optional[agent_pb2.AllocatorSample] = None
@@ -174,11 +176,18 @@ class RankState:
             self.recent_sums = (sum(self.recent.column(0)), sum(self.recent.column(1)))
         return self.recent_sums
 
+    def step_median_s(self) -> Optional[float]:
+        """Median step time over the last 100 steps (None before any): what a person reading a
+        table wants as "the step time now" (a mean carries the first step's lazy start-up)."""
+        if self.recent_median is None and len(self.recent):
+            self.recent_median = statistics.median(self.recent.column(1))
+        return self.recent_median
+
     def add_recent(self, waits: list, durations: list) -> None:
         """Append (wait, duration) pairs to ``recent``."""
         self.recent.extend_columns(waits, durations)
         self.recent_added += len(waits)
-        self.recent_sums = None
+        self.recent_sums = self.recent_median = None
 
     def session(self, session_id: str) -> _Session:
         if session_id not in self.sessions:
@@ -421,15 +430,17 @@ class CollectorState:
         return gone
 
     def snapshot(self, light: bool = False, job: Optional[str] = None,
-                 pause: Callable[[], None] = no_pause, frozen: bool = False) -> list[RankState]:
+                 pause: Callable[[], None] = no_pause, frozen: bool = False,
+                 median: bool = False) -> list[RankState]:
         """Shallow copies of all rank states, sorted by (job, rank); safe to read without the lock.
         ``light``: the step lists and the event list are left empty (a reader of totals only).
+        ``median``: each copy carries its ``step_median_s`` (taken under the lock).
         ``job``, ``pause``, ``frozen``: as :meth:`read_ranks` (frozen: the states, not copies)."""
         out: list[RankState] = []
         if frozen:
             self.read_ranks(out.extend, job, pause, frozen)
         else:
-            self.read_ranks(lambda chunk: out.extend(_copy(st, light) for st in chunk), job, pause)
+            self.read_ranks(lambda chunk: out.extend(_copy(st, light, median) for st in chunk), job, pause)
         return out
 
     def read_ranks(self, read: Callable[[list[RankState]], Any], job: Optional[str] = None,
@@ -488,11 +499,13 @@ _NO_RECENT, _NO_TREND = Ring("dd", RATIO_WINDOW), Ring("Qdd", TREND_POINTS)
 _NO_SESSIONS: "collections.OrderedDict[str, _Session]" = collections.OrderedDict()
 
 
-def _copy(st: RankState, light: bool = False) -> RankState:
+def _copy(st: RankState, light: bool = False, median: bool = False) -> RankState:
     """Copy the mutable containers; protobuf samples are replaced, never mutated, so they are
     shared. ``light`` (a scrape): ``recent`` (its sums are kept), the page's step trend, the
     event list and the sessions (their steps_total is kept) are left empty."""
     st.sums()  # (kept by a light copy, which has no ``recent``)
+    if median:
+        st.step_median_s()
     dup = _clone(st)
     if light:  # (steps_total is kept apart from them)
         dup.sessions = _NO_SESSIONS

@@ -1,13 +1,17 @@
 """``stepwatch top --http HOST:PORT``: jobs and ranks live in a terminal, for people on a login
-node without Grafana. Reads the collector's /metrics and /api/alerts (the same data Prometheus
-scrapes) every ``--interval`` seconds and redraws one table:
+node without Grafana. Reads the collector's /api/jobs and /api/alerts every ``--interval``
+seconds and redraws one table, what is wrong first:
 
-    JOB  RANK  STEPS  STEPS/S  STEP MS  DATA WAIT  GPU UTIL  ALERTS
+    JOB  RANK  STATE  STEPS  STEPS/S  STEP MS  DATA WAIT  GPU UTIL  ALERT
 
-STEPS/S and STEP MS come from the change between two reads (STEP MS is the mean since the
-start when no step came in between); DATA WAIT is the data-loader share of the last 100 steps; GPU UTIL the NVML
-utilisation ("-" without a GPU); ALERTS the firing alert names of that rank. ``--once`` prints
-one table (two reads ``--interval`` apart) and exits: 0, or 1 when the collector cannot be read.
+Rows: jobs with a firing alert first (critical, then warning, then info), then live jobs,
+then finished ones; ranks in order within a job. STATE is ``live`` or ``ended`` (every stream
+of the rank closed); STEPS/S the change of STEPS between two reads ("-" once ended); STEP MS the
+median of the rank's last 100 steps (not a mean since attach, which carries the first step's
+start-up); DATA WAIT the data-loader share of the last 100 steps; GPU UTIL the NVML utilisation
+("-" without a GPU); ALERT the rank's most severe firing alert: severity, name, its change and
+the first part of its why. ``--once`` prints one table (two reads ``--interval`` apart) and
+exits: 0, or 1 when the collector cannot be read.
 """
 
 from __future__ import annotations
@@ -43,53 +47,69 @@ def _get(url: str, token: str = "") -> bytes:
         return resp.read()
 
 
+_SEVERITY = {"critical": 0, "warning": 1, "info": 2}
+_ALERT_WIDTH = 72
+
+
 def read(http: str, token: str = "") -> dict:
-    """``{(job, rank): {...}}`` from one scrape, plus firing alerts per rank."""
-    from prometheus_client.parser import text_string_to_metric_families
-
+    """``{"time", "ranks": {(job, rank): {...}}}`` from one read of /api/jobs and /api/alerts."""
     ranks: dict = {}
-
-    def row(labels) -> dict:
-        key = (labels.get("training_job", ""), int(labels.get("rank", "-1")))
-        return ranks.setdefault(key, {"steps": 0.0, "dur_sum": 0.0, "dur_count": 0.0, "wait": None,
-                                      "gpu": None, "alerts": []})
-
-    for fam in text_string_to_metric_families(_get(f"http://{http}/metrics", token).decode()):
-        for s in fam.samples:
-            if "training_job" not in s.labels or "rank" not in s.labels:
-                continue
-            if s.name == "stepwatch_steps_total":
-                row(s.labels)["steps"] = s.value
-            elif s.name == "stepwatch_step_duration_seconds_sum":
-                row(s.labels)["dur_sum"] = s.value
-            elif s.name == "stepwatch_step_duration_seconds_count":
-                row(s.labels)["dur_count"] = s.value
-            elif s.name == "stepwatch_dataloader_wait_ratio":
-                row(s.labels)["wait"] = s.value
-            elif s.name == "stepwatch_gpu_utilization_ratio":
-                row(s.labels)["gpu"] = s.value
+    for job in json.loads(_get(f"http://{http}/api/jobs", token))["jobs"]:
+        for r in job["ranks"]:
+            gpu = r.get("gpu_sample") or {}
+            ranks[(job["job"], int(r["rank"]))] = {
+                "steps": float(r.get("steps_total") or 0), "live": bool(r.get("connected")),
+                "median_s": r.get("step_median_s"), "wait": r.get("dataloader_wait_ratio"),
+                "gpu": gpu.get("utilization_ratio"), "alerts": []}
     for a in json.loads(_get(f"http://{http}/api/alerts", token))["alerts"]:
-        if a.get("state") == "firing" and (a["job"], a["rank"]) in ranks:
-            ranks[(a["job"], a["rank"])]["alerts"].append(a["alertname"].replace("Stepwatch", ""))
+        key = (a.get("job"), a.get("rank"))
+        if a.get("state") == "firing" and key in ranks:
+            ranks[key]["alerts"].append(a)
     return {"time": time.monotonic(), "ranks": ranks}
 
 
+def _alert_cell(alerts: list) -> str:
+    """The most severe firing alert in one line: severity, name, change, why (cut)."""
+    if not alerts:
+        return "-"
+    a = min(alerts, key=lambda x: _SEVERITY.get(x.get("severity"), 3))
+    text = f"{a.get('severity', '?')} {str(a.get('alertname', '')).replace('Stepwatch', '')}"
+    if a.get("ratio"):
+        text += f" {float(a['ratio']) - 1:+.1%}"
+    why = str(a.get("diagnosis") or "").split(";")[0].strip()
+    if why:
+        text += f" ({why})"
+    if len(alerts) > 1:
+        text += f" +{len(alerts) - 1} more"
+    return text if len(text) <= _ALERT_WIDTH else text[:_ALERT_WIDTH - 3] + "..."
+
+
+def _order(ranks: dict) -> list:
+    """(job, rank) keys: alerting jobs first by their worst severity, then live, then ended."""
+    worst: dict = {}
+    live: dict = {}
+    for (job, _), r in ranks.items():
+        for a in r["alerts"]:
+            worst[job] = min(worst.get(job, 3), _SEVERITY.get(a.get("severity"), 3))
+        live[job] = live.get(job, False) or r["live"]
+    return sorted(ranks, key=lambda k: (worst.get(k[0], 3), not live[k[0]], k[0], k[1]))
+
+
 def render(now: dict, before: Optional[dict] = None) -> str:
-    head = f"{'JOB':<24} {'RANK':>4} {'STEPS':>8} {'STEPS/S':>8} {'STEP MS':>8} {'DATA WAIT':>9} {'GPU UTIL':>8}  ALERTS"
+    head = (f"{'JOB':<24} {'RANK':>4} {'STATE':<5} {'STEPS':>8} {'STEPS/S':>8} {'STEP MS':>8} "
+            f"{'DATA WAIT':>9} {'GPU UTIL':>8}  ALERT")
     lines = [head]
-    for (job, rank), r in sorted(now["ranks"].items()):
+    for job, rank in _order(now["ranks"]):
+        r = now["ranks"][(job, rank)]
         prev = (before or {}).get("ranks", {}).get((job, rank))
-        count, total = r["dur_count"], r["dur_sum"]
         rate = "-"
-        if prev is not None and now["time"] > before["time"]:
+        if r["live"] and prev is not None and now["time"] > before["time"]:
             rate = f"{(r['steps'] - prev['steps']) / (now['time'] - before['time']):.1f}"
-            if r["dur_count"] > prev["dur_count"]:  # else (no new step) the mean since the start
-                count, total = count - prev["dur_count"], total - prev["dur_sum"]
-        step_ms = f"{1e3 * total / count:.1f}" if count > 0 else "-"
+        step_ms = f"{1e3 * r['median_s']:.1f}" if r["median_s"] is not None else "-"
         wait = f"{r['wait']:.1%}" if r["wait"] is not None else "-"
         gpu = f"{r['gpu']:.0%}" if r["gpu"] is not None else "-"
-        lines.append(f"{job[:24]:<24} {rank:>4} {r['steps']:>8.0f} {rate:>8} {step_ms:>8} {wait:>9} {gpu:>8}  "
-                     f"{','.join(sorted(r['alerts'])) or '-'}")
+        lines.append(f"{job[:24]:<24} {rank:>4} {'live' if r['live'] else 'ended':<5} {r['steps']:>8.0f} "
+                     f"{rate:>8} {step_ms:>8} {wait:>9} {gpu:>8}  {_alert_cell(r['alerts'])}")
     if len(lines) == 1:
         lines.append("(no rank has reported yet)")
     return "\n".join(lines)

@@ -23,10 +23,12 @@ def test_top_shows_every_rank_of_a_live_job(tmp_path):
         run = top("--http", col.http, "--once", "--interval", "0.2")
         assert run.returncode == 0, run.stderr
         lines = run.stdout.strip().splitlines()
-        assert lines[0].split()[:3] == ["JOB", "RANK", "STEPS"]
+        assert lines[0].split()[:4] == ["JOB", "RANK", "STATE", "STEPS"]
         rows = [line.split() for line in lines[1:]]
-        assert [(r[0], r[1], r[2]) for r in rows] == [("topjob", "0", "30"), ("topjob", "1", "30")], run.stdout
-        assert all(r[3] == "0.0" and float(r[4]) > 5 and r[6] == "-" for r in rows), run.stdout  # done; CPU
+        assert [(r[0], r[1], r[3]) for r in rows] == [("topjob", "0", "30"), ("topjob", "1", "30")], run.stdout
+        # finished: "ended", no rate; the step time is the median of the last steps (>= the
+        # 10 ms sleep, far below the first step's start-up); no GPU on CPU
+        assert all(r[2] == "ended" and r[4] == "-" and 10 <= float(r[5]) < 500 and r[7] == "-" for r in rows), run.stdout
     finally:
         col.kill()
 
@@ -49,3 +51,27 @@ def test_top_sends_the_http_token(tmp_path):
         assert run.returncode == 0 and run.stdout.startswith("JOB"), run.stderr
     finally:
         col.kill()
+
+
+def test_top_puts_what_is_wrong_first():
+    """Rows as /api/jobs and /api/alerts give them: the job with a critical alert comes first
+    (above an alphabetically earlier live job and a finished one), its alert cell carries the
+    severity, the change and the first part of the why; a finished job is marked ended."""
+    from stepwatch.collector.tools.top import render
+
+    def rank(live, steps, median_s, alerts=()):
+        return {"steps": steps, "live": live, "median_s": median_s, "wait": 0.01, "gpu": 0.9, "alerts": list(alerts)}
+
+    alert = {"alertname": "StepwatchThroughputDrift", "severity": "critical", "ratio": 1.133, "state": "firing",
+             "diagnosis": "GPU kernels +3.9 ms/step; host CPU +0.1 ms/step"}
+    info = dict(alert, severity="info", ratio=1.03)
+    now = {"time": 10.0, "ranks": {("a-done", 0): rank(False, 500, 0.05), ("b-live", 0): rank(True, 900, 0.04),
+                                   ("c-info", 0): rank(True, 100, 0.04, [info]),
+                                   ("z-slow", 1): rank(True, 300, 0.047, [alert, info]), ("z-slow", 0): rank(True, 300, 0.0415)}}
+    before = {"time": 8.0, "ranks": {k: dict(v, steps=v["steps"] - 20) for k, v in now["ranks"].items()}}
+    rows = render(now, before).splitlines()[1:]
+    assert [r.split()[:2] for r in rows] == [["z-slow", "0"], ["z-slow", "1"], ["c-info", "0"], ["b-live", "0"],
+                                             ["a-done", "0"]], rows
+    assert rows[1].split()[2:6] == ["live", "300", "10.0", "47.0"], rows[1]
+    assert rows[1].endswith("critical ThroughputDrift +13.3% (GPU kernels +3.9 ms/step) +1 more"), rows[1]
+    assert rows[0].endswith("  -") and rows[4].split()[2:5] == ["ended", "500", "-"], rows
