@@ -5,13 +5,17 @@ fetches only endpoints listed there, because Chromium logs every failed load, ev
 ``fetch`` 404, as a console error. Sections and their sources:
 
 * jobs and ranks: ``/api/jobs``; step-time trend: ``/api/steps?job=NAME`` (one line per rank);
-* alerts: ``/api/alerts`` when routed, else an ``alerts`` list inside each job of ``/api/jobs``;
+* alerts, drawn first: ``/api/alerts`` when routed, else an ``alerts`` list inside each job of
+  ``/api/jobs``; a card per firing alert (most severe first: severity, name, job and rank, the
+  summary, the why, the trace, since when), resolved ones folded below;
+* jobs: alerting jobs first (most severe first, marked), then live jobs, then finished ones
+  (marked finished);
 * window summary: ``/api/jobs/{job}/windows``, the newest window of any rank of each job (step
   breakdown bar and top kernels);
 * traces: ``/api/traces`` (strings starting ``/api/`` become links).
 
-Alerts and traces may be a list or an object holding one list; they are drawn as generic
-tables, so their exact fields are up to the endpoints. Text from agents is only ever
+Traces may be a list or an object holding one list; they are drawn as a generic table, so
+their exact fields are up to the endpoint. Text from agents is only ever
 inserted as DOM text (``append``/``textContent``), never as markup; the Content-Security-Policy
 allows only this page's own script and style (by hash) as a second line of defence.
 """
@@ -38,6 +42,12 @@ svg text{font-size:11px;fill:#6b7480}svg .grid{stroke:#eceef1}svg polyline{fill:
 .legend span{margin-right:1em;font-size:12px}.legend b{font-size:16px}
 svg.bar{width:100%;max-width:760px;height:18px;display:block;margin:.4em 0}
 .win td:first-child{max-width:560px;overflow-wrap:anywhere}
+.job.alerting{border-left:5px solid #b42318}.badge{display:inline-block;padding:0 .5em;border-radius:4px;
+margin-left:.6em;font-size:12px;font-weight:600;color:#fff;background:#6b7480;vertical-align:middle}
+.sev-critical{background:#b42318}.sev-warning{background:#c4570c}.sev-info{background:#2f6fb2}
+.alert{border-left:5px solid #6b7480}.alert.sev-critical{border-left-color:#b42318;background:#fff}
+.alert.sev-warning{border-left-color:#c4570c;background:#fff}.alert.sev-info{border-left-color:#2f6fb2;background:#fff}
+.alert p{margin:.2em 0;overflow-wrap:anywhere}details{margin:.4em 0}
 """
 
 _JS = r"""
@@ -115,14 +125,52 @@ function rankRow(r, points) {
     num(pct(r.dataloader_wait_ratio)), num(pct(gpu.utilization_ratio)), num(gib(mem)));
 }
 
-function jobCard(job, steps) {
+const SEVERITY = {critical: 0, warning: 1, info: 2};
+const sevRank = (a) => SEVERITY[a.severity] ?? 3;
+function badge(text, severity) {
+  return h("span", {class: "badge" + (severity ? " sev-" + severity : "")}, text);
+}
+function alertList(doc) {
+  if (doc === undefined) return undefined;
+  if (doc && !Array.isArray(doc) && typeof doc === "object") {
+    const lists = Object.values(doc).filter(Array.isArray);
+    return lists.length === 1 ? lists[0] : [];
+  }
+  return doc || [];
+}
+function alertCard(a) {
+  const name = String(a.alertname || "alert").replace(/^Stepwatch/, "");
+  const change = typeof a.ratio === "number" && a.ratio > 0 ? ` ${a.ratio >= 1 ? "+" : ""}${((a.ratio - 1) * 100).toFixed(1)}%` : "";
+  return h("div", {class: "card alert sev-" + (a.severity || "none"), "data-job": a.job},
+    h("h3", {}, badge(a.severity || "?", a.severity), ` ${name}${change} — ${a.job} rank ${a.rank}`),
+    a.summary ? h("p", {}, a.summary) : null,
+    a.diagnosis ? h("p", {}, h("b", {}, "why: "), a.diagnosis) : null,
+    h("p", {class: "muted"}, `since ${a.starts_at || "?"}` + (a.trace ? `, trace ${a.trace}` : "")));
+}
+function alertsSection(list) {
+  if (list === undefined) return [h("p", {class: "muted"}, "not available: this collector has no alerts API yet")];
+  const firing = list.filter((a) => a.state === "firing").sort((a, b) => sevRank(a) - sevRank(b));
+  const resolved = list.filter((a) => a.state !== "firing");
+  const out = firing.length ? firing.map(alertCard) : [h("p", {class: "muted"}, "No alert firing.")];
+  if (resolved.length) {
+    out.push(h("details", {}, h("summary", {class: "muted"}, `${resolved.length} resolved recently`),
+      table(resolved.map((a) => ({alert: a.alertname, severity: a.severity, job: a.job, rank: a.rank,
+        summary: a.summary, ended: a.ends_at})), 0)));
+  }
+  return out;
+}
+
+function jobCard(job, steps, alerts) {
   const byRank = new Map((steps ? steps.ranks : []).map((s) => [s.rank, s.points]));
   const series = job.ranks.slice(0, MAX_SERIES).map((r) => ({rank: r.rank, points: byRank.get(r.rank) || []}));
   const up = job.ranks.filter((r) => r.connected).length;
   const cols = ["rank", "host", "pid", "GPU", "status", "steps", "median step", "last step",
                 "data wait", "GPU util", "memory"];
-  return h("div", {class: "card job", "data-job": job.job},
-    h("h3", {}, job.job),
+  const worst = alerts.length ? alerts.reduce((a, b) => (sevRank(b) < sevRank(a) ? b : a)) : null;
+  return h("div", {class: "card job" + (worst ? " alerting" : ""), "data-job": job.job},
+    h("h3", {}, job.job,
+      worst ? badge(`${worst.severity} ${String(worst.alertname).replace(/^Stepwatch/, "")}`, worst.severity) : null,
+      up === 0 ? badge("finished") : null),
     h("div", {class: "muted"}, `${job.ranks.length} ranks, ${up} connected`),
     trend(series),
     h("div", {class: "legend"}, series.map((s) => {
@@ -196,13 +244,18 @@ async function refresh() {
     const routes = new Set((await getJSON("api")).routes);
     const has = (p) => routes.has(p);
     const jobs = (await getJSON("api/jobs")).jobs;
-    const steps = has("/api/steps") ? await Promise.all(
-      jobs.map((j) => getJSON("api/steps?job=" + encodeURIComponent(j.job)))) : [];
-    $("jobs").replaceChildren(...(jobs.length ? jobs.map((j, i) => jobCard(j, steps[i]))
-      : [h("p", {class: "muted"}, "No jobs yet: start training with STEPWATCH_COLLECTOR pointing here.")]));
     const embedded = jobs.some((j) => "alerts" in j)
       ? jobs.flatMap((j) => (j.alerts || []).map((a) => ({job: j.job, ...a}))) : undefined;
-    optional("alerts", has("/api/alerts") ? await getJSON("api/alerts") : embedded, "alerts");
+    const alerts = alertList(has("/api/alerts") ? await getJSON("api/alerts") : embedded);
+    $("alerts").replaceChildren(...alertsSection(alerts));
+    const firing = (alerts || []).filter((a) => a.state === "firing");
+    const worst = (j) => Math.min(3, ...firing.filter((a) => a.job === j.job).map(sevRank));
+    const live = (j) => j.ranks.some((r) => r.connected);
+    jobs.sort((a, b) => worst(a) - worst(b) || live(b) - live(a) || (a.job < b.job ? -1 : a.job > b.job ? 1 : 0));
+    const steps = has("/api/steps") ? await Promise.all(
+      jobs.map((j) => getJSON("api/steps?job=" + encodeURIComponent(j.job)))) : [];
+    $("jobs").replaceChildren(...(jobs.length ? jobs.map((j, i) => jobCard(j, steps[i], firing.filter((a) => a.job === j.job)))
+      : [h("p", {class: "muted"}, "No jobs yet: start training with STEPWATCH_COLLECTOR pointing here.")]));
     if (has("/api/jobs/{job}/windows") && jobs.length) {
       const docs = await Promise.all(jobs.map((j) => getJSON(`api/jobs/${encodeURIComponent(j.job)}/windows`)));
       $("windows").replaceChildren(...docs.map((d, i) => windowCard(jobs[i].job, latestWindow(d))));
@@ -224,8 +277,8 @@ _HTML = f"""<!doctype html>
 <title>stepwatch collector</title><link rel="icon" href="data:,"><style>{_CSS}</style></head>
 <body><header><h1>stepwatch</h1><a href="metrics">metrics</a><a href="api/jobs">api/jobs</a>
 <span id="status">loading…</span></header>
-<main><h2>Jobs</h2><div id="jobs"><p class="muted">loading…</p></div>
-<h2>Active alerts</h2><div id="alerts" class="card"></div>
+<main><h2>Alerts</h2><div id="alerts"><p class="muted">loading…</p></div>
+<h2>Jobs</h2><div id="jobs"><p class="muted">loading…</p></div>
 <h2>Latest window summary</h2><div id="windows" class="card"></div>
 <h2>Captured traces</h2><div id="traces" class="card"></div></main>
 <script>{_JS}</script></body></html>

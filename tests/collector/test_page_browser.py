@@ -105,7 +105,7 @@ PROBE = """(() => {
   const card = [...document.querySelectorAll(".job")].find((e) => e.dataset.job === %s);
   if (!card) return null;
   const lines = [...card.querySelectorAll("svg polyline")].map((l) => l.getAttribute("points").trim().split(/\\s+/).length);
-  return {title: card.querySelector("h3").textContent, lines,
+  return {title: card.querySelector("h3").firstChild.textContent, lines,
           ranks: [...card.querySelectorAll("table.ranks tbody tr")].map((r) => r.cells[0].textContent),
           scripts: document.scripts.length, imgs: document.images.length, pwned: window.pwned ?? null,
           alerts: document.getElementById("alerts").textContent,
@@ -146,3 +146,73 @@ def test_page_shows_a_real_training_job(collector_factory, tmp_path):
     assert card["ranks"] == ["0", "1"]
     for section in ("alerts", "windows", "traces"):  # rendered: a table, "none yet" or "not available"
         assert card[section].strip(), section
+
+
+# Test-scale drift windows (as tests/e2e/test_alerts_e2e.py): ~0.16 s steps, verdicts in seconds.
+FAST_DRIFT = {"warmup_steps": 10, "eval_interval_s": 0.5,
+              "drift": {"bucket_s": 0.8, "min_bucket_steps": 3, "warmup_s": 1, "settle_s": 4,
+                        "critical_window_s": 2.4, "warning_window_s": 3, "info_window_s": 5,
+                        "clear_s": 1.6, "z": 3}}
+SMALL = ("--step-sleep-s", "0.15", "--d-model", "16", "--layers", "1", "--batch", "2", "--seq", "8")
+
+# Runs in the page: where the alerts and the job cards are, in page order.
+LAYOUT = """(() => {
+  const alerts = [...document.querySelectorAll("#alerts .alert")];
+  return {height: window.innerHeight,
+          alerts: alerts.map((e) => ({job: e.dataset.job, text: e.textContent, top: e.getBoundingClientRect().top})),
+          jobs: [...document.querySelectorAll("#jobs .job")].map((e) => ({job: e.dataset.job,
+            alerting: e.classList.contains("alerting"), text: e.querySelector("h3").textContent}))};
+})()"""
+
+
+def test_the_alerting_job_among_ten_is_in_the_first_screen(collector_factory, tmp_path):
+    """Nine finished healthy jobs and one live job slowed by 30%: the page shows the slowed
+    job's alert card (severity, change, job, summary) in the first screen, and its job card
+    first among the ten, marked; the finished ones are marked finished. A screenshot is kept
+    when STEPWATCH_PAGE_SCREENSHOT names a file."""
+    import yaml
+
+    cfg = tmp_path / "collector.yml"
+    cfg.write_text(yaml.safe_dump({"detection": FAST_DRIFT}))
+    collector = collector_factory("--config", str(cfg))
+    from _procs import start_trainer
+
+    slowed = start_trainer(trainer_env(tmp_path, collector.grpc, "slowed-job"), "--steps", "900", *SMALL,
+                           "--slow-from-step", "60", "--slow-factor", "1.3")
+    browser = None
+    try:
+        for i in range(9):
+            run_trainer(trainer_env(tmp_path, collector.grpc, f"healthy-{i}"), "--steps", "5", *SMALL)
+        deadline = time.monotonic() + 120
+        while not any(a["job"] == "slowed-job" and a["state"] == "firing" for a in collector.api("/api/alerts")["alerts"]):
+            assert time.monotonic() < deadline and slowed.poll() is None, "the slowed job raised no alert"
+            time.sleep(0.5)
+        browser = Chromium(tmp_path / "chromium")
+        browser.call("Page.navigate", session=browser.session, url=f"http://{collector.http}/")
+        deadline = time.monotonic() + 20
+        while True:
+            layout = browser.eval(LAYOUT)
+            if layout["alerts"] and len(layout["jobs"]) == 10:
+                break
+            assert time.monotonic() < deadline, layout
+            time.sleep(0.25)
+        shot = os.environ.get("STEPWATCH_PAGE_SCREENSHOT")
+        if shot:
+            data = browser.call("Page.captureScreenshot", session=browser.session, format="png")["data"]
+            with open(shot.replace(".png", "") + "-alerting.png", "wb") as fh:
+                fh.write(base64.b64decode(data))
+        time.sleep(0.3)
+        browser.eval("0")
+        assert browser.problems() == []
+    finally:
+        if browser:
+            browser.close()
+        slowed.kill()
+        slowed.wait()
+    first = layout["alerts"][0]
+    assert first["job"] == "slowed-job" and 0 <= first["top"] < layout["height"] - 100, layout
+    assert "ThroughputDrift +" in first["text"] and "slowed-job rank 0" in first["text"], first
+    assert "since step" in first["text"], first  # the summary
+    assert layout["jobs"][0]["job"] == "slowed-job" and layout["jobs"][0]["alerting"], layout["jobs"][:2]
+    assert not any(j["alerting"] for j in layout["jobs"][1:])
+    assert all("finished" in j["text"] for j in layout["jobs"][1:]), layout["jobs"]
