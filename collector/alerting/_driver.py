@@ -135,7 +135,9 @@ class Detection:
             if self.engine.changed:
                 self._update(now)
             rank = (hello.job, hello.rank)
-            if batch.windows and rank in self._incomplete:  # a window after an onset completes it
+            if rank in self._incomplete and (batch.windows or self._undiagnosed(rank)):
+                # a window after an onset completes the diagnosis; an alert raised before three
+                # 10-step blocks after its onset had arrived gets its first one from later batches
                 mine = [a for a in self.book.firing(rank) if a.alertname in SLOWDOWNS]
                 self._diagnose(mine)
                 if all(a.diagnosis_complete for a in self.book.firing(rank) if a.alertname in SLOWDOWNS):
@@ -214,6 +216,9 @@ class Detection:
             self.book.annotate(a.key, trace=f"requested {request_id}")
             if len(self._trace_alerts) > 1000:  # never answered: forget the oldest
                 self._trace_alerts.pop(next(iter(self._trace_alerts)))
+
+    def _undiagnosed(self, rank: tuple) -> bool:
+        return any(a.alertname in SLOWDOWNS and not a.diagnosis for a in self.book.firing(rank))
 
     def _diagnose(self, alerts: list[Alert], changes: Optional[list[Alert]] = None) -> list[Alert]:
         """Attach (or complete) the diagnosis of firing slowdown alerts; returns ``changes``

@@ -1,14 +1,19 @@
 """``stepwatch demo``: a collector and a small CPU training job with the agent attached.
 
 Starts the collector as a subprocess (ports chosen by the OS), runs the demo trainer with
-``STEPWATCH_COLLECTOR`` pointing at it, then prints where to look and a short table of what
-the collector received.
+``STEPWATCH_COLLECTOR`` pointing at it, then prints where to look, a short table of what the
+collector received and the alert it raised. The job (about a minute) gets its first profiler
+window analysed at step 32 and, from two thirds of its steps on (``--slow-from-step``), a
+slower data loader (+20% of the step): the collector raises a drift alert with its why within seconds,
+because the demo's collector judges drift over seconds (``DEMO_DETECTION``) where the defaults
+take minutes of a real job's own noise. Its temporary directory is removed at the end.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -16,7 +21,15 @@ import tempfile
 import time
 import urllib.request
 
-__all__ = ["main"]
+__all__ = ["main", "DEMO_DETECTION"]
+
+# Drift judged over seconds (the demo's ~0.12 s steps); the defaults judge over minutes.
+DEMO_DETECTION = {"warmup_steps": 10, "eval_interval_s": 0.5,
+                  "drift": {"bucket_s": 0.8, "min_bucket_steps": 3, "warmup_s": 1, "settle_s": 4,
+                            "critical_window_s": 2.4, "warning_window_s": 3, "info_window_s": 5,
+                            "clear_s": 1.6, "z": 3}}
+# A small model whose step is mostly a fixed sleep: steady on a busy 2-core machine.
+DEMO_JOB = ("--step-sleep-s", "0.1", "--d-model", "32", "--layers", "2", "--batch", "4", "--seq", "16")
 
 
 def _wait_ready(path: str, proc: subprocess.Popen, timeout_s: float = 30.0) -> dict:
@@ -71,9 +84,23 @@ def _wait_steps(http: str, job: str, steps: int, timeout_s: float = 30.0) -> Non
         time.sleep(0.2)
 
 
+def _alerts(http: str, job: str, timeout_s: float) -> list:
+    """The job's alerts, firing or resolved since (the job has ended), waiting up to
+    ``timeout_s`` for the first."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        raised = [a for a in json.loads(_get(f"http://{http}/api/alerts"))["alerts"] if a["job"] == job]
+        if raised or time.monotonic() >= deadline:
+            return raised
+        time.sleep(0.5)
+
+
 def add_parser(sub) -> None:
     p = sub.add_parser("demo", help="run a demo training job against a local collector")
-    p.add_argument("--steps", type=int, default=300, help="training steps to run (default 300)")
+    p.add_argument("--steps", type=int, default=360, help="training steps to run (default 360)")
+    p.add_argument("--slow-from-step", type=int, default=None, metavar="N",
+                   help="the data loader gets 20%% slower from step N on (default: two thirds of --steps "
+                        "when they are 150 or more; 0: never)")
     p.add_argument("--no-stack", action="store_true", help="do not start Prometheus/Grafana alongside")
     p.add_argument("--keep-s", type=float, default=None, metavar="S",
                    help="keep the collector (and page) up this many seconds after training, then stop; "
@@ -82,17 +109,30 @@ def add_parser(sub) -> None:
 
 
 def main(args) -> int:
-    steps = getattr(args, "steps", 300)
+    steps = getattr(args, "steps", 360)
+    slow_from = getattr(args, "slow_from_step", None)
+    if slow_from is None:
+        slow_from = 2 * steps // 3 if steps >= 150 else 0
     job = "stepwatch-demo"
-    workdir = tempfile.mkdtemp(prefix="stepwatch-demo-")
+    workdir = tempfile.mkdtemp(prefix="stepwatch-demo-")  # private (0700), removed at the end
+    try:
+        return _run(args, steps, slow_from, job, workdir)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _run(args, steps: int, slow_from: int, job: str, workdir: str) -> int:
     ready = os.path.join(workdir, "ready.json")
-    stack = _start_stack(args, workdir)
+    config = os.path.join(workdir, "collector.json")
+    with open(config, "w") as fh:
+        json.dump({"detection": DEMO_DETECTION}, fh)
+    stack = _start_stack(args, workdir, ["--config", config])
     if stack is not None:  # the stack runs the collector (collector/_stack.py)
         ready, collector = os.path.join(workdir, "collector-ready.json"), stack.collector_proc
     else:
         collector = subprocess.Popen([sys.executable, "-m", "stepwatch.collector.tools", "collector",
                                       "--grpc-listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0",
-                                      "--ready-file", ready])
+                                      "--ready-file", ready, "--config", config])
     try:
         addrs = _wait_ready(ready, collector)
         http = addrs["http"]
@@ -100,12 +140,24 @@ def main(args) -> int:
               flush=True)
         env = dict(os.environ, STEPWATCH_COLLECTOR=addrs["grpc"], STEPWATCH_JOB=job,
                    STEPWATCH_SPOOL_DIR=os.path.join(workdir, "spool"))
-        print(f"stepwatch demo: training a tiny transformer on CPU for {steps} steps ...", flush=True)
-        subprocess.run([sys.executable, "-m", "stepwatch.collector.tools.train", "--steps",
-                        str(steps), "--workers", "2"], env=env, check=True)
+        print(f"stepwatch demo: training a tiny transformer on CPU for {steps} steps"
+              + (f"; its data loader gets 20% slower from step {slow_from}" if slow_from else "") + " ...",
+              flush=True)
+        subprocess.run([sys.executable, "-m", "stepwatch.collector.tools.train", "--steps", str(steps),
+                        *DEMO_JOB, "--slow-from-step", str(slow_from), "--slow-factor", "1.2"],
+                       env=env, check=True)
         _wait_steps(http, job, steps)
         print("\nWhat the collector received (job %s):\n" % job)
         print(_table(http, job))
+        if slow_from:
+            raised = _alerts(http, job, 15.0)
+            print("\nAlerts raised by the collector (drift judged over seconds in this demo):")
+            for a in raised:
+                state = "firing" if a["state"] == "firing" else "resolved when the job ended"
+                print(f"  {a['severity']} {a['alertname']} rank {a['rank']} ({state}): {a['summary']}"
+                      + (f"\n    why: {a['diagnosis']}" if a.get("diagnosis") else ""))
+            if not raised:
+                print("  none (the slowdown was not raised: see the page)")
         print(f"\nWhere to look:\n  live page           http://{http}/\n"
               f"  Prometheus metrics  http://{http}/metrics\n"
               f"  JSON API            http://{http}/api/jobs\n  health              http://{http}/healthz")
@@ -138,7 +190,7 @@ def _interrupt(*_) -> None:
     raise KeyboardInterrupt
 
 
-def _start_stack(args, workdir: str):
+def _start_stack(args, workdir: str, collector_args: list):
     """Prometheus and Alertmanager beside the collector when their Debian binaries exist and
     --no-stack is not given (``stepwatch stack``); None otherwise."""
     from .stack import LocalStack, StackError, binaries
@@ -146,7 +198,7 @@ def _start_stack(args, workdir: str):
     if getattr(args, "no_stack", False) or binaries() is None:
         return None
     try:
-        return LocalStack(workdir, scrape_interval="5s").start()
+        return LocalStack(workdir, scrape_interval="5s", collector_args=collector_args).start()
     except StackError as exc:
         print(f"stepwatch demo: running without Prometheus/Alertmanager: {exc}", file=sys.stderr)
         return None

@@ -1,5 +1,6 @@
-"""`stepwatch demo` without a terminal (CI, `| tee`, an IDE console): it stays up with its page
-after training until SIGINT, and says where the page is."""
+"""`stepwatch demo` without a terminal (CI, `| tee`, an IDE console): it raises the drift alert
+of its slowed data loader with the why, stays up with its page after training until SIGINT,
+says where the page is, and removes its temporary directory at the end."""
 
 from __future__ import annotations
 
@@ -8,13 +9,14 @@ import re
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 
 
 def test_demo_without_a_tty_stays_up_until_sigint(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith("STEPWATCH_")}
-    proc = subprocess.Popen([sys.executable, "-m", "stepwatch.collector.tools", "demo", "--no-stack", "--steps", "40"],
+    proc = subprocess.Popen([sys.executable, "-m", "stepwatch.collector.tools", "demo", "--no-stack", "--steps", "240"],
                             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             env=env, cwd=str(tmp_path))
     out = ""
@@ -24,12 +26,19 @@ def test_demo_without_a_tty_stays_up_until_sigint(tmp_path):
             assert proc.poll() is None and time.monotonic() < deadline, out[-3000:]
             out += proc.stdout.readline()
         page = re.search(r"live page\s+(http://\S+/)", out).group(1)
+        alert = re.search(r"critical StepwatchThroughputDrift rank 0 \((firing|resolved when the job ended)\): "
+                          r"step time \+(\d+\.\d)% .* since step (\d+)\n\s+why: data-loader wait \+", out)
+        assert alert, out[-3000:]
+        assert 15 <= float(alert.group(2)) <= 40 and 150 <= int(alert.group(3)) <= 170, alert.group(0)
         time.sleep(2)
         assert proc.poll() is None, "the demo stopped without a terminal"
         with urllib.request.urlopen(page, timeout=10) as resp:
             assert resp.status == 200 and b"<html" in resp.read().lower()
+        before = set(os.listdir(tempfile.gettempdir()))
         proc.send_signal(signal.SIGINT)
         assert proc.wait(30) == 0
+        left = {d for d in before - set(os.listdir(tempfile.gettempdir())) if d.startswith("stepwatch-demo-")}
+        assert left, "the demo's temporary directory was not removed"
     finally:
         if proc.poll() is None:
             proc.kill()
