@@ -31,7 +31,9 @@ def add_parser(sub) -> None:
     for flag, name, spec in _FLAGS:
         extra = " (visible in ps; prefer the env var)" if spec.secret else ""
         default = "see below" if spec.section else repr(getattr(CollectorSettings, name))
-        p.add_argument(flag, dest=name, metavar=name.upper(), default=None,
+        # A yes/no option works as a bare flag (--insecure) and with a value (--insecure false).
+        bare = {"nargs": "?", "const": "true"} if isinstance(getattr(CollectorSettings, name, None), bool) else {}
+        p.add_argument(flag, dest=name, metavar=name.upper(), default=None, **bare,
                        help=f"{spec.help}{extra} [env {spec.env}, default {default}]")
     p.add_argument("--ready-file", metavar="FILE",
                    help="after binding, write {\"grpc\", \"http\", \"pid\"} as JSON to FILE (atomically)")

@@ -90,3 +90,24 @@ def test_the_agents_token_variable_works_for_the_collector_too():
     assert load_settings(environ={"STEPWATCH_TOKEN": "shared"}).auth_token == "shared"
     both = load_settings(environ={"STEPWATCH_TOKEN": "agents", "STEPWATCH_AUTH_TOKEN": "collector"})
     assert both.auth_token == "collector"  # the collector's own name wins
+
+
+def test_insecure_works_as_the_bare_flag_the_refusal_names():
+    """The refusal says "pass --insecure": the flag alone turns it on, a value still works."""
+    import argparse
+
+    from stepwatch.collector.tools import collector as cli
+
+    parser = argparse.ArgumentParser()
+    cli.add_parser(parser.add_subparsers())
+
+    def settings(*argv):
+        args = parser.parse_args(["collector", "--grpc-listen", "0.0.0.0:7470", *argv])
+        return load_settings({name: getattr(args, name) for _, name, _ in cli._FLAGS}, environ={})
+
+    assert settings("--insecure").insecure is True
+    assert settings("--insecure", "true", "--http-listen", "127.0.0.1:0").insecure is True
+    with pytest.raises(SettingsError, match="pass --insecure"):
+        settings("--insecure", "false")
+    with pytest.raises(SettingsError, match="pass --insecure"):
+        settings()
