@@ -226,7 +226,21 @@ def load_settings(args: Optional[Mapping[str, Any]] = None, environ: Optional[Ma
                 file_values, f"config file {config_file}" if config_file else "config file")
 
 
+_CONTROL = {c: f"\\x{c:02x}" for c in [*range(0x20), 0x7f]}
+_CONTROL.update({ord("\n"): "\\n", ord("\r"): "\\r", ord("\t"): "\\t"})
+
+
+class EscapingFormatter(logging.Formatter):
+    """One log record, one line: control characters in the message (job names, hosts, session
+    ids and other strings an agent sent) are written escaped (``\\n``, ``\\x1b``), so a peer
+    cannot forge or split collector log lines. Tracebacks keep their own lines."""
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        return super().formatMessage(record).translate(_CONTROL)
+
+
 def configure_logging(level: str) -> None:
     """Set up stderr logging for the collector process (called once by the CLI)."""
-    logging.basicConfig(level=getattr(logging, level, logging.INFO),
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    handler = logging.StreamHandler()
+    handler.setFormatter(EscapingFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=getattr(logging, level, logging.INFO), handlers=[handler])
