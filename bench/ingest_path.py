@@ -124,8 +124,11 @@ def main() -> None:
                    "collector's freeze as the collector keeps it")
     p.add_argument("--fork", action="store_true", help="--scrapes rendered by forked children (the render "
                    "process of a collector on two or more cores): their CPU")
+    p.add_argument("--bounds", action="store_true", help="also cut each batch's strings to their "
+                   "bounds first (collector/_bounds.py, as the gRPC server does before Pipeline.batch)")
     args = p.parse_args()
 
+    from stepwatch.collector._bounds import bound_strings
     from stepwatch.proto.stepwatch.v1 import agent_pb2
 
     parts = templates()
@@ -139,7 +142,10 @@ def main() -> None:
         cpu0 = time.process_time()
         for data in payloads:  # a batch of every rank, then the next: the order they arrive in
             for key, h in hellos:
-                pipe.batch(key, h, agent_pb2.Batch.FromString(data), 1.7e9)
+                b = agent_pb2.Batch.FromString(data)
+                if args.bounds:
+                    bound_strings(b)
+                pipe.batch(key, h, b, 1.7e9)
         cpu = time.process_time() - cpu0
         n_steps = args.ranks * args.batches * args.steps_per_batch
         results.append(1e6 * cpu / n_steps)
@@ -150,7 +156,7 @@ def main() -> None:
         if args.scrapes:
             scrapes += time_scrapes(pipe.state, args.scrapes, args.fork)
     out = {"ranks": args.ranks, "batches_per_rank": args.batches, "samples_per_batch": args.samples_per_batch,
-           "steps_per_batch": args.steps_per_batch, "batch_s": args.batch_s,
+           "steps_per_batch": args.steps_per_batch, "batch_s": args.batch_s, "bounds": args.bounds,
            "us_per_step": sorted(results),
            **({"tick_ms": sorted(ticks)} if ticks else {}),
            **({("scrape_child_ms" if args.fork else "scrape_ms"): sorted(scrapes)} if scrapes else {}),

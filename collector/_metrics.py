@@ -225,6 +225,9 @@ def _collector(state: CollectorState) -> list[Family]:
              c["batches_received"]),
             ("stepwatch_collector_batches_duplicate", "Batches received again (already applied), acked and ignored.",
              "counter", c["batches_duplicate"]),
+            ("stepwatch_collector_batches_seq_refused", "Batches whose sequence number jumped far ahead or "
+             "near the top of its range (damage that still decodes): acked so the agent drops them, not applied.",
+             "counter", c["batches_seq_refused"]),
             ("stepwatch_collector_decode_errors", "Agent messages that failed protobuf decoding.", "counter",
              c["decode_errors"]),
             ("stepwatch_collector_nonfinite_records", "Agent records dropped at ingest for a NaN or infinite number.",
@@ -238,8 +241,8 @@ def _collector(state: CollectorState) -> list[Family]:
     for reason, n in sorted(c["streams_rejected"].items()):
         rejected.add(labels_text(("reason",), (reason,)), n)
     trimmed = Family("stepwatch_collector_trimmed", "Agent data cut to the collector's bounds, by what: "
-                     "label (a Hello label value over 256 characters), event_message (over 1,024), "
-                     "window_names (a window's kernel/op list over 50 entries or a name over 256).", "counter")
+                     "string (a string over its bound or a map entry over its count, collector/_bounds.py), "
+                     "window_names (a window's kernel/op list over 50 entries).", "counter")
     for what, n in sorted(c["trimmed"].items()):
         trimmed.add(labels_text(("what",), (what,)), n)
     gc_seconds = Family("stepwatch_collector_gc_seconds", "Seconds the collector process spent in garbage "

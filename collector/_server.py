@@ -24,7 +24,7 @@ from stepwatch.proto.stepwatch.v1 import agent_pb2
 
 from ._control import CONTROL_SERVICE_NAME, CaptureService, StreamTable
 from ._pipeline import Pipeline
-from ._state import MAX_NAME_CHARS
+from ._bounds import bound_strings
 from ._trace_store import TraceRejected, TraceStore
 
 __all__ = ["IngestServer", "SERVICE_NAME"]
@@ -54,28 +54,6 @@ class _Malformed:
 
     def __init__(self, reason: str):
         self.reason = reason
-
-
-def _trim_labels(hello: agent_pb2.Hello) -> int:
-    """Cut the Hello's label values (node, GPU model and UUID, versions, session id) to
-    MAX_NAME_CHARS and its config map to 64 such entries: a 1 MB host name must not become a
-    1 MB label on every series. Returns how many were cut."""
-    cut = 0
-    for msg, names in ((hello, ("host", "torch_version", "cuda_version", "agent_version", "driver_version")),
-                       (hello.gpu, ("name", "uuid"))):
-        for name in names:
-            value = getattr(msg, name)
-            if len(value) > MAX_NAME_CHARS:
-                setattr(msg, name, value[:MAX_NAME_CHARS])
-                cut += 1
-    if len(hello.session_id) > MAX_NAME_CHARS:
-        hello.session_id, cut = hello.session_id[:MAX_NAME_CHARS], cut + 1
-    config = dict(hello.config)
-    if len(config) > 64 or any(len(k) > MAX_NAME_CHARS or len(v) > MAX_NAME_CHARS for k, v in config.items()):
-        hello.ClearField("config")
-        hello.config.update({k[:MAX_NAME_CHARS]: v[:MAX_NAME_CHARS] for k, v in sorted(config.items())[:64]})
-        cut += 1
-    return cut
 
 
 class IngestServer:
@@ -266,9 +244,9 @@ class IngestServer:
             await self._abort(context, refused, grpc.StatusCode.RESOURCE_EXHAUSTED,
                               f"job {hello.job[:80]!r} already has {self._max_ranks} ranks (max_ranks_per_job); "
                               f"rank {hello.rank} is refused")
-        cut = _trim_labels(hello)
+        cut = bound_strings(hello)  # (collector/_bounds.py: one table for every string field)
         if cut:
-            self._state.count_trimmed("label", cut)
+            self._state.count_trimmed("string", cut)
         return hello
 
     async def _connect(self, requests, context) -> AsyncIterator[agent_pb2.Command]:
@@ -311,6 +289,9 @@ class IngestServer:
                               "Hello is only allowed as the first AgentMessage")
         if kind != "batch":
             return None  # a payload from a newer protocol version: ignore it
+        cut = bound_strings(msg.batch)
+        if cut:
+            self._state.count_trimmed("string", cut)
         self._pipeline.batch(key, hello, msg.batch, self._clock())
         if msg.batch.traces:
             self.streams.traces_arrived(msg.batch.traces)

@@ -33,7 +33,6 @@ STEP_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.
 WAIT_BUCKETS = (0.0001, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 MAX_EVENT_KINDS = 32
 KEPT_EVENTS = 50
-MAX_EVENT_MESSAGE_CHARS = 1024   # an event's message is cut to this (counted as trimmed)
 MAX_WINDOW_NAMES = 50            # top kernels / ops kept per WindowSummary (the agent sends 10)
 MAX_NAME_CHARS = 256             # kernel / op names and Hello label values are cut to this
 RATIO_WINDOW = 100
@@ -118,6 +117,7 @@ _LE_TEXTS: dict[tuple, tuple] = {}  # bucket bounds -> their `le` label values
 class _Session:
     max_seq: int = -1
     max_step: int = 0
+    seen: int = 0  # bit i: seq max_seq - i was applied (the last SEQ_WINDOW seqs)
 
 
 @dataclasses.dataclass
@@ -243,12 +243,13 @@ class CollectorState:
         self.streams_accepted = 0
         self.batches_received = 0
         self.batches_duplicate = 0
+        self.batches_seq_refused = 0
         self.decode_errors = 0
         self.nonfinite_records = 0
         self.records_dropped = 0
         self.streams_rejected = {r: 0 for r in ("unauthenticated", "no_hello", "invalid_hello", "malformed",
                                                  "too_many_jobs", "too_many_ranks")}
-        self.trimmed = {r: 0 for r in ("label", "event_message", "window_names")}
+        self.trimmed = {r: 0 for r in ("string", "window_names")}
         self._job_ranks: dict[str, int] = {}  # job -> ranks held
         self.pace_s = 0.0  # the batch interval acks ask agents for (IngestServer; 0: none)
         # The collector's own delays (Collector): how late the event loop ran a LOOP_WATCH_S
@@ -333,10 +334,13 @@ class CollectorState:
                 return False
             st.last_seen = now
             sess = st.session(session_id)
-            if batch.seq <= sess.max_seq:
+            verdict = _sequence(sess, batch.seq, max(steps.step) if len(steps) else None)
+            if verdict == "jump":
+                self.batches_seq_refused += 1
+                return False
+            if verdict == "duplicate":
                 self.batches_duplicate += 1
                 return False
-            sess.max_seq = batch.seq
             self._apply(st, sess, batch, steps, samples)
             return True
 
@@ -354,9 +358,6 @@ class CollectorState:
             if kind not in st.event_counts and len(st.event_counts) >= MAX_EVENT_KINDS:
                 kind = "other"
             st.event_counts[kind] = st.event_counts.get(kind, 0) + 1
-            if len(ev.message) > MAX_EVENT_MESSAGE_CHARS:
-                ev.message = ev.message[:MAX_EVENT_MESSAGE_CHARS]
-                self.trimmed["event_message"] += 1
             st.events.append(own(ev))
         if batch.HasField("stats"):
             old = st.stats.records_dropped if st.stats is not None else 0
@@ -481,6 +482,7 @@ class CollectorState:
     def counters(self) -> dict[str, Any]:
         with self._lock:
             return {"streams_accepted": self.streams_accepted, "batches_received": self.batches_received, "batches_duplicate": self.batches_duplicate,
+                    "batches_seq_refused": self.batches_seq_refused,
                     "decode_errors": self.decode_errors, "records_dropped": self.records_dropped,
                     "nonfinite_records": self.nonfinite_records,
                     "streams_rejected": dict(self.streams_rejected), "trimmed": dict(self.trimmed)}
@@ -497,6 +499,37 @@ def _clone(obj):
 # making two fresh rings per rank was 9% of a scrape's CPU at 2,000 ranks, py-spy).
 _NO_RECENT, _NO_TREND = Ring("dd", RATIO_WINDOW), Ring("Qdd", TREND_POINTS)
 _NO_SESSIONS: "collections.OrderedDict[str, _Session]" = collections.OrderedDict()
+
+
+SEQ_WINDOW = 4096  # seqs behind the highest one still told apart (applied or not)
+SEQ_MAX_JUMP = 1 << 24  # a session's seq never moves further ahead than this in one batch
+SEQ_TOP = 1 << 62  # a seq this high is damage (an agent counts from 1)
+
+
+def _sequence(sess: _Session, seq: int, last_step: Optional[int]) -> str:
+    """"new", "duplicate" (acked, ignored) or "jump" (refused: acked, ignored, counted) for a
+    batch ``seq`` of session ``sess``; marks a new one seen.
+
+    Seqs are told apart in a window of SEQ_WINDOW behind the highest: a batch whose seq was
+    damaged upwards (one flipped bit: 11 -> 75) no longer makes the next 63 batches look like
+    duplicates, and a later batch with a seq seen already but steps beyond every applied step
+    is new data, not a resend. A seq far ahead (SEQ_MAX_JUMP: the spool's own drops are far
+    fewer) or near the top of the range (SEQ_TOP) is refused and never moves the window."""
+    if seq >= SEQ_TOP or (sess.max_seq >= 0 and seq > sess.max_seq + SEQ_MAX_JUMP):
+        return "jump"
+    if seq <= 0:  # unset: agents count from 1
+        return "duplicate"
+    if seq > sess.max_seq:
+        shift = seq - sess.max_seq
+        sess.seen = ((sess.seen << shift) | 1) & ((1 << SEQ_WINDOW) - 1) if shift < SEQ_WINDOW else 1
+        sess.max_seq = seq
+        return "new"
+    behind = sess.max_seq - seq
+    fresh = last_step is not None and last_step > sess.max_step
+    if behind >= SEQ_WINDOW or sess.seen >> behind & 1:
+        return "new" if fresh else "duplicate"
+    sess.seen |= 1 << behind
+    return "new"
 
 
 def _copy(st: RankState, light: bool = False, median: bool = False) -> RankState:
