@@ -232,6 +232,8 @@ def _collector(state: CollectorState) -> list[Family]:
              c["decode_errors"]),
             ("stepwatch_collector_nonfinite_records", "Agent records dropped at ingest for a NaN or infinite number.",
              "counter", c["nonfinite_records"]),
+            ("stepwatch_collector_far_records", "Agent steps and samples dropped at ingest: time more than a day "
+             "from the collector's clock, or a step number beyond 1e12.", "counter", c["far_records"]),
             ("stepwatch_collector_records_dropped", "Records dropped by agents, summed over all agents seen.",
              "counter", c["records_dropped"])):
         fam = Family(name, doc, kind)

@@ -23,7 +23,7 @@ from typing import Sequence
 from stepwatch.proto.stepwatch.v1 import agent_pb2
 
 from ._columns import SampleColumns, step_columns
-from ._sanitize import drop_nonfinite
+from ._sanitize import drop_far, drop_nonfinite
 from ._state import CollectorState, RankKey
 
 __all__ = ["Pipeline"]
@@ -48,7 +48,8 @@ class Pipeline:
 
     def batch(self, key: RankKey, hello: agent_pb2.Hello, batch: agent_pb2.Batch, now: float) -> bool:
         """Apply one batch; listeners see it only when it was new (not a resent duplicate).
-        Records with non-finite numbers are dropped and counted first."""
+        Records with non-finite numbers, and steps and samples far from ``now`` in time (or
+        numbered beyond any real job), are dropped and counted first."""
         steps, samples = step_columns(batch), SampleColumns(batch)
         finite, sampled = steps.finite(), samples.finite()
         dropped = drop_nonfinite(batch, (("steps",) if finite else ()) + (SampleColumns.FIELDS if sampled else ()))
@@ -58,6 +59,10 @@ class Pipeline:
                 steps = step_columns(batch)  # without the dropped steps
             if not sampled:
                 samples = SampleColumns(batch)  # without the dropped samples
+        far = drop_far(batch, now, steps, samples)
+        if far:
+            self.state.count_far(far)
+            steps, samples = step_columns(batch), SampleColumns(batch)
         if not self.state.apply_batch(key, hello.session_id, batch, now, steps, samples):
             return False
         for call in self._each("on_batch"):

@@ -15,7 +15,10 @@ from google.protobuf.message import Message
 
 from stepwatch.proto.stepwatch.v1 import agent_pb2
 
-__all__ = ["drop_nonfinite"]
+__all__ = ["drop_nonfinite", "drop_far", "FAR_S", "MAX_STEP"]
+
+FAR_S = 86400.0  # a record's time further than this from the collector's clock is refused
+MAX_STEP = 10 ** 12  # a step number beyond this is refused (31 years of 1 ms steps)
 
 _FLOATS = (FieldDescriptor.TYPE_DOUBLE, FieldDescriptor.TYPE_FLOAT)
 _RECORDS = ("steps", "allocator", "gpu_samples", "host", "events", "windows", "traces")
@@ -109,4 +112,28 @@ def drop_nonfinite(batch: agent_pb2.Batch, checked: tuple = ()) -> int:
             stats.ClearField("window_warmup_s")
         if not math.isfinite(stats.window_aftereffect_ratio):
             stats.ClearField("window_aftereffect_ratio")
+    return dropped
+
+
+def drop_far(batch: agent_pb2.Batch, now: float, steps, samples) -> int:
+    """Remove, in place, steps and samples whose time is more than FAR_S from ``now`` (the
+    collector's clock) and steps numbered beyond MAX_STEP; return how many. Such a record is
+    damage or a broken clock, never data: stored, one sample at 1e12 would stay "the latest"
+    for good (the gauges frozen, leak detection off), a step at 3e20 would be the rank's
+    steps_total. ``steps``, ``samples``: the batch's columns (checked by min and max, so the
+    usual batch costs a few comparisons)."""
+    lo, hi = now - FAR_S, now + FAR_S
+    dropped = 0
+    if len(steps) and not (lo <= min(steps.end) and max(steps.end) <= hi and max(steps.step) <= MAX_STEP):
+        kept = [r for r in batch.steps if lo <= r.end_time_s <= hi and r.step <= MAX_STEP]
+        dropped += len(batch.steps) - len(kept)
+        del batch.steps[:]
+        batch.steps.extend(kept)
+    for name, col in zip(samples.FIELDS, (samples.gpu, samples.host, samples.allocator)):
+        if len(col) and not (lo <= min(col["time_s"]) and max(col["time_s"]) <= hi):
+            records = getattr(batch, name)
+            kept = [r for r in records if lo <= r.time_s <= hi]
+            dropped += len(records) - len(kept)
+            del records[:]
+            records.extend(kept)
     return dropped

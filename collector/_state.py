@@ -246,6 +246,7 @@ class CollectorState:
         self.batches_seq_refused = 0
         self.decode_errors = 0
         self.nonfinite_records = 0
+        self.far_records = 0
         self.records_dropped = 0
         self.streams_rejected = {r: 0 for r in ("unauthenticated", "no_hello", "invalid_hello", "malformed",
                                                  "too_many_jobs", "too_many_ranks")}
@@ -280,6 +281,10 @@ class CollectorState:
     def reject(self, reason: str) -> None:
         with self._lock:
             self.streams_rejected[reason] = self.streams_rejected.get(reason, 0) + 1
+
+    def count_far(self, n: int) -> None:
+        with self._lock:
+            self.far_records += n
 
     def count_nonfinite(self, n: int) -> None:
         with self._lock:
@@ -484,7 +489,7 @@ class CollectorState:
             return {"streams_accepted": self.streams_accepted, "batches_received": self.batches_received, "batches_duplicate": self.batches_duplicate,
                     "batches_seq_refused": self.batches_seq_refused,
                     "decode_errors": self.decode_errors, "records_dropped": self.records_dropped,
-                    "nonfinite_records": self.nonfinite_records,
+                    "nonfinite_records": self.nonfinite_records, "far_records": self.far_records,
                     "streams_rejected": dict(self.streams_rejected), "trimmed": dict(self.trimmed)}
 
 

@@ -194,7 +194,7 @@ def test_record_file(start_collector, tmp_path):
     path = tmp_path / "rec.jsonl"
     running = start_collector(record=str(path))
     b1 = batch(12, steps=[step(1, samples=8, tokens=8192), step(2)],
-               allocator=[agent_pb2.AllocatorSample(time_s=5.0, allocated_bytes=1, reserved_bytes=2, active_bytes=3,
+               allocator=[agent_pb2.AllocatorSample(time_s=1_700_000_005.0, allocated_bytes=1, reserved_bytes=2, active_bytes=3,
                                                     inactive_split_bytes=4, alloc_retries=5, ooms=6, device_total_bytes=7)])
     with running.channel() as chan:
         converse(chan, [hello(session="sess"), b1, b1])
