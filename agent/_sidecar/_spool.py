@@ -10,6 +10,10 @@ whose number it has seen in that session.
 
 When the disk refuses (full, read-only, no such directory) a batch is kept in memory instead,
 under the same size bound, and :meth:`write` says so; the disk is tried again for every batch.
+
+A file read back is checked before it is sent: an empty file, one that does not decode as a
+Batch, or one whose seq field is not the seq of its name (damage that still decodes: one
+flipped bit) is quarantined and counted, never sent.
 """
 
 from __future__ import annotations
@@ -17,6 +21,10 @@ from __future__ import annotations
 import os
 import threading
 from typing import List, Optional
+
+from google.protobuf.message import DecodeError
+
+from stepwatch.proto.stepwatch.v1 import agent_pb2
 
 from ..contract import safe_name
 from ._log import LOG
@@ -161,12 +169,17 @@ class Spool:
             return held
         try:
             with open(self._file(seq), "rb") as fh:
-                return fh.read()
+                data = fh.read()
         except FileNotFoundError:
             return None
         except OSError as exc:
             self.quarantine(seq, f"unreadable: {exc.strerror or exc}")
             return None
+        why = _damage(data, seq)
+        if why:
+            self.quarantine(seq, why)
+            return None
+        return data
 
     def quarantine(self, seq: int, why: str) -> None:
         """Move batch ``seq`` aside to ``<path>/quarantine/`` (kept for inspection, never sent
@@ -223,10 +236,18 @@ class Spool:
 
     def close(self) -> None:
         """Remove the directory when nothing is pending; otherwise leave the files and log
-        where they are (a later run of this session, or an operator, may replay them)."""
-        count = len(self)
-        if count or self.quarantined:
-            LOG.warning("%d unacknowledged batch(es) left in %s", count, self.path)
+        where they are (a later run of this session, or an operator, may replay them), and how
+        many unacknowledged batches were only in memory (the disk refused them): those are lost."""
+        with self._lock:
+            count, in_memory = len(self._sizes), len(self._mem)
+        if in_memory:
+            LOG.warning("%d unacknowledged batch(es) held in memory (the disk refused them: %s) are lost",
+                        in_memory, self.last_error or "unknown error")
+        if count - in_memory or self.quarantined:
+            LOG.warning("%d unacknowledged batch(es) left in %s%s", count - in_memory, self.path,
+                        f", {self.quarantined} quarantined in {self.path}/quarantine" if self.quarantined else "")
+            return
+        if count:
             return
         for name in (_SEQ_FILE, _OWNER_FILE, _HELLO_FILE):
             try:
@@ -237,6 +258,17 @@ class Spool:
             os.rmdir(self.path)
         except OSError:
             pass
+
+
+def _damage(data: bytes, seq: int) -> str:
+    """Why a spooled file's bytes must not be sent as batch ``seq`` ("" when they may)."""
+    if not data:
+        return "empty file"
+    try:
+        got = agent_pb2.Batch.FromString(data).seq
+    except DecodeError as exc:
+        return f"does not decode as a Batch ({exc})"
+    return "" if got == seq else f"its seq field reads {got}, its name {seq}"
 
 
 def _alive(pid: int) -> bool:

@@ -24,18 +24,26 @@ from stepwatch.proto.stepwatch.v1 import agent_pb2
 
 # -- spool -------------------------------------------------------------------------------
 
+def spooled(seq: int, size: int = 10) -> bytes:
+    """A serialized Batch ``seq`` of ``size`` bytes (an event's message pads it)."""
+    base = agent_pb2.Batch(seq=seq, events=[agent_pb2.Event(message="m")]).ByteSize() - 1
+    data = agent_pb2.Batch(seq=seq, events=[agent_pb2.Event(message="m" * max(0, size - base))]).SerializeToString()
+    assert len(data) == size, (len(data), size)
+    return data
+
+
 def test_spool_write_ack_pending_and_cleanup(tmp_path):
     path = spool_path(str(tmp_path), "job/x", 2, "s1")
     assert path == os.path.join(str(tmp_path), "job_x", "rank2-s1")
     spool = Spool(path, max_bytes=1000)
     for seq in (1, 2, 3):
-        spool.write(seq, b"x" * 10)
+        spool.write(seq, spooled(seq))
     assert sorted(os.listdir(path)) == [f"{s:016d}.pb" for s in (1, 2, 3)] + ["seq"]
     assert spool.pending() == [1, 2, 3] and spool.pending(after=1) == [2, 3]
     spool.ack(2)
     spool.ack(99)
     assert spool.pending() == [1, 3] and spool.bytes == 20 and spool.read(2) is None
-    assert spool.read(3) == b"x" * 10
+    assert spool.read(3) == spooled(3)
     spool.close()
     assert os.path.isdir(path), "pending batches are kept"
     spool.ack(1)
@@ -56,9 +64,38 @@ def test_spool_size_cap_drops_oldest_and_counts(tmp_path):
     assert spool.pending() == [6] and spool.batches_dropped == 5
 
 
+def test_damaged_spool_files_are_quarantined_and_counted_never_sent(tmp_path, caplog):
+    """An empty file, one that does not decode, one whose seq field is not its name's (a
+    flipped bit: 11 -> 75): each is moved to quarantine/ when read, counted, and not sent;
+    the good ones around them are."""
+    spool = Spool(str(tmp_path), max_bytes=10_000)
+    for seq in range(1, 6):
+        spool.write(seq, spooled(seq, 20))
+    (tmp_path / f"{2:016d}.pb").write_bytes(b"")
+    (tmp_path / f"{3:016d}.pb").write_bytes(b"\xff\xff\xff")
+    (tmp_path / f"{4:016d}.pb").write_bytes(spooled(75, 20))
+    sent = [seq for seq in spool.pending() if spool.read(seq) is not None]
+    assert sent == [1, 5]
+    assert spool.quarantined == 3 and spool.batches_dropped == 3 and spool.pending() == [1, 5]
+    assert sorted(os.listdir(tmp_path / "quarantine")) == [f"{s:016d}.pb" for s in (2, 3, 4)]
+    text = caplog.text
+    assert "empty file" in text and "does not decode" in text and "its seq field reads 75, its name 4" in text
+
+
+def test_a_spool_that_kept_batches_in_memory_says_they_are_lost(tmp_path, caplog):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    spool = Spool(str(blocker / "spool"), max_bytes=10_000)
+    for seq in (1, 2):
+        spool.write(seq, spooled(seq))
+    spool.close()
+    assert "2 unacknowledged batch(es) held in memory" in caplog.text and "are lost" in caplog.text
+    assert "left in" not in caplog.text  # the folder holds none
+
+
 def test_spool_adopts_existing_files_and_removes_temporaries(tmp_path):
     first = Spool(str(tmp_path), max_bytes=1000)
-    first.write(7, b"abc")
+    first.write(7, spooled(7))
     (tmp_path / "0000000000000008.pb.tmp").write_bytes(b"partial")
     again = Spool(str(tmp_path), max_bytes=1000)
     assert again.pending() == [7] and again.max_seq == 7
