@@ -55,6 +55,8 @@ def feed_batch(engine: DetectionEngine, job: str, rank: int, batch: agent_pb2.Ba
         engine.gpu_columns(job, rank, s.gpu)
     if len(s.host):
         engine.host_columns(job, rank, s.host)
+    if batch.events:
+        engine.agent_events(job, rank, [(e.time_s, e.kind, e.message) for e in batch.events])
     for w in batch.windows or ():  # (an empty repeated field: its truth is cheaper than its loop)
         steps = w.last_step - w.first_step + 1 if w.last_step >= w.first_step > 0 else 0
         if steps and w.breakdown.step_time_s > 0:

@@ -9,6 +9,7 @@ Unix time ``now``. ``conditions()`` lists what holds now; it never raises.
 from __future__ import annotations
 
 import collections
+import re
 from typing import Iterable, Optional, Sequence
 
 from ._config import DetectionConfig
@@ -26,6 +27,7 @@ _MAX_PHASE_KINDS = 8  # marked phase kinds per rank (a label each); more count a
 # Face job logging every step marks every step "log", and a +70% slowdown went unreported when
 # every marked step was left out.
 _MARK_DELAY = 1.2
+_RESTART = re.compile(r"restart (\d+) of (\d+)")  # the agent's sidecar_restarted event message
 _ENDED_AFTER_S = 10.0  # every rank of a job disconnected this long: its drift episodes end
 # a SampleTable's columns, in the order of the points' fields
 _ALLOCATOR_FIELDS = ("time_s", "allocated_bytes", "reserved_bytes", "inactive_split_bytes", "alloc_retries", "ooms",
@@ -332,9 +334,29 @@ class DetectionEngine:
                 for_s=self.cfg.liveness.duplicate_for_s))
         self._sync(("dup", job, rank), conds)
 
+    def agent_events(self, job: str, rank: int, events: Sequence[tuple]) -> None:
+        """The agent's events ``(time_s, kind, message)`` of one batch. A ``sidecar_restarted``
+        event at the agent's restart cap ("restart 5 of 5") raises StepwatchAgentRestartCap for
+        the rank: one more death of its sidecar and the rank reports nothing more, which the
+        collector could otherwise only see as a rank gone quiet. It lasts while the rank is known
+        (until it expires, agent_grace_s after its last stream)."""
+        for t, kind, message in events:
+            if kind != "sidecar_restarted":
+                continue
+            m = _RESTART.search(message)
+            if m is None or int(m.group(1)) < int(m.group(2)):
+                continue
+            summary = (f"the stepwatch sidecar of this rank died and was restarted {m.group(1)} of "
+                       f"{m.group(2)} times (the agent's cap): when it dies again this rank stops "
+                       f"reporting until the job restarts; the trainer's log says why it died")
+            self._sync(("cap", job, rank), [Condition("StepwatchAgentRestartCap", job, rank, WARNING,
+                                                      summary, t)])
+
     def forget(self, job: str, rank: int) -> None:
         """Drop a rank (expired in the collector); its conditions end."""
         self._sync(("dup", job, rank), [])
+        self._sync(("cap", job, rank), [])
+        self._owned.pop(("cap", job, rank), None)
         r = self._ranks.pop((job, rank), None)
         if r is None:
             return

@@ -60,3 +60,37 @@ def test_killed_sidecar_is_restarted_and_the_gap_is_reported(collector_factory, 
     # the trainer kept going to the end; about a second of records (the restart waits 1 s) never
     # reached a sidecar and is counted
     assert steps == STEPS and dropped > 0, (steps, dropped)
+
+
+def test_a_sidecar_at_its_restart_cap_raises_an_alert_that_says_so(collector_factory, tmp_path):
+    """Five kills, five restarts (1 + 2 + 4 + 8 + 16 s apart): the fifth restart is the cap, the
+    collector raises StepwatchAgentRestartCap for the rank with the reason, before the rank
+    goes quiet for good."""
+    col = collector_factory()
+    env = trainer_env(tmp_path, col.grpc, "capped", STEPWATCH_WINDOWS=0)
+    trainer = start_trainer(env, "--steps", "6000", "--step-sleep-s", "0.02")
+    try:
+        col.wait_value("stepwatch_agent_connected", 1, training_job="capped")
+        sidecar = _sidecar_of(trainer.pid)
+        for _ in range(5):
+            os.kill(sidecar.pid, signal.SIGKILL)
+            deadline = time.monotonic() + 45
+            new = sidecar
+            while new.pid == sidecar.pid:
+                assert time.monotonic() < deadline and trainer.poll() is None, "the sidecar was not restarted"
+                time.sleep(0.2)
+                new = _sidecar_of(trainer.pid)
+            sidecar = new
+        deadline = time.monotonic() + 30
+        while True:
+            alerts = [a for a in col.api("/api/alerts")["alerts"] if a["alertname"] == "StepwatchAgentRestartCap"]
+            if alerts or time.monotonic() > deadline:
+                break
+            time.sleep(0.3)
+    finally:
+        trainer.kill()
+        trainer.wait()
+    assert len(alerts) == 1, alerts
+    (a,) = alerts
+    assert a["job"] == "capped" and a["rank"] == 0 and a["state"] == "firing" and a["severity"] == "warning", a
+    assert "restarted 5 of 5 times" in a["summary"] and "stops reporting" in a["summary"], a["summary"]
