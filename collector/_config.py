@@ -96,7 +96,8 @@ class CollectorSettings:
         env="STEPWATCH_CAPTURE_EVERY_S", parse=parse_duration, check=non_negative())
     insecure: bool = option(
         False, "allow a non-loopback grpc_listen without auth_token or tls_client_ca (anyone who "
-        "reaches the port could send telemetry)", env="STEPWATCH_INSECURE")
+        "reaches the port could send telemetry), and a non-loopback http_listen without "
+        "http_token or tls_client_ca (anyone could read it)", env="STEPWATCH_INSECURE")
     tls_cert: str = option(
         "", "PEM server certificate: gRPC and HTTP then serve TLS only (with tls_key)",
         env="STEPWATCH_TLS_CERT")
@@ -189,6 +190,13 @@ class CollectorSettings:
             raise ValueError(f"grpc_listen: {self.grpc_listen} is reachable from other hosts, and no "
                              "credential is set: set auth_token (STEPWATCH_AUTH_TOKEN) or "
                              "tls_client_ca, or pass --insecure to accept anyone who reaches the port")
+        http_host = self.http_listen.rpartition(":")[0]
+        if self.http_listen and not (is_loopback(http_host) or self.http_token or self.tls_client_ca
+                                     or self.insecure):
+            raise ValueError(f"http_listen: {self.http_listen} is reachable from other hosts, and no "
+                             "credential is set: /metrics, /api and the page (jobs, alerts, traces) "
+                             "would be open to anyone: set http_token (STEPWATCH_HTTP_TOKEN; Prometheus "
+                             "scrapes with it as a bearer token) or tls_client_ca, or pass --insecure")
         if bool(self.tls_cert) != bool(self.tls_key):
             raise ValueError("tls_cert and tls_key: give both or neither")
         if self.tls_client_ca and not self.tls_cert:

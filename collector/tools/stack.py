@@ -64,6 +64,7 @@ def prometheus_config(deploy_dir: pathlib.Path, collector_http: str, alertmanage
     if not jobs:
         raise StackError(f"{prom_dir / 'prometheus.yml'} has no scrape job {COLLECTOR_JOB!r}")
     jobs[0]["static_configs"] = [{"targets": [collector_http]}]
+    jobs[0].pop("authorization", None)  # the stack's collector serves loopback without http_token
     if scrape_interval:
         cfg["global"]["scrape_interval"] = cfg["global"]["evaluation_interval"] = scrape_interval
     return cfg

@@ -111,3 +111,17 @@ def test_insecure_works_as_the_bare_flag_the_refusal_names():
         settings("--insecure", "false")
     with pytest.raises(SettingsError, match="pass --insecure"):
         settings()
+
+
+@pytest.mark.parametrize("listen", ["0.0.0.0:7471", "[::]:7471", "10.0.0.5:7471"])
+def test_a_non_loopback_http_listener_needs_a_token_or_insecure(listen):
+    """/metrics, /api and the page show every job, alert and trace: on an address other hosts
+    reach they need http_token (or mutual TLS), or the explicit --insecure."""
+    base = {"grpc_listen": "127.0.0.1:7470", "http_listen": listen}
+    with pytest.raises(SettingsError, match=r"http_listen: .* reachable from other hosts, and no credential is set: "
+                                            r"/metrics, /api and the page .* set http_token"):
+        load_settings(base, environ={})
+    for extra in ({"http_token": "t"}, {"insecure": True}):
+        assert load_settings({**base, **extra}, environ={}).http_listen == listen
+    assert load_settings(base, environ={"STEPWATCH_HTTP_TOKEN": "t"}).http_listen == listen
+    assert load_settings({**base, "http_listen": "127.0.0.1:7471"}, environ={}).http_listen == "127.0.0.1:7471"

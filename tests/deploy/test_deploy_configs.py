@@ -31,8 +31,18 @@ def _run(*cmd) -> None:
     assert run.returncode == 0, run.stdout + run.stderr
 
 
-def test_promtool_check_config():
-    _run(_tool("promtool"), "check", "config", str(DEPLOY / "prometheus" / "prometheus.yml"))
+def test_promtool_check_config(tmp_path):
+    """The shipped file, with its one machine-specific path (the scrape token file, a compose
+    secret at /run/secrets) pointed at a file of this test: promtool reads it."""
+    prom_dir = DEPLOY / "prometheus"
+    cfg = yaml.safe_load((prom_dir / "prometheus.yml").read_text())
+    (job,) = [j for j in cfg["scrape_configs"] if j["job_name"] == "stepwatch-collector"]
+    assert job["authorization"]["credentials_file"] == "/run/secrets/stepwatch_http_token"
+    (tmp_path / "token").write_text("t0ken\n")
+    job["authorization"]["credentials_file"] = str(tmp_path / "token")
+    cfg["rule_files"] = [str(prom_dir / pattern) for pattern in cfg["rule_files"]]
+    (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(cfg))
+    _run(_tool("promtool"), "check", "config", str(tmp_path / "prometheus.yml"))
 
 
 def test_promtool_check_rules():
@@ -111,6 +121,13 @@ def test_compose_file_is_valid_and_everything_it_mounts_exists():
     prom = yaml.safe_load((DEPLOY / "prometheus" / "prometheus.yml").read_text())
     assert prom["scrape_configs"][0]["static_configs"][0]["targets"] == ["collector:7471"]
     assert prom["alerting"]["alertmanagers"][0]["static_configs"][0]["targets"] == ["alertmanager:9093"]
+    # ... with the collector's http_token, which compose hands to both as the same variable.
+    env = services["collector"]["environment"]
+    assert env["STEPWATCH_HTTP_TOKEN"].startswith("${STEPWATCH_HTTP_TOKEN:?"), env
+    assert services["prometheus"]["secrets"] == ["stepwatch_http_token"]
+    assert doc["secrets"]["stepwatch_http_token"] == {"environment": "STEPWATCH_HTTP_TOKEN"}
+    auth = prom["scrape_configs"][0]["authorization"]
+    assert auth == {"credentials_file": "/run/secrets/stepwatch_http_token"}
     # ... and the collector sends its own alerts to that Alertmanager.
     cmd = services["collector"]["command"]
     assert cmd[cmd.index("--alertmanager-url") + 1] == "http://alertmanager:9093", cmd

@@ -67,10 +67,22 @@ def test_collector_config_map_is_a_valid_collector_config(tmp_path):
 
     (cm,) = _by_kind("ConfigMap")
     (tmp_path / "collector.yaml").write_text(cm["data"]["collector.yaml"])
-    # the Deployment sets STEPWATCH_AUTH_TOKEN from the stepwatch-auth Secret; without it the
-    # collector refuses the 0.0.0.0 address (secure default)
-    settings = load_settings({}, environ={"STEPWATCH_AUTH_TOKEN": "from-the-secret"},
-                             config_file=str(tmp_path / "collector.yaml"))
+    # the StatefulSet sets STEPWATCH_AUTH_TOKEN and STEPWATCH_HTTP_TOKEN from the stepwatch-auth
+    # Secret; without either the collector refuses its 0.0.0.0 addresses (secure defaults)
+    secrets = {"STEPWATCH_AUTH_TOKEN": "from-the-secret", "STEPWATCH_HTTP_TOKEN": "http-from-the-secret"}
+    settings = load_settings({}, environ=secrets, config_file=str(tmp_path / "collector.yaml"))
+    for name in secrets:
+        with pytest.raises(SettingsError, match="no credential is set"):
+            load_settings({}, environ={k: v for k, v in secrets.items() if k != name},
+                          config_file=str(tmp_path / "collector.yaml"))
+    (sts,) = _by_kind("StatefulSet")
+    env = {e["name"]: e for e in sts["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env["STEPWATCH_HTTP_TOKEN"]["valueFrom"]["secretKeyRef"] == {"name": "stepwatch-auth", "key": "http-token"}
+    for kind, field in (("ServiceMonitor", "endpoints"), ("PodMonitor", "podMetricsEndpoints")):
+        (mon,) = _by_kind(kind)
+        (endpoint,) = mon["spec"][field]
+        assert endpoint["authorization"] == {"type": "Bearer",
+                                             "credentials": {"name": "stepwatch-auth", "key": "http-token"}}, kind
     assert settings.agent_grace_s == 300 and settings.grpc_listen == "0.0.0.0:7470"
     # the collector's own alerts reach the operator's Alertmanager
     assert settings.alertmanager_url == "http://alertmanager-operated.monitoring.svc:9093"
