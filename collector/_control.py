@@ -219,13 +219,15 @@ class CaptureService(agent_pb2_grpc.ControlServiceServicer):
             await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
                                 f"job {request.job!r:.80} was captured {now - last:.0f} s ago; at most one capture "
                                 f"per job every {self._capture_every_s:.0f} s (capture_every_s)")
-        if len(self._last_capture) >= 10_000:
-            self._last_capture.clear()
-        self._last_capture[request.job] = now
         live = self._streams.live(request.job)
+        if not live:  # checked before the limiter: bogus jobs never enter (nor empty) it
+            await context.abort(grpc.StatusCode.NOT_FOUND, f"no connected rank of job {request.job!r:.80}")
+        if len(self._last_capture) >= 10_000:
+            # only jobs with a live rank get here; drop those whose interval has passed (they
+            # limit nothing), never a job still inside its interval
+            self._last_capture = {j: t for j, t in self._last_capture.items() if now - t < self._capture_every_s}
+        self._last_capture[request.job] = now
         ranks = sorted(set(request.ranks)) or sorted(live)
-        if not ranks:
-            await context.abort(grpc.StatusCode.NOT_FOUND, f"no connected rank of job {request.job!r}")
         request_id = uuid.uuid4().hex
         self._state.traces.open(request_id, request.job, request.steps, ranks, self._clock())
         command = agent_pb2.Command(capture_trace=agent_pb2.CaptureTrace(request_id=request_id, steps=request.steps))

@@ -168,6 +168,19 @@ class IngestServer:
                 if isinstance(chunk, _Malformed):
                     self._store.reject("invalid")
                     await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"malformed TraceChunk: {chunk.reason}")
+                if upload is None and chunk.request_id and chunk.rank >= 0:  # (else begin() says why not)
+                    if not self._state.traces.issued(chunk.request_id, chunk.job, chunk.rank):
+                        # An agent token is shared by every job: an upload is taken only for a
+                        # request this collector sent to that rank of that job, and only once.
+                        self._store.reject("not_issued")
+                        await context.abort(grpc.StatusCode.PERMISSION_DENIED, (
+                            f"trace refused: this collector did not ask rank {chunk.rank} of job "
+                            f"{chunk.job!r:.80} for request {chunk.request_id!r:.80}"))
+                    if self._store.has(chunk.job, chunk.rank, chunk.request_id):
+                        self._store.reject("exists")
+                        await context.abort(grpc.StatusCode.ALREADY_EXISTS, (
+                            f"trace refused: request {chunk.request_id!r:.80} of rank {chunk.rank} of job "
+                            f"{chunk.job!r:.80} is stored already (a stored trace is never replaced)"))
                 if upload is None:
                     upload = self._store.begin(chunk.job, chunk.rank, chunk.request_id, chunk.total_bytes)
                 if chunk.data:

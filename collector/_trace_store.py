@@ -129,6 +129,12 @@ class TraceStore:
             self.reject("disk")
             raise TraceRejected("disk", f"cannot write the trace: {exc.strerror or exc}") from None
 
+    def has(self, job: str, rank: int, request_id: str) -> bool:
+        """Whether the trace of ``request_id`` by ``rank`` of ``job`` is stored."""
+        trace_id = trace_id_for(job, request_id, rank)
+        with self._lock:
+            return trace_id is not None and trace_id in self._index
+
     def reject(self, code: str) -> None:
         with self._lock:
             self.rejected[code] = self.rejected.get(code, 0) + 1

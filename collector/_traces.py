@@ -64,6 +64,13 @@ class TraceBook:
                 if ref.request_id:
                     self._get(ref.request_id, job).refs[rank] = RankRef(rank, host, ref)
 
+    def issued(self, request_id: str, job: str, rank: int) -> bool:
+        """Whether this collector asked ``rank`` of ``job`` for ``request_id`` (one of the last
+        ``max_requests`` requests): the only uploads it accepts."""
+        with self._lock:
+            req = self._requests.get(request_id)
+            return req is not None and req.job == job and rank in req.ranks_asked
+
     def refs(self, request_id: str) -> dict:
         """``{rank: RankRef}`` reported so far for ``request_id`` (empty when unknown)."""
         with self._lock:

@@ -38,6 +38,21 @@ def test_one_capture_per_job_per_capture_every_s(start_collector, agents):  # no
     assert "at most one capture per job every 60 s" in err.value.details()
 
 
+def test_captures_of_bogus_jobs_do_not_empty_the_limiter(start_collector, agents):  # noqa: F811
+    """10,000 captures of jobs with no connected rank are refused before the limiter sees
+    them: the real job captured a moment ago is still limited."""
+    running = start_collector(capture_every_s=60)
+    agents(running, 0)
+    capture(running, job="j", steps=2, timeout_s=10)
+    for i in range(10_000):
+        with pytest.raises(grpc.RpcError) as err:
+            capture(running, job=f"bogus-{i}", steps=2, timeout_s=1)
+        assert err.value.code() == grpc.StatusCode.NOT_FOUND
+    with pytest.raises(grpc.RpcError) as err:
+        capture(running, job="j", steps=2, timeout_s=10)
+    assert err.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED, err.value.details()
+
+
 CLIENT = """
 import sys, grpc
 from stepwatch.proto.stepwatch.v1 import agent_pb2, agent_pb2_grpc

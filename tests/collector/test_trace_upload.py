@@ -22,7 +22,16 @@ def gz(n_events: int) -> bytes:
                                                      for i in range(n_events)]}).encode(), compresslevel=1)
 
 
+def issue(running, request_id: str, job: str, rank: int) -> None:
+    """As a capture or an alert does: this collector asks ``rank`` of ``job`` for ``request_id``."""
+    running.collector.state.traces.open(request_id, job, 1, [rank], running.clock())
+
+
 def upload(running, chunks, token: str = "") -> agent_pb2.TraceStored:
+    """Upload ``chunks``; the request their first chunk names is issued first."""
+    chunks = list(chunks)
+    if chunks and chunks[0].request_id and chunks[0].rank >= 0:
+        issue(running, chunks[0].request_id, chunks[0].job, chunks[0].rank)
     with running.channel() as ch:
         metadata = (("authorization", f"Bearer {token}"),) if token else None
         return agent_pb2_grpc.AgentServiceStub(ch).UploadTrace(iter(chunks), timeout=10, metadata=metadata)
@@ -39,6 +48,7 @@ def test_upload_by_the_sidecar_client_is_served_byte_for_byte(start_collector, t
     path = tmp_path / "rank0.json.gz"
     path.write_bytes(data)
     ref = agent_pb2.TraceRef(request_id="abc", path=str(path), bytes=len(data))
+    issue(running, "abc", "my/job", 3)
     TraceUploader(running.collector.grpc_address, "", "my/job", 3).upload(ref)
     assert ref.trace_id == "my_job.abc.rank3" and not ref.upload_error
     status, ctype, body = running.get(f"/api/traces/{ref.trace_id}")
@@ -152,3 +162,27 @@ def test_the_default_trace_store_is_this_collectors_own_and_removed_at_stop(tmp_
     dirs, modes = asyncio.run(both())
     assert dirs[0] != dirs[1] and modes == [0o700, 0o700], (dirs, modes)
     assert not any(os.path.exists(d) for d in dirs)
+
+
+def test_an_upload_for_a_request_never_issued_or_over_a_stored_trace_is_refused(start_collector):
+    """The agents' token is shared by every job: holding it is not enough to store a trace.
+    Only a request this collector sent to that rank of that job is taken, once; a forged
+    request id, another rank, another job, or a second upload over the stored trace are
+    refused and counted, and the stored trace is served unchanged."""
+    running = start_collector()
+    data, forged = gz(500), gz(600)
+    issue(running, "r1", "job", 0)
+    with running.channel() as ch:
+        stub = agent_pb2_grpc.AgentServiceStub(ch)
+        assert stub.UploadTrace(iter([first(data, request_id="r1")]), timeout=10).bytes == len(data)
+        for chunk, code in ((first(forged, request_id="never-issued"), grpc.StatusCode.PERMISSION_DENIED),
+                            (first(forged, request_id="r1", rank=1), grpc.StatusCode.PERMISSION_DENIED),
+                            (first(forged, request_id="r1", job="other"), grpc.StatusCode.PERMISSION_DENIED),
+                            (first(forged, request_id="r1"), grpc.StatusCode.ALREADY_EXISTS)):
+            with pytest.raises(grpc.RpcError) as err:
+                stub.UploadTrace(iter([chunk]), timeout=10)
+            assert err.value.code() == code, (chunk.request_id, chunk.job, chunk.rank, err.value.details())
+    assert running.get("/api/traces/job.r1.rank0")[2] == data
+    text = running.get("/metrics")[2].decode()
+    assert 'reason="not_issued"} 3.0' in text and 'reason="exists"} 1.0' in text, \
+        [line for line in text.splitlines() if "trace" in line and "reject" in line]
