@@ -40,7 +40,7 @@ from ._api import jobs_json, steps_json
 from ._config import CollectorSettings
 from .detect._persist import DriftStore
 from ._exposition import render
-from ._http import HttpServer
+from ._http import FileBody, HttpServer
 from .alerting import AlertmanagerClient, AlertMetrics, Detection
 from ._metrics import RankMetrics
 from ._page import page
@@ -346,11 +346,11 @@ class Collector:
         try:
             if path is None:
                 raise FileNotFoundError
-            with open(path, "rb") as fh:  # bounded by trace_upload_max_bytes
-                body = fh.read()
+            fh = open(path, "rb")  # streamed by the HTTP server, which closes it
+            size = os.fstat(fh.fileno()).st_size
         except OSError:
             return 404, "application/json", json.dumps({"error": f"no uploaded trace {trace_id!r}"}).encode()
-        return 200, "application/gzip", body, (f'Content-Disposition: attachment; filename="{trace_id}.json.gz"',)
+        return 200, "application/gzip", FileBody(fh, size), (f'Content-Disposition: attachment; filename="{trace_id}.json.gz"',)
 
 
 def _healthz():

@@ -4,9 +4,14 @@ Routes map a path (query string ignored) to a function returning ``(status, cont
 body)`` or ``(status, content_type, body, extra_header_lines)``; query routes get the decoded
 query string as a dict (last value wins); path routes are patterns such as
 ``/api/jobs/{job}/windows`` whose functions get the URL-decoded ``{name}`` segments as a dict.
-These run on the event loop thread and must be quick. Threaded routes get the request headers
-(lower-case names) and run on one worker thread, one request at a time: a scrape of a large
-state renders there while the loop keeps acknowledging batches (``/metrics``).
+Plain routes run on the event loop thread and must be quick (``/healthz``, the page, the alert
+list). Query and path routes, whose answers grow with the fleet (``/api/jobs`` of 10,000 ranks)
+or with a file, run on the one worker thread, one request at a time, as do threaded routes,
+which also get the request headers (lower-case names): a scrape of a large state renders
+there while the loop keeps acknowledging batches (``/metrics``). A route may answer a
+:class:`FileBody` (an open file and its size): it is streamed in 1 MiB reads off the loop, each
+written and drained before the next, so four parallel downloads of a 200 MB trace hold a few
+MiB, not 800.
 Bad requests get 400, unknown paths 404, other methods 405; with a ``token`` every path but
 the open ones (``/healthz``) needs it (bearer, or basic auth with it as the password), else 401. A route that raises answers 500
 and logs; the server keeps going.
@@ -25,7 +30,7 @@ import ssl
 import urllib.parse
 from typing import Callable, Mapping, Optional
 
-__all__ = ["HttpServer", "PathRoute", "QueryRoute", "Route", "ThreadedRoute"]
+__all__ = ["FileBody", "HttpServer", "PathRoute", "QueryRoute", "Route", "ThreadedRoute"]
 
 log = logging.getLogger("stepwatch.collector")
 
@@ -37,6 +42,17 @@ _REASONS = {200: "OK", 401: "Unauthorized", 400: "Bad Request", 404: "Not Found"
             408: "Request Timeout", 500: "Internal Server Error"}
 _MAX_HEAD = 16 * 1024
 _READ_TIMEOUT_S = 10.0
+_FILE_CHUNK = 1 << 20
+
+
+class FileBody:
+    """A response body streamed from an open binary file of ``size`` bytes (closed when sent)."""
+
+    def __init__(self, fh, size: int):
+        self.fh, self.size = fh, size
+
+    def __len__(self) -> int:
+        return self.size
 
 
 class HttpServer:
@@ -78,15 +94,25 @@ class HttpServer:
         self._pool.shutdown(wait=False, cancel_futures=True)
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        body = None
         try:
             status, ctype, body, extra = await self._respond(reader)
             head = [f"HTTP/1.1 {status} {_REASONS.get(status, 'OK')}", f"Content-Type: {ctype}",
                     f"Content-Length: {len(body)}", "Connection: close", *extra]
-            writer.write(("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + body)
+            head_bytes = ("\r\n".join(head) + "\r\n\r\n").encode("latin-1")
+            if isinstance(body, FileBody):
+                writer.write(head_bytes)
+                while chunk := await asyncio.to_thread(body.fh.read, _FILE_CHUNK):
+                    writer.write(chunk)
+                    await writer.drain()
+            else:
+                writer.write(head_bytes + body)
             await writer.drain()
         except (ConnectionError, asyncio.IncompleteReadError, ssl.SSLError):
             pass  # the client went away (or failed the TLS handshake); nothing to answer
         finally:
+            if isinstance(body, FileBody):
+                body.fh.close()
             writer.close()
 
     async def _respond(self, reader: asyncio.StreamReader):
@@ -124,7 +150,10 @@ class HttpServer:
         if method != "GET":
             return 405, "text/plain; charset=utf-8", b"method not allowed\n", ("Allow: GET",)
         try:
-            status, ctype, body, *extra = route()
+            if target in self._routes:
+                status, ctype, body, *extra = route()
+            else:  # a query or path route: its answer grows with the fleet or a file
+                status, ctype, body, *extra = await asyncio.get_running_loop().run_in_executor(self._pool, route)
         except Exception:  # noqa: BLE001 - one broken route must not take the server down
             log.exception("stepwatch collector: HTTP route %s failed", target)
             return 500, "text/plain; charset=utf-8", b"internal error\n", ()
