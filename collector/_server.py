@@ -37,6 +37,7 @@ SERVICE_NAME = "stepwatch.v1.AgentService"
 _METHOD = "Connect"
 _UPLOAD = "UploadTrace"
 _LOG_EVERY_S = 10.0
+HELLO_TIMEOUT_S = 30.0  # an agent stream's first message (the Hello) must come this soon
 
 
 def _decoder(cls):
@@ -96,7 +97,10 @@ class IngestServer:
         # agents' messages are small and come seconds apart, the default windows carry them.
         opts = [("grpc.max_receive_message_length", self._max), ("grpc.so_reuseport", 0),
                 ("grpc.server.max_pending_requests", 20000), ("grpc.server.max_pending_requests_hard_limit", 40000),
-                ("grpc.http2.bdp_probe", 0)]
+                ("grpc.http2.bdp_probe", 0),
+                # a connection with no call for 2 minutes is closed (GOAWAY): idle sockets from
+                # anyone who reaches the port do not pile up; an agent's stream keeps its own open
+                ("grpc.max_connection_idle_ms", 120_000)]
         server = grpc.aio.server(options=opts)
         handler = grpc.stream_stream_rpc_method_handler(
             self._connect, request_deserializer=self._deserialize,
@@ -228,8 +232,18 @@ class IngestServer:
     async def _first_hello(self, requests, context) -> Optional[agent_pb2.Hello]:
         """Read and validate the first message; abort the stream when it is not a usable Hello."""
         first = None
-        async for first in requests:
-            break
+
+        async def read_first():
+            async for msg in requests:
+                return msg
+            return None
+
+        try:
+            first = await asyncio.wait_for(read_first(), HELLO_TIMEOUT_S)
+        except asyncio.TimeoutError:
+            # a connection that never says who it is holds a stream and memory: closed
+            await self._abort(context, "hello_timeout", grpc.StatusCode.DEADLINE_EXCEEDED,
+                              f"no Hello within {HELLO_TIMEOUT_S:g} s of opening the stream")
         if first is None:
             self._state.reject("no_hello")
             return None
