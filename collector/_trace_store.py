@@ -208,7 +208,9 @@ class TraceStoreMetrics:
         yield CounterMetricFamily("stepwatch_collector_traces_stored", "Traces uploaded by agents and kept.",
                                   value=st.stored)
         rejected = CounterMetricFamily("stepwatch_collector_traces_rejected",
-                                       "Trace uploads refused, by reason (too_large, not_gzip, busy, invalid, disk, not_issued: a request this collector did not send to that rank, exists: over a stored trace).",
+                                       "Trace uploads refused, by reason (too_large, not_gzip, busy, invalid, "
+                                       "disk, not_issued: a request this collector did not send to that rank, "
+                                       "exists: over a stored trace).",
                                        labels=["reason"])
         for reason, n in sorted(dict(st.rejected).items()):
             rejected.add_metric([reason], n)
