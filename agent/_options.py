@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import tempfile
 from typing import Optional
 
 from .contract import label_problem
 from .placement import parse_collectors
+from .support import user_tmp
 from .settings import (at_least, between, non_negative, option, parse_duration, parse_log_level,
                        parse_size, positive)
 
@@ -87,8 +87,9 @@ class AgentSettings:
         10000, "Records the trainer holds when the sidecar pipe is full; oldest are dropped.",
         env="STEPWATCH_BUFFER_RECORDS", check=positive())
     spool_dir: str = option(
-        os.path.join(tempfile.gettempdir(), "stepwatch-spool"),
-        "Directory where unacknowledged batches wait on disk.", env="STEPWATCH_SPOOL_DIR")
+        user_tmp("spool"),
+        "Directory where unacknowledged batches wait on disk (default: this user's own, made "
+        "mode 0700, under the temp directory).", env="STEPWATCH_SPOOL_DIR")
     spool_max_bytes: int = option(
         256 << 20, "Disk bytes the spool may use per rank; oldest batches are dropped beyond.",
         env="STEPWATCH_SPOOL_MAX_BYTES", parse=parse_size, check=positive())
@@ -124,8 +125,9 @@ class AgentSettings:
         3 * 3600.0, "Pause after a window that saw no GPU events (another CUPTI subscriber).",
         env="STEPWATCH_WINDOW_BACKOFF_S", parse=parse_duration, check=non_negative())
     trace_dir: str = option(
-        os.path.join(tempfile.gettempdir(), "stepwatch-traces"),
-        "Where traces captured on command are kept (.json.gz).", env="STEPWATCH_TRACE_DIR")
+        user_tmp("traces"),
+        "Where traces captured on command are kept (.json.gz; default: this user's own, made "
+        "mode 0700, under the temp directory).", env="STEPWATCH_TRACE_DIR")
     trace_max_bytes: int = option(
         2 << 30, "Disk bytes kept in trace_dir per rank; oldest traces are removed beyond.",
         env="STEPWATCH_TRACE_MAX_BYTES", parse=parse_size, check=positive())

@@ -1,15 +1,17 @@
 """Small helpers shared by every long-lived part of stepwatch (sidecar threads, collector
 tasks, tools): jittered exponential backoff, bounded log-once, and the gRPC channel to a
-collector (plain, TLS, or mutual TLS). Pure apart from logging and reading PEM files."""
+collector (plain, TLS, or mutual TLS), the per-user private default directories. Pure apart
+from logging, reading PEM files and making directories."""
 
 from __future__ import annotations
 
 import logging
+import os
 import random
 import threading
 from typing import Hashable, Optional
 
-__all__ = ["backoff_delay", "OnceLog", "collector_channel", "read_pem"]
+__all__ = ["backoff_delay", "OnceLog", "collector_channel", "read_pem", "makedirs_private", "user_tmp"]
 
 
 def backoff_delay(attempt: int, base: float = 0.5, cap: float = 30.0,
@@ -54,6 +56,33 @@ class OnceLog:
         """Let ``key`` be logged again (e.g. after the condition cleared)."""
         with self._lock:
             self._seen.discard(key)
+
+
+def user_tmp(name: str) -> str:
+    """``<temp dir>/stepwatch-<uid>/<name>``: a default directory of this user only (other
+    users of the host neither see nor block it); made private by :func:`makedirs_private`."""
+    import tempfile
+
+    who = os.getuid() if hasattr(os, "getuid") else (os.environ.get("USERNAME") or "user")
+    return os.path.join(tempfile.gettempdir(), f"stepwatch-{who}", name)
+
+
+def makedirs_private(path: str) -> None:
+    """``os.makedirs(path, exist_ok=True)``, every directory it creates mode 0700 (only the
+    owner may list or enter it); existing ones are left as they are."""
+    missing = []
+    head = os.path.abspath(path)
+    while head and not os.path.isdir(head):
+        missing.append(head)
+        parent = os.path.dirname(head)
+        if parent == head:
+            break
+        head = parent
+    for d in reversed(missing):
+        try:
+            os.mkdir(d, 0o700)
+        except FileExistsError:
+            pass
 
 
 def read_pem(path: str, what: str) -> bytes:

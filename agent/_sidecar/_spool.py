@@ -27,6 +27,7 @@ from google.protobuf.message import DecodeError
 from stepwatch.proto.stepwatch.v1 import agent_pb2
 
 from ..contract import safe_name
+from ..support import makedirs_private
 from ._log import LOG
 
 __all__ = ["Spool", "spool_path", "orphans"]
@@ -64,7 +65,7 @@ class Spool:
         self.write_errors = 0
         self.last_error = ""
         try:
-            os.makedirs(path, exist_ok=True)
+            makedirs_private(path)
             names = os.listdir(path)
         except OSError as exc:
             self._refused(exc)
@@ -254,10 +255,11 @@ class Spool:
                 os.unlink(os.path.join(self.path, name))
             except OSError:
                 pass
-        try:
-            os.rmdir(self.path)
-        except OSError:
-            pass
+        for d in (self.path, os.path.dirname(self.path)):  # the session's folder, then the job's if empty
+            try:
+                os.rmdir(d)
+            except OSError:
+                break
 
 
 def _damage(data: bytes, seq: int) -> str:

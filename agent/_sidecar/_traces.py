@@ -18,6 +18,7 @@ from typing import List, Tuple
 from stepwatch.proto.stepwatch.v1 import agent_pb2
 
 from ..contract import safe_name
+from ..support import makedirs_private
 from ._log import LOG
 from ._records import TraceJob
 
@@ -75,7 +76,7 @@ class TraceArchive:
 
     def _write(self, job: TraceJob) -> Tuple[str, int]:
         dest = self.destination(job.request_id)
-        os.makedirs(os.path.dirname(dest), exist_ok=True)
+        makedirs_private(os.path.dirname(dest))
         tmp = dest + ".tmp"
         try:
             with open(job.path, "rb") as src:

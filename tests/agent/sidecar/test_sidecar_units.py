@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import pathlib
 import time
 import random
 import types
@@ -486,3 +487,26 @@ def test_flushers_that_start_together_spread_their_batches_over_the_interval():
         assert [b - a for a, b in zip(times, times[1:])] in ([10.0, 10.0], [10.0])  # then every 10 s
         slots[round((times[0] - 1002.0) / 2.0) % 5] += 1
     assert sum(slots) == n and min(slots) >= 60, slots  # 100 each: the next 10 s evenly, not one tick
+
+
+def test_default_spool_and_trace_dirs_are_this_users_and_private(tmp_path):
+    """The defaults sit under stepwatch-<uid> in the temp directory; every folder the spool
+    makes is mode 0700; a closed session leaves no empty job folder behind."""
+    import dataclasses
+    import stat
+    import tempfile
+
+    from stepwatch.agent._options import AgentSettings
+
+    defaults = {f.name: f.default for f in dataclasses.fields(AgentSettings)}
+    base = os.path.join(tempfile.gettempdir(), f"stepwatch-{os.getuid()}")
+    assert (defaults["spool_dir"], defaults["trace_dir"]) == (os.path.join(base, "spool"), os.path.join(base, "traces"))
+    root = tmp_path / "stepwatch-test" / "spool"
+    path = spool_path(str(root), "job", 0, "s1")
+    spool = Spool(path, max_bytes=1000)
+    for d in (tmp_path / "stepwatch-test", root, root / "job", pathlib.Path(path)):
+        assert stat.S_IMODE(os.stat(d).st_mode) == 0o700, d
+    spool.write(1, spooled(1))
+    spool.ack(1)
+    spool.close()
+    assert os.listdir(root) == []  # the session's folder and the job's folder are gone
