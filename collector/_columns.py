@@ -17,6 +17,7 @@ from typing import Optional
 
 from stepwatch.proto.stepwatch.v1 import agent_pb2
 
+from ._bounds import STRING_BOUNDS
 from ._sanitize import _plan
 from .detect._types import last_max_index
 
@@ -26,9 +27,10 @@ __all__ = ["SampleColumns", "Samples", "StepColumns", "step_columns"]
 class StepColumns:
     """``step``, ``end``, ``dur``, ``wait``: one list each, in batch order. ``tokens`` and
     ``samples``: lists with None where the record had none, or None when no record had any;
-    ``profiled``: indices of profiled steps; ``phase``: {index: phase enum} of marked steps."""
+    ``profiled``: indices of profiled steps; ``phase``: {index: phase enum} of marked steps;
+    ``cut``: phases cut to their bound (``_bounds.STRING_BOUNDS``) when read."""
 
-    __slots__ = ("step", "end", "dur", "wait", "tokens", "samples", "profiled", "phase", "_finite")
+    __slots__ = ("step", "end", "dur", "wait", "tokens", "samples", "profiled", "phase", "_finite", "cut")
 
     def __init__(self, step: list, end: list, dur: list, wait: list,
                  tokens: Optional[list] = None, samples: Optional[list] = None,
@@ -37,6 +39,7 @@ class StepColumns:
         self.tokens, self.samples = tokens, samples
         self.profiled, self.phase = profiled, phase or {}
         self._finite: Optional[bool] = None
+        self.cut = 0
 
     def __len__(self) -> int:
         return len(self.step)
@@ -75,15 +78,27 @@ _FIELDS = tuple(map(operator.attrgetter, ("step", "end_time_s", "duration_s", "d
                                           "samples", "profiled", "phase")))
 
 
+_PHASE_CHARS = STRING_BOUNDS[("StepRecord", "phase")]
+
+
 def step_columns(batch: agent_pb2.Batch) -> StepColumns:
     records = list(batch.steps)
     if not records:
         return StepColumns([], [], [], [])
     step, end, dur, wait, tokens, samples, profiled, phase = [list(map(get, records)) for get in _FIELDS]
-    return StepColumns(step, end, dur, wait,
-                       _optional(records, "tokens", tokens), _optional(records, "samples", samples),
-                       tuple(i for i, flag in enumerate(profiled) if flag) if any(profiled) else (),
-                       {i: p for i, p in enumerate(phase) if p} if any(phase) else None)
+    marked = {i: p for i, p in enumerate(phase) if p} if any(phase) else None
+    cut = 0
+    if marked and max(map(len, marked.values())) > _PHASE_CHARS:  # (the step's phase: bounded here)
+        for i, p in marked.items():
+            if len(p) > _PHASE_CHARS:
+                records[i].phase = marked[i] = p[:_PHASE_CHARS]
+                cut += 1
+    columns = StepColumns(step, end, dur, wait,
+                          _optional(records, "tokens", tokens), _optional(records, "samples", samples),
+                          tuple(i for i, flag in enumerate(profiled) if flag) if any(profiled) else (),
+                          marked)
+    columns.cut = cut
+    return columns
 
 
 _GETTERS: dict = {}

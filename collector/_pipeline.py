@@ -51,6 +51,8 @@ class Pipeline:
         Records with non-finite numbers, and steps and samples far from ``now`` in time (or
         numbered beyond any real job), are dropped and counted first."""
         steps, samples = step_columns(batch), SampleColumns(batch)
+        if steps.cut:  # phases over their bound, cut as the steps were read
+            self.state.count_trimmed("string", steps.cut)
         finite, sampled = steps.finite(), samples.finite()
         dropped = drop_nonfinite(batch, (("steps",) if finite else ()) + (SampleColumns.FIELDS if sampled else ()))
         if dropped:
