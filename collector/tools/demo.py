@@ -2,11 +2,12 @@
 
 Starts the collector as a subprocess (ports chosen by the OS), runs the demo trainer with
 ``STEPWATCH_COLLECTOR`` pointing at it, then prints where to look, a short table of what the
-collector received and the alert it raised. The job (about a minute) gets its first profiler
-window analysed at step 32 and, from two thirds of its steps on (``--slow-from-step``), a
-slower data loader (+20% of the step): the collector raises a drift alert with its why within seconds,
-because the demo's collector judges drift over seconds (``DEMO_DETECTION``) where the defaults
-take minutes of a real job's own noise. Its temporary directory is removed at the end.
+collector received and the alert it raised. The job (about a minute) gets a profiler window
+every 20 s (the agent's default: a minute, within 0.5% of the time) and, from two thirds of
+its steps on (``--slow-from-step``), a slower data loader (+40% of the step): the collector
+raises a drift alert with its why within seconds, because the demo's collector judges drift
+over seconds (``DEMO_DETECTION``; pauses only from 3x a step) where the defaults take minutes
+of a real job's own noise. Its temporary directory is removed at the end.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ __all__ = ["main", "DEMO_DETECTION"]
 DEMO_DETECTION = {"warmup_steps": 10, "eval_interval_s": 0.5,
                   "drift": {"bucket_s": 0.8, "min_bucket_steps": 3, "warmup_s": 1, "settle_s": 4,
                             "critical_window_s": 2.4, "warning_window_s": 3, "info_window_s": 5,
-                            "clear_s": 1.6, "z": 3}}
+                            "clear_s": 1.6, "z": 3, "pause_ratio": 3.0, "max_pause_steps": 20}}
 # A small model whose step is mostly a fixed sleep: steady on a busy 2-core machine.
 DEMO_JOB = ("--step-sleep-s", "0.1", "--d-model", "32", "--layers", "2", "--batch", "4", "--seq", "16")
 
@@ -99,7 +100,7 @@ def add_parser(sub) -> None:
     p = sub.add_parser("demo", help="run a demo training job against a local collector")
     p.add_argument("--steps", type=int, default=360, help="training steps to run (default 360)")
     p.add_argument("--slow-from-step", type=int, default=None, metavar="N",
-                   help="the data loader gets 20%% slower from step N on (default: two thirds of --steps "
+                   help="the data loader gets 40%% slower from step N on (default: two thirds of --steps "
                         "when they are 150 or more; 0: never)")
     p.add_argument("--no-stack", action="store_true", help="do not start Prometheus/Grafana alongside")
     p.add_argument("--keep-s", type=float, default=None, metavar="S",
@@ -138,13 +139,16 @@ def _run(args, steps: int, slow_from: int, job: str, workdir: str) -> int:
         http = addrs["http"]
         print(f"stepwatch demo: collector up: gRPC {addrs['grpc']}, metrics http://{http}/metrics",
               flush=True)
+        # Windows every 20 s within a 5% budget (defaults: a minute, 0.5%): the one-minute
+        # demo gets windows analysed before and after its slowdown.
         env = dict(os.environ, STEPWATCH_COLLECTOR=addrs["grpc"], STEPWATCH_JOB=job,
-                   STEPWATCH_SPOOL_DIR=os.path.join(workdir, "spool"))
+                   STEPWATCH_SPOOL_DIR=os.path.join(workdir, "spool"), STEPWATCH_WINDOW_INTERVAL_S="20",
+                   STEPWATCH_OVERHEAD_BUDGET="0.05")
         print(f"stepwatch demo: training a tiny transformer on CPU for {steps} steps"
-              + (f"; its data loader gets 20% slower from step {slow_from}" if slow_from else "") + " ...",
+              + (f"; its data loader gets 40% slower from step {slow_from}" if slow_from else "") + " ...",
               flush=True)
         subprocess.run([sys.executable, "-m", "stepwatch.collector.tools.train", "--steps", str(steps),
-                        *DEMO_JOB, "--slow-from-step", str(slow_from), "--slow-factor", "1.2"],
+                        *DEMO_JOB, "--slow-from-step", str(slow_from), "--slow-factor", "1.4"],
                        env=env, check=True)
         _wait_steps(http, job, steps)
         print("\nWhat the collector received (job %s):\n" % job)
