@@ -45,3 +45,40 @@ def test_a_collector_alert_reaches_the_stacks_alertmanager(tmp_path):
         assert found[0]["labels"]["source"] == "collector" and found[0]["annotations"]["summary"]
     finally:
         stack.stop()
+
+
+def test_the_demos_slowdown_alert_reaches_its_alertmanager(tmp_path):
+    """`stepwatch demo` with the binaries present runs the stack: its job's drift alert, with
+    the why, arrives in the demo's Alertmanager while the demo stays up."""
+    import os
+    import re
+    import signal
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("STEPWATCH_")}
+    proc = subprocess.Popen([sys.executable, "-m", "stepwatch.collector.tools", "demo", "--steps", "240"],
+                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env=env, cwd=str(tmp_path))
+    out = ""
+    try:
+        deadline = time.monotonic() + 240
+        while "keeps running" not in out:
+            assert proc.poll() is None and time.monotonic() < deadline, out[-3000:]
+            out += proc.stdout.readline()
+        am = re.search(r"Alertmanager\s+(http://\S+)", out).group(1)
+        deadline, found = time.monotonic() + 60, []
+        while time.monotonic() < deadline and not found:
+            with urllib.request.urlopen(am + "/api/v2/alerts", timeout=5) as resp:
+                found = [a for a in json.loads(resp.read()) if a["labels"].get("alertname") == "StepwatchThroughputDrift"
+                         and a["labels"].get("training_job") == "stepwatch-demo"]
+            time.sleep(0.5)
+        assert found, out[-3000:]
+        assert found[0]["labels"]["source"] == "collector" and "since step" in found[0]["annotations"]["summary"]
+        assert found[0]["annotations"].get("diagnosis"), found[0]["annotations"]
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(60) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
