@@ -37,6 +37,8 @@ SERVICE_NAME = "stepwatch.v1.AgentService"
 _METHOD = "Connect"
 _UPLOAD = "UploadTrace"
 _LOG_EVERY_S = 10.0
+MAX_BATCH_STEPS = 20_000  # 4x what an agent seals into one batch (_PACED_MAX_STEPS)
+MAX_BATCH_SAMPLES = 5_000  # samples of one kind (GPU, host, allocator) per batch: 1 Hz over 80 min
 HELLO_TIMEOUT_S = 30.0  # an agent stream's first message (the Hello) must come this soon
 
 
@@ -316,6 +318,15 @@ class IngestServer:
                               "Hello is only allowed as the first AgentMessage")
         if kind != "batch":
             return None  # a payload from a newer protocol version: ignore it
+        b = msg.batch
+        if len(b.steps) > MAX_BATCH_STEPS or max(len(b.gpu_samples), len(b.host), len(b.allocator)) > MAX_BATCH_SAMPLES:
+            # Applying one batch holds every other agent's acks: a batch far larger than any
+            # agent seals (5,000 steps at most) is refused whole, as malformed, and counted;
+            # the agent moves it aside after the second refusal instead of resending it.
+            await self._abort(context, "batch_too_large", grpc.StatusCode.INVALID_ARGUMENT, (
+                f"malformed AgentMessage: a batch of {len(b.steps)} steps and "
+                f"{max(len(b.gpu_samples), len(b.host), len(b.allocator))} samples of one kind is over the "
+                f"collector's bound of {MAX_BATCH_STEPS} steps and {MAX_BATCH_SAMPLES} samples per batch"))
         cut = bound_strings(msg.batch)
         if cut:
             self._state.count_trimmed("string", cut)

@@ -61,3 +61,24 @@ def test_a_resent_batch_is_still_a_duplicate(start_collector):
     assert acks == [1, 2, 3, 2, 3, 4]
     text = col.get("/metrics")[2].decode()
     assert metric(text, "stepwatch_collector_batches_duplicate_total") == 2
+
+
+def test_a_batch_far_larger_than_any_agent_seals_is_refused_and_counted(start_collector):
+    """126,000 steps in one batch (the size of a 4 MB message) would hold every other agent's
+    acks while applied: refused as malformed (the agent moves such a batch aside), counted,
+    and the next stream is served."""
+    import grpc
+    import pytest
+
+    col = start_collector(max_message_bytes=16 << 20)
+    huge = batch(1, steps=[step(n) for n in range(1, 30_001)])
+    with col.channel(**{"grpc.max_send_message_length": 16 << 20}) as chan:
+        stub = agent_pb2_grpc.AgentServiceStub(chan)
+        with pytest.raises(grpc.RpcError) as err:
+            list(stub.Connect(iter([hello(job="huge"), huge]), timeout=30))
+        assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert "malformed AgentMessage: a batch of 30000 steps" in err.value.details()
+        acks = list(stub.Connect(iter([hello(job="huge", session="s2"), batch(1, steps=[step(1)])]), timeout=30))
+        assert [a.ack.seq for a in acks] == [1]
+    text = col.get("/metrics")[2].decode()
+    assert 'stepwatch_collector_streams_rejected_total{reason="batch_too_large"} 1' in text
