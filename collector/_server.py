@@ -53,10 +53,11 @@ def _decoder(cls):
 
 
 class _Malformed:
-    """Stands in for a message whose bytes did not decode; ``reason`` is the decoder's text."""
+    """Stands in for a message whose bytes did not decode; ``reason`` is the decoder's text,
+    ``code`` the refusal's counter reason ("malformed", or "oversize" over max_message_bytes)."""
 
-    def __init__(self, reason: str):
-        self.reason = reason
+    def __init__(self, reason: str, code: str = "malformed"):
+        self.reason, self.code = reason, code
 
 
 class IngestServer:
@@ -97,7 +98,9 @@ class IngestServer:
         # collector per connection: 2,000 agents on 2,000 connections took 0.24-0.30 core with it
         # and 0.20 without, what 200 connections cost (bench/results/collector_scale_2core.md);
         # agents' messages are small and come seconds apart, the default windows carry them.
-        opts = [("grpc.max_receive_message_length", self._max), ("grpc.so_reuseport", 0),
+        # gRPC takes messages up to twice max_message_bytes; the deserializer refuses those over
+        # it as malformed and counts them (what gRPC refuses itself, beyond twice, it counts not).
+        opts = [("grpc.max_receive_message_length", 2 * self._max), ("grpc.so_reuseport", 0),
                 ("grpc.server.max_pending_requests", 20000), ("grpc.server.max_pending_requests_hard_limit", 40000),
                 ("grpc.http2.bdp_probe", 0),
                 # a connection with no call for 2 minutes is closed (GOAWAY): idle sockets from
@@ -148,6 +151,8 @@ class IngestServer:
         await server.stop(grace_s)
 
     def _deserialize(self, data: bytes):
+        if len(data) > self._max:
+            return _Malformed(f"message of {len(data)} bytes is over max_message_bytes {self._max}", "oversize")
         try:
             return agent_pb2.AgentMessage.FromString(data)
         except DecodeError as exc:
@@ -250,7 +255,7 @@ class IngestServer:
             self._state.reject("no_hello")
             return None
         if isinstance(first, _Malformed):
-            await self._abort(context, "malformed", grpc.StatusCode.INVALID_ARGUMENT,
+            await self._abort(context, first.code, grpc.StatusCode.INVALID_ARGUMENT,
                               f"malformed AgentMessage: {first.reason}")
         if first.WhichOneof("payload") != "hello":
             await self._abort(context, "no_hello", grpc.StatusCode.INVALID_ARGUMENT,
@@ -310,7 +315,7 @@ class IngestServer:
 
     async def _handle(self, msg, key, hello: agent_pb2.Hello, context) -> Optional[agent_pb2.Command]:
         if isinstance(msg, _Malformed):
-            await self._abort(context, "malformed", grpc.StatusCode.INVALID_ARGUMENT,
+            await self._abort(context, msg.code, grpc.StatusCode.INVALID_ARGUMENT,
                               f"malformed AgentMessage: {msg.reason}")
         kind = msg.WhichOneof("payload")
         if kind == "hello":

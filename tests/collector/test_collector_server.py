@@ -163,12 +163,23 @@ def test_auth_token(start_collector):
     assert running.collector.state.counters()["streams_rejected"]["unauthenticated"] == 2
 
 
-def test_oversized_message_is_resource_exhausted(start_collector):
+def test_oversized_messages_are_refused_and_counted(start_collector):
+    """Over max_message_bytes: refused as malformed and counted (the agent moves such a batch
+    aside); over twice that, gRPC refuses it before the collector sees it (not counted)."""
     running = start_collector(max_message_bytes=4096)
-    big = batch(1, events=[agent_pb2.Event(kind="x", message="m" * 8192)])
+    for size, code in ((6000, grpc.StatusCode.INVALID_ARGUMENT), (9000, grpc.StatusCode.RESOURCE_EXHAUSTED)):
+        big = batch(1, events=[agent_pb2.Event(kind="x", message="m" * size)])
+        with running.channel() as chan, pytest.raises(grpc.RpcError) as err:
+            converse(chan, [hello(), big])
+        assert err.value.code() == code, (size, err.value.details())
+    assert "over max_message_bytes 4096" in converse_error(running, 6000)
+    assert running.collector.state.counters()["streams_rejected"]["oversize"] == 2
+
+
+def converse_error(running, size: int) -> str:
     with running.channel() as chan, pytest.raises(grpc.RpcError) as err:
-        converse(chan, [hello(), big])
-    assert err.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        converse(chan, [hello(), batch(1, events=[agent_pb2.Event(kind="x", message="m" * size)])])
+    return err.value.details()
 
 
 def test_health_service(collector):
