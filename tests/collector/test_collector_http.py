@@ -62,9 +62,11 @@ def _get(collector, path, headers):
 
 
 def _steady(body: bytes) -> list:
-    """The body without what differs per render process (its memory, its fork's duration)."""
+    """The body without what moves between two scrapes by itself: the collector's and the
+    process's measurements of themselves (loop lag, scrape and housekeeping times, gc, CPU,
+    memory). Every HELP and TYPE line stays, and every series of the jobs."""
     return [line for line in body.splitlines()
-            if not line.startswith((b"stepwatch_collector_scrape_child_private", b"stepwatch_collector_scrape_fork"))]
+            if not line.startswith((b"stepwatch_collector_", b"process_", b"python_"))]
 
 
 def test_metrics_gzip_and_openmetrics_on_request(collector):
