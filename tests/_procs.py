@@ -224,3 +224,24 @@ def promtool_check(text: str) -> str:
         pytest.skip("promtool not installed (Debian package prometheus)")
     run = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True, text=True)
     return (run.stdout + run.stderr).strip()
+
+
+def start_demo(tmp_path, *args: str, timeout_s: float = 180.0) -> tuple:
+    """``stepwatch demo ARGS`` without a terminal and without the caller's STEPWATCH_*
+    settings, read until it says it keeps running: ``(process, output so far)``. The caller
+    stops the process."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("STEPWATCH_")}
+    proc = subprocess.Popen([sys.executable, "-m", "stepwatch.collector.tools", "demo", *args],
+                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env=env, cwd=str(tmp_path))
+    out = ""
+    try:
+        deadline = time.monotonic() + timeout_s
+        while "keeps running" not in out:
+            assert proc.poll() is None and time.monotonic() < deadline, out[-3000:]
+            out += proc.stdout.readline()
+    except BaseException:
+        proc.kill()
+        proc.wait()
+        raise
+    return proc, out

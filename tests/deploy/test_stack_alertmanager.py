@@ -50,22 +50,13 @@ def test_a_collector_alert_reaches_the_stacks_alertmanager(tmp_path):
 def test_the_demos_slowdown_alert_reaches_its_alertmanager(tmp_path):
     """`stepwatch demo` with the binaries present runs the stack: its job's drift alert, with
     the why, arrives in the demo's Alertmanager while the demo stays up."""
-    import os
     import re
     import signal
-    import subprocess
-    import sys
 
-    env = {k: v for k, v in os.environ.items() if not k.startswith("STEPWATCH_")}
-    proc = subprocess.Popen([sys.executable, "-m", "stepwatch.collector.tools", "demo", "--steps", "240"],
-                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env=env, cwd=str(tmp_path))
-    out = ""
+    from _procs import start_demo
+
+    proc, out = start_demo(tmp_path, "--steps", "240", timeout_s=240)
     try:
-        deadline = time.monotonic() + 240
-        while "keeps running" not in out:
-            assert proc.poll() is None and time.monotonic() < deadline, out[-3000:]
-            out += proc.stdout.readline()
         am = re.search(r"Alertmanager\s+(http://\S+)", out).group(1)
         deadline, found = time.monotonic() + 60, []
         while time.monotonic() < deadline and not found:

@@ -8,24 +8,16 @@ import json
 import os
 import re
 import signal
-import subprocess
-import sys
 import tempfile
 import time
 import urllib.request
 
+from _procs import start_demo
+
 
 def test_demo_without_a_tty_stays_up_until_sigint(tmp_path):
-    env = {k: v for k, v in os.environ.items() if not k.startswith("STEPWATCH_")}
-    proc = subprocess.Popen([sys.executable, "-m", "stepwatch.collector.tools", "demo", "--no-stack", "--steps", "240"],
-                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env=env, cwd=str(tmp_path))
-    out = ""
+    proc, out = start_demo(tmp_path, "--no-stack", "--steps", "240")
     try:
-        deadline = time.monotonic() + 180
-        while "keeps running" not in out:
-            assert proc.poll() is None and time.monotonic() < deadline, out[-3000:]
-            out += proc.stdout.readline()
         page = re.search(r"live page\s+(http://\S+/)", out).group(1)
         alert = re.search(r"critical StepwatchThroughputDrift rank 0 \((firing|resolved when the job ended)\): "
                           r"step time \+(\d+\.\d)% .* since step (\d+)\n\s+why: \S", out)
