@@ -4,6 +4,9 @@
 #   setsid bash bench/run_real_device.sh corpus-start 660 &   # 3 jobs side by side, one collector each
 #   bash bench/run_real_device.sh ab 100        # A/B arms alternated per GPU slot
 #   bash bench/run_real_device.sh live SIZE SECONDS   # one healthy 1-GPU job at defaults
+#   bash bench/run_real_device.sh pair-start S1 S2 SECONDS  # 2-GPU machine: two 1-GPU jobs, detached
+#   bash bench/run_real_device.sh ddp-start SIZE SECONDS    # 2-GPU machine: one NCCL DDP job, detached
+#   bash bench/run_real_device.sh wait-pack PREFIX          # wait for the detached jobs, then pack
 #   bash bench/run_real_device.sh pack [PREFIX] # $OUT/real.tgz: recordings, the jobs' own step
 #                                               # clocks, /api/alerts and /api/jobs, logs
 # Carried: .whl/ (grpcio, grpcio-health-checking, protobuf). Software only: no GPU setting is
@@ -13,7 +16,7 @@ P="python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --
 $P --target /tmp/site .whl/*.whl >/dev/null 2>&1
 $P --no-build-isolation --target /tmp/sw . >/dev/null 2>&1
 export PYTHONPATH=/tmp/sw:/tmp/site PYTHONUNBUFFERED=1
-W=/tmp/real; [ "$1" = pack ] || [ "$1" = ab ] || rm -rf $W; mkdir -p $W
+W=/tmp/real; case $1 in pack|ab|wait-pack) ;; *) rm -rf $W ;; esac; mkdir -p $W
 nvidia-smi --query-gpu=index,name,driver_version --format=csv,noheader | tee $W/gpus.txt
 python3 -c "import torch, sys; print('torch', torch.__version__, 'python', sys.version.split()[0])" | tee -a $W/gpus.txt
 NCPU=$(nproc)
@@ -102,6 +105,27 @@ live)
     job1 live_$1 0 0 "$1" "$2"
     finish live_$1 0
     touch $W/live.done ;;
+pair-start)  # S1 on GPU 0, S2 on GPU 1, SECONDS each; names <card>_1gpu_<size>[2]
+    tag=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | grep -o 'H[12]00' | tr H h)
+    a=${tag}_1gpu_$1; b=${tag}_1gpu_$2; [ $a = $b ] && b=${b}2
+    collector $a 0; collector $b 1
+    (job1 $a 0 0 $1 $3; finish $a 0; touch $W/$a.done) > $W/$a.run.log 2>&1 &
+    (job1 $b 1 1 $2 $3; finish $b 1; touch $W/$b.done) > $W/$b.run.log 2>&1 &
+    sleep 5; echo started $a $b ;;
+ddp-start)  # one 2-GPU NCCL DDP job of SIZE for SECONDS
+    tag=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | grep -o 'H[12]00' | tr H h)
+    n=${tag}_2gpu_$1
+    collector $n 2
+    (job2 $n 2 0,1 $1 $2; finish $n 2; touch $W/$n.done) > $W/$n.run.log 2>&1 &
+    sleep 5; echo started $n ;;
+wait-pack)  # every detached job done (at most 9 minutes), then pack the files starting with $1
+    for _ in $(seq 540); do
+        n_runs=$(ls $W/*.run.log 2>/dev/null | wc -l); n_done=$(ls $W/*.done 2>/dev/null | wc -l)
+        [ "$n_runs" -gt 0 ] && [ "$n_done" -ge "$n_runs" ] && break; sleep 1
+    done
+    grep -H "rank .*steps, batch" $W/${1:-}*.log
+    (cd $W && tar czf $OUT/real.tgz gpus.txt ${1:-}*)
+    ls -la $W ;;
 pack)  # $W's files whose names start with $1 (default: all) into $OUT/real.tgz
     grep -H "rank .*steps, batch" $W/${1:-}*.log
     (cd $W && tar czf $OUT/real.tgz gpus.txt ${1:-}*)

@@ -28,12 +28,18 @@ def iso(t: float) -> str:
     return datetime.datetime.fromtimestamp(t, datetime.timezone.utc).isoformat().replace("+00:00", "Z")
 
 
+_EARLIER_KEPT = 8  # further changes remembered per episode
+
+
 @dataclasses.dataclass
 class Alert:
     """One alert episode: raised once, updated in place (severity, summary, ratio), resolved
     once. ``history`` is ``[(time, severity), ...]`` from the first firing on; ``raised_step``
     the step the rank had reached when it fired; ``step`` the step the condition refers to (the
-    estimated onset for drift)."""
+    estimated onset for drift). A further change inside the episode (``Condition.change``
+    moved) moves ``step`` and ``onset_at`` to the new onset and keeps what was raised before
+    in ``earlier`` (its step and onset, severity and summary when it was raised and when it was
+    superseded, its diagnosis, when); the diagnosis is then made again for the new onset."""
 
     alertname: str
     job: str
@@ -55,6 +61,15 @@ class Alert:
     diagnosis: str = ""     # why (slowdown alerts): what changed between before and after onset
     diagnosis_complete: bool = False  # a profiler window after the onset was compared
     trace: str = ""         # the trace captured when it fired: request id, then host:path
+    change: int = 0         # the condition's further-change count last applied
+    onset_at: Optional[float] = None  # data time of the newest onset (starts_at until a further change)
+    earlier: list = dataclasses.field(default_factory=list)
+    onset_raised: tuple = ("", "")  # (severity, summary) when the newest onset was raised
+    further: bool = False   # on the copies :meth:`AlertBook.update` returns: a further change
+
+    @property
+    def onset(self) -> float:
+        return self.starts_at if self.onset_at is None else self.onset_at
 
     @property
     def key(self) -> tuple:
@@ -77,7 +92,8 @@ class Alert:
                 "fired_at": iso(self.fired_at) if self.fired_at else None,
                 "ends_at": iso(self.ends_at) if self.ends_at else None, "ratio": self.ratio,
                 "resolved_step": self.resolved_step,
-                "severity_history": [[iso(t), sev] for t, sev in self.history]}
+                "severity_history": [[iso(t), sev] for t, sev in self.history],
+                "onset_at": iso(self.onset), "earlier": [dict(e) for e in self.earlier]}
 
 
 class AlertBook:
@@ -149,18 +165,29 @@ class AlertBook:
             a = self._live[c.key] = Alert(c.alertname, c.job, c.rank, c.severity, c.summary, "pending",
                                           c.since, now, c.step)
         a.absent_since = None
-        changed = a.state == "firing" and a.severity != c.severity
+        rose = a.state == "firing" and a.severity != c.severity
+        further = a.state == "firing" and c.change != a.change
+        if further:
+            a.earlier.append({"step": a.step, "onset_at": iso(a.onset), "raised": a.onset_raised[1],
+                              "raised_severity": a.onset_raised[0], "severity": a.severity,
+                              "summary": a.summary, "diagnosis": a.diagnosis, "until": iso(now)})
+            del a.earlier[:-_EARLIER_KEPT]
+            a.step, a.onset_at, a.diagnosis, a.diagnosis_complete = c.step, c.since, "", False
+            a.onset_raised = (c.severity, c.summary)
+        a.change = c.change
         a.severity, a.summary, a.ratio = c.severity, c.summary, c.ratio
         if a.state == "pending":
             a.step = c.step if c.step is not None else a.step
             if now - a.active_at >= c.for_s:
                 a.state, a.fired_at, a.fired_summary = "firing", now, c.summary
+                a.onset_raised = (c.severity, c.summary)
                 a.raised_step = self._steps(a.job, a.rank)
                 a.history.append((now, a.severity))
                 out.append(_copy(a))
-        elif changed:
-            a.history.append((now, a.severity))
-            out.append(_copy(a))
+        elif rose or further:
+            if rose:
+                a.history.append((now, a.severity))
+            out.append(dataclasses.replace(_copy(a), further=further))
         if a.state == "pending":
             self._moving.add(c.key)
         else:
@@ -194,7 +221,7 @@ class AlertBook:
 
 
 def _copy(a: Alert) -> Alert:
-    return dataclasses.replace(a, history=list(a.history))
+    return dataclasses.replace(a, history=list(a.history), earlier=list(a.earlier))
 
 
 class AlertMetrics(Collector):

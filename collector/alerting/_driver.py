@@ -180,7 +180,7 @@ class Detection:
             changes = self.book.update_keys(now, touched, self.engine.condition)
         for a in changes:
             if a.state == "firing" and a.alertname in SLOWDOWNS:
-                if len(a.history) == 1:
+                if len(a.history) == 1 or a.further:  # raised, or a further change's new onset
                     self._on_slowdown(a, now)
                 elif a.key not in self._trace_episodes:
                     self._maybe_trace(a, now)  # an episode that has grown to the trace severity
@@ -230,7 +230,7 @@ class Detection:
         for a in alerts:
             if a.alertname not in SLOWDOWNS or a.diagnosis_complete:
                 continue
-            d = diagnose(self.evidence.rank(a.job, a.rank), a.starts_at)
+            d = diagnose(self.evidence.rank(a.job, a.rank), a.onset)
             if d is None:
                 continue
             new = self.book.annotate(a.key, diagnosis=d.text, diagnosis_complete=d.complete)

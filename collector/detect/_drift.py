@@ -41,7 +41,12 @@ as ``StepwatchProfilerOverhead`` naming the window, not as throughput drift: ste
 which the agent itself backs off from (agent/_aftereffect.py).
 
 **Episodes.** Severity only rises while the change lasts, one level at a time (each raise is
-kept in the episode's history by the alert book). The ratio and summary follow the sustained level (the
+kept in the episode's history by the alert book). **A further change** inside an episode (the
+warning window's level at least 0.8 x ``warning_ratio`` and ``z`` spreads above the level the
+episode was raised on, sustained) is never folded in silently: the episode takes the new onset
+(``Condition.change`` counts them), its summary names where the episode began, and the alert
+book keeps what was raised before (``Alert.earlier``), so the diagnosis is made again for the
+new onset. The ratio and summary follow the sustained level (the
 median of the last ``warning_window_s``). The condition clears once the median of the last
 ``clear_s`` is back under half of ``info_ratio`` and under 40% of the shift it was raised on. O(1)
 per step amortised; the noise spreads are recomputed once a minute (a few hundred sorts of
@@ -126,6 +131,8 @@ class DriftDetector:
         self._raised = 0.0  # log shift the episode was raised on
         self._alertname, self._window_note = "StepwatchThroughputDrift", ""
         self._onset: Optional[tuple[int, float]] = None
+        self._change = 0  # further changes in the open episode
+        self._began: Optional[tuple[int, float]] = None  # (onset step, raised ratio) of the episode's start
         # The agent's own cost: kept steps just before each profiler window's end and just after
         # it, [window end step, end time, median before, steps after]
         self._recent_values: collections.deque = collections.deque(maxlen=_AROUND_STEPS)
@@ -155,6 +162,7 @@ class DriftDetector:
         disconnected)."""
         if self.condition is not None:
             self.condition, self._onset, self._ref = None, None, None
+            self._change, self._began = 0, None
             self._version += 1
 
     @property
@@ -173,7 +181,8 @@ class DriftDetector:
         if c is not None:
             out["episode"] = {"alertname": c.alertname, "severity": c.severity, "ref": self._ref,
                               "ref_text": self._ref_text, "onset": list(self._onset), "raised": self._raised,
-                              "note": self._window_note, "ratio": c.ratio}
+                              "note": self._window_note, "ratio": c.ratio, "change": self._change,
+                              "began": list(self._began) if self._began else None}
         return out
 
     def restore(self, state: dict) -> None:
@@ -198,6 +207,9 @@ class DriftDetector:
                 self._onset = (int(ep["onset"][0]), float(ep["onset"][1]))
                 self._ref_text, self._window_note = str(ep["ref_text"]), str(ep.get("note", ""))
                 self._alertname = str(ep.get("alertname", "StepwatchThroughputDrift"))
+                self._change = int(ep.get("change", 0))
+                began = ep.get("began")
+                self._began = (int(began[0]), float(began[1])) if began else None
                 self._set(ep["severity"], math.log(float(ep["ratio"])))
             except (KeyError, TypeError, ValueError, IndexError):
                 self.condition = None
@@ -374,6 +386,8 @@ class DriftDetector:
             self.end_episode()
             self._level = recent
             return True
+        if self._further():
+            return True
         i = SEVERITIES.index(old.severity)
         if i + 1 < len(SEVERITIES):  # one level up at a time, never down while it lasts
             # A rise needs the higher level over the longer of its window and the warning
@@ -410,6 +424,28 @@ class DriftDetector:
             self._ref_text = "vs the level before"
         return self._set(sev, shift)
 
+    def _further(self) -> bool:
+        """A further change in the open episode: the warning window's level stands a warning
+        shift above the level the episode was raised on (``_shift``'s rules). The episode takes
+        the new onset, found as at a raise among the buckets since the current one."""
+        n = self._n[WARNING]
+        top = self._ref + self._raised
+        if len(self._history) < n or self._alertname != "StepwatchThroughputDrift":
+            return False
+        shift = self._shift(WARNING, top, n)
+        if shift is None:
+            return False
+        m = n + self._n_before[WARNING]
+        rows = [self._history[k] for k in range(max(0, len(self._history) - m), len(self._history))]
+        rows = [r for r in rows if r[1] - self.cfg.bucket_s >= self._onset[1]] or rows[-n:]
+        k = _estimate_onset([r[2] for r in rows], top, shift, self._clip)
+        if self._began is None:
+            self._began = (self._onset[0], math.expm1(self._raised))
+        self._onset = (int(rows[k][0]), rows[k][1] - self.cfg.bucket_s)
+        self._raised += shift
+        self._change += 1
+        return self._set(self.condition.severity, self._raised)
+
     def _window_at(self, onset: float, shift: float) -> Optional[int]:
         """The end step of a profiler window near ``onset`` after which the kept steps jumped by
         at least half ``shift`` (log units) at once, or None. A change of the job's own that
@@ -425,12 +461,16 @@ class DriftDetector:
         shift = math.expm1(shift_log)
         step, since = self._onset
         base_ms = math.exp(self._ref) * 1e3
+        further = ""
+        if self._began is not None:
+            further = (f" (a further change: the episode began at step {self._began[0]:,} at "
+                       f"{self._began[1]:+.1%})")
         summary = (f"step time {shift:+.1%} {self._ref_text} ({base_ms:.1f} ms -> "
-                   f"{base_ms * (1 + shift):.1f} ms) since step {step:,}{self._window_note}")
+                   f"{base_ms * (1 + shift):.1f} ms) since step {step:,}{further}{self._window_note}")
         old = self.condition
         self._version += 1
         self.condition = Condition(self._alertname, self.job, self.rank, sev, summary,
-                                   since, step, self.cfg.for_s, ratio=1 + shift)
+                                   since, step, self.cfg.for_s, ratio=1 + shift, change=self._change)
         return self.condition != old
 
 

@@ -25,7 +25,9 @@ class Condition:
 
     ``since`` is the data time the condition started, ``step`` the step it refers to (the
     estimated change point for drift), ``for_s`` how long it must hold before it fires,
-    ``ratio`` the sustained ratio to normal where the rule measures one (drift).
+    ``ratio`` the sustained ratio to normal where the rule measures one (drift). ``change``
+    counts the further changes inside one episode (drift: 0 at the raise, +1 each time the
+    level moved again by another change, with ``since``/``step`` the newest onset).
     """
 
     alertname: str
@@ -37,6 +39,7 @@ class Condition:
     step: Optional[int] = None
     for_s: float = 0.0
     ratio: Optional[float] = None
+    change: int = 0
 
     @property
     def key(self) -> tuple:

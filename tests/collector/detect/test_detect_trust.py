@@ -73,7 +73,7 @@ def test_three_percent_in_a_wobble_trough_is_raised(seed):
 
 
 def test_warning_to_critical_is_one_episode_with_its_history():
-    # +7% for 6,000 steps (4 min), then +15%: one change that grows, one alert.
+    # +7% for 6,000 steps (4 min), then +15%: one alert, the second change raised in it.
     base = series(5, AT + 9000, Phenomena(), ("step", 0.07), AT)
     steps = [t * (1.15 / 1.07 if i >= AT + 6000 else 1.0) for i, t in enumerate(base, 1)]
     (episode,) = drift(run(steps)[1])
@@ -82,6 +82,7 @@ def test_warning_to_critical_is_one_episode_with_its_history():
     order = ["info", "warning", "critical"]
     assert history[-2:] == ["warning", "critical"] and history == sorted(history, key=order.index), history
     assert episode.state == "firing" and episode.ratio > 1.12
+    assert abs(episode.step - (AT + 6000)) <= 750 and len(episode.earlier) == 1, episode.summary
 
 
 @pytest.mark.parametrize("seed", range(3))
@@ -233,3 +234,19 @@ def test_a_slowdown_of_a_job_that_ended_resolves_within_about_a_minute():
         if drift(book.snapshot())[0].state == "resolved":
             break
     assert drift(book.snapshot())[0].state == "resolved" and now - end <= 75, now - end
+
+
+def test_a_further_change_inside_an_episode_is_raised_with_its_own_onset():
+    # +3% from AT (raised at info), then +25% from AT + 16,000: one episode whose onset moves to
+    # the second change, with the first raise kept in ``earlier`` and named in the summary.
+    second = AT + 16_000
+    base = series(7, second + 3000, Phenomena(wobble=0.0), ("step", 0.03), AT)
+    steps = [t * (1.25 if i >= second else 1.0) for i, t in enumerate(base, 1)]
+    (episode,) = drift(run(steps)[1])
+    assert abs(episode.step - second) <= 750, episode.summary
+    (before,) = episode.earlier
+    assert before["raised_severity"] == "info" and abs(before["step"] - AT) <= 750, before
+    assert f"the episode began at step {before['step']:,}" in episode.summary, episode.summary
+    assert episode.ratio > 1.2 and episode.state == "firing"
+    history = [sev for _, sev in episode.history]
+    assert history == ["info", "warning", "critical"], history
