@@ -34,6 +34,14 @@ median of the preceding ``max(window, 120 s)``, "vs the level before") — must 
 window's buckets must stand above half the shift (sustained, not one spike). The onset is the
 maximum-likelihood change point of the buckets since the reference.
 
+**Waves.** An episode that ends by itself within ``transient_s`` of its onset was the job's
+own wandering (a real 2-GPU H100 job, tests/data/real/h100c_2gpu_m: 10 s medians 41-54 ms in
+waves of minutes, with or without the agent's windows). For the next ``noise_history_s``, a
+shift no larger than 1.25x such a wave's peak raises only once it has stood 1.5x the wave's
+length: the first wave is raised (nothing told it apart yet), the next ones are not, and a
+lasting change of that size is raised minutes later than on a steady job. Larger shifts are
+raised as before. Waves are not kept across a collector restart.
+
 **The agent's own cost.** The engine tells the detector where each profiler window ended
 (``note_window``). A shift whose onset is within two buckets of a window's end, where the 10
 kept steps after the window stand at least half the shift above the 10 before it, is raised
@@ -76,6 +84,9 @@ _RAISE = {INFO: 0.7, WARNING: 0.8, CRITICAL: 0.8}
 _SUSTAINED_SHARE = 2 / 3  # share of a test window's buckets above half the shift
 _MIN_BEFORE_S = 120.0  # the "level before" reference spans at least this long
 _NOISE_EVERY = 12  # buckets between recomputations of the noise spreads
+_WAVES_KEPT = 16  # the job's latest waves (episodes that ended by themselves) remembered
+_WAVE_SIZE = 0.8  # a shift under 1/0.8 of a wave's peak must outlast the wave to raise
+_WAVE_OUTLAST = 1.5  # ... by this factor of the wave's length
 _NOISE_SAMPLES = 6  # runs of a window the quiet history must hold for its own spread
 _MAX_BUCKETS = 4096  # history kept (5 s buckets: 5.7 h)
 # An episode clears once the level is back under this share of the shift it was raised on (and
@@ -113,7 +124,8 @@ class DriftDetector:
         self._n_noise = max(1, math.ceil(cfg.noise_history_s / b))
         self._ratio = {INFO: cfg.info_ratio, WARNING: cfg.warning_ratio, CRITICAL: cfg.critical_ratio}
         self._clip = math.log(cfg.pause_ratio)
-        # (first step, end time, log bucket median, quiet 1/0) of every bucket since settling
+        # (first step, end time, log bucket median, 1 quiet or -episode number) of every bucket
+        # since settling
         self._history = Ring("Qddd", _MAX_BUCKETS)
         self._bucket: list[float] = []
         self._bucket_start: Optional[tuple[int, float]] = None
@@ -132,6 +144,11 @@ class DriftDetector:
         self._alertname, self._window_note = "StepwatchThroughputDrift", ""
         self._onset: Optional[tuple[int, float]] = None
         self._change = 0  # further changes in the open episode
+        self._peak = 0.0  # largest log shift measured in the open episode
+        self._outlast = 0  # buckets the shift being raised had to outlast a wave
+        # (end time, peak log shift, seconds from onset to clear) of episodes that ended by
+        # themselves within transient_s: the job's own waves
+        self._waves: collections.deque = collections.deque(maxlen=_WAVES_KEPT)
         self._began: Optional[tuple[int, float]] = None  # (onset step, raised ratio) of the episode's start
         # The agent's own cost: kept steps just before each profiler window's end and just after
         # it, [window end step, end time, median before, steps after]
@@ -366,9 +383,29 @@ class DriftDetector:
             refs.append((median(hist.tail(2, min(len(hist), n + nb))[:-n]), "before"))
         for ref, which in refs:  # the settled level first: the job's own long-run level
             shift = self._shift(sev, ref)
-            if shift is not None:
+            if shift is not None and self._outlasts_waves(ref, shift):
                 return shift, ref, which
         return None
+
+    def _outlasts_waves(self, ref: float, shift: float) -> bool:
+        """False while a shift no larger than one of the job's recent waves (an episode that
+        ended by itself within ``transient_s``, in the last ``noise_history_s``) has stood for
+        less than 1.5x that wave's length: on a host whose speed wanders +-10% for minutes, a
+        change of that size is told from the wandering only by outlasting it."""
+        now = self._history[-1][1]
+        need = max((lasted for end, peak, lasted in self._waves
+                    if now - end <= self.cfg.noise_history_s and shift <= peak / _WAVE_SIZE), default=0.0)
+        self._outlast = 0
+        if not need:
+            return True
+        k = self._outlast = math.ceil(_WAVE_OUTLAST * need / self.cfg.bucket_s)
+        ys = self._history.tail(2, min(len(self._history), k))
+        stood = 0
+        for y in reversed(ys):
+            if y - ref < shift / 2:
+                break
+            stood += 1
+        return stood >= k
 
     def _judge(self) -> bool:
         old = self.condition
@@ -383,6 +420,9 @@ class DriftDetector:
         hist = self._history
         recent = median(hist.tail(2, min(len(hist), self._n_clear)))
         if recent - self._ref < min(math.log1p(self.cfg.info_ratio) / 2, _CLEAR_SHARE * self._raised):
+            lasted = hist[-1][1] - self._onset[1]
+            if lasted <= self.cfg.transient_s and self._alertname == "StepwatchThroughputDrift":
+                self._waves.append((hist[-1][1], self._peak, lasted))  # it came back by itself
             self.end_episode()
             self._level = recent
             return True
@@ -405,7 +445,8 @@ class DriftDetector:
         return False
 
     def _raise(self, sev: str, shift: float, ref: float, which: str) -> bool:
-        n = self._n[sev] + self._n_before[sev]
+        self._peak = 0.0
+        n = self._n[sev] + self._n_before[sev] + self._outlast  # (the onset lies further back)
         rows = [self._history[k] for k in range(max(0, len(self._history) - n), len(self._history))]
         ys = [r[2] for r in rows]
         k = _estimate_onset(ys, ref, shift, self._clip)
@@ -469,6 +510,7 @@ class DriftDetector:
                    f"{base_ms * (1 + shift):.1f} ms) since step {step:,}{further}{self._window_note}")
         old = self.condition
         self._version += 1
+        self._peak = max(self._peak, shift_log)
         self.condition = Condition(self._alertname, self.job, self.rank, sev, summary,
                                    since, step, self.cfg.for_s, ratio=1 + shift, change=self._change)
         return self.condition != old

@@ -250,3 +250,22 @@ def test_a_further_change_inside_an_episode_is_raised_with_its_own_onset():
     assert episode.ratio > 1.2 and episode.state == "firing"
     history = [sev for _, sev in episode.history]
     assert history == ["info", "warning", "critical"], history
+
+
+def test_a_wave_that_comes_back_by_itself_teaches_the_detector_the_jobs_own_wandering():
+    # Real 2-GPU H100 job (tests/data/real/h100c_2gpu_m): its speed wandered +-10% for minutes.
+    # A +12% wave of 2 minutes raises (nothing told it apart yet) and resolves; the same wave
+    # again raises nothing; a lasting +12% is raised once it has outlasted the wave 1.5x.
+    waves = [(AT, AT + 3000), (AT + 9000, AT + 12_000)]
+    lasting = AT + 18_000
+    base = series(12, AT + 30_000, Phenomena(wobble=0.0))
+    steps = [t * (1.12 if any(a <= i < b for a, b in waves) or i >= lasting else 1.0)
+             for i, t in enumerate(base, 1)]
+    episodes = sorted(drift(run(steps)[1]), key=lambda e: e.step)
+    assert [abs(e.step - AT) <= 750 for e in episodes[:1]] == [True], [e.summary for e in episodes]
+    assert episodes[0].state == "resolved"
+    (last,) = episodes[1:]  # the second wave raised nothing
+    assert abs(last.step - lasting) <= 750 and last.state == "firing", last.summary
+    first_lasted = (episodes[0].resolved_step - AT) * 0.040
+    assert last.raised_step - lasting >= 3000, last.raised_step  # it had to outlast the wave
+    assert (last.raised_step - lasting) * 0.040 <= 1.5 * first_lasted + 90, (last.raised_step, first_lasted)
