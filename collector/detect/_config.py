@@ -68,7 +68,8 @@ class DriftConfig:
                             "of info_ratio and 40% of the shift it was raised on", check=at_least(0.01))
     for_s: float = _n(0.0, "pending time before firing (the windows already wait)")
     transient_s: float = _n(600.0, "an episode that ends by itself within this long of its onset was the job's "
-                            "own wobble: its steps join the spread later shifts are judged by")
+                            "own wave: a later shift no larger than it raises only once it has outlasted it "
+                            "(0: off)")
 
     def __post_init__(self) -> None:
         if not self.info_ratio <= self.warning_ratio <= self.critical_ratio:

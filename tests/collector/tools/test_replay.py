@@ -76,7 +76,7 @@ def test_every_episode_with_its_resolve_and_a_zero_count(tmp_path, capsys):
     f.write_text("\n".join(lines) + "\n")
     assert main(["replay", str(f), "--detection", "{warmup_steps: 5, resolve_hold_s: 5, drift: "
                  "{bucket_s: 0.5, min_bucket_steps: 3, warmup_s: 2, settle_s: 6, critical_window_s: 2, "
-                 "warning_window_s: 3, info_window_s: 6, clear_s: 1, z: 3}}",
+                 "warning_window_s: 3, info_window_s: 6, clear_s: 1, z: 3, transient_s: 0}}",
                  "--format", "json"]) == 0
     *episodes, count = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert count["episodes"] == 2 == len(episodes)
