@@ -40,6 +40,7 @@ from ._api import jobs_json, steps_json
 from ._config import CollectorSettings
 from .detect._persist import DriftStore
 from ._exposition import render
+from ._accept_guard import AcceptGuard, raise_fd_limit
 from ._http import FileBody, HttpServer
 from .alerting import AlertmanagerClient, AlertMetrics, Detection
 from ._metrics import RankMetrics
@@ -369,6 +370,7 @@ async def _serve(settings: CollectorSettings, ready_file: Optional[str]) -> None
     collector = Collector(settings)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
+    loop.set_exception_handler(AcceptGuard(collector.state.count_accept_failed))
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     await collector.start()
@@ -386,6 +388,7 @@ def run(settings: CollectorSettings, ready_file: Optional[str] = None) -> int:
 
     Main thread only (signal handlers). Bind or record-file failures are logged and give 1.
     """
+    raise_fd_limit()
     try:
         asyncio.run(_serve(settings, ready_file))
     except (RuntimeError, OSError) as exc:

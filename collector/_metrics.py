@@ -242,6 +242,10 @@ def _collector(state: CollectorState) -> list[Family]:
     rejected = Family("stepwatch_collector_streams_rejected", "Agent streams rejected, by reason.", "counter")
     for reason, n in sorted(c["streams_rejected"].items()):
         rejected.add(labels_text(("reason",), (reason,)), n)
+    accepts = Family("stepwatch_collector_accepts_failed", "New connections (gRPC or HTTP) the collector could not "
+                     "accept, by reason: fd_exhausted (no file descriptor left), no_memory.", "counter")
+    for reason, n in sorted(c.get("accepts_failed", {}).items()):
+        accepts.add(labels_text(("reason",), (reason,)), n)
     trimmed = Family("stepwatch_collector_trimmed", "Agent data cut to the collector's bounds, by what: "
                      "string (a string over its bound or a map entry over its count, collector/_bounds.py), "
                      "window_names (a window's kernel/op list over 50 entries).", "counter")
@@ -289,7 +293,7 @@ def _collector(state: CollectorState) -> list[Family]:
         fam = Family(name, doc, "histogram")
         fam.add_histogram("", hist.cumulative(), hist.sum)
         own.append(fam)
-    return [*fams, rejected, trimmed, gc_seconds, gc_count, gc_longest, *own]
+    return [*fams, rejected, accepts, trimmed, gc_seconds, gc_count, gc_longest, *own]
 
 
 def _info(labels: Labels) -> list[Family]:

@@ -251,6 +251,7 @@ class CollectorState:
         self.streams_rejected = {r: 0 for r in ("unauthenticated", "no_hello", "invalid_hello", "malformed",
                                                  "too_many_jobs", "too_many_ranks")}
         self.trimmed = {r: 0 for r in ("string", "window_names")}
+        self.accepts_failed = {r: 0 for r in ("fd_exhausted", "no_memory")}  # (loop thread only)
         self._job_ranks: dict[str, int] = {}  # job -> ranks held
         self.pace_s = 0.0  # the batch interval acks ask agents for (IngestServer; 0: none)
         # The collector's own delays (Collector): how late the event loop ran a LOOP_WATCH_S
@@ -281,6 +282,10 @@ class CollectorState:
     def reject(self, reason: str) -> None:
         with self._lock:
             self.streams_rejected[reason] = self.streams_rejected.get(reason, 0) + 1
+
+    def count_accept_failed(self, reason: str) -> None:
+        with self._lock:
+            self.accepts_failed[reason] = self.accepts_failed.get(reason, 0) + 1
 
     def count_far(self, n: int) -> None:
         with self._lock:
@@ -490,7 +495,8 @@ class CollectorState:
                     "batches_seq_refused": self.batches_seq_refused,
                     "decode_errors": self.decode_errors, "records_dropped": self.records_dropped,
                     "nonfinite_records": self.nonfinite_records, "far_records": self.far_records,
-                    "streams_rejected": dict(self.streams_rejected), "trimmed": dict(self.trimmed)}
+                    "streams_rejected": dict(self.streams_rejected), "trimmed": dict(self.trimmed),
+                    "accepts_failed": dict(self.accepts_failed)}
 
 
 def _clone(obj):
