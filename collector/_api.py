@@ -5,7 +5,7 @@ from __future__ import annotations
 import collections.abc
 import json
 import math
-from typing import Any, Optional
+from typing import Any, Mapping, Optional
 
 from ._state import CollectorState, RankState
 
@@ -29,7 +29,7 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def _rank(st: RankState, events: bool) -> dict[str, Any]:
+def _rank(st: RankState, events: bool, armed: Optional[bool] = None) -> dict[str, Any]:
     h = st.hello
     out = {
         "rank": st.rank, "local_rank": h.local_rank, "world_size": h.world_size, "host": h.host,
@@ -44,22 +44,27 @@ def _rank(st: RankState, events: bool) -> dict[str, Any]:
         "dataloader_wait_ratio": st.dataloader_wait_ratio,
         "allocator": _fields(st.allocator), "gpu_sample": _fields(st.gpu_sample), "host_sample": _fields(st.host),
         "agent_stats": _fields(st.stats), "event_counts": dict(st.event_counts),
+        "drift_armed": armed,
     }
     if events:
         out["events"] = [_fields(ev) for ev in st.events]
     return out
 
 
-def jobs_document(state: CollectorState, job: Optional[str] = None) -> dict[str, Any]:
+def jobs_document(state: CollectorState, job: Optional[str] = None,
+                  armed: Optional[Mapping[tuple, bool]] = None) -> dict[str, Any]:
     """``{"jobs": [{"job": name, "ranks": [rank, ...]}]}``, jobs and ranks sorted.
 
-    Every job: each rank's identity, counters, latest samples and ``step_median_s`` (the median
-    of its last 100 steps), copied without its step
+    Every job: each rank's identity, counters, latest samples, ``step_median_s`` (the median
+    of its last 100 steps) and ``drift_armed`` (``armed``: whether the rank's drift detector has
+    its settled level and judges; false while it warms up and settles, None where detection does
+    not know the rank or is off), copied without its step
     lists and events (a fleet of 10,000 ranks was 500,000 event messages per request). One
     ``job``: that job's ranks only, with their last events."""
     jobs: dict[str, list] = {}
     for st in state.snapshot(light=job is None, job=job, median=True):
-        jobs.setdefault(st.job, []).append(_rank(st, events=job is not None))
+        jobs.setdefault(st.job, []).append(_rank(st, events=job is not None,
+                                                 armed=(armed or {}).get((st.job, st.rank))))
     return {"jobs": [{"job": name, "ranks": ranks} for name, ranks in jobs.items()]}
 
 
@@ -74,8 +79,9 @@ def _finite(value: Any) -> Any:
     return value
 
 
-def jobs_json(state: CollectorState, job: Optional[str] = None) -> bytes:
-    return json.dumps(_finite(jobs_document(state, job)), allow_nan=False).encode()
+def jobs_json(state: CollectorState, job: Optional[str] = None,
+              armed: Optional[Mapping[tuple, bool]] = None) -> bytes:
+    return json.dumps(_finite(jobs_document(state, job, armed)), allow_nan=False).encode()
 
 
 def steps_document(state: CollectorState, job: str) -> dict[str, Any]:

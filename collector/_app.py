@@ -321,7 +321,7 @@ class Collector:
         return 200, "application/json", self.detection.book.json()
 
     def _jobs(self, query):
-        return 200, "application/json", jobs_json(self.state, query.get("job"))
+        return 200, "application/json", jobs_json(self.state, query.get("job"), self.detection.engine.armed())
 
     def _index(self):
         """``{"routes": [path, ...]}``: the page fetches only what is listed (a 404 is a console error)."""

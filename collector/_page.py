@@ -121,6 +121,7 @@ function rankRow(r, points) {
   return h("tr", {},
     num(r.rank), h("td", {}, r.host), num(r.pid), h("td", {}, r.gpu ? r.gpu.name : "—"),
     h("td", {class: r.connected ? "ok" : "gone"}, r.connected ? "connected" : `gone ${ago(r.disconnected_at)}`),
+    h("td", {class: "detector"}, r.drift_armed === true ? "armed" : r.drift_armed === false ? "warming up" : "—"),
     num(r.steps_total), num(ms(median(points.slice(-50).map((p) => p[2])))), num(ago(r.last_step_time)),
     num(pct(r.dataloader_wait_ratio)), num(pct(gpu.utilization_ratio)), num(gib(mem)));
 }
@@ -164,7 +165,7 @@ function jobCard(job, steps, alerts) {
   const byRank = new Map((steps ? steps.ranks : []).map((s) => [s.rank, s.points]));
   const series = job.ranks.slice(0, MAX_SERIES).map((r) => ({rank: r.rank, points: byRank.get(r.rank) || []}));
   const up = job.ranks.filter((r) => r.connected).length;
-  const cols = ["rank", "host", "pid", "GPU", "status", "steps", "median step", "last step",
+  const cols = ["rank", "host", "pid", "GPU", "status", "detector", "steps", "median step", "last step",
                 "data wait", "GPU util", "memory"];
   const worst = alerts.length ? alerts.reduce((a, b) => (sevRank(b) < sevRank(a) ? b : a)) : null;
   return h("div", {class: "card job" + (worst ? " alerting" : ""), "data-job": job.job},

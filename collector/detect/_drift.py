@@ -50,8 +50,8 @@ which the agent itself backs off from (agent/_aftereffect.py).
 
 **Episodes.** Severity only rises while the change lasts, one level at a time (each raise is
 kept in the episode's history by the alert book). **A further change** inside an episode (the
-warning window's level at least 0.8 x ``warning_ratio`` and ``z`` spreads above the level the
-episode was raised on, sustained) is never folded in silently: the episode takes the new onset
+warning window's level at least 0.8 x ``warning_ratio``, ``z`` spreads and half the shift
+already raised above the level the episode was raised on, sustained) is never folded in silently: the episode takes the new onset
 (``Condition.change`` counts them), its summary names where the episode began, and the alert
 book keeps what was raised before (``Alert.earlier``), so the diagnosis is made again for the
 new onset. The ratio and summary follow the sustained level (the
@@ -84,6 +84,10 @@ _RAISE = {INFO: 0.7, WARNING: 0.8, CRITICAL: 0.8}
 _SUSTAINED_SHARE = 2 / 3  # share of a test window's buckets above half the shift
 _MIN_BEFORE_S = 120.0  # the "level before" reference spans at least this long
 _NOISE_EVERY = 12  # buckets between recomputations of the noise spreads
+# A further change is at least this share of the shift already raised: the first raise can
+# measure a large change short by a few percent (a +49% demo slowdown raised at +41% on the
+# warning window's median while its level still rose), which is that change, not another.
+_FURTHER_SHARE = 0.5
 _WAVES_KEPT = 16  # the job's latest waves (episodes that ended by themselves) remembered
 _WAVE_SIZE = 0.8  # a shift under 1/0.8 of a wave's peak must outlast the wave to raise
 _WAVE_OUTLAST = 1.5  # ... by this factor of the wave's length
@@ -467,14 +471,15 @@ class DriftDetector:
 
     def _further(self) -> bool:
         """A further change in the open episode: the warning window's level stands a warning
-        shift above the level the episode was raised on (``_shift``'s rules). The episode takes
+        shift (``_shift``'s rules), and at least half the shift already raised, above the level
+        the episode was raised on. The episode takes
         the new onset, found as at a raise among the buckets since the current one."""
         n = self._n[WARNING]
         top = self._ref + self._raised
         if len(self._history) < n or self._alertname != "StepwatchThroughputDrift":
             return False
         shift = self._shift(WARNING, top, n)
-        if shift is None:
+        if shift is None or shift < _FURTHER_SHARE * self._raised:
             return False
         m = n + self._n_before[WARNING]
         rows = [self._history[k] for k in range(max(0, len(self._history) - m), len(self._history))]

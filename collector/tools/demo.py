@@ -173,8 +173,11 @@ def _run(args, steps: int, slow_from: int, job: str, workdir: str) -> int:
                   f"  Alertmanager        {stack.alertmanager_url}")
         keep = getattr(args, "keep_s", None)
         if keep is None or keep > 0:
-            # Up with or without a terminal (CI, `| tee`, an IDE console): SIGTERM ends it too.
+            # Up with or without a terminal (CI, `| tee`, an IDE console): SIGTERM ends it too,
+            # and Ctrl-C does even where the demo was started in the background of a script
+            # (which starts it with SIGINT ignored).
             signal.signal(signal.SIGTERM, _interrupt)
+            signal.signal(signal.SIGINT, _interrupt)
             print("\nThe collector keeps running" + (f" for {keep:g} s" if keep else "")
                   + "; press Ctrl-C to stop it.", flush=True)
             try:

@@ -1,0 +1,40 @@
+"""Whether a rank's drift detector judges yet, where a user looks: ``drift_armed`` per rank in
+/api/jobs (false while it warms up and settles, true after), the page's "detector" column,
+and ``stepwatch_drift_armed_ranks`` (tests/collector/detect/test_detect_trust.py)."""
+
+from __future__ import annotations
+
+import json
+import time
+
+from collector_testlib import batch, hello
+from stepwatch.collector.detect import parse_detection
+from stepwatch.proto.stepwatch.v1 import agent_pb2, agent_pb2_grpc
+
+DETECTION = {"warmup_steps": 10, "drift": {"bucket_s": 0.5, "min_bucket_steps": 3, "warmup_s": 2, "settle_s": 3}}
+
+
+def steps(first: int, n: int) -> list:
+    return [agent_pb2.StepRecord(step=s, end_time_s=1_700_000_000.0 + 0.05 * s, duration_s=0.05,
+                                 clock=agent_pb2.STEP_CLOCK_CUDA_EVENT) for s in range(first, first + n)]
+
+
+def armed(col) -> list:
+    return [r["drift_armed"] for j in json.loads(col.get("/api/jobs")[2])["jobs"] for r in j["ranks"]]
+
+
+def test_api_jobs_says_when_the_drift_detector_is_armed(start_collector):
+    col = start_collector(detection=parse_detection(DETECTION))
+    with col.channel() as chan:
+        stub = agent_pb2_grpc.AgentServiceStub(chan)
+        # 1 s of steps: inside the warm-up
+        list(stub.Connect(iter([hello(job="a", rank=0, session="s1"), batch(1, steps=steps(1, 20))]), timeout=10))
+        assert armed(col) == [False]
+        # 8 s more: warm-up (2 s) and settling (3 s) over
+        list(stub.Connect(iter([hello(job="a", rank=0, session="s1"), batch(2, steps=steps(21, 160))]), timeout=10))
+        deadline = time.monotonic() + 10  # (detection applies batches after the ack)
+        while armed(col) != [True]:
+            assert time.monotonic() < deadline, armed(col)
+            time.sleep(0.1)
+    page = col.get("/")[2].decode()
+    assert '"detector"' in page and "warming up" in page
