@@ -41,7 +41,7 @@ from ._config import CollectorSettings
 from .detect._persist import DriftStore
 from ._exposition import render
 from ._accept_guard import AcceptGuard, raise_fd_limit
-from ._http import FileBody, HttpServer
+from ._http import FileBody, HttpServer, accepts
 from .alerting import AlertmanagerClient, AlertMetrics, Detection
 from ._metrics import RankMetrics
 from ._page import page
@@ -285,8 +285,8 @@ class Collector:
         when it accepts it (Prometheus does). Rendered by a forked child (``_fork_render``) or
         on the HTTP worker thread, giving way to a busy ingest between stages, inside the scraper's
         timeout (``_yield``)."""
-        openmetrics = "application/openmetrics-text" in headers.get("accept", "")
-        zipped = "gzip" in headers.get("accept-encoding", "")
+        openmetrics = accepts(headers.get("accept", ""), "application/openmetrics-text")
+        zipped = accepts(headers.get("accept-encoding", ""), "gzip")
         ctype = OPENMETRICS_CONTENT_TYPE if openmetrics else CONTENT_TYPE_LATEST
         extra = ("Content-Encoding: gzip",) if zipped else ()
         # The alert book's and trace store's families (prometheus_client, with locks of their

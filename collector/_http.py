@@ -30,7 +30,7 @@ import ssl
 import urllib.parse
 from typing import Callable, Mapping, Optional
 
-__all__ = ["FileBody", "HttpServer", "PathRoute", "QueryRoute", "Route", "ThreadedRoute"]
+__all__ = ["FileBody", "HttpServer", "PathRoute", "QueryRoute", "Route", "ThreadedRoute", "accepts"]
 
 log = logging.getLogger("stepwatch.collector")
 
@@ -165,6 +165,21 @@ class HttpServer:
             if m:
                 return functools.partial(fn, {k: urllib.parse.unquote(v) for k, v in m.groupdict().items()})
         return None
+
+
+def accepts(header: str, token: str) -> bool:
+    """Whether an Accept or Accept-Encoding ``header`` lists ``token`` (case-insensitive, its
+    parameters ignored) with a quality above 0: ``gzip;q=0`` refuses gzip."""
+    for item in header.split(","):
+        name, *params = (p.strip() for p in item.split(";"))
+        if name.lower() != token:
+            continue
+        q = next((p.split("=", 1)[1] for p in params if p.lower().startswith("q=")), "1")
+        try:
+            return float(q) > 0
+        except ValueError:
+            return False
+    return False
 
 
 def _authorized(headers: Mapping[str, str], token: str) -> bool:

@@ -75,6 +75,14 @@ def test_metrics_gzip_and_openmetrics_on_request(collector):
     assert headers["Content-Encoding"] == "gzip" and _steady(gzip.decompress(body)) == _steady(plain)
     headers, body = _get(collector, "/metrics", {"Accept": "application/openmetrics-text; version=1.0.0"})
     assert headers["Content-Type"].startswith("application/openmetrics-text") and body.endswith(b"# EOF\n")
+    # what a header refuses (q=0) or names only as part of another token is not taken
+    headers, body = _get(collector, "/metrics", {"Accept-Encoding": "gzip;q=0, identity",
+                                                 "Accept": "application/openmetrics-text;q=0, text/plain"})
+    assert "Content-Encoding" not in headers and headers["Content-Type"].startswith("text/plain"), headers
+    headers, _ = _get(collector, "/metrics", {"Accept-Encoding": "x-gzip-not, br"})
+    assert "Content-Encoding" not in headers
+    headers, _ = _get(collector, "/metrics", {"Accept-Encoding": "br, GZIP ; q=0.5"})
+    assert headers["Content-Encoding"] == "gzip"
 
 
 class _SlowCollector:
