@@ -37,7 +37,7 @@ class Alert:
     once. ``history`` is ``[(time, severity), ...]`` from the first firing on; ``raised_step``
     the step the rank had reached when it fired; ``step`` the step the condition refers to (the
     estimated onset for drift). A further change inside the episode (``Condition.change``
-    moved) moves ``step`` and ``onset_at`` to the new onset and keeps what was raised before
+    moved, or the condition came back within the resolve hold with another onset) moves ``step`` and ``onset_at`` to the new onset and keeps what was raised before
     in ``earlier`` (its step and onset, severity and summary when it was raised and when it was
     superseded, its diagnosis, when); the diagnosis is then made again for the new onset."""
 
@@ -164,9 +164,12 @@ class AlertBook:
         if a is None:
             a = self._live[c.key] = Alert(c.alertname, c.job, c.rank, c.severity, c.summary, "pending",
                                           c.since, now, c.step)
+        # A condition back within the resolve hold with another onset is a new change of the
+        # same episode (a drift episode that cleared and was raised again): kept like a further one.
+        returned = a.absent_since is not None and c.since != a.onset
         a.absent_since = None
         rose = a.state == "firing" and a.severity != c.severity
-        further = a.state == "firing" and c.change != a.change
+        further = a.state == "firing" and (c.change != a.change or returned)
         if further:
             a.earlier.append({"step": a.step, "onset_at": iso(a.onset), "raised": a.onset_raised[1],
                               "raised_severity": a.onset_raised[0], "severity": a.severity,

@@ -132,3 +132,19 @@ def test_updating_only_the_touched_keys_gives_what_a_full_update_gives(seq, hold
         key = lambda x: (x.key, x.state)  # noqa: E731 - the order within one update is free
         assert sorted(map(repr, sorted(a, key=key))) == sorted(map(repr, sorted(b, key=key)))
         assert sorted(map(repr, full.snapshot())) == sorted(map(repr, part.snapshot()))
+
+
+def test_a_condition_back_within_the_hold_with_another_onset_is_a_new_change_of_the_episode():
+    from stepwatch.collector.alerting import AlertBook
+    from stepwatch.collector.detect._types import Condition
+    book = AlertBook(3600.0, hold_s=600.0)
+    first = Condition("StepwatchThroughputDrift", "j", 0, "info", "+3% since step 300", 1000.0, 300)
+    book.update(1010.0, [first])
+    book.annotate(first.key, diagnosis="host CPU +1.0 ms/step", diagnosis_complete=True)
+    book.update(1020.0, [])  # cleared: the hold begins
+    again = Condition("StepwatchThroughputDrift", "j", 0, "critical", "+25% since step 403", 1030.0, 403)
+    (changed,) = book.update(1035.0, [again])
+    assert changed.further and changed.step == 403 and changed.diagnosis == "" and not changed.diagnosis_complete
+    (before,) = changed.earlier
+    assert before["step"] == 300 and before["diagnosis"] == "host CPU +1.0 ms/step", before
+    assert book.update(1040.0, [again]) == []  # the same onset again: nothing new
