@@ -16,8 +16,11 @@ from _procs import Collector, start_trainer, trainer_env
 
 # z 4, not 3: with a CPU burner beside the suite on 2 cores, the side-by-side jobs' own wobble
 # raised a shift before the injected cause (a fresh-clone run with a burner, onsets 325-364).
+# transient_s at the horizons' scale (seconds here, 600 s by default): a contention episode
+# that cleared counted as a wave the injected cause then had to outlast, past the job's end.
 DETECTION = {"warmup_steps": 10, "resolve_hold_s": 600,
-             "drift": {"bucket_s": 0.5, "min_bucket_steps": 3, "warmup_s": 2, "settle_s": 6, "critical_window_s": 2, "warning_window_s": 3, "info_window_s": 6, "clear_s": 1, "z": 4}}
+             "drift": {"bucket_s": 0.5, "min_bucket_steps": 3, "warmup_s": 2, "settle_s": 6, "critical_window_s": 2, "warning_window_s": 3, "info_window_s": 6, "clear_s": 1, "z": 4,
+                       "transient_s": 6}}
 SMALL = ("--step-sleep-s", "0.04", "--d-model", "32", "--layers", "1", "--batch", "4", "--seq", "16")
 STEPS, FROM = 700, 400
 CAUSES = {"backward": "backward", "dataloader": "data-loader wait", "optimizer": "optimizer"}
