@@ -51,8 +51,8 @@ which the agent itself backs off from (agent/_aftereffect.py).
 **Episodes.** Severity only rises while the change lasts, one level at a time (each raise is
 kept in the episode's history by the alert book). **A further change** inside an episode (the
 warning window's level at least 0.8 x ``warning_ratio``, ``z`` spreads and half the shift
-already raised above the level the episode was raised on, sustained) is never folded in silently: the episode takes the new onset
-(``Condition.change`` counts them), its summary names where the episode began, and the alert
+already raised above the level the episode was raised on, sustained) is never folded in
+silently: the episode takes the new onset (``Condition.change`` counts them), its summary names where the episode began, and the alert
 book keeps what was raised before (``Alert.earlier``), so the diagnosis is made again for the
 new onset. The ratio and summary follow the sustained level (the
 median of the last ``warning_window_s``). The condition clears once the median of the last
@@ -128,8 +128,7 @@ class DriftDetector:
         self._n_noise = max(1, math.ceil(cfg.noise_history_s / b))
         self._ratio = {INFO: cfg.info_ratio, WARNING: cfg.warning_ratio, CRITICAL: cfg.critical_ratio}
         self._clip = math.log(cfg.pause_ratio)
-        # (first step, end time, log bucket median, 1 quiet or -episode number) of every bucket
-        # since settling
+        # (first step, end time, log bucket median, quiet 1/0) of every bucket since settling
         self._history = Ring("Qddd", _MAX_BUCKETS)
         self._bucket: list[float] = []
         self._bucket_start: Optional[tuple[int, float]] = None
@@ -472,8 +471,8 @@ class DriftDetector:
     def _further(self) -> bool:
         """A further change in the open episode: the warning window's level stands a warning
         shift (``_shift``'s rules), and at least half the shift already raised, above the level
-        the episode was raised on. The episode takes
-        the new onset, found as at a raise among the buckets since the current one."""
+        the episode was raised on. The episode takes the new onset, found as at a raise among
+        the buckets since the current one."""
         n = self._n[WARNING]
         top = self._ref + self._raised
         if len(self._history) < n or self._alertname != "StepwatchThroughputDrift":
