@@ -6,7 +6,7 @@ TORCH_SPEC ?= torch==2.13.0
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.stepwatch-installed
 
-.PHONY: demo stack test test-gpu proto proto-check clean
+.PHONY: demo stack test test-gpu proto proto-check docs clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -32,6 +32,10 @@ proto:
 
 proto-check:
 	$(PY) proto/generate.py --check
+
+# docs/configuration.md's options tables from the settings model (tests/test_docs.py checks them)
+docs: $(STAMP)
+	$(PY) docs/options_doc.py --write docs/configuration.md
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -13,6 +13,8 @@ memory_stats intervals; at least one each; 0: one each, as runs before 2026-11-2
 session sent), and every ``--window-every`` batches a window summary (one per rank per minute
 at the defaults). The first half of ``--duration-s`` runs without scrapes, the second half
 scrapes /metrics (back to back, or every ``--scrape-every-s``; gzip, as Prometheus asks).
+``--poll-every-s`` polls the live page as a browser does (every
+job's steps and windows too) over the whole measured time; ``/healthz`` is timed every 0.5 s.
 Measured: ack latency p50/p99 without and during scrapes, batches sent/acked, stream errors,
 scrape time and size, collector CPU (cores, and seconds per batch and per step, from the
 half without scrapes; the scraping half's CPU apart), collector RSS.
@@ -321,6 +323,53 @@ def collector_gc(http, texts=None):
     return out
 
 
+def get(url, timeout=60.0):
+    """(seconds, bytes) of one GET with gzip accepted, as a browser asks; (seconds, -1) on failure."""
+    t0 = time.time()
+    try:
+        req = urllib.request.Request(url, headers={"Accept-Encoding": "gzip"})
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            size = len(resp.read())
+    except OSError:
+        size = -1
+    return time.time() - t0, size
+
+
+def page_poller(http, jobs, every_s, start, stop, out):
+    """The live page as a browser polls it, every ``every_s`` from ``start`` to ``stop``: each
+    refresh fetches what collector/_page.py's script fetches (``/``, ``/api``, ``/api/jobs``,
+    ``/api/alerts``, then ``/api/steps`` and ``/api/jobs/{job}/windows`` of every job over six
+    connections, as a browser's per-host limit, then ``/api/traces``). ``out["refresh"]``: (start,
+    seconds, bytes); ``out["api_jobs"]``: (start, seconds, bytes)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    base = f"http://{http}"
+    with ThreadPoolExecutor(6) as pool:
+        while time.time() < start:
+            time.sleep(0.05)
+        while time.time() < stop:
+            t0 = time.time()
+            total = sum(get(base + path)[1] for path in ("/", "/api"))
+            took, size = get(base + "/api/jobs")
+            out["api_jobs"].append((t0, took, size))
+            total += size + get(base + "/api/alerts")[1]
+            urls = [f"{base}/api/steps?job={j}" for j in jobs] + [f"{base}/api/jobs/{j}/windows" for j in jobs]
+            total += sum(size for _, size in pool.map(get, urls)) + get(base + "/api/traces")[1]
+            out["refresh"].append((t0, time.time() - t0, total))
+            time.sleep(max(0.0, t0 + every_s - time.time()))
+
+
+def healthz_poller(http, every_s, start, stop, out):
+    """``/healthz`` every ``every_s`` from ``start`` to ``stop``: (start, seconds) in ``out``."""
+    while time.time() < start:
+        time.sleep(0.05)
+    while time.time() < stop:
+        t0 = time.time()
+        took, size = get(f"http://{http}/healthz", timeout=30.0)
+        out.append((t0, took if size >= 0 else float("inf")))
+        time.sleep(max(0.0, t0 + every_s - time.time()))
+
+
 def run_once(n, args):
     """One run at ``n`` ranks over ``args.replicas`` collectors; jobs placed as the agents place
     them (rendezvous hashing, stepwatch.agent.placement)."""
@@ -383,6 +432,15 @@ def run_once(n, args):
 
         th = threading.Thread(target=scraper, daemon=True)
         th.start()
+        polled = {"refresh": [], "api_jobs": []}
+        health = []
+        pollers = [threading.Thread(target=healthz_poller, args=(http, 0.5, measure_at, stop_at, health), daemon=True)]
+        if args.poll_every_s:
+            mine = sorted({job for job, _, rep in ranks if rep == 0})
+            pollers.append(threading.Thread(target=page_poller, daemon=True,
+                                            args=(http, mine, args.poll_every_s, measure_at, stop_at, polled)))
+        for t in pollers:
+            t.start()
         while time.time() < scrape_from:
             time.sleep(0.05)
         cpu_mid = proc.cpu_times()
@@ -394,6 +452,8 @@ def run_once(n, args):
         for p in procs:
             p.join(30)
         th.join(150)
+        for t in pollers:
+            t.join(150)
         gc_stats = collector_gc(http, bodies)
     finally:
         for col, _, _ in cols:
@@ -469,6 +529,18 @@ def run_once(n, args):
             # batches the measured replica got per second (by send time): how even the load is
             "batches_per_second": {"min": min(full_seconds, default=0), "max": max(full_seconds, default=0),
                                    "mean": statistics.mean(full_seconds) if full_seconds else 0},
+            "poll_every_s": args.poll_every_s,
+            "page_refreshes": len(polled["refresh"]),
+            "page_refresh_s": {"p50": pct([r[1] for r in polled["refresh"]], 0.5),
+                               "max": max((r[1] for r in polled["refresh"]), default=None)},
+            "page_refresh_mb": max((r[2] for r in polled["refresh"]), default=0) / 1e6,
+            "api_jobs_s": {"p50": pct([r[1] for r in polled["api_jobs"]], 0.5),
+                           "max": max((r[1] for r in polled["api_jobs"]), default=None)},
+            "api_jobs_mb": max((r[2] for r in polled["api_jobs"]), default=0) / 1e6,
+            # /healthz every 0.5 s over the whole measured time (both halves)
+            "healthz_ms": {"n": len(health), "p50": 1e3 * (pct([h[1] for h in health], 0.5) or 0),
+                           "p99": 1e3 * (pct([h[1] for h in health], 0.99) or 0),
+                           "max": 1e3 * max((h[1] for h in health), default=0)},
             "scrapes": len(scrapes),
             "scrape_timeout_s": args.scrape_timeout_s,
             "scrapes_over_timeout": sum(1 for s in scrapes if args.scrape_timeout_s and s[0] > args.scrape_timeout_s),
@@ -516,6 +588,10 @@ def main():
                    help="the scrape timeout sent with each scrape, as Prometheus does (its default 10 s; 0: none); "
                    "scrapes longer than it are counted (scrapes_over_timeout)")
     p.add_argument("--gen-cpus", default="", help="CPUs for the generators, comma-separated")
+    p.add_argument("--poll-every-s", type=float, default=0.0,
+                   help="poll the live page as a browser does (/api/jobs, /api/alerts, every job's steps and "
+                   "windows, traces) every this many seconds of the measured time (0: not polled); /healthz is "
+                   "timed every 0.5 s either way")
     p.add_argument("--out", default="")
     args = p.parse_args()
     rows = []
@@ -542,6 +618,14 @@ def main():
               f"{(r['scrape_s']['p50'] or 0):.2f} / {(r['scrape_s']['max'] or 0):.2f} | {r['scrape_mb']:.1f} "
               f"({r['scrape_gzip_mb']:.1f}) | {r['series']} | {r['collector_rss_mb']:.0f} | {full[1]:.0f} "
               f"({full[2]:.2f}) |")
+    print("\n| ranks | page polled every s | refreshes | page refresh s (p50/max) | /api/jobs s (p50/max), MB | "
+          "/healthz ms (p50/p99/max) |")
+    print("|---|---|---|---|---|---|")
+    for r in rows:
+        print(f"| {r['ranks']} | {r['poll_every_s'] or '-'} | {r['page_refreshes']} | "
+              f"{(r['page_refresh_s']['p50'] or 0):.2f} / {(r['page_refresh_s']['max'] or 0):.2f} | "
+              f"{(r['api_jobs_s']['p50'] or 0):.2f} / {(r['api_jobs_s']['max'] or 0):.2f}, {r['api_jobs_mb']:.2f} | "
+              f"{r['healthz_ms']['p50']:.1f} / {r['healthz_ms']['p99']:.1f} / {r['healthz_ms']['max']:.1f} |")
 
 
 if __name__ == "__main__":

@@ -112,8 +112,8 @@ class CollectorSettings:
         500.0, "agent messages per second this collector plans for: with more agents connected "
         "than that (each sends a batch a second by default), acknowledgements ask every agent to "
         "send a batch only every (connected agents / this) seconds, at most 30; the collector's "
-        "cost is per message (bench/results/collector_scale_h100host_spread.md: 10,000 agents on "
-        "one core ack within 250 ms at 500, not at 1,000, while scraped). 0: never ask",
+        "cost is per message (10,000 agents on one core are acked within 250 ms at 500, not at "
+        "1,000, while scraped). 0: never ask",
         env="STEPWATCH_MAX_BATCHES_PER_S", check=non_negative())
     gc_full_every_s: float = option(
         3600.0, "seconds between full garbage collections of the collector's long-lived state: "

@@ -12,7 +12,7 @@ Proto JSON uses the .proto field names (``google.protobuf.json_format``), so eve
 a batch can carry (steps, allocator, NVML, host, events, windows, traces, stats) is kept.
 
 The earlier per-record form (``{"kind":"step",...}`` and ``{"kind":"allocator",...}``, see
-README "Replay") is still read: each such line becomes a one-record batch of its rank.
+docs/detection.md "Replay") is still read: each such line becomes a one-record batch of its rank.
 """
 
 from __future__ import annotations

@@ -173,6 +173,6 @@ def parse_detection(value: Any, source: str = "argument") -> DetectionConfig:
 
 
 def describe_options() -> str:
-    """One line per option, ``detection.drift.block_steps = 10``, for --help and the README."""
+    """One line per option, ``detection.drift.block_steps = 10``, for --help."""
     return "\n".join(f"  {name} = {default!r}" for name, _env, default, _help in
                      describe(DetectionConfig, hex_names=("throttle_mask",)))

@@ -25,7 +25,7 @@ def add_parser(sub) -> None:
     p = sub.add_parser("collector", help="run the collector (gRPC ingest, Prometheus /metrics)",
                        description="Run the stepwatch collector until SIGTERM/SIGINT. "
                                    "Precedence: flag > environment > --config file > default.",
-                       epilog="detection keys (YAML under 'detection:', defaults shown; README 'Detection'):\n"
+                       epilog="detection keys (YAML under 'detection:', defaults shown; docs/configuration.md):\n"
                               + describe_options(), formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--config", metavar="FILE", help="YAML file mapping option names to values")
     for flag, name, spec in _FLAGS:
