@@ -59,7 +59,7 @@ def jobs_document(state: CollectorState, job: Optional[str] = None,
     of its last 100 steps) and ``drift_armed`` (``armed``: whether the rank's drift detector has
     its settled level and judges; false while it warms up and settles, None where detection does
     not know the rank or is off), copied without its step
-    lists and events (a fleet of 10,000 ranks was 500,000 event messages per request). One
+    lists and events (a fleet of 10,000 ranks holds 500,000 event messages). One
     ``job``: that job's ranks only, with their last events."""
     jobs: dict[str, list] = {}
     for st in state.snapshot(light=job is None, job=job, median=True):

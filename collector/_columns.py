@@ -118,13 +118,10 @@ def _float_getters(floats: tuple) -> list:
 
 class Samples:
     """One kind of a batch's samples (a repeated field: GPU, host or allocator), read a field at
-    a time when a reader first asks for it, each field once however many readers ask.
-
-    Before, each reader walked the records itself: the diagnosis evidence asked ``HasField``
-    and read six GPU fields per sample, the detectors built a point object per sample from five
-    more, the state compared every ``time_s``. At the agents' 1 Hz (20 samples of each kind in a
-    paced 20 s batch) that was most of the collector's per-batch work
-    (bench/results/ingest_path_2core.md, seventh session)."""
+    a time when a reader first asks for it, each field once however many readers ask (the
+    diagnosis evidence, the detectors and the state read overlapping fields; reading the records
+    once per reader was most of the per-batch work at the agents' 1 Hz:
+    bench/results/ingest_path_2core.md)."""
 
     __slots__ = ("records", "_read")
 
@@ -172,7 +169,7 @@ class Samples:
         when the type has few float fields (host: 2, allocator: 1, all of them read). Else, and
         for two samples or fewer, a getter of all the floats per sample: the GPU sample has 22,
         of which the readers take 6, and reading all 22 as columns cost twice the getter
-        (5 samples: 11.3 against 5.2 us, bench/results/ingest_path_2core.md, tenth session).
+        (5 samples: 11.3 against 5.2 us, bench/results/ingest_path_2core.md).
         False may also mean an overflowing sum: then the exact check decides."""
         if not self.records:
             return True

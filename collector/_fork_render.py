@@ -9,7 +9,7 @@ scrape unless the render slept (``_yield``), and a yielding render took 2-4 s
 core it runs in parallel with ingest (10,000 ranks at the agents' 1 Hz samples: 1.2-1.6 s
 scrapes instead of 7.8 s on the thread of one core; bench/results/collector_scale_h100host_seventh.md).
 The child runs at a lower priority (``NICE``), sends the finished body (gzip when asked) back
-through a pipe and exits. On one core it was worse than the thread (8.8 s scrapes, acks
+through a pipe and exits. On one core it is worse than the thread (8.8 s scrapes, acks
 later): the child only gets what ingest leaves, and the parent pays for the fork and for the
 pages it writes meanwhile (bench/results/collector_scale_h100host_render.md); ``metrics_render: auto``
 uses it only with two or more cores.

@@ -1,10 +1,8 @@
 """The ranks one scrape exports, read from the state once, as columns.
 
-A scrape of 10,000 ranks writes about 27 series per rank. Before, every rank's state was copied
-(a dict, two histograms, two deques, a dict) and each family walked the copies again, calling
-properties and building a tuple per series: about 30 us per rank on the development machine
-before any text was written (bench/results/ingest_path_2core.md, eighth session). Here the
-state is read in one pass, a chunk of ranks at a time under the state lock, one ``map`` per
+A scrape of 10,000 ranks writes about 27 series per rank. Copying every rank's state and
+walking the copies per family costs about 30 us per rank before any text is written
+(bench/results/ingest_path_2core.md); here the state is read in one pass, a chunk of ranks at a time under the state lock, one ``map`` per
 field over the chunk; the families then write their lines with one comprehension each over
 these lists.
 

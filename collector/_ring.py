@@ -1,7 +1,7 @@
 """Bounded rings of numeric rows kept in typed arrays.
 
 A ``collections.deque`` of tuples costs a tuple and a float object per number: 300 steps of
-trend for 10,000 ranks were 12 million objects, every one of them walked by each full garbage
+trend for 10,000 ranks are 12 million objects, every one of them walked by each full garbage
 collection (16% of the collector's ingest time at 10,000 ranks, py-spy on the bench). A
 :class:`Ring` keeps one ``array`` per column; rows are made as tuples only when read.
 """

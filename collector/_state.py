@@ -507,7 +507,7 @@ def _clone(obj):
 
 
 # What a light copy holds in place of its step rings: shared and empty (copies are only read;
-# making two fresh rings per rank was 9% of a scrape's CPU at 2,000 ranks, py-spy).
+# two fresh rings per rank cost 9% of a scrape's CPU at 2,000 ranks, py-spy).
 _NO_RECENT, _NO_TREND = Ring("dd", RATIO_WINDOW), Ring("Qdd", TREND_POINTS)
 _NO_SESSIONS: "collections.OrderedDict[str, _Session]" = collections.OrderedDict()
 

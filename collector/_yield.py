@@ -20,14 +20,10 @@ at about half the core (``MAX_SHARE``, what it gets against a busy loop): the re
 has used (a render past its expectation has no better guess). Then it runs to the end without
 sleeping. With no scrape before to go by, sleeps stop at half the span.
 
-Before, a scrape slept up to a fixed 5 s whatever its timeout, then ran the rest at full speed:
-on a core where ingest needed 0.8-0.9, a render that needed more than 5 s of sleep took half the
-core from ingest for its last seconds and acks ran up to 0.7 s late
-(bench/results/collector_scale_h100host_tenth.md, T6), and a scraper with a timeout of 5 s or less
-could time out. Raising the render's share early to finish in time instead (tried: eleventh
-session) made acks late where the deadline did not bind: a 4 s timeout at 14,000 ranks on one
-core, ack p99 while scraped 462 ms against 97 ms
-(bench/results/collector_scale_h100host_eleventh.md, T8c).
+Measured at 10,000-14,000 ranks on one core (bench/results/collector_scale_h100host_*.md): a
+fixed sleep budget lets a long render take half the core from ingest at its end (acks up to
+0.7 s late) and times out short scrape timeouts; a render share raised early makes acks late
+where the deadline does not bind (p99 462 ms against 97 ms). The deadline rule above avoids both.
 """
 
 from __future__ import annotations

@@ -45,8 +45,8 @@ _EXPLAINED = 0.3          # a top contributor below this share of the change exp
 
 @dataclasses.dataclass
 class _Rank:
-    # Typed-array rings, not deques of tuples: 900 GPU samples of 10,000 ranks were 9 million
-    # tuples for the garbage collector to walk (collector/_ring.py).
+    # Typed-array rings, not deques of tuples: 900 GPU samples of 10,000 ranks as tuples are 9
+    # million objects for the garbage collector to walk (collector/_ring.py).
     # (first step, last step, end time, median step time, median wait) per 10 steps
     blocks: Ring = dataclasses.field(default_factory=lambda: Ring("QQddd", _BLOCKS_KEPT))
     # steps not yet in a block, as columns: step, end time, step time, wait
