@@ -1,7 +1,7 @@
 """Public entry points: attach(), step(), detach().
 
 attach() resolves options (argument > environment > default; a bad value raises
-:class:`~stepwatch.agent.settings.SettingsError` right there, before training starts),
+:class:`~stepwatch.core.settings.SettingsError` right there, before training starts),
 spawns the sidecar process and installs the optimizer step post-hook and the DataLoader
 timer. After that nothing the agent does raises into, blocks or synchronizes the training
 loop: hook bodies are guarded, errors are counted and reported, and a hook that keeps
@@ -21,14 +21,14 @@ import time
 import uuid
 from typing import Any, Iterator, Optional
 
-from . import contract
+from stepwatch.core import contract
 from ._dataloader import DataLoaderTimer
 from ._identity import Identity, distributed_rank, identity_from_env
 from ._ipc import PipeWriter
 from ._options import AgentSettings
 from ._steps import StepTracker
 from ._windows import WindowScheduler
-from .settings import SettingsError, load, to_mapping
+from stepwatch.core.settings import SettingsError, load, to_mapping
 
 __all__ = ["attach", "step", "detach", "Agent"]
 
@@ -454,20 +454,29 @@ def mark(kind: str) -> None:
         _agent.mark(kind)
 
 
-def _explicit_steps() -> None:
-    """Step boundaries will come from ``step()`` calls only (framework callbacks): optimizer
-    hooks stop counting now, before the first step, so no step is counted twice."""
+def current() -> Optional["Agent"]:
+    """The agent attached in this process, or None (not attached, disabled, or deferred to the
+    first step of a multiprocessing child)."""
+    return _agent
+
+
+def use_explicit_steps() -> None:
+    """Step boundaries come from :func:`step` calls only from now on (framework callbacks call
+    it before the first step): optimizer hooks stop counting, so no step is counted twice. A
+    no-op when the agent is not attached."""
     if _agent is not None:
         _agent.tracker.explicit = True
 
 
-def _open_phase(kind: str) -> None:
-    """Begin a marked pause without a ``with`` block (framework callbacks with begin/end hooks)."""
+def begin_pause(kind: str = "eval") -> None:
+    """Begin a marked pause without a ``with`` block, for frameworks with begin and end hooks;
+    :func:`end_pause` closes the innermost one. Cheap; never raises."""
     if _agent is not None:
         _agent.open_phase(kind)
 
 
-def _close_phase() -> None:
+def end_pause() -> None:
+    """Close the innermost pause :func:`begin_pause` opened. Cheap; never raises."""
     if _agent is not None:
         _agent.close_phase()
 

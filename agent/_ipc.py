@@ -13,7 +13,7 @@ import os
 import time
 from typing import Callable
 
-from .contract import encode
+from stepwatch.core.contract import encode
 
 __all__ = ["PipeWriter"]
 

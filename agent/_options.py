@@ -1,6 +1,6 @@
 """The agent's settings: each is an ``attach()`` argument and an environment variable.
 
-Declared once here with :mod:`stepwatch.agent.settings`; the trainer resolves them
+Declared once here with :mod:`stepwatch.core.settings`; the trainer resolves them
 (argument > environment > default) and hands the result to its sidecar in the config line,
 where the same declaration validates them again.
 """
@@ -11,10 +11,10 @@ import dataclasses
 import os
 from typing import Optional
 
-from .contract import label_problem
-from .placement import parse_collectors
-from .support import user_tmp
-from .settings import (at_least, between, non_negative, option, parse_duration, parse_log_level,
+from stepwatch.core.contract import label_problem
+from stepwatch.core.placement import parse_collectors
+from stepwatch.core.support import user_tmp
+from stepwatch.core.settings import (at_least, between, non_negative, option, parse_duration, parse_log_level,
                        parse_size, positive)
 
 __all__ = ["AgentSettings"]

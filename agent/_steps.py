@@ -13,7 +13,7 @@ import collections
 import time
 from typing import Callable, Optional
 
-from . import contract
+from stepwatch.core import contract
 
 __all__ = ["StepTracker"]
 

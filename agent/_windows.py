@@ -23,7 +23,7 @@ import time
 import warnings
 from typing import Callable, Optional
 
-from . import contract
+from stepwatch.core import contract
 from ._aftereffect import AftereffectWatch
 
 __all__ = ["WindowScheduler"]

@@ -337,7 +337,7 @@ def get(url, timeout=60.0):
 
 def page_poller(http, jobs, every_s, start, stop, out):
     """The live page as a browser polls it, every ``every_s`` from ``start`` to ``stop``: each
-    refresh fetches what collector/_page.py's script fetches (``/``, ``/api``, ``/api/jobs``,
+    refresh fetches what collector/api/_page.py's script fetches (``/``, ``/api``, ``/api/jobs``,
     ``/api/alerts``, then ``/api/steps`` and ``/api/jobs/{job}/windows`` of every job over six
     connections, as a browser's per-host limit, then ``/api/traces``). ``out["refresh"]``: (start,
     seconds, bytes); ``out["api_jobs"]``: (start, seconds, bytes)."""
@@ -372,7 +372,7 @@ def healthz_poller(http, every_s, start, stop, out):
 
 def run_once(n, args):
     """One run at ``n`` ranks over ``args.replicas`` collectors; jobs placed as the agents place
-    them (rendezvous hashing, stepwatch.agent.placement)."""
+    them (rendezvous hashing, stepwatch.core.placement)."""
     tmp = tempfile.mkdtemp(prefix="stepwatch-scale-")
     cols = []
     try:
@@ -383,7 +383,7 @@ def run_once(n, args):
         jobs = [f"job{j:04d}" for j in range((n + args.ranks_per_job - 1) // args.ranks_per_job)]
         owner = {job: 0 for job in jobs}
         if len(ports) > 1:
-            from stepwatch.agent.placement import Placement
+            from stepwatch.core.placement import Placement
 
             placement = Placement(",".join(f"127.0.0.1:{p}" for p in ports))
             replica = {f"127.0.0.1:{p}": i for i, p in enumerate(ports)}
@@ -513,7 +513,7 @@ def run_once(n, args):
                                            default=None),
             "render_fork": fork_times(bodies[-1]) if bodies else None,
             # seconds the thread renders slept giving way to ingest, all scrapes so far (the one
-            # before measuring included; each ends inside 0.75 of its timeout: collector/_yield.py)
+            # before measuring included; each ends inside 0.75 of its timeout: collector/state/_yield.py)
             "scrape_yield_s": next(iter(series(bodies[-1], "stepwatch_collector_scrape_yield_seconds_total ").values()),
                                    None) if bodies else None,
             "render_child_failures": sum(v for body in bodies[-1:] for v in

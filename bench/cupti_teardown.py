@@ -16,7 +16,7 @@ import sys
 import tempfile
 import time
 
-from stepwatch.collector._record import read_record
+from stepwatch.collector.ingest._record import read_record
 
 
 def run(teardown: str, seconds: float) -> dict:

@@ -51,8 +51,8 @@ def recorded_batch(parts: tuple, seq: int, samples: int, n: int = 20, period: fl
 def connected_pipeline(ranks: int, ranks_per_job: int = 64):
     """A collector pipeline (state and detection, as the collector builds them) with ``ranks``
     ranks connected, jobs of ``ranks_per_job``: (pipeline, [(rank key, Hello)])."""
-    from stepwatch.collector._pipeline import Pipeline
-    from stepwatch.collector._state import CollectorState
+    from stepwatch.collector.ingest._pipeline import Pipeline
+    from stepwatch.collector.state._state import CollectorState
     from stepwatch.collector.alerting import Detection
     from stepwatch.collector.detect import DetectionConfig
     from stepwatch.proto.stepwatch.v1 import agent_pb2
@@ -76,8 +76,8 @@ def time_scrapes(state, n: int, fork: bool = False) -> list[float]:
     import gzip
     import resource
 
-    from stepwatch.collector._exposition import render
-    from stepwatch.collector._metrics import RankMetrics
+    from stepwatch.collector.export._exposition import render
+    from stepwatch.collector.export._metrics import RankMetrics
 
     metrics, out = RankMetrics(state), []
     gc.collect()
@@ -125,10 +125,10 @@ def main() -> None:
     p.add_argument("--fork", action="store_true", help="--scrapes rendered by forked children (the render "
                    "process of a collector on two or more cores): their CPU")
     p.add_argument("--bounds", action="store_true", help="also cut each batch's strings to their "
-                   "bounds first (collector/_bounds.py, as the gRPC server does before Pipeline.batch)")
+                   "bounds first (collector/wire/_bounds.py, as the gRPC server does before Pipeline.batch)")
     args = p.parse_args()
 
-    from stepwatch.collector._bounds import bound_strings
+    from stepwatch.collector.wire._bounds import bound_strings
     from stepwatch.proto.stepwatch.v1 import agent_pb2
 
     parts = templates()

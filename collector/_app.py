@@ -33,26 +33,26 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from prometheus_client.openmetrics.exposition import CONTENT_TYPE_LATEST as OPENMETRICS_CONTENT_TYPE
 from prometheus_client.openmetrics.exposition import generate_latest as openmetrics_latest
 
-from stepwatch.agent.support import read_pem
+from stepwatch.core.support import read_pem
 
 from . import _gcstats as gcstats
-from ._api import jobs_json, steps_json
+from .api._json_routes import jobs_json, steps_json
 from ._config import CollectorSettings
 from .detect._persist import DriftStore
-from ._exposition import render
-from ._accept_guard import AcceptGuard, raise_fd_limit
-from ._http import FileBody, HttpServer, accepts
+from .export._exposition import render
+from .ingest._accept_guard import AcceptGuard, raise_fd_limit
+from .api._http_server import FileBody, HttpServer, accepts
 from .alerting import AlertmanagerClient, AlertMetrics, Detection
-from ._metrics import RankMetrics
-from ._page import page
-from ._pipeline import Pipeline
-from ._record import Recorder
-from ._server import IngestServer
-from ._state import CollectorState
-from ._trace_store import TraceStore, TraceStoreMetrics
-from ._windows_api import traces_json, windows_json
-from ._yield import ScrapeYield, no_pause, scrape_timeout
-from ._fork_render import ForkRender, available as fork_available, cores
+from .export._metrics import RankMetrics
+from .api._page import page
+from .ingest._pipeline import Pipeline
+from .ingest._record import Recorder
+from .ingest._grpc_server import IngestServer
+from .state._state import CollectorState
+from .state._trace_store import TraceStore, TraceStoreMetrics
+from .api._window_routes import traces_json, windows_json
+from .state._yield import ScrapeYield, no_pause, scrape_timeout
+from .export._fork_render import ForkRender, available as fork_available, cores
 from . import GRPC_FORK_HANDLERS_OFF
 from stepwatch.proto.stepwatch.v1 import agent_pb2
 

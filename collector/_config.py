@@ -1,4 +1,4 @@
-"""Collector settings, declared once with :mod:`stepwatch.agent.settings`.
+"""Collector settings, declared once with :mod:`stepwatch.core.settings`.
 
 Precedence is command-line flag > environment > YAML config file > default. Every failure
 (bad value, unknown key, unreadable or non-mapping file) raises :class:`SettingsError` with a
@@ -14,7 +14,7 @@ import ipaddress
 import os
 from typing import Any, Mapping, Optional
 
-from stepwatch.agent.settings import (SettingsError, between, load, non_negative, option, parse_duration,
+from stepwatch.core.settings import (SettingsError, between, load, non_negative, option, parse_duration,
                                       parse_hostport, parse_log_level, parse_size, read_yaml_file,
                                       section)
 

@@ -13,9 +13,9 @@ from typing import Iterable
 
 from .alerting import Alert, Detection
 from .detect import DetectionConfig
-from ._pipeline import Pipeline
-from ._record import RecordError, RecordEvent
-from ._state import CollectorState
+from .ingest._pipeline import Pipeline
+from .ingest._record import RecordError, RecordEvent
+from .state._state import CollectorState
 
 __all__ = ["replay"]
 

@@ -22,7 +22,7 @@ import tempfile
 from typing import Any, Iterable
 
 from stepwatch.agent._options import AgentSettings
-from stepwatch.agent.settings import describe
+from stepwatch.core.settings import describe
 from stepwatch.collector._config import CollectorSettings
 
 __all__ = ["tables", "render", "main"]

@@ -1,7 +1,8 @@
 """Import boundaries (pyproject.toml [tool.importlinter]) checked with import-linter.
 
 The installed package is an editable namespace mapping, which import-linter cannot walk, so
-the test copies agent/, collector/ and proto/ into a plain ``stepwatch`` package first. A
+the test copies the package directories into a plain ``stepwatch`` package first, as
+pyproject.toml's package-dir maps them. A
 second run adds one forbidden import to the copy and must fail: the check can fail.
 """
 
@@ -32,19 +33,28 @@ def tree(tmp_path):
     pkg = tmp_path / "stepwatch"
     pkg.mkdir()
     (pkg / "__init__.py").write_text("")
-    for name in ("agent", "collector", "proto"):
-        shutil.copytree(ROOT / name, pkg / name, ignore=shutil.ignore_patterns("__pycache__"))
+    skip = shutil.ignore_patterns("__pycache__")
+    for name in ("agent", "collector", "core", "proto"):
+        shutil.copytree(ROOT / name, pkg / name, ignore=shutil.ignore_patterns("__pycache__", "integrations", "_root"))
+    shutil.copytree(ROOT / "agent" / "integrations", pkg / "integrations", ignore=skip)
     return tmp_path
 
 
 def test_import_contracts_hold(tree):
     run = lint(tree)
     assert run.returncode == 0, run.stdout + run.stderr
-    assert "Contracts: 4 kept, 0 broken" in run.stdout, run.stdout
+    assert "Contracts: 5 kept, 0 broken" in run.stdout, run.stdout
 
 
 def test_a_forbidden_import_is_caught(tree):
-    (tree / "stepwatch" / "agent" / "_leak.py").write_text("from stepwatch.collector import _state\n")
+    (tree / "stepwatch" / "agent" / "_leak.py").write_text("from stepwatch.collector.state import _state\n")
     run = lint(tree)
     assert run.returncode != 0
-    assert "The agent never imports the collector BROKEN" in run.stdout, run.stdout
+    assert "The agent and the integrations never import the collector BROKEN" in run.stdout, run.stdout
+
+
+def test_the_collector_loading_the_agent_is_caught(tree):
+    (tree / "stepwatch" / "collector" / "ingest" / "_leak.py").write_text("from stepwatch.agent import _steps\n")
+    run = lint(tree)
+    assert run.returncode != 0
+    assert "The collector never loads the agent, only its tools run agent code BROKEN" in run.stdout, run.stdout

@@ -70,7 +70,7 @@ def _install(optimizer_module) -> None:
         try:
             from stepwatch import agent
             from stepwatch.agent import _api
-            if _api._agent is None:  # the script may have attached itself already
+            if agent.current() is None:  # the script may have attached itself already
                 _api.attach(_defer=False)  # (inside a step already)
         except Exception as exc:
             print(f"stepwatch: auto-attach failed, training goes on without it: {exc!r}", file=sys.stderr)

@@ -12,6 +12,6 @@ Run as ``python -m stepwatch.agent._sidecar``; the first stdin line must be the 
 """
 
 from ._config import ConfigError, SidecarConfig
-from ._service import Sidecar
+from ._sidecar import Sidecar
 
 __all__ = ["ConfigError", "Sidecar", "SidecarConfig"]

@@ -18,11 +18,11 @@ import signal
 import sys
 from typing import Optional
 
-from .. import contract
+from stepwatch.core import contract
 from ._backchannel import BackChannel
 from ._config import ConfigError, SidecarConfig
 from ._log import LOG, setup_logging
-from ._service import Sidecar
+from ._sidecar import Sidecar
 
 
 def _read_config(lines) -> SidecarConfig:

@@ -19,9 +19,9 @@ import os
 import threading
 from typing import Optional
 
-from ..contract import encode
+from stepwatch.core.contract import encode
 from ._log import LOG
-from ._thread import Service
+from ._service import Service
 
 __all__ = ["BackChannel"]
 

@@ -1,6 +1,6 @@
 """The sidecar's configuration: the first line the trainer writes on its stdin.
 
-The line is a :func:`stepwatch.agent.contract.config` record: the trainer's resolved
+The line is a :func:`stepwatch.core.contract.config` record: the trainer's resolved
 :class:`~stepwatch.agent._options.AgentSettings` by name, the trainer's pid and the Hello
 fields by name. The settings are validated here by the same declaration that resolved them
 in the trainer (source "config line"); a bad value raises :class:`ConfigError` naming it.
@@ -14,9 +14,9 @@ from typing import Any, Mapping
 
 from stepwatch.proto.stepwatch.v1 import agent_pb2
 
-from .. import contract
+from stepwatch.core import contract
 from .._options import AgentSettings
-from ..settings import SettingsError, load_section
+from stepwatch.core.settings import SettingsError, load_section
 
 __all__ = ["ConfigError", "SidecarConfig", "build_hello", "gpu_identity"]
 
@@ -59,7 +59,7 @@ class SidecarConfig:
 
 def gpu_identity(obj: Mapping[str, Any]) -> agent_pb2.GpuIdentity:
     """GpuIdentity from a ``gpu`` record; the UUID in NVML style
-    (:func:`~stepwatch.agent.contract.normalize_uuid`). TypeError/ValueError on bad types."""
+    (:func:`~stepwatch.core.contract.normalize_uuid`). TypeError/ValueError on bad types."""
     ident = agent_pb2.GpuIdentity()
     for key in ("index", "name", "total_memory_bytes"):
         if obj.get(key) is not None:

@@ -13,7 +13,7 @@ from stepwatch.proto.stepwatch.v1 import agent_pb2
 
 from ._batcher import Batcher
 from ._log import LOG, OnceLog
-from ._thread import PeriodicService
+from ._service import PeriodicService
 
 __all__ = ["HostSampler", "trainer_alive"]
 

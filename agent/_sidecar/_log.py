@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import sys
 
-from ..support import OnceLog as _OnceLog
+from stepwatch.core.support import OnceLog as _OnceLog
 
 __all__ = ["LOG", "OnceLog", "setup_logging"]
 

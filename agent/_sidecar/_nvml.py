@@ -22,8 +22,8 @@ from typing import Any, Callable, Dict, Optional
 from stepwatch.proto.stepwatch.v1 import agent_pb2
 
 from ._batcher import Batcher
-from ..contract import normalize_uuid
-from ._thread import PeriodicService
+from stepwatch.core.contract import normalize_uuid
+from ._service import PeriodicService
 from ._log import LOG, OnceLog
 
 __all__ = ["NvmlSampler", "QUERIES"]

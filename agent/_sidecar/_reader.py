@@ -5,9 +5,9 @@ from __future__ import annotations
 import logging
 from typing import Callable, Iterable
 
-from .. import contract
+from stepwatch.core import contract
 from ._log import LOG
-from ._thread import Service
+from ._service import Service
 from ._records import Record, RecordError, parse_line
 
 __all__ = ["Reader"]

@@ -1,4 +1,4 @@
-"""Decoding of the trainer's stdin records (:mod:`stepwatch.agent.contract`) into protobuf
+"""Decoding of the trainer's stdin records (:mod:`stepwatch.core.contract`) into protobuf
 messages.
 
 Fields are set by proto name; unknown keys are ignored (forward compatibility), ``null`` means
@@ -13,7 +13,7 @@ from google.protobuf.message import Message
 
 from stepwatch.proto.stepwatch.v1 import agent_pb2
 
-from .. import contract
+from stepwatch.core import contract
 from ._config import gpu_identity
 
 __all__ = ["Record", "RecordError", "TraceJob", "WindowJob", "parse_line"]

@@ -17,10 +17,10 @@ import grpc
 
 from stepwatch.proto.stepwatch.v1 import agent_pb2
 
-from ..placement import Placement
-from ..support import backoff_delay, collector_channel
+from stepwatch.core.placement import Placement
+from stepwatch.core.support import backoff_delay, collector_channel
 from ._log import LOG
-from ._thread import Service, remaining
+from ._service import Service, remaining
 from ._spool import Spool
 
 __all__ = ["Sender", "backoff_delay"]

@@ -26,8 +26,8 @@ from google.protobuf.message import DecodeError
 
 from stepwatch.proto.stepwatch.v1 import agent_pb2
 
-from ..contract import safe_name
-from ..support import makedirs_private
+from stepwatch.core.contract import safe_name
+from stepwatch.core.support import makedirs_private
 from ._log import LOG
 
 __all__ = ["Spool", "spool_path", "orphans"]
@@ -40,7 +40,7 @@ _HELLO_FILE = "hello.pb"  # the session's Hello: a later sidecar can deliver wha
 
 def spool_path(root: str, job: str, rank: int, session_id: str) -> str:
     """The spool directory of one session, always inside ``root``: names pass through
-    :func:`~stepwatch.agent.contract.safe_name`; one that is empty or only dots becomes '_'."""
+    :func:`~stepwatch.core.contract.safe_name`; one that is empty or only dots becomes '_'."""
     job_part = safe_name(job) or "_"
     session_part = safe_name(session_id) or "_"
     return os.path.join(root, job_part, f"rank{int(rank)}-{session_part}")

@@ -17,8 +17,8 @@ from typing import List, Tuple
 
 from stepwatch.proto.stepwatch.v1 import agent_pb2
 
-from ..contract import safe_name
-from ..support import makedirs_private
+from stepwatch.core.contract import safe_name
+from stepwatch.core.support import makedirs_private
 from ._log import LOG
 from ._records import TraceJob
 

@@ -17,8 +17,8 @@ import grpc
 
 from stepwatch.proto.stepwatch.v1 import agent_pb2
 
-from ..placement import Placement
-from ..support import collector_channel
+from stepwatch.core.placement import Placement
+from stepwatch.core.support import collector_channel
 from ._log import LOG
 
 __all__ = ["TraceUploader"]

@@ -15,7 +15,7 @@ from typing import Callable, Optional
 
 from stepwatch.proto.stepwatch.v1 import agent_pb2
 
-from .. import contract
+from stepwatch.core import contract
 from ._analysis import summarize
 from ._backchannel import BackChannel
 from ._batcher import Batcher

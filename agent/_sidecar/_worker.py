@@ -7,7 +7,7 @@ import threading
 import time
 from typing import Callable, Generic, TypeVar
 
-from ._thread import Service
+from ._service import Service
 
 __all__ = ["Worker"]
 

@@ -22,7 +22,6 @@ from typing import Any, Optional
 from transformers import TrainerCallback
 
 from stepwatch import agent
-from stepwatch.agent import _api
 
 __all__ = ["StepwatchCallback"]
 
@@ -38,9 +37,9 @@ class StepwatchCallback(TrainerCallback):
 
     def on_train_begin(self, args, state, control, **kwargs):
         try:
-            if _api._agent is None:
+            if agent.current() is None:
                 agent.attach(**self._options)
-            _api._explicit_steps()
+            agent.use_explicit_steps()
             self._samples = int(args.per_device_train_batch_size) * int(args.gradient_accumulation_steps)
             self._world = max(1, int(getattr(args, "world_size", 1) or 1))
             self._tokens_seen = int(getattr(state, "num_input_tokens_seen", 0) or 0)

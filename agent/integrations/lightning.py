@@ -22,7 +22,6 @@ except ImportError:  # the older package name
     from pytorch_lightning.callbacks import Callback
 
 from stepwatch import agent
-from stepwatch.agent import _api
 
 __all__ = ["StepwatchCallback"]
 
@@ -56,9 +55,9 @@ class StepwatchCallback(Callback):
         if stage != "fit":
             return
         try:
-            if _api._agent is None:
+            if agent.current() is None:
                 agent.attach(**self._options)
-            _api._explicit_steps()
+            agent.use_explicit_steps()
         except agent.SettingsError:
             raise
         except Exception as exc:
@@ -81,12 +80,12 @@ class StepwatchCallback(Callback):
     def on_validation_start(self, trainer, pl_module) -> None:
         if not getattr(trainer, "sanity_checking", False) and not self._in_eval:
             self._in_eval = True
-            _api._open_phase("eval")
+            agent.begin_pause("eval")
 
     def on_validation_end(self, trainer, pl_module) -> None:
         if self._in_eval:
             self._in_eval = False
-            _api._close_phase()
+            agent.end_pause()
 
     def on_save_checkpoint(self, trainer, pl_module, checkpoint) -> None:
         agent.mark("checkpoint")

@@ -3,7 +3,7 @@ alert lifecycle (:class:`AlertBook`), its metrics, and the Alertmanager v2 clien
 
 from ._alertmanager import AlertmanagerClient, payload
 from ._book import Alert, AlertBook, AlertMetrics, iso
-from ._driver import Detection, feed_batch
+from ._detection import Detection, feed_batch
 
 __all__ = ["Alert", "AlertBook", "AlertMetrics", "AlertmanagerClient", "Detection", "feed_batch",
            "iso", "payload"]

@@ -17,7 +17,7 @@ import logging
 import urllib.request
 from typing import Callable, Optional
 
-from stepwatch.agent.support import backoff_delay
+from stepwatch.core.support import backoff_delay
 
 from ._book import Alert, iso
 

@@ -23,9 +23,9 @@ from typing import Optional
 
 from stepwatch.proto.stepwatch.v1 import agent_pb2
 
-from .._columns import SampleColumns, StepColumns, step_columns
+from ..wire._columns import SampleColumns, StepColumns, step_columns
 from .._ring import Ring
-from .._state import own
+from ..state._state import own
 from ..detect._types import median
 
 __all__ = ["Evidence", "Diagnosis", "diagnose", "compare_windows", "fmt"]

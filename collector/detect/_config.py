@@ -1,4 +1,4 @@
-"""Detector settings: nested frozen dataclasses declared with :mod:`stepwatch.agent.settings`.
+"""Detector settings: nested frozen dataclasses declared with :mod:`stepwatch.core.settings`.
 
 The collector's ``detection`` section (YAML mapping under ``detection:`` in the config file, or
 YAML/JSON text in ``STEPWATCH_DETECTION`` / ``--detection``) is resolved by the one settings
@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from stepwatch.agent.settings import (at_least, describe, load_section,
+from stepwatch.core.settings import (at_least, describe, load_section,
                                       non_negative, option, section)
 
 from ._types import SEVERITIES

@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from stepwatch.agent.settings import fields_of
+from stepwatch.core.settings import fields_of
 
 from .._config import CollectorSettings, SettingsError, configure_logging, load_settings
 from ..detect import describe_options

@@ -12,7 +12,7 @@ from __future__ import annotations
 import gzip
 import json
 
-from .._record import read_record
+from ..ingest._record import read_record
 
 __all__ = ["load", "first_step_time", "inject", "repeat", "events"]
 

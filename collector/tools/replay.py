@@ -11,7 +11,7 @@ import sys
 from typing import IO, Optional
 
 from .._config import load_settings
-from .._record import read_record
+from ..ingest._record import read_record
 from .._replay import replay
 from ..alerting import Alert, iso
 

@@ -15,7 +15,7 @@ import math
 import os
 import sys
 
-from stepwatch.agent.placement import parse_collectors
+from stepwatch.core.placement import parse_collectors
 
 __all__ = ["add_parser", "run"]
 
@@ -113,8 +113,8 @@ def run(args: argparse.Namespace) -> int:
         return 2
     import grpc  # only once we really call
 
-    from stepwatch.agent.placement import Placement
-    from stepwatch.agent.support import collector_channel
+    from stepwatch.core.placement import Placement
+    from stepwatch.core.support import collector_channel
     from stepwatch.proto.stepwatch.v1 import agent_pb2, agent_pb2_grpc
 
     request = agent_pb2.CaptureRequest(job=args.job, ranks=args.ranks, steps=args.steps, timeout_s=args.timeout)

@@ -24,7 +24,7 @@ import pathlib
 import re
 import sys
 
-from stepwatch.collector._metrics import SUMMARY
+from stepwatch.collector.export._metrics import SUMMARY
 
 OUT = pathlib.Path(__file__).resolve().parent / "dashboards"
 DATASOURCE = {"type": "prometheus", "uid": "stepwatch-prometheus"}

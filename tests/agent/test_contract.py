@@ -8,13 +8,13 @@ import os
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from stepwatch.agent import contract
+from stepwatch.core import contract
 from stepwatch.agent._options import AgentSettings
 from stepwatch.agent._sidecar._config import SidecarConfig
 from stepwatch.agent._sidecar._records import _DECODERS, parse_line
 from stepwatch.agent._sidecar._spool import spool_path
 from stepwatch.agent._sidecar._traces import TraceArchive
-from stepwatch.agent.settings import load, to_mapping
+from stepwatch.core.settings import load, to_mapping
 from stepwatch.proto.stepwatch.v1 import agent_pb2
 
 

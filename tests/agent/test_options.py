@@ -4,7 +4,7 @@ import pytest
 
 from stepwatch.agent._identity import identity_from_env
 from stepwatch.agent._options import AgentSettings
-from stepwatch.agent.settings import SettingsError, load
+from stepwatch.core.settings import SettingsError, load
 
 
 def test_precedence_argument_over_environment_over_default():

@@ -1,10 +1,10 @@
 """The public phase-mark API: agent.mark / agent.pause never raise, are no-ops when not
-attached, and normalise the kind to a label (stepwatch.agent.contract.phase_name)."""
+attached, and normalise the kind to a label (stepwatch.core.contract.phase_name)."""
 
 import pytest
 
 from stepwatch import agent
-from stepwatch.agent.contract import phase_name
+from stepwatch.core.contract import phase_name
 
 
 def test_without_an_agent_marks_are_no_ops_and_exceptions_pass_through():

@@ -1,4 +1,4 @@
-"""Rendezvous placement of jobs on collector replicas (stepwatch.agent.placement)."""
+"""Rendezvous placement of jobs on collector replicas (stepwatch.core.placement)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import socket
 
 import pytest
 
-from stepwatch.agent.placement import Placement, parse_collectors
+from stepwatch.core.placement import Placement, parse_collectors
 
 JOBS = [f"job-{i}" for i in range(600)]
 
@@ -115,7 +115,7 @@ def test_bad_collector_lists_name_the_entry(raw, message):
 
 
 def test_the_agent_setting_takes_a_list():
-    from stepwatch.agent.settings import SettingsError, load
+    from stepwatch.core.settings import SettingsError, load
     from stepwatch.agent._options import AgentSettings
 
     s = load(AgentSettings, {}, {"STEPWATCH_COLLECTOR": " c0:7470, c1:7470 "}, {}, "config file")

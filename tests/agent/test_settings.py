@@ -8,7 +8,7 @@ from typing import Optional
 import pytest
 from hypothesis import given, strategies as st
 
-from stepwatch.agent.settings import (SettingsError, describe, load, option,
+from stepwatch.core.settings import (SettingsError, describe, load, option,
                                       parse_bool, parse_duration, parse_int, parse_size, positive,
                                       section, to_mapping)
 

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from stepwatch.agent._options import AgentSettings
-from stepwatch.agent.settings import load
+from stepwatch.core.settings import load
 from stepwatch.agent._windows import WindowScheduler
 
 

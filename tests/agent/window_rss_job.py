@@ -15,7 +15,7 @@ import psutil
 import torch
 
 from stepwatch.agent._options import AgentSettings
-from stepwatch.agent.settings import load
+from stepwatch.core.settings import load
 from stepwatch.agent._windows import WindowScheduler
 
 target = int(sys.argv[1])

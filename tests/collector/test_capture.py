@@ -14,7 +14,7 @@ import grpc
 import pytest
 
 from collector_testlib import batch, hello
-from stepwatch.collector._control import AgentStream
+from stepwatch.collector.ingest._control import AgentStream
 from stepwatch.proto.stepwatch.v1 import agent_pb2, agent_pb2_grpc
 
 MIB = 1 << 20

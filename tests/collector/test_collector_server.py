@@ -14,7 +14,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from prometheus_client.parser import text_string_to_metric_families
 
 from collector_testlib import batch, hello, step
-from stepwatch.collector._record import read_record
+from stepwatch.collector.ingest._record import read_record
 from stepwatch.proto.stepwatch.v1 import agent_pb2, agent_pb2_grpc
 
 CONNECT = "/stepwatch.v1.AgentService/Connect"

@@ -7,7 +7,7 @@ import math
 from hypothesis import given, strategies as st
 
 from collector_testlib import hello, step
-from stepwatch.collector._state import STEP_BUCKETS, CollectorState, Histogram
+from stepwatch.collector.state._state import STEP_BUCKETS, CollectorState, Histogram
 from stepwatch.proto.stepwatch.v1 import agent_pb2
 
 T0 = 1_700_000_000.0
@@ -147,8 +147,8 @@ def test_merged_histogram_is_the_ranks_added_one_by_one(per_rank):
 
 _KEPT_PARTS = r"""
 import os
-from stepwatch.collector._pipeline import Pipeline
-from stepwatch.collector._state import CollectorState
+from stepwatch.collector.ingest._pipeline import Pipeline
+from stepwatch.collector.state._state import CollectorState
 from stepwatch.collector.alerting import Detection
 from stepwatch.collector.detect import DetectionConfig
 from stepwatch.proto.stepwatch.v1 import agent_pb2

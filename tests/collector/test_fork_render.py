@@ -1,4 +1,4 @@
-"""/metrics rendered by a forked child process (collector/_fork_render.py): the same body as the
+"""/metrics rendered by a forked child process (collector/export/_fork_render.py): the same body as the
 thread renders, over real gRPC and HTTP; a child that fails, dies or hangs is reaped and the
 scrape still returns everything, rendered on the thread."""
 
@@ -13,9 +13,9 @@ import pytest
 from test_metrics_modes import _rank_batch
 
 from collector_testlib import hello
-from stepwatch.collector import _fork_render
-from stepwatch.collector._exposition import render
-from stepwatch.collector._yield import no_pause
+from stepwatch.collector.export import _fork_render
+from stepwatch.collector.export._exposition import render
+from stepwatch.collector.state._yield import no_pause
 from stepwatch.proto.stepwatch.v1 import agent_pb2_grpc
 
 
@@ -246,7 +246,7 @@ def test_memory_room_under_a_real_cgroup_limit():
                 "try:\n"
                 "    with open(sys.argv[1], 'w') as f: f.write(str(os.getpid()))\n"
                 "except OSError as exc: sys.exit(f'cannot join: {exc}')\n"
-                "from stepwatch.collector._fork_render import memory_room; print(memory_room())")
+                "from stepwatch.collector.export._fork_render import memory_room; print(memory_room())")
         out = subprocess.run([sys.executable, "-c", code, os.path.join(group, "cgroup.procs")],
                              capture_output=True, text=True, timeout=60)
         if out.returncode and "cannot join" in out.stderr:

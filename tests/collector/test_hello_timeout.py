@@ -10,7 +10,7 @@ import grpc
 import pytest
 
 from collector_testlib import batch, hello, step
-from stepwatch.collector import _server
+from stepwatch.collector.ingest import _grpc_server as _server
 from stepwatch.proto.stepwatch.v1 import agent_pb2_grpc
 
 

@@ -12,7 +12,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from collector_testlib import batch, hello, step
 from stepwatch.collector._config import SettingsError, load_settings
-from stepwatch.collector._metrics import SUMMARY
+from stepwatch.collector.export._metrics import SUMMARY
 from stepwatch.proto.stepwatch.v1 import agent_pb2, agent_pb2_grpc
 
 T0 = 1_700_000_000.0

@@ -37,8 +37,8 @@ def test_nan_and_inf_records_are_dropped_and_counted(start_collector):
 def test_the_step_columns_finiteness_check_covers_every_float_of_a_step_record():
     """The pipeline skips the generic check of step records when their columns sum finite:
     that holds only while a step record's float fields are exactly the three columns."""
-    from stepwatch.collector._columns import step_columns
-    from stepwatch.collector._sanitize import _plan
+    from stepwatch.collector.wire._columns import step_columns
+    from stepwatch.collector.wire._sanitize import _plan
     from stepwatch.proto.stepwatch.v1 import agent_pb2
 
     floats, _, repeated, messages = _plan(agent_pb2.StepRecord.DESCRIPTOR)
@@ -51,7 +51,7 @@ def test_the_step_columns_finiteness_check_covers_every_float_of_a_step_record()
 
 
 def test_step_columns_keep_optional_counts_apart_from_unset_ones():
-    from stepwatch.collector._columns import step_columns
+    from stepwatch.collector.wire._columns import step_columns
     from stepwatch.proto.stepwatch.v1 import agent_pb2
 
     def cols(*tokens):
@@ -70,7 +70,7 @@ def test_step_columns_keep_optional_counts_apart_from_unset_ones():
 def test_drop_nonfinite_reaches_nested_records_and_keeps_overflowing_finite_ones():
     """The check sums a repeated field's records in one pass: a NaN deep in a window's named
     times still drops that window, and finite values whose sum overflows are kept."""
-    from stepwatch.collector._sanitize import drop_nonfinite
+    from stepwatch.collector.wire._sanitize import drop_nonfinite
 
     nested = agent_pb2.WindowSummary(window_id=2, first_step=1, last_step=3)
     nested.top_kernels.add(name="gemm", seconds=NAN, count=1)
@@ -96,7 +96,7 @@ def test_a_batch_whose_steps_and_samples_were_checked_still_has_its_other_parts_
     """The caller checked the steps and samples (as the pipeline does); drop_nonfinite's shortcut
     for the usual batch (nothing else in it) must not skip windows, events or stats (trace
     references carry no floats)."""
-    from stepwatch.collector._sanitize import drop_nonfinite
+    from stepwatch.collector.wire._sanitize import drop_nonfinite
 
     checked = ("steps", "gpu_samples", "host", "allocator")
     usual = dict(steps=[agent_pb2.StepRecord(step=1, end_time_s=1.7e9, duration_s=0.1)],
@@ -116,6 +116,6 @@ def test_a_batch_whose_steps_and_samples_were_checked_still_has_its_other_parts_
 def test_the_usual_batch_shortcut_names_every_part_it_skips():
     """drop_nonfinite's shortcut looks at windows, events, traces and stats by name: every other
     record field it handles must be one of the usual ones the caller checks."""
-    from stepwatch.collector import _sanitize
+    from stepwatch.collector.wire import _sanitize
 
     assert set(_sanitize._RECORDS) == _sanitize._USUAL | {"windows", "events", "traces"}

@@ -7,7 +7,7 @@ import urllib.request
 from urllib.parse import quote
 
 from collector_testlib import batch, hello, step
-from stepwatch.collector._state import TREND_POINTS, CollectorState
+from stepwatch.collector.state._state import TREND_POINTS, CollectorState
 from stepwatch.proto.stepwatch.v1 import agent_pb2, agent_pb2_grpc
 
 T0 = 1_700_000_000.0

@@ -12,11 +12,11 @@ from hypothesis import given, settings, strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 
 from collector_testlib import hello, step
-from stepwatch.collector._exposition import render
-from stepwatch.collector._metrics import RankMetrics
-from stepwatch.collector._rank_table import RankTable
-from stepwatch.collector._sanitize import _repeated
-from stepwatch.collector._state import CollectorState
+from stepwatch.collector.export._exposition import render
+from stepwatch.collector.export._metrics import RankMetrics
+from stepwatch.collector.export._rank_table import RankTable
+from stepwatch.collector.wire._sanitize import _repeated
+from stepwatch.collector.state._state import CollectorState
 from stepwatch.proto.stepwatch.v1 import agent_pb2
 
 T0 = 1_700_000_000.0

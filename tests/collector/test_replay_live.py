@@ -15,7 +15,7 @@ import queue
 from collector_testlib import hello
 
 from stepwatch.collector._replay import replay
-from stepwatch.collector._record import read_record
+from stepwatch.collector.ingest._record import read_record
 from stepwatch.collector.tools import main
 from stepwatch.collector.detect import parse_detection
 from stepwatch.proto.stepwatch.v1 import agent_pb2, agent_pb2_grpc

@@ -1,4 +1,4 @@
-"""A batch's samples read as columns (collector/_columns.py: Samples, SampleColumns) give what
+"""A batch's samples read as columns (collector/wire/_columns.py: Samples, SampleColumns) give what
 reading every record directly gives: values, presence of optional counters (None where unset,
 0 where set to 0), the last sample's values, the latest sample, and the detectors' points."""
 
@@ -7,8 +7,8 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from stepwatch.collector._columns import SampleColumns
-from stepwatch.collector._state import _latest
+from stepwatch.collector.wire._columns import SampleColumns
+from stepwatch.collector.state._state import _latest
 from stepwatch.collector.detect._engine import _GPU_FIELDS as _GPU_POINT
 from stepwatch.proto.stepwatch.v1 import agent_pb2
 
@@ -78,7 +78,7 @@ def test_the_finiteness_check_covers_every_float_of_every_sample_type():
     finite: each float field of each kind, NaN or infinite in one sample of one, two (a getter
     per sample) or five (a column per field for host and allocator, still a getter per sample for
     the GPU's 22 float fields), must make the check fail."""
-    from stepwatch.collector._sanitize import _plan
+    from stepwatch.collector.wire._sanitize import _plan
 
     for field, kind in (("gpu_samples", "gpu"), ("host", "host"), ("allocator", "allocator")):
         desc = getattr(agent_pb2.Batch(), field).add().DESCRIPTOR

@@ -1,4 +1,4 @@
-"""Every string an agent sends has a bound (collector/_bounds.py), applied where it enters:
+"""Every string an agent sends has a bound (collector/wire/_bounds.py), applied where it enters:
 the table is checked field by field against the proto (a new string field without a bound
 fails here), and the issue's attacks are replayed over real gRPC against a collector."""
 
@@ -10,7 +10,7 @@ from google.protobuf.descriptor import FieldDescriptor
 from prometheus_client.parser import text_string_to_metric_families
 
 from collector_testlib import batch, hello, step
-from stepwatch.collector._bounds import MAP_ENTRIES, STRING_BOUNDS
+from stepwatch.collector.wire._bounds import MAP_ENTRIES, STRING_BOUNDS
 from stepwatch.proto.stepwatch.v1 import agent_pb2, agent_pb2_grpc
 
 

@@ -11,9 +11,9 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from collector_testlib import batch, hello
-from stepwatch.collector._state import CollectorState
-from stepwatch.collector._traces import TraceBook
-from stepwatch.collector._windows_metrics import MAX_SKIP_REASONS, skip_reasons
+from stepwatch.collector.state._state import CollectorState
+from stepwatch.collector.state._trace_requests import TraceBook
+from stepwatch.collector.export._windows_metrics import MAX_SKIP_REASONS, skip_reasons
 from stepwatch.proto.stepwatch.v1 import agent_pb2, agent_pb2_grpc
 
 T0 = 1_700_000_000.0

@@ -62,7 +62,7 @@ def test_prometheus_rule_is_the_rule_files(tmp_path):
 
 
 def test_collector_config_map_is_a_valid_collector_config(tmp_path):
-    from stepwatch.agent.settings import SettingsError
+    from stepwatch.core.settings import SettingsError
     from stepwatch.collector._config import load_settings
 
     (cm,) = _by_kind("ConfigMap")

@@ -9,7 +9,7 @@ import signal
 import time
 
 from _procs import start_trainer, trainer_env
-from stepwatch.agent.placement import Placement
+from stepwatch.core.placement import Placement
 
 STEPS = 160
 

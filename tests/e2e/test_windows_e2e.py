@@ -12,7 +12,7 @@ import urllib.request
 
 from _procs import run_script, run_trainer, start_trainer, trainer_env
 
-from stepwatch.collector._record import read_record
+from stepwatch.collector.ingest._record import read_record
 
 
 def windows_of(col, job):

@@ -19,7 +19,7 @@ pytestmark = [pytest.mark.gpu,
 
 from _procs import trainer_env  # noqa: E402
 
-from stepwatch.collector._record import read_record  # noqa: E402
+from stepwatch.collector.ingest._record import read_record  # noqa: E402
 from stepwatch.proto.stepwatch.v1 import agent_pb2  # noqa: E402
 
 STEPS = 120

@@ -17,7 +17,7 @@ pytestmark = [pytest.mark.gpu,
 
 from _procs import trainer_env  # noqa: E402
 
-from stepwatch.collector._record import read_record  # noqa: E402
+from stepwatch.collector.ingest._record import read_record  # noqa: E402
 
 FIELDS = ("sm_active_ratio", "sm_occupancy_ratio", "tensor_active_ratio", "tensor_hmma_active_ratio",
           "dram_active_ratio", "fp32_active_ratio", "pcie_tx_bytes_per_second", "nvlink_tx_bytes_per_second")

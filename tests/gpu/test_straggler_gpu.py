@@ -22,7 +22,7 @@ pytestmark = [pytest.mark.gpu,
 
 from _procs import start_trainer, trainer_env  # noqa: E402
 
-from stepwatch.collector._record import read_record  # noqa: E402
+from stepwatch.collector.ingest._record import read_record  # noqa: E402
 
 STEPS, CAUSE_FROM = 900, 150
 ARGS = ("--device", "cuda", "--backend", "gloo", "--same-gpu", "--steps", str(STEPS))

@@ -20,7 +20,7 @@ from concurrent import futures
 import grpc
 import pytest
 
-from stepwatch.agent import contract
+from stepwatch.core import contract
 from stepwatch.proto.stepwatch.v1 import agent_pb2
 
 pytestmark = pytest.mark.timeout(60)

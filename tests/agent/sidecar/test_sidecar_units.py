@@ -12,13 +12,13 @@ import types
 import pytest
 
 from stepwatch.agent._sidecar._batcher import Batcher
-from stepwatch.agent import contract
+from stepwatch.core import contract
 from stepwatch.agent._sidecar._config import ConfigError, SidecarConfig
-from stepwatch.agent.contract import normalize_uuid
+from stepwatch.core.contract import normalize_uuid
 from stepwatch.agent._sidecar._host import HostSampler, trainer_alive
 from stepwatch.agent._sidecar._nvml import NvmlSampler
 from stepwatch.agent._sidecar._records import RecordError, parse_line
-from stepwatch.agent.support import backoff_delay
+from stepwatch.core.support import backoff_delay
 from stepwatch.agent._sidecar._spool import Spool, spool_path
 from stepwatch.proto.stepwatch.v1 import agent_pb2
 
@@ -406,7 +406,7 @@ def test_the_flusher_follows_the_collectors_pace_within_bounds():
     import os
     import types
 
-    from stepwatch.agent._sidecar import _service
+    from stepwatch.agent._sidecar import _sidecar as _service
 
     held = [0]
     sealed = []
@@ -453,7 +453,7 @@ def test_flushers_that_start_together_spread_their_batches_over_the_interval():
     import random
     import types
 
-    from stepwatch.agent._sidecar import _service
+    from stepwatch.agent._sidecar import _sidecar as _service
 
     n = 500
     firsts = [_service._Flusher(None, 5.0, rng=random.Random(i)).first_s for i in range(n)]

@@ -15,7 +15,7 @@ import uuid
 
 import pytest
 
-from stepwatch.agent import contract
+from stepwatch.core import contract
 from stepwatch.proto.stepwatch.v1 import agent_pb2
 from test_sidecar_e2e import FakeCollector, wait_for
 

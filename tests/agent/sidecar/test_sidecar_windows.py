@@ -14,11 +14,11 @@ import pytest
 
 from stepwatch.agent._sidecar._backchannel import BackChannel
 from stepwatch.agent._sidecar._batcher import Batcher
-from stepwatch.agent import contract
+from stepwatch.core import contract
 from stepwatch.agent._sidecar._config import ConfigError, SidecarConfig
 from stepwatch.agent._sidecar._records import RecordError, TraceJob, parse_line
 from stepwatch.agent._sidecar._traces import TraceArchive
-from stepwatch.agent.contract import safe_name
+from stepwatch.core.contract import safe_name
 from stepwatch.agent._sidecar._window_jobs import TraceJobs, WindowJobs
 from stepwatch.agent._sidecar._worker import Worker
 from stepwatch.proto.stepwatch.v1 import agent_pb2

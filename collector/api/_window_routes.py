@@ -13,10 +13,10 @@ from typing import Any, Optional
 
 from google.protobuf.descriptor import FieldDescriptor
 
-from ._api import _finite
-from ._state import CollectorState
-from ._traces import TraceRequest
-from ._windows_metrics import aligned_compute
+from ._json_routes import _finite
+from ..state._state import CollectorState
+from ..state._trace_requests import TraceRequest
+from ..export._windows_metrics import aligned_compute
 
 __all__ = ["message_dict", "windows_document", "windows_json", "traces_document", "traces_json"]
 

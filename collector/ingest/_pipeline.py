@@ -10,7 +10,7 @@ The live collector and ``stepwatch replay`` build the same Pipeline; live, ``now
 collector's clock, in replay the recording's. One caller at a time (the event loop thread, or
 the replay loop). A listener is any object with some of ``on_connect(hello, now)``,
 ``on_batch(hello, batch, now, steps, samples)`` (``steps``, ``samples``: the batch's step
-records and samples as columns, read once for everyone: collector/_columns.py),
+records and samples as columns, read once for everyone: collector/wire/_columns.py),
 ``on_disconnect(hello, now)``, ``forget(keys)`` and ``tick(now, connections)``; the methods it
 lacks are skipped.
 """
@@ -22,9 +22,9 @@ from typing import Sequence
 
 from stepwatch.proto.stepwatch.v1 import agent_pb2
 
-from ._columns import SampleColumns, step_columns
-from ._sanitize import drop_far, drop_nonfinite
-from ._state import CollectorState, RankKey
+from ..wire._columns import SampleColumns, step_columns
+from ..wire._sanitize import drop_far, drop_nonfinite
+from ..state._state import CollectorState, RankKey
 
 __all__ = ["Pipeline"]
 

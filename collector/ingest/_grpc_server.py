@@ -19,13 +19,13 @@ import grpc
 from google.protobuf.message import DecodeError
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
-from stepwatch.agent.contract import label_problem
+from stepwatch.core.contract import label_problem
 from stepwatch.proto.stepwatch.v1 import agent_pb2
 
 from ._control import CONTROL_SERVICE_NAME, CaptureService, StreamTable
 from ._pipeline import Pipeline
-from ._bounds import bound_strings
-from ._trace_store import TraceRejected, TraceStore
+from ..wire._bounds import bound_strings
+from ..state._trace_store import TraceRejected, TraceStore
 
 __all__ = ["IngestServer", "SERVICE_NAME"]
 
@@ -278,7 +278,7 @@ class IngestServer:
             await self._abort(context, refused, grpc.StatusCode.RESOURCE_EXHAUSTED,
                               f"job {hello.job[:80]!r} already has {self._max_ranks} ranks (max_ranks_per_job); "
                               f"rank {hello.rank} is refused")
-        cut = bound_strings(hello)  # (collector/_bounds.py: one table for every string field)
+        cut = bound_strings(hello)  # (collector/wire/_bounds.py: one table for every string field)
         if cut:
             self._state.count_trimmed("string", cut)
         return hello

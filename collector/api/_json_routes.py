@@ -7,7 +7,7 @@ import json
 import math
 from typing import Any, Mapping, Optional
 
-from ._state import CollectorState, RankState
+from ..state._state import CollectorState, RankState
 
 __all__ = ["jobs_document", "jobs_json", "steps_document", "steps_json"]
 

@@ -22,12 +22,12 @@ from typing import Callable, NamedTuple, Optional
 
 from ._exposition import Family, labels_text
 from ._fork_render import FAILURE_REASONS
-from ._gcstats import GC_STATS
+from .._gcstats import GC_STATS
 from ._job_metrics import job_families
 from ._rank_table import RankTable
-from ._state import STEP_BUCKETS, WAIT_BUCKETS, CollectorState, cumulative
+from ..state._state import STEP_BUCKETS, WAIT_BUCKETS, CollectorState, cumulative
 from ._windows_metrics import window_families
-from ._yield import PAUSE_EVERY_RANKS, no_pause
+from ..state._yield import PAUSE_EVERY_RANKS, no_pause
 
 __all__ = ["RankMetrics", "MODES", "SUMMARY", "CLOCK_EVENT_REASONS", "RANK_LABELS"]
 
@@ -247,7 +247,7 @@ def _collector(state: CollectorState) -> list[Family]:
     for reason, n in sorted(c.get("accepts_failed", {}).items()):
         accepts.add(labels_text(("reason",), (reason,)), n)
     trimmed = Family("stepwatch_collector_trimmed", "Agent data cut to the collector's bounds, by what: "
-                     "string (a string over its bound or a map entry over its count, collector/_bounds.py), "
+                     "string (a string over its bound or a map entry over its count, collector/wire/_bounds.py), "
                      "window_names (a window's kernel/op list over 50 entries).", "counter")
     for what, n in sorted(c["trimmed"].items()):
         trimmed.add(labels_text(("what",), (what,)), n)

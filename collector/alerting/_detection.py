@@ -13,11 +13,11 @@ from __future__ import annotations
 import logging
 from typing import Callable, Iterable, Optional
 
-from stepwatch.agent.contract import phase_name
-from stepwatch.agent.support import OnceLog
+from stepwatch.core.contract import phase_name
+from stepwatch.core.support import OnceLog
 from stepwatch.proto.stepwatch.v1 import agent_pb2
 
-from .._columns import SampleColumns, StepColumns, step_columns
+from ..wire._columns import SampleColumns, StepColumns, step_columns
 from ..detect import SEVERITIES, DetectionConfig, DetectionEngine, WindowPoint
 from ._alertmanager import AlertmanagerClient
 from ._book import Alert, AlertBook

@@ -19,10 +19,10 @@ from typing import Any, Callable, Iterable, Optional
 
 from stepwatch.proto.stepwatch.v1 import agent_pb2
 
-from ._columns import SampleColumns, Samples, StepColumns, step_columns
-from ._ring import Ring
+from ..wire._columns import SampleColumns, Samples, StepColumns, step_columns
+from .._ring import Ring
 
-from ._traces import TraceBook
+from ._trace_requests import TraceBook
 from ._yield import PAUSE_EVERY_RANKS, LoadMeter, no_pause
 
 __all__ = ["Histogram", "RankKey", "RankState", "CollectorState", "STEP_BUCKETS", "WAIT_BUCKETS", "TREND_POINTS"]

@@ -22,7 +22,7 @@ from typing import Optional
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
-from stepwatch.agent.contract import safe_name
+from stepwatch.core.contract import safe_name
 
 __all__ = ["TraceStore", "TraceStoreMetrics", "TraceRejected", "trace_id_for"]
 
