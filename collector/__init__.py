@@ -6,16 +6,17 @@ Importing this package is cheap; the service pieces load on first use.
 from __future__ import annotations
 
 import os
-import sys
 from typing import Any
 
-# gRPC's fork handlers off (unless set otherwise) before anything here loads gRPC: /metrics
-# renders in a forked child that never uses gRPC (_fork_render); with the handlers on, every
-# scrape's fork stops gRPC's threads or logs that it skipped them. gRPC reads the variable when
-# it loads: where something loaded it first without it, metrics_render auto keeps the thread.
-GRPC_FORK_HANDLERS_OFF = ("grpc" not in sys.modules
-                          or os.environ.get("GRPC_ENABLE_FORK_SUPPORT", "").strip().lower() in ("0", "false"))
-os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "0")
+
+def grpc_fork_handlers_off() -> bool:
+    """Whether gRPC runs without its fork handlers (``GRPC_ENABLE_FORK_SUPPORT`` 0 or false):
+    /metrics then may render in a forked child that never uses gRPC (export/_fork_render.py);
+    with the handlers on, every scrape's fork stops gRPC's threads or logs that it skipped them.
+    gRPC reads the variable when it loads: the ``stepwatch`` command sets it before anything
+    loads gRPC; a program embedding a collector decides for itself (unset: the render thread)."""
+    return os.environ.get("GRPC_ENABLE_FORK_SUPPORT", "").strip().lower() in ("0", "false")
+
 
 __all__ = ["Collector", "CollectorSettings", "load_settings", "run"]
 

@@ -53,7 +53,7 @@ from .state._trace_store import TraceStore, TraceStoreMetrics
 from .api._window_routes import traces_json, windows_json
 from .state._yield import ScrapeYield, no_pause, scrape_timeout
 from .export._fork_render import ForkRender, available as fork_available, cores
-from . import GRPC_FORK_HANDLERS_OFF
+from . import grpc_fork_handlers_off as _fork_handlers_off
 from stepwatch.proto.stepwatch.v1 import agent_pb2
 
 __all__ = ["Collector", "run"]
@@ -71,17 +71,20 @@ def resolve_render(setting: str, grpc_fork_handlers_off: Optional[bool] = None) 
     """metrics_render as it will run: ``auto`` is process where fork() exists, the collector
     may use 2 or more cores (on one core a forked render only competes with ingest:
     bench/results/collector_scale_h100host_render.md) and gRPC loaded with its fork handlers
-    off (``stepwatch.collector`` sees to it unless gRPC was loaded before it); else thread."""
+    off (the ``stepwatch`` command sees to it before gRPC loads); else thread."""
     if setting != "auto":
         return setting
     if grpc_fork_handlers_off is None:
-        grpc_fork_handlers_off = GRPC_FORK_HANDLERS_OFF
+        grpc_fork_handlers_off = _fork_handlers_off()
     return "process" if fork_available() and grpc_fork_handlers_off and cores() >= 2 else "thread"
 
 
 class Collector:
     """One collector. ``clock`` gives Unix seconds (injected for tests); ``registry`` defaults to a
-    new private CollectorRegistry (never the global one).
+    new private CollectorRegistry (never the global one). ``process_wide``: the process is the
+    collector's own, so it may install the garbage-collection hooks and freezing
+    (``gc_full_every_s``) and set the thread switch interval (``gil_switch_interval_s``); off,
+    building and running a collector changes no state of the process it is embedded in.
 
     After ``await start()``: ``grpc_address`` and ``http_address`` are ``"HOST:PORT"`` with the
     bound ports; ``state``, ``pipeline`` and ``registry`` are the live objects. ``stop`` is
@@ -89,10 +92,15 @@ class Collector:
     """
 
     def __init__(self, settings: CollectorSettings, *, clock: Callable[[], float] = time.time,
-                 registry: Optional[CollectorRegistry] = None):
+                 registry: Optional[CollectorRegistry] = None, process_wide: bool = False):
         self.settings, self.clock = settings, clock
-        gcstats.install()
-        self.gc = gcstats.GcFreezer(settings.gc_full_every_s)
+        # What belongs to the process, not to one collector (the garbage collector's hooks and
+        # freezing, the thread switch interval) is changed only when the process is the
+        # collector's own (`stepwatch collector` passes process_wide=True).
+        self.process_wide = process_wide
+        if process_wide:
+            gcstats.install()
+        self.gc = gcstats.GcFreezer(settings.gc_full_every_s if process_wide else 0.0)
         self.state = CollectorState(settings.agent_grace_s, windows_kept=settings.windows_kept)
         client = AlertmanagerClient.from_settings(settings, clock) if settings.alertmanager_url else None
         # Each rank's settled level, noise and open drift episode survive a restart in state_dir.
@@ -170,7 +178,7 @@ class Collector:
         self._watch_task = asyncio.get_running_loop().create_task(self._loop_watch(), name="stepwatch-loop-watch")
         if self.gc.every_s:
             self._gc_task = asyncio.get_running_loop().create_task(self._gc_loop(), name="stepwatch-gc")
-        if self.settings.gil_switch_interval_s and self._switch_interval is None:
+        if self.process_wide and self.settings.gil_switch_interval_s and self._switch_interval is None:
             self._switch_interval = sys.getswitchinterval()
             sys.setswitchinterval(self.settings.gil_switch_interval_s)
         log.info("stepwatch collector: gRPC on %s, HTTP on http://%s/metrics (rendered on the %s)", self.grpc_address,
@@ -367,7 +375,7 @@ def _write_ready_file(path: str, collector: Collector) -> None:
 
 
 async def _serve(settings: CollectorSettings, ready_file: Optional[str]) -> None:
-    collector = Collector(settings)
+    collector = Collector(settings, process_wide=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     loop.set_exception_handler(AcceptGuard(collector.state.count_accept_failed))

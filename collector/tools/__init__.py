@@ -8,7 +8,14 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 from typing import Optional, Sequence
+
+# gRPC's fork handlers off before any subcommand loads gRPC, so `stepwatch collector` may render
+# /metrics in a forked child (stepwatch.collector.grpc_fork_handlers_off). Only this command
+# line sets it; `stepwatch run` gives the user's command its own environment back.
+GRPC_FORK_ENV_GIVEN = "GRPC_ENABLE_FORK_SUPPORT" in os.environ
+os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "0")
 
 __all__ = ["main", "build_parser", "COMMANDS"]
 

@@ -36,6 +36,9 @@ def add_parser(sub) -> None:
 
 def environment(args: argparse.Namespace, base: dict) -> dict:
     env = dict(base)
+    from . import GRPC_FORK_ENV_GIVEN
+    if not GRPC_FORK_ENV_GIVEN:  # set by this command line for its own collector, not the user's
+        env.pop("GRPC_ENABLE_FORK_SUPPORT", None)
     path = env.get("PYTHONPATH", "")
     env["PYTHONPATH"] = autorun_dir() + (os.pathsep + path if path else "")
     env["STEPWATCH_AUTO_ATTACH"] = "1"

@@ -62,17 +62,18 @@ class Running:
 
 @pytest.fixture
 def start_collector(tmp_path):
-    """Factory: ``start_collector(**settings_overrides) -> Running``; stopped at teardown."""
+    """Factory: ``start_collector(process_wide=False, **settings_overrides) -> Running``;
+    stopped at teardown."""
     loop = LoopThread()
     started = []
 
-    def start(**overrides) -> Running:
+    def start(process_wide: bool = False, **overrides) -> Running:
         clock = FakeClock()
         # capture_every_s 0: tests capture a job many times (the rate limit has its own test)
         settings = CollectorSettings(**{"grpc_listen": "127.0.0.1:0", "http_listen": "127.0.0.1:0", "capture_every_s": 0,
                                         "trace_store_dir": str(tmp_path / f"collector-traces-{len(started)}"),
                                         **overrides})
-        collector = Collector(settings, clock=clock)
+        collector = Collector(settings, clock=clock, process_wide=process_wide)
         loop.call(collector.start())
         started.append(collector)
         return Running(loop, collector, clock)

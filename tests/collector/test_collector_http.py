@@ -143,9 +143,12 @@ def _sample(text: str, name: str) -> float:
     return float(line.rsplit(" ", 1)[1])
 
 
-def test_metrics_show_the_collector_processes_garbage_collections(collector):
-    """Full collections stop ingest and acks; /metrics shows their count, time and longest."""
+def test_metrics_show_the_collector_processes_garbage_collections(start_collector):
+    """Full collections stop ingest and acks; /metrics shows their count, time and longest (a
+    collector in its own process: process_wide)."""
     import gc
+
+    collector = start_collector(process_wide=True)
 
     before = collector.get("/metrics")[2].decode()
     n0 = _sample(before, 'stepwatch_collector_gc_collections_total{generation="2"}')

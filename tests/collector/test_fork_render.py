@@ -169,20 +169,20 @@ def test_auto_renders_in_a_process_only_with_two_cores(tmp_path, monkeypatch):
     assert _app.resolve_render("auto", True) == "thread" and _app.resolve_render("process", True) == "process"
 
 
-def test_the_collector_turns_grpc_fork_handlers_off_before_grpc_loads():
-    """Importing stepwatch.collector first (as `stepwatch collector` does) sets
-    GRPC_ENABLE_FORK_SUPPORT=0 before gRPC loads; gRPC loaded first without it: auto keeps the
-    thread."""
+def test_the_command_line_turns_grpc_fork_handlers_off_and_the_library_does_not():
+    """The `stepwatch` command line sets GRPC_ENABLE_FORK_SUPPORT=0 before any subcommand loads
+    gRPC (so `stepwatch collector` may fork its render); importing stepwatch.collector alone
+    leaves the environment as it was, and auto then keeps the thread."""
     import subprocess
     import sys
 
-    code = ("import os; os.environ.pop('GRPC_ENABLE_FORK_SUPPORT', None); {first}"
-            "import stepwatch.collector as c, grpc; from stepwatch.collector._app import resolve_render; "
-            "print(os.environ['GRPC_ENABLE_FORK_SUPPORT'], c.GRPC_FORK_HANDLERS_OFF)")
-    for first, want in (("", "0 True"), ("import grpc; ", "0 False")):
-        out = subprocess.run([sys.executable, "-c", code.format(first=first)], capture_output=True, text=True,
+    code = ("import os; os.environ.pop('GRPC_ENABLE_FORK_SUPPORT', None); import {module} as m, grpc; "
+            "import stepwatch.collector as c; "
+            "print(os.environ.get('GRPC_ENABLE_FORK_SUPPORT', '-'), c.grpc_fork_handlers_off())")
+    for module, want in (("stepwatch.collector", "- False"), ("stepwatch.collector.tools", "0 True")):
+        out = subprocess.run([sys.executable, "-c", code.format(module=module)], capture_output=True, text=True,
                              timeout=60)
-        assert out.returncode == 0 and out.stdout.split() == want.split(), out.stderr
+        assert out.returncode == 0 and out.stdout.split() == want.split(), (module, out.stdout, out.stderr)
 
 
 def test_limits_are_read_in_the_process_own_cgroup_and_its_parents(tmp_path, monkeypatch):

@@ -61,12 +61,12 @@ def test_every_s_zero_leaves_pythons_collector_alone():
 
 
 def test_a_running_collector_sets_its_thread_switch_interval_and_gives_it_back(start_collector):
-    """gil_switch_interval_s holds while the collector runs (gRPC's poller thread hands the
+    """In its own process (process_wide), gil_switch_interval_s holds while the collector runs (gRPC's poller thread hands the
     loop every event under the GIL); stop() restores Python's."""
     import sys
 
     before = sys.getswitchinterval()
-    running = start_collector(gil_switch_interval_s=0.0002)
+    running = start_collector(process_wide=True, gil_switch_interval_s=0.0002)
     assert abs(sys.getswitchinterval() - 0.0002) < 1e-6  # (kept in microseconds)
     running.loop.call(running.collector.stop(grace_s=0))
     assert abs(sys.getswitchinterval() - before) < 1e-6
