@@ -22,9 +22,10 @@ def test_demo_without_a_tty_stays_up_until_sigint(tmp_path):
         alert = re.search(r"critical StepwatchThroughputDrift rank 0 \((firing|resolved when the job ended)\): "
                           r"step time \+(\d+\.\d)% .* since step (\d+)[^\n]*\n\s+why: \S", out)
         assert alert, out[-3000:]
-        # +40% of the step injected (more on a busy machine: the demo's steps are mostly sleep
-        # and data loading, which a CPU burner beside it slows unevenly)
-        assert 25 <= float(alert.group(2)) <= 200 and 150 <= int(alert.group(3)) <= 170, alert.group(0)
+        # The data loader made 40% slower: the step's share of it, and so the ratio raised,
+        # depends on how busy the machine is (+23% to +49% seen with a CPU burner beside it), so
+        # only what the alert itself says is checked: critical (10% or more) from its onset.
+        assert 10 <= float(alert.group(2)) <= 200 and 150 <= int(alert.group(3)) <= 170, alert.group(0)
         windows = json.loads(urllib.request.urlopen(page + "api/jobs/stepwatch-demo/windows", timeout=10).read())
         assert windows["ranks"][0]["windows"], windows  # the page's window section is not empty
         time.sleep(2)
