@@ -335,12 +335,15 @@ def get(url, timeout=60.0):
     return time.time() - t0, size
 
 
-def page_poller(http, jobs, every_s, start, stop, out):
-    """The live page as a browser polls it, every ``every_s`` from ``start`` to ``stop``: each
-    refresh fetches what collector/api/_page.py's script fetches (``/``, ``/api``, ``/api/jobs``,
-    ``/api/alerts``, then ``/api/steps`` and ``/api/jobs/{job}/windows`` of every job over six
-    connections, as a browser's per-host limit, then ``/api/traces``). ``out["refresh"]``: (start,
-    seconds, bytes); ``out["api_jobs"]``: (start, seconds, bytes)."""
+def page_poller(http, jobs, every_s, start, stop, out, page_jobs=12):
+    """The live page as a browser polls it, every ``every_s`` from ``start`` to ``stop``, plus a
+    script reading the whole ``/api/jobs`` each time. Each refresh fetches what
+    collector/api/_page.py's script fetches: ``/``, ``/api``, ``/api/jobs?summary=1``,
+    ``/api/alerts``, then for the first ``page_jobs`` jobs (0: every job, as the page before the
+    summary did, with the full ``/api/jobs`` as its list) ``/api/jobs?job=NAME``, ``/api/steps``
+    and ``/api/jobs/{job}/windows`` over six connections (a browser's per-host limit), then
+    ``/api/traces``. ``out["refresh"]``: (start, seconds, bytes); ``out["api_jobs"]``: the full
+    ``/api/jobs`` (start, seconds, bytes)."""
     from concurrent.futures import ThreadPoolExecutor
 
     base = f"http://{http}"
@@ -350,10 +353,16 @@ def page_poller(http, jobs, every_s, start, stop, out):
         while time.time() < stop:
             t0 = time.time()
             total = sum(get(base + path)[1] for path in ("/", "/api"))
-            took, size = get(base + "/api/jobs")
+            took, size = get(base + "/api/jobs")  # a script's (or, with page_jobs 0, the page's) full list
             out["api_jobs"].append((t0, took, size))
-            total += size + get(base + "/api/alerts")[1]
-            urls = [f"{base}/api/steps?job={j}" for j in jobs] + [f"{base}/api/jobs/{j}/windows" for j in jobs]
+            if page_jobs:
+                total += get(base + "/api/jobs?summary=1")[1]
+            else:
+                total += size
+            total += get(base + "/api/alerts")[1]
+            drawn = jobs[:page_jobs] if page_jobs else jobs
+            urls = ([f"{base}/api/jobs?job={j}" for j in drawn] if page_jobs else []) + \
+                [f"{base}/api/steps?job={j}" for j in drawn] + [f"{base}/api/jobs/{j}/windows" for j in drawn]
             total += sum(size for _, size in pool.map(get, urls)) + get(base + "/api/traces")[1]
             out["refresh"].append((t0, time.time() - t0, total))
             time.sleep(max(0.0, t0 + every_s - time.time()))
@@ -438,7 +447,8 @@ def run_once(n, args):
         if args.poll_every_s:
             mine = sorted({job for job, _, rep in ranks if rep == 0})
             pollers.append(threading.Thread(target=page_poller, daemon=True,
-                                            args=(http, mine, args.poll_every_s, measure_at, stop_at, polled)))
+                                            args=(http, mine, args.poll_every_s, measure_at, stop_at, polled,
+                                                  args.page_jobs)))
         for t in pollers:
             t.start()
         while time.time() < scrape_from:
@@ -529,7 +539,7 @@ def run_once(n, args):
             # batches the measured replica got per second (by send time): how even the load is
             "batches_per_second": {"min": min(full_seconds, default=0), "max": max(full_seconds, default=0),
                                    "mean": statistics.mean(full_seconds) if full_seconds else 0},
-            "poll_every_s": args.poll_every_s,
+            "poll_every_s": args.poll_every_s, "page_jobs": args.page_jobs,
             "page_refreshes": len(polled["refresh"]),
             "page_refresh_s": {"p50": pct([r[1] for r in polled["refresh"]], 0.5),
                                "max": max((r[1] for r in polled["refresh"]), default=None)},
@@ -592,6 +602,8 @@ def main():
                    help="poll the live page as a browser does (/api/jobs, /api/alerts, every job's steps and "
                    "windows, traces) every this many seconds of the measured time (0: not polled); /healthz is "
                    "timed every 0.5 s either way")
+    p.add_argument("--page-jobs", type=int, default=12, help="jobs the polled page draws (the page's MAX_JOBS); 0: "
+                   "every job, as the page drew them before its summary (the full /api/jobs as its list)")
     p.add_argument("--out", default="")
     args = p.parse_args()
     rows = []
@@ -618,11 +630,11 @@ def main():
               f"{(r['scrape_s']['p50'] or 0):.2f} / {(r['scrape_s']['max'] or 0):.2f} | {r['scrape_mb']:.1f} "
               f"({r['scrape_gzip_mb']:.1f}) | {r['series']} | {r['collector_rss_mb']:.0f} | {full[1]:.0f} "
               f"({full[2]:.2f}) |")
-    print("\n| ranks | page polled every s | refreshes | page refresh s (p50/max) | /api/jobs s (p50/max), MB | "
+    print("\n| ranks | page polled every s (jobs drawn) | refreshes | page refresh s (p50/max) | /api/jobs s (p50/max), MB | "
           "/healthz ms (p50/p99/max) |")
     print("|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r['ranks']} | {r['poll_every_s'] or '-'} | {r['page_refreshes']} | "
+        print(f"| {r['ranks']} | {r['poll_every_s'] or '-'} ({r['page_jobs'] or 'all'}) | {r['page_refreshes']} | "
               f"{(r['page_refresh_s']['p50'] or 0):.2f} / {(r['page_refresh_s']['max'] or 0):.2f} | "
               f"{(r['api_jobs_s']['p50'] or 0):.2f} / {(r['api_jobs_s']['max'] or 0):.2f}, {r['api_jobs_mb']:.2f} | "
               f"{r['healthz_ms']['p50']:.1f} / {r['healthz_ms']['p99']:.1f} / {r['healthz_ms']['max']:.1f} |")

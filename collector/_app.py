@@ -36,7 +36,7 @@ from prometheus_client.openmetrics.exposition import generate_latest as openmetr
 from stepwatch.core.support import read_pem
 
 from . import _gcstats as gcstats
-from .api._json_routes import jobs_json, steps_json
+from .api._json_routes import jobs_json, jobs_summary_json, steps_json
 from ._config import CollectorSettings
 from .detect._persist import DriftStore
 from .export._exposition import render
@@ -329,6 +329,10 @@ class Collector:
         return 200, "application/json", self.detection.book.json()
 
     def _jobs(self, query):
+        """``/api/jobs``: every rank; ``?job=NAME``: one job's ranks with their events;
+        ``?summary=1``: one line per job (the page's overview at any fleet size)."""
+        if query.get("summary") not in (None, "", "0"):
+            return 200, "application/json", jobs_summary_json(self.state)
         return 200, "application/json", jobs_json(self.state, query.get("job"), self.detection.engine.armed())
 
     def _index(self):

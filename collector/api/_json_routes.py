@@ -9,7 +9,7 @@ from typing import Any, Mapping, Optional
 
 from ..state._state import CollectorState, RankState
 
-__all__ = ["jobs_document", "jobs_json", "steps_document", "steps_json"]
+__all__ = ["jobs_document", "jobs_json", "jobs_summary", "jobs_summary_json", "steps_document", "steps_json"]
 
 
 def _fields(msg: Any) -> Optional[dict[str, Any]]:
@@ -68,6 +68,29 @@ def jobs_document(state: CollectorState, job: Optional[str] = None,
     return {"jobs": [{"job": name, "ranks": ranks} for name, ranks in jobs.items()]}
 
 
+def jobs_summary(state: CollectorState) -> dict[str, Any]:
+    """``{"jobs": [{"job", "ranks", "connected", "step_median_s", "slowest_rank",
+    "slowest_step_median_s"}]}``, jobs sorted: one line per job, however many ranks it has
+    (the page's fleet overview; ``/api/jobs?job=NAME`` gives one job's ranks). ``step_median_s``
+    is the median of the ranks' step medians, the slowest rank the one with the largest; both
+    None before a rank has steps."""
+    jobs: dict[str, list] = {}
+    for st in state.snapshot(light=True, median=True):
+        row = jobs.setdefault(st.job, [0, 0, []])
+        row[0] += 1
+        row[1] += bool(st.connected)
+        if st.recent_median is not None and math.isfinite(st.recent_median):
+            row[2].append((st.recent_median, st.rank))
+    out = []
+    for name, (ranks, connected, medians) in jobs.items():
+        medians.sort()
+        out.append({"job": name, "ranks": ranks, "connected": connected,
+                    "step_median_s": medians[len(medians) // 2][0] if medians else None,
+                    "slowest_rank": medians[-1][1] if medians else None,
+                    "slowest_step_median_s": medians[-1][0] if medians else None})
+    return {"jobs": out}
+
+
 def _finite(value: Any) -> Any:
     """Replace NaN/Infinity (from a broken agent) by None: they are not valid JSON."""
     if isinstance(value, float) and not math.isfinite(value):
@@ -82,6 +105,10 @@ def _finite(value: Any) -> Any:
 def jobs_json(state: CollectorState, job: Optional[str] = None,
               armed: Optional[Mapping[tuple, bool]] = None) -> bytes:
     return json.dumps(_finite(jobs_document(state, job, armed)), allow_nan=False).encode()
+
+
+def jobs_summary_json(state: CollectorState) -> bytes:
+    return json.dumps(_finite(jobs_summary(state)), allow_nan=False).encode()
 
 
 def steps_document(state: CollectorState, job: str) -> dict[str, Any]:

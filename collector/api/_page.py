@@ -4,13 +4,15 @@ The page polls the JSON API every 5 s. It first reads ``/api`` (the list of rout
 fetches only endpoints listed there, because Chromium logs every failed load, even a handled
 ``fetch`` 404, as a console error. Sections and their sources:
 
-* jobs and ranks: ``/api/jobs``; step-time trend: ``/api/steps?job=NAME`` (one line per rank);
-* alerts, drawn first: ``/api/alerts`` when routed, else an ``alerts`` list inside each job of
-  ``/api/jobs``; a card per firing alert (most severe first: severity, name, job and rank, the
+* jobs: ``/api/jobs?summary=1`` (one line per job), then for at most 12 of them (alerting
+  first) their ranks (``/api/jobs?job=NAME``) and step-time trend (``/api/steps?job=NAME``, one
+  line per rank); the other jobs are named in one line, so a refresh costs the same whatever
+  the fleet's size;
+* alerts, drawn first: ``/api/alerts``; a card per firing alert (most severe first: severity, name, job and rank, the
   summary, the why, the trace, since when), resolved ones folded below;
 * jobs: alerting jobs first (most severe first, marked), then live jobs, then finished ones
   (marked finished);
-* window summary: ``/api/jobs/{job}/windows``, the newest window of any rank of each job (step
+* window summary: ``/api/jobs/{job}/windows``, the newest window of any rank of each drawn job (step
   breakdown bar and top kernels);
 * traces: ``/api/traces`` (strings starting ``/api/`` become links).
 
@@ -52,7 +54,7 @@ margin-left:.6em;font-size:12px;font-weight:600;color:#fff;background:#6b7480;ve
 
 _JS = r"""
 "use strict";
-const REFRESH_MS = 5000, MAX_SERIES = 32;
+const REFRESH_MS = 5000, MAX_SERIES = 32, MAX_JOBS = 12;
 const $ = (id) => document.getElementById(id);
 function h(tag, attrs, ...kids) {
   const el = document.createElement(tag);
@@ -244,19 +246,25 @@ async function refresh() {
   try {
     const routes = new Set((await getJSON("api")).routes);
     const has = (p) => routes.has(p);
-    const jobs = (await getJSON("api/jobs")).jobs;
-    const embedded = jobs.some((j) => "alerts" in j)
-      ? jobs.flatMap((j) => (j.alerts || []).map((a) => ({job: j.job, ...a}))) : undefined;
-    const alerts = alertList(has("/api/alerts") ? await getJSON("api/alerts") : embedded);
+    const summary = (await getJSON("api/jobs?summary=1")).jobs;
+    const alerts = alertList(has("/api/alerts") ? await getJSON("api/alerts") : undefined);
     $("alerts").replaceChildren(...alertsSection(alerts));
     const firing = (alerts || []).filter((a) => a.state === "firing");
     const worst = (j) => Math.min(3, ...firing.filter((a) => a.job === j.job).map(sevRank));
-    const live = (j) => j.ranks.some((r) => r.connected);
-    jobs.sort((a, b) => worst(a) - worst(b) || live(b) - live(a) || (a.job < b.job ? -1 : a.job > b.job ? 1 : 0));
+    const live = (j) => j.connected > 0;
+    summary.sort((a, b) => worst(a) - worst(b) || live(b) - live(a) || (a.job < b.job ? -1 : a.job > b.job ? 1 : 0));
+    // What is wrong first, and at most MAX_JOBS jobs drawn: a refresh costs the same at 10 jobs
+    // or 1,000 (each drawn job: its ranks, trend and window; the rest named in one line).
+    const shown = summary.slice(0, MAX_JOBS), rest = summary.slice(MAX_JOBS);
+    const jobs = await Promise.all(shown.map((j) => getJSON("api/jobs?job=" + encodeURIComponent(j.job))
+      .then((d) => d.jobs[0] || {job: j.job, ranks: []})));
     const steps = has("/api/steps") ? await Promise.all(
       jobs.map((j) => getJSON("api/steps?job=" + encodeURIComponent(j.job)))) : [];
+    const more = rest.length ? [h("p", {class: "muted more-jobs"},
+      `${rest.length} more jobs not drawn (${rest.reduce((n, j) => n + j.ranks, 0)} ranks; /api/jobs has them all): `
+      + rest.slice(0, 50).map((j) => j.job).join(", ") + (rest.length > 50 ? ", ..." : ""))] : [];
     $("jobs").replaceChildren(...(jobs.length ? jobs.map((j, i) => jobCard(j, steps[i], firing.filter((a) => a.job === j.job)))
-      : [h("p", {class: "muted"}, "No jobs yet: start training with STEPWATCH_COLLECTOR pointing here.")]));
+      : [h("p", {class: "muted"}, "No jobs yet: start training with STEPWATCH_COLLECTOR pointing here.")]), ...more);
     if (has("/api/jobs/{job}/windows") && jobs.length) {
       const docs = await Promise.all(jobs.map((j) => getJSON(`api/jobs/${encodeURIComponent(j.job)}/windows`)));
       $("windows").replaceChildren(...docs.map((d, i) => windowCard(jobs[i].job, latestWindow(d))));

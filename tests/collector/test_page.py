@@ -59,3 +59,23 @@ def test_trend_is_bounded_and_skips_bad_durations():
     (rank,) = state.snapshot()
     assert len(rank.trend) == TREND_POINTS
     assert rank.trend[0][0] == 51 and rank.trend[-1][0] == TREND_POINTS + 50
+
+
+def test_jobs_summary_is_one_line_per_job_whatever_its_ranks(collector):
+    """``/api/jobs?summary=1`` (the page's overview): per job its rank count, connected ranks,
+    the median of its ranks' step medians and its slowest rank, in a body that does not grow
+    with the ranks; ``/api/jobs`` still lists every rank."""
+    for rank, duration in ((0, 0.10), (1, 0.30), (2, 0.20)):
+        stream(collector, hello(job="big", rank=rank), batch(1, steps=[step(1, duration=duration),
+                                                                       step(2, duration=duration)]))
+    stream(collector, hello(job="small", rank=0))
+    status, ctype, body = collector.get("/api/jobs?summary=1")
+    doc = json.loads(body)
+    assert status == 200 and ctype == "application/json"
+    assert doc == {"jobs": [
+        {"job": "big", "ranks": 3, "connected": 0, "step_median_s": 0.2, "slowest_rank": 1,
+         "slowest_step_median_s": 0.3},
+        {"job": "small", "ranks": 1, "connected": 0, "step_median_s": None, "slowest_rank": None,
+         "slowest_step_median_s": None}]}
+    full = json.loads(collector.get("/api/jobs")[2])
+    assert sum(len(j["ranks"]) for j in full["jobs"]) == 4 and len(full["jobs"]) == 2

@@ -161,15 +161,17 @@ LAYOUT = """(() => {
   return {height: window.innerHeight,
           alerts: alerts.map((e) => ({job: e.dataset.job, text: e.textContent, top: e.getBoundingClientRect().top})),
           jobs: [...document.querySelectorAll("#jobs .job")].map((e) => ({job: e.dataset.job,
-            alerting: e.classList.contains("alerting"), text: e.querySelector("h3").textContent}))};
+            alerting: e.classList.contains("alerting"), text: e.querySelector("h3").textContent})),
+          more: (document.querySelector("#jobs .more-jobs") || {}).textContent || ""};
 })()"""
 
 
-def test_the_alerting_job_among_ten_is_in_the_first_screen(collector_factory, tmp_path):
-    """Nine finished healthy jobs and one live job slowed by 30%: the page shows the slowed
+def test_the_alerting_job_among_fourteen_is_in_the_first_screen(collector_factory, tmp_path):
+    """Thirteen finished healthy jobs and one live job slowed by 30%: the page shows the slowed
     job's alert card (severity, change, job, summary) in the first screen, and its job card
-    first among the ten, marked; the finished ones are marked finished. A screenshot is kept
-    when STEPWATCH_PAGE_SCREENSHOT names a file."""
+    first, marked; the page draws 12 job cards (the finished ones marked finished) and names
+    the other two in one line. A screenshot is kept when STEPWATCH_PAGE_SCREENSHOT names a
+    file."""
     import yaml
 
     cfg = tmp_path / "collector.yml"
@@ -181,8 +183,8 @@ def test_the_alerting_job_among_ten_is_in_the_first_screen(collector_factory, tm
                            "--slow-from-step", "60", "--slow-factor", "1.3")
     browser = None
     try:
-        for i in range(9):
-            run_trainer(trainer_env(tmp_path, collector.grpc, f"healthy-{i}"), "--steps", "5", *SMALL)
+        for i in range(13):
+            run_trainer(trainer_env(tmp_path, collector.grpc, f"healthy-{i:02d}"), "--steps", "5", *SMALL)
         deadline = time.monotonic() + 120
         while not any(a["job"] == "slowed-job" and a["state"] == "firing" for a in collector.api("/api/alerts")["alerts"]):
             assert time.monotonic() < deadline and slowed.poll() is None, "the slowed job raised no alert"
@@ -192,7 +194,7 @@ def test_the_alerting_job_among_ten_is_in_the_first_screen(collector_factory, tm
         deadline = time.monotonic() + 20
         while True:
             layout = browser.eval(LAYOUT)
-            if layout["alerts"] and len(layout["jobs"]) == 10:
+            if layout["alerts"] and len(layout["jobs"]) == 12 and layout["more"]:
                 break
             assert time.monotonic() < deadline, layout
             time.sleep(0.25)
@@ -216,3 +218,5 @@ def test_the_alerting_job_among_ten_is_in_the_first_screen(collector_factory, tm
     assert layout["jobs"][0]["job"] == "slowed-job" and layout["jobs"][0]["alerting"], layout["jobs"][:2]
     assert not any(j["alerting"] for j in layout["jobs"][1:])
     assert all("finished" in j["text"] for j in layout["jobs"][1:]), layout["jobs"]
+    assert layout["more"].startswith("2 more jobs not drawn (2 ranks;"), layout["more"]
+    assert "healthy-11, healthy-12" in layout["more"], layout["more"]  # sorted by name after the live one
