@@ -36,7 +36,7 @@ from prometheus_client.openmetrics.exposition import generate_latest as openmetr
 from stepwatch.core.support import read_pem
 
 from . import _gcstats as gcstats
-from .api._json_routes import jobs_json, jobs_summary_json, steps_json
+from .api._json_routes import SharedRender, jobs_json, jobs_summary_json, steps_json
 from ._config import CollectorSettings
 from .detect._persist import DriftStore
 from .export._exposition import render
@@ -98,6 +98,7 @@ class Collector:
         # freezing, the thread switch interval) is changed only when the process is the
         # collector's own (`stepwatch collector` passes process_wide=True).
         self.process_wide = process_wide
+        self._shared = SharedRender()
         if process_wide:
             gcstats.install()
         self.gc = gcstats.GcFreezer(settings.gc_full_every_s if process_wide else 0.0)
@@ -330,9 +331,13 @@ class Collector:
 
     def _jobs(self, query):
         """``/api/jobs``: every rank; ``?job=NAME``: one job's ranks with their events;
-        ``?summary=1``: one line per job (the page's overview at any fleet size)."""
+        ``?summary=1``: one line per job (the page's overview at any fleet size). The whole list
+        and the summary are shared while fresh (:class:`SharedRender`)."""
         if query.get("summary") not in (None, "", "0"):
-            return 200, "application/json", jobs_summary_json(self.state)
+            return 200, "application/json", self._shared.get("summary", lambda: jobs_summary_json(self.state))
+        if query.get("job") is None:  # the whole fleet: one answer shared while it is fresh
+            return 200, "application/json", self._shared.get(
+                "jobs", lambda: jobs_json(self.state, None, self.detection.engine.armed()))
         return 200, "application/json", jobs_json(self.state, query.get("job"), self.detection.engine.armed())
 
     def _index(self):
