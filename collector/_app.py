@@ -48,6 +48,7 @@ from .api._page import page
 from .ingest._pipeline import Pipeline
 from .ingest._record import Recorder
 from .ingest._grpc_server import IngestServer
+from .state._health import CollectorHealth
 from .state._state import CollectorState
 from .state._trace_store import TraceStore, TraceStoreMetrics
 from .api._window_routes import traces_json, windows_json
@@ -103,6 +104,7 @@ class Collector:
             gcstats.install()
         self.gc = gcstats.GcFreezer(settings.gc_full_every_s if process_wide else 0.0)
         self.state = CollectorState(settings.agent_grace_s, windows_kept=settings.windows_kept)
+        self.health = CollectorHealth()
         client = AlertmanagerClient.from_settings(settings, clock) if settings.alertmanager_url else None
         # Each rank's settled level, noise and open drift episode survive a restart in state_dir.
         self._store = DriftStore(settings.state_dir) if settings.state_dir else None
@@ -110,10 +112,10 @@ class Collector:
                                    request_trace=self._request_trace, store=self._store)
         self.pipeline = Pipeline(self.state, [self.detection])
         self.registry = registry if registry is not None else CollectorRegistry(auto_describe=False)
-        self.rank_metrics = RankMetrics(self.state, settings.metrics_per_rank, settings.metrics_top_k)
+        self.rank_metrics = RankMetrics(self.state, settings.metrics_per_rank, settings.metrics_top_k, self.health)
         self.render_mode = resolve_render(settings.metrics_render)
         self._fork = ForkRender() if self.render_mode == "process" else None
-        self.state.scrape_child = self._fork
+        self.health.scrape_child = self._fork
         AlertMetrics(self.detection.book, self.registry, client, pauses=self.detection.engine.pauses,
                      per_rank=settings.metrics_per_rank == "full", armed=self.detection.engine.armed)
         self.grpc_address: Optional[str] = None
@@ -152,7 +154,7 @@ class Collector:
                 self.trace_store = TraceStore(directory, self.settings.trace_store_max_bytes,
                                               self.settings.trace_upload_max_bytes)
                 TraceStoreMetrics(self.trace_store, self.registry)
-            self._ingest = IngestServer(self.pipeline, auth_token=self.settings.auth_token,
+            self._ingest = IngestServer(self.pipeline, collector_health=self.health, auth_token=self.settings.auth_token,
                                         max_message_bytes=self.settings.max_message_bytes, clock=self.clock,
                                         store=self.trace_store, max_jobs=self.settings.max_jobs,
                                         max_ranks_per_job=self.settings.max_ranks_per_job,
@@ -256,7 +258,7 @@ class Collector:
                 self.housekeeping()
             except Exception:  # noqa: BLE001 - the loop must outlive one bad tick
                 log.exception("stepwatch collector: housekeeping failed")
-            self.state.housekeeping.observe(time.perf_counter() - started)
+            self.health.housekeeping.observe(time.perf_counter() - started)
 
     async def _loop_watch(self) -> None:
         """How late the event loop wakes a LOOP_WATCH_S timer, into ``state.loop_lag``
@@ -265,8 +267,8 @@ class Collector:
         while True:
             due = loop.time() + LOOP_WATCH_S
             await asyncio.sleep(LOOP_WATCH_S)
-            self.state.loop_lag.observe(max(0.0, loop.time() - due))
-            self.state.load.sample()
+            self.health.loop_lag.observe(max(0.0, loop.time() - due))
+            self.health.load.sample()
 
     def _tls_files(self) -> Optional[tuple]:
         """(cert, key, client CA or None) PEM bytes for gRPC, or None without TLS."""
@@ -310,7 +312,7 @@ class Collector:
             return gzip.compress(data, 1) if zipped else data
 
         # (it ends inside the timeout the scraper sends: Prometheus sends its scrape_timeout)
-        pacing = ScrapeYield(self.state.load, scrape_timeout(headers.get("x-prometheus-scrape-timeout-seconds")))
+        pacing = ScrapeYield(self.health.load, scrape_timeout(headers.get("x-prometheus-scrape-timeout-seconds")))
         # The label texts of ranks new since the last scrape first, giving way to ingest (10,000
         # new ranks are ~0.1 s; what a render process added to the cache would die with it).
         self.rank_metrics.warm(pacing.pause)
@@ -318,13 +320,13 @@ class Collector:
             pacing.done()
             data = self._fork.run(self.state.lock, lambda: body(no_pause, frozen=True))
             if data is not None:
-                self.state.scrape_yield_s += pacing.slept
+                self.health.scrape_yield_s += pacing.slept
                 return 200, ctype, data, extra
         try:
             return 200, ctype, body(pacing.pause), extra
         finally:
             pacing.done()
-            self.state.scrape_yield_s += pacing.slept
+            self.health.scrape_yield_s += pacing.slept
 
     def _alerts(self):
         return 200, "application/json", self.detection.book.json()

@@ -25,6 +25,7 @@ from ._fork_render import FAILURE_REASONS
 from .._gcstats import GC_STATS
 from ._job_metrics import job_families
 from ._rank_table import RankTable
+from ..state._health import CollectorHealth
 from ..state._state import STEP_BUCKETS, WAIT_BUCKETS, CollectorState, cumulative
 from ._windows_metrics import window_families
 from ..state._yield import PAUSE_EVERY_RANKS, no_pause
@@ -123,10 +124,12 @@ _KIND = {"c": "counter", "g": "gauge"}
 class RankMetrics:
     """The per-rank and per-job families of ``state`` for one scrape."""
 
-    def __init__(self, state: CollectorState, mode: str = "summary", top_k: int = 5):
+    def __init__(self, state: CollectorState, mode: str = "summary", top_k: int = 5,
+                 health: Optional[CollectorHealth] = None):
         if mode not in MODES:
             raise ValueError(f"metrics per-rank mode: expected one of {', '.join(MODES)}, got {mode!r}")
         self._state, self.mode, self._top_k = state, mode, top_k
+        self._health = health if health is not None else CollectorHealth()
         self._labels: dict = {}  # (job, rank) -> (Hello, GpuIdentity, Labels texts)
 
     def families(self, pause: Callable[[], None] = no_pause, frozen: bool = False) -> list[Family]:
@@ -138,7 +141,7 @@ class RankMetrics:
         mode = Family("stepwatch_collector_per_rank_series", "1 for the collector's per-rank series mode "
                       "(full, summary: a bounded set, off: per-job aggregates only).", "gauge")
         mode.add(f'mode="{self.mode}"', 1)
-        fams = [mode, *_collector(self._state), *job_families(table, pause)]
+        fams = [mode, *_collector(self._state, self._health), *job_families(table, pause)]
         if self.mode == "off":
             return fams
         labels = self._texts(table)
@@ -212,7 +215,7 @@ def _label_texts(job: str, rank: int, hello, gpu, full: bool) -> tuple[str, str,
     return short, f'{short},gpu="{gpu.index if gpu is not None else ""}"', every
 
 
-def _collector(state: CollectorState) -> list[Family]:
+def _collector(state: CollectorState, health: CollectorHealth) -> list[Family]:
     c = state.counters()
     fams = []
     for name, doc, kind, value in (
@@ -220,7 +223,7 @@ def _collector(state: CollectorState) -> list[Family]:
              state.connected_agents()),
             ("stepwatch_collector_streams", "Agent streams accepted (valid Hello).", "counter", c["streams_accepted"]),
             ("stepwatch_collector_agent_batch_interval_ask_seconds", "Batch interval acknowledgements ask agents "
-             "for (0: none; more agents connected than max_batches_per_s).", "gauge", state.pace_s),
+             "for (0: none; more agents connected than max_batches_per_s).", "gauge", health.pace_s),
             ("stepwatch_collector_batches_received", "Batches received from agents, duplicates included.", "counter",
              c["batches_received"]),
             ("stepwatch_collector_batches_duplicate", "Batches received again (already applied), acked and ignored.",
@@ -264,12 +267,12 @@ def _collector(state: CollectorState) -> list[Family]:
         gc_longest.add(label, longest)
     load = Family("stepwatch_collector_ingest_cpu_ratio", "CPU the collector spent outside scrapes in the last "
                   "second, as a share of one core (scrapes give way to ingest above 0.3).", "gauge")
-    load.add("", state.load.share)
+    load.add("", health.load.share)
     yielded = Family("stepwatch_collector_scrape_yield_seconds", "Seconds scrapes slept to give way to a busy "
                      "ingest (a scrape takes that much longer).", "counter")
-    yielded.add("", state.scrape_yield_s)
+    yielded.add("", health.scrape_yield_s)
     own = [load, yielded]
-    child = state.scrape_child
+    child = health.scrape_child
     if child is not None:
         copied = Family("stepwatch_collector_scrape_child_private_bytes", "Private memory the last scrape's "
                         "render process wrote: pages it copied from the collector (copy on write) and its own "
@@ -287,9 +290,9 @@ def _collector(state: CollectorState) -> list[Family]:
         own.append(fork)
     for name, doc, hist in (
             ("stepwatch_collector_loop_lag_seconds", "How late the collector's event loop ran a 0.1 s timer "
-             "(sampled 10 times a second): what every ack waits on top of its own work.", state.loop_lag),
+             "(sampled 10 times a second): what every ack waits on top of its own work.", health.loop_lag),
             ("stepwatch_collector_housekeeping_seconds", "Duration of each housekeeping tick (expiry and "
-             "time-based detection over every rank; ingest and acks wait meanwhile).", state.housekeeping)):
+             "time-based detection over every rank; ingest and acks wait meanwhile).", health.housekeeping)):
         fam = Family(name, doc, "histogram")
         fam.add_histogram("", hist.cumulative(), hist.sum)
         own.append(fam)

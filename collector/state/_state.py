@@ -23,7 +23,7 @@ from ..wire._columns import SampleColumns, Samples, StepColumns, step_columns
 from .._ring import Ring
 
 from ._trace_requests import TraceBook
-from ._yield import PAUSE_EVERY_RANKS, LoadMeter, no_pause
+from ._yield import PAUSE_EVERY_RANKS, no_pause
 
 __all__ = ["Histogram", "RankKey", "RankState", "CollectorState", "STEP_BUCKETS", "WAIT_BUCKETS", "TREND_POINTS"]
 
@@ -231,7 +231,8 @@ def _latest(current: Any, samples: Samples) -> Any:
 
 
 class CollectorState:
-    """All ranks plus collector counters. ``agent_grace_s``: seconds before a gone rank expires;
+    """All ranks plus the counters of what reached them (the process's own health is
+    :class:`~._health.CollectorHealth`). ``agent_grace_s``: seconds before a gone rank expires;
     ``windows_kept``: WindowSummary kept per rank. ``traces`` holds TraceRefs by request id."""
 
     def __init__(self, agent_grace_s: float, windows_kept: int = WINDOWS_KEPT):
@@ -253,14 +254,6 @@ class CollectorState:
         self.trimmed = {r: 0 for r in ("string", "window_names")}
         self.accepts_failed = {r: 0 for r in ("fd_exhausted", "no_memory")}  # (loop thread only)
         self._job_ranks: dict[str, int] = {}  # job -> ranks held
-        self.pace_s = 0.0  # the batch interval acks ask agents for (IngestServer; 0: none)
-        # The collector's own delays (Collector): how late the event loop ran a LOOP_WATCH_S
-        # timer (what every ack waits on top of its own work), and each housekeeping tick.
-        self.loop_lag = Histogram(SELF_BOUNDS_S)
-        self.housekeeping = Histogram(SELF_BOUNDS_S)
-        self.load = LoadMeter()  # CPU outside scrapes (sampled by the loop watch; scrapes yield to it)
-        self.scrape_yield_s = 0.0  # seconds scrapes slept giving way to ingest
-        self.scrape_child = None  # the ForkRender of /metrics, when scrapes render in a child
 
     def admit(self, hello: agent_pb2.Hello, max_jobs: int, max_ranks: int) -> Optional[str]:
         """None when a stream of ``hello`` may go on; else the refusal reason (a held rank

@@ -195,10 +195,19 @@ def test_a_real_scrape_gives_way_while_the_process_is_busy(start_collector):
             if _sample(busy, total) > 0 or time.monotonic() > deadline:
                 break
             time.sleep(0.3)
-        # (a body counts the sleeps of the scrapes before it)
-        plain = collector.get("/metrics")[2].decode()
-        short = collector.get("/metrics", {"X-Prometheus-Scrape-Timeout-Seconds": "0.2"})[2].decode()
-        after = collector.get("/metrics")[2].decode()
+        # (a body counts the sleeps of the scrapes before it). The short scrape keeps inside its
+        # deadline every time; the plain one sleeps longer while the meter reads the process
+        # busy, which other processes on the machine can interrupt (the spinning thread then
+        # gets less than the share scrapes yield to): up to five tries for that one.
+        longer = []
+        for _ in range(5):
+            plain = collector.get("/metrics")[2].decode()
+            short = collector.get("/metrics", {"X-Prometheus-Scrape-Timeout-Seconds": "0.2"})[2].decode()
+            after = collector.get("/metrics")[2].decode()
+            assert 0.0 <= _sample(after, total) - _sample(short, total) <= _yield.DEADLINE_SHARE * 0.2 + 1e-6
+            longer.append(_sample(short, total) - _sample(plain, total))
+            if longer[-1] > _yield.DEADLINE_SHARE * 0.2:
+                break
     finally:
         stop.set()
         burner.join(5)
@@ -207,5 +216,4 @@ def test_a_real_scrape_gives_way_while_the_process_is_busy(start_collector):
     for body in (busy, short):
         assert "stepwatch_collector_per_rank_series" in body and "stepwatch_collector_loop_lag_seconds_count" in body
         assert 'job="job31",rank="15"' in body  # the last of the 2,000 ranks
-    assert _sample(short, total) - _sample(plain, total) > _yield.DEADLINE_SHARE * 0.2  # no header: slept longer
-    assert 0.0 <= _sample(after, total) - _sample(short, total) <= _yield.DEADLINE_SHARE * 0.2 + 1e-6
+    assert longer[-1] > _yield.DEADLINE_SHARE * 0.2, longer  # no header: slept longer
