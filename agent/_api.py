@@ -26,6 +26,7 @@ from ._dataloader import DataLoaderTimer
 from ._identity import Identity, distributed_rank, identity_from_env
 from ._ipc import PipeWriter
 from ._options import AgentSettings
+from ._phase_times import PhaseTimer
 from ._steps import StepTracker
 from ._windows import WindowScheduler
 from stepwatch.core.settings import SettingsError, load, to_mapping
@@ -84,11 +85,13 @@ class Agent:
         self.dataloader = DataLoaderTimer(on_silent=self._on_silent)
         self.dataloader.install()
         self.windows = WindowScheduler(self._put, torch, settings, self._workdir)
+        self.phases = PhaseTimer(self.dataloader, settings.phase_budget)
         self.tracker = StepTracker(self._put, self.dataloader,
                                    torch.cuda if torch.cuda.is_available() else None,
                                    settings.samples_per_step, settings.tokens_per_step,
                                    settings.memory_stats_interval_s, self.windows.on_boundary,
-                                   profiling=self.windows.profiling)
+                                   profiling=self.windows.profiling,
+                                   phases=self.phases if self.phases.enabled else None)
         self._last_stats: tuple = ()
         from torch.optim.optimizer import register_optimizer_step_post_hook
         self._hook = register_optimizer_step_post_hook(self._on_optimizer_step)
@@ -260,8 +263,9 @@ class Agent:
             self._writer.put(contract.identity(*dist))
 
     def _stats_record(self) -> dict:
+        # (the phase times' own cost counts in the overhead the agent reports)
         return contract.stats(self._writer.dropped, self.hook_errors, self.windows.windows,
-                              self.windows.skips, self.windows.overhead_ratio,
+                              self.windows.skips, self.windows.overhead_ratio + self.phases.cost_ratio(),
                               self.windows.warmup_cost_s, self.windows.aftereffect_ratio)
 
     def _read_replies(self) -> None:
@@ -293,6 +297,7 @@ class Agent:
         self._active = False
         try:
             self._hook.remove()
+            self.phases.close()
             self.dataloader.uninstall()
             self.windows.close()
             self.tracker.poll()

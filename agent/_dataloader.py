@@ -3,7 +3,8 @@
 ``_BaseDataLoaderIter.__next__`` is wrapped at class level, so every DataLoader (single- and
 multi-process) is covered without user code changes. Only calls made on the attaching thread
 are counted. The wrapper adds two clock reads per batch and never alters what the iterator
-returns or raises.
+returns or raises; ``notify`` (set by the phase timer for a sampled step) is called after the
+next batch is handed over.
 
 It is also the step-hook watchdog: it runs whether or not the optimizer hook fires, so when
 ``silent_after`` batches are drawn with no step boundary in between (a fused or compiled step
@@ -30,6 +31,7 @@ class DataLoaderTimer:
         self._wait = 0.0
         self.batches = 0
         self.enabled = True
+        self.notify = None  # called (no arguments) after the next batch is handed over, once
         self._original = None
         self._cls = None
 
@@ -53,7 +55,11 @@ class DataLoaderTimer:
                 return original(it)
             start = timer._clock()
             try:
-                return original(it)
+                batch = original(it)
+                if timer.notify is not None:
+                    notify, timer.notify = timer.notify, None
+                    notify()
+                return batch
             finally:
                 timer._wait += timer._clock() - start
                 timer.batches += 1

@@ -117,6 +117,10 @@ class AgentSettings:
     overhead_budget: float = option(
         0.005, "Largest share of wall time the windows may cost (0.005 = 0.5%).",
         env="STEPWATCH_OVERHEAD_BUDGET", check=(lambda v: 0 < v < 1, "between 0 and 1"))
+    phase_budget: float = option(
+        0.001, "Largest share of wall time the always-on phase times (data, forward, backward, "
+        "sync, optimizer per sampled step) may cost (0.001 = 0.1%); 0 turns them off.",
+        env="STEPWATCH_PHASE_BUDGET", check=between(0.0, 0.1))
     capture_budget: float = option(
         0.02, "A capture asked by the collector (stepwatch trace, a slowdown alert) is refused, "
         "with the reason in its reply, while windows and captures have cost more than this share "

@@ -14,6 +14,7 @@ import time
 from typing import Callable, Optional
 
 from stepwatch.core import contract
+from ._phase_times import split
 
 __all__ = ["StepTracker"]
 
@@ -21,18 +22,21 @@ _MAX_PENDING_EVENTS = 512
 
 
 class _Pending:
-    __slots__ = ("step", "event", "end_time_s", "host_duration_s", "extra")
+    __slots__ = ("step", "event", "end_time_s", "host_duration_s", "extra", "points", "host_span")
 
-    def __init__(self, step, event, end_time_s, host_duration_s, extra):
+    def __init__(self, step, event, end_time_s, host_duration_s, extra, points=None, host_span=None):
         self.step, self.event, self.end_time_s = step, event, end_time_s
         self.host_duration_s, self.extra = host_duration_s, extra
+        self.points, self.host_span = points, host_span  # a sampled step's phase points
 
 
 class StepTracker:
     """Counts steps and emits ``{"t": "step", ...}`` records through ``emit``.
 
     ``dataloader`` provides ``take() -> (wait_s, batches)``. ``cuda`` is the ``torch.cuda``
-    module or None to force the host clock. Clocks are injectable for tests.
+    module or None to force the host clock. ``phases``: a :class:`~._phase_times.PhaseTimer`
+    whose sampled steps also emit ``{"t": "phase_times", ...}`` (before their step record).
+    Clocks are injectable for tests.
     """
 
     def __init__(self, emit: Callable[[dict], None], dataloader, cuda=None,
@@ -41,7 +45,7 @@ class StepTracker:
                  after_boundary: Optional[Callable[[int, float, bool], None]] = None,
                  clock: Callable[[], float] = time.perf_counter,
                  wall: Callable[[], float] = time.time,
-                 profiling: Callable[[], bool] = lambda: False):
+                 profiling: Callable[[], bool] = lambda: False, phases=None):
         self._emit, self._dataloader, self._cuda = emit, dataloader, cuda
         self._samples, self._tokens = samples_per_step, tokens_per_step
         self._mem_interval = memory_stats_interval_s
@@ -63,6 +67,8 @@ class StepTracker:
         self._last_mem = float("-inf")
         self._device_total = 0
         self._max_batches_per_step = 1
+        self._phases = phases
+        self._optimizer = None  # the leading optimizer of the step that just ended
 
     # -- boundaries -------------------------------------------------------------------------
     def on_optimizer_step(self, optimizer) -> None:
@@ -82,7 +88,9 @@ class StepTracker:
                 return
             self._leader = oid
         self._others_since_leader.clear()
+        self._optimizer = optimizer
         self.boundary()
+        self._optimizer = None
 
     def on_explicit_step(self, samples: Optional[int], tokens: Optional[int]) -> None:
         """``agent.step()``: from the first call on, optimizer hooks no longer count steps."""
@@ -91,7 +99,10 @@ class StepTracker:
 
     def boundary(self, samples: Optional[int] = None, tokens: Optional[int] = None) -> None:
         now, wall = self._clock(), self._wall()
-        host_duration, self._last_host = now - self._last_host, now
+        phases = self._phases
+        points = phases.close() if phases is not None else None
+        start = self._last_host
+        host_duration, self._last_host = now - start, now
         self.steps += 1
         wait, batches = self._dataloader.take()
         if batches > self._max_batches_per_step:  # gradient accumulation: several per step
@@ -108,9 +119,11 @@ class StepTracker:
         if self._device is None:
             self._find_device()
         if self._device is None:
+            if points is not None:
+                self._emit_host_phases(self.steps, wall, points, start, now)
             self._emit_step(self.steps, wall, host_duration, "host", extra)
         else:
-            self._record_event(wall, host_duration, extra)
+            self._record_event(wall, host_duration, extra, points, (start, now))
             self.poll()
             if now - self._last_mem >= self._mem_interval:
                 self._last_mem = now
@@ -121,6 +134,10 @@ class StepTracker:
         # The next step is profiled when a window is open during it, and also right after one
         # closed at this boundary: the trace export delays that step.
         self._profiled = before or self._profiling()
+        if phases is not None and not self._profiled:
+            if phases.leader is None and self._leader is not None:
+                phases.leader = self._leader
+            phases.arm(self._optimizer)
 
     # -- phase marks -----------------------------------------------------------------------
     def mark(self, kind: str) -> None:
@@ -146,19 +163,25 @@ class StepTracker:
         if cuda is None or not cuda.is_available() or not cuda.is_initialized():
             return
         self._device = cuda.current_device()
+        if self._phases is not None:
+            self._phases.use_cuda(cuda)
         props = cuda.get_device_properties(self._device)
         self._device_total = int(props.total_memory)
         self._emit(contract.gpu(self._device, str(getattr(props, "uuid", "") or ""), props.name,
                                 self._device_total))
 
-    def _record_event(self, wall: float, host_duration: float, extra: dict) -> None:
+    def _record_event(self, wall: float, host_duration: float, extra: dict, points=None,
+                      host_span=None) -> None:
         event = self._free_events.pop() if self._free_events else self._cuda.Event(enable_timing=True)
         event.record()
         if len(self._pending) >= _MAX_PENDING_EVENTS:  # GPU far behind: give up exact timing
             old = self._pending.popleft()
             self._emit_step(old.step, old.end_time_s, old.host_duration_s, "host", old.extra)
             self._retire(old.event)
-        self._pending.append(_Pending(self.steps, event, wall, host_duration, extra))
+        if points is not None and all(p is None or p[0] is not None for p in points):
+            self._pending.append(_Pending(self.steps, event, wall, host_duration, extra, points, host_span))
+        else:  # (points timed before CUDA was found have no events)
+            self._pending.append(_Pending(self.steps, event, wall, host_duration, extra))
 
     def poll(self) -> None:
         """Emit every step whose end event has completed. Never waits."""
@@ -168,9 +191,31 @@ class StepTracker:
                 self._emit_step(done.step, done.end_time_s, done.host_duration_s, "host", done.extra)
             else:
                 seconds = self._prev_event.elapsed_time(done.event) / 1000.0
+                if done.points is not None:
+                    self._emit_cuda_phases(done)
                 self._emit_step(done.step, done.end_time_s, seconds, "cuda_event", done.extra)
                 self._retire(self._prev_event)
             self._prev_event = done.event
+
+    def _emit_cuda_phases(self, done: _Pending) -> None:
+        t0 = self._clock()
+        events = [p[0] if p is not None else None for p in done.points]
+        try:
+            if all(e is None or e.query() for e in events):  # (an event on another stream may lag)
+                times, seen = split(events, self._prev_event, done.event,
+                                    lambda a, b: a.elapsed_time(b) / 1000.0)
+                host, _ = split([p[1] if p is not None else None for p in done.points],
+                                done.host_span[0], done.host_span[1], lambda a, b: b - a)
+                self._emit(contract.phase_times(done.step, done.end_time_s, "cuda_event", times, host, seen))
+        finally:
+            self._phases.release(events)
+            self._phases.add_cost(self._clock() - t0)
+
+    def _emit_host_phases(self, step: int, wall: float, points: list, start: float, end: float) -> None:
+        t0 = self._clock()
+        host, seen = split([p[1] if p is not None else None for p in points], start, end, lambda a, b: b - a)
+        self._emit(contract.phase_times(step, wall, "host", host, host, seen))
+        self._phases.add_cost(self._clock() - t0)
 
     def _retire(self, event) -> None:
         if len(self._free_events) < 8:

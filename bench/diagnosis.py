@@ -25,8 +25,9 @@ import urllib.request
 
 import yaml
 
-EXPECTED = {"backward": "backward", "forward": "forward", "dataloader": "data-loader wait",
-            "optimizer": "optimizer", "loop_sleep": "other", "small_ops": "forward",
+# the phase times' names (with the agent's default phase budget; the windows' names without)
+EXPECTED = {"backward": "backward", "forward": "forward", "dataloader": "data",
+            "optimizer": "optimizer", "loop_sleep": "sync", "small_ops": "forward",
             "cpu_thread": "host CPU", "slow_optimizer": "optimizer"}
 DETECTION = {"warmup_steps": 10, "resolve_hold_s": 600, "trace_steps": 0,
              # horizons of seconds for these short jobs (the defaults are minutes)

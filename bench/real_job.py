@@ -16,12 +16,22 @@ Neither is marked with ``agent.pause``: the detector has to recognise them.
 ``--steps-out`` (``{rank}`` replaced by the rank) writes the job's own clock per step (host time after ``loss.item()``, which
 waits for the step), the same measurement with or without the agent: the A/B reads it.
 ``--agent``: ``attach`` (defaults, or the STEPWATCH_* environment), ``none``.
+
+``--inject CAUSE`` slows the job from ``--inject-after-s`` on (on ``--inject-rank``, or every
+rank), by about ``--inject-ratio`` of the step time measured just before, in software only:
+``gemm_backward`` / ``gemm_forward`` (extra bf16 matrix products in that pass), ``dataloader``
+(the workers slower than the step), ``host`` (the training thread busy before forward),
+``optimizer_loop`` (AdamW's for-loop implementation), ``sync`` (a synchronize before the
+optimizer step), ``d2h`` (a device-to-host copy each step), ``empty_cache`` (the allocator's cache
+emptied each step), ``small_ops`` (launch-bound tiny kernels in forward), ``allreduce`` (an extra
+all-reduce each step, DDP only). The step and time of the change go to ``--steps-out``.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
 import os
 import time
 
@@ -33,17 +43,25 @@ SIZES = {  # d_model, layers, heads, seq, vocab, first batch, target step second
     "s": (512, 4, 8, 512, 8192, 8, 0.008),
     "m": (1024, 12, 16, 1024, 32000, 8, 0.040),
     "l": (2048, 16, 16, 1024, 32000, 8, 0.150),
+    "t": (64, 1, 4, 32, 256, 4, 0.010),  # a CPU smoke test of the script
 }
+
+
+INJECT = ("gemm_backward", "gemm_forward", "dataloader", "host", "optimizer_loop", "sync", "d2h",
+          "empty_cache", "small_ops", "allreduce")
 
 
 class Tokens(Dataset):
     def __init__(self, seq: int, vocab: int):
         self.seq, self.vocab = seq, vocab
+        self.delay = multiprocessing.Value("d", 0.0)  # seconds per sample, shared with the workers
 
     def __len__(self):
         return 1 << 30
 
     def __getitem__(self, i):
+        if self.delay.value:
+            time.sleep(self.delay.value)
         g = torch.Generator().manual_seed(i)
         return torch.randint(0, self.vocab, (self.seq + 1,), generator=g)
 
@@ -75,15 +93,22 @@ def main() -> None:
     p.add_argument("--ckpt-every-s", type=float, default=0.0)
     p.add_argument("--steps-out", default="")
     p.add_argument("--batch", type=int, default=0, help="skip calibration, use this batch")
+    p.add_argument("--inject", choices=INJECT)
+    p.add_argument("--inject-after-s", type=float, default=60.0)
+    p.add_argument("--inject-rank", type=int, default=-1)
+    p.add_argument("--inject-ratio", type=float, default=0.15)
     a = p.parse_args()
     ddp = int(os.environ.get("WORLD_SIZE", "1")) > 1
     if ddp:
-        torch.distributed.init_process_group("nccl")
+        torch.distributed.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
     local = int(os.environ.get("LOCAL_RANK", "0"))
     rank = int(os.environ.get("RANK", "0"))
-    device = torch.device("cuda", local)
-    torch.cuda.set_device(device)
-    torch.backends.cuda.matmul.allow_tf32 = True
+    cuda = torch.cuda.is_available()  # (CPU: a smoke test of the script only)
+    device = torch.device("cuda", local) if cuda else torch.device("cpu")
+    if cuda:
+        torch.cuda.set_device(device)
+        torch.backends.cuda.matmul.allow_tf32 = True
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
     d, layers, heads, seq, vocab, batch, target = SIZES[a.size]
     torch.manual_seed(0)
     model = GPT(d, layers, heads, seq, vocab).to(device)
@@ -91,19 +116,97 @@ def main() -> None:
         model = nn.parallel.DistributedDataParallel(model, device_ids=[local])
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
     loss_fn = nn.CrossEntropyLoss()
+    cause = {"on": None, "gemms": 0, "ms": 0.0}  # what is injected now
+    mat = torch.randn(2048 if cuda else 128, 2048 if cuda else 128, device=device, dtype=torch.bfloat16)
+
+    class Extra(torch.autograd.Function):  # matrix products in the backward pass
+        @staticmethod
+        def forward(ctx, x):
+            return x.clone()
+
+        @staticmethod
+        def backward(ctx, g):
+            y = mat
+            for _ in range(cause["gemms"]):
+                y = y @ mat
+            return g + y.sum() * 0
+
+    def gemms():
+        y = mat
+        for _ in range(cause["gemms"]):
+            y = y @ mat
+        return y
+
+    def busy(ms):
+        end = time.perf_counter() + ms / 1e3
+        while time.perf_counter() < end:
+            pass
 
     def step(tokens):
+        on = cause["on"]
+        if on == "host":
+            busy(cause["ms"])
         tokens = tokens.to(device, non_blocking=True)
-        with torch.autocast("cuda", dtype=torch.bfloat16):
-            logits = model(tokens[:, :-1])
+        with torch.autocast(device.type, dtype=torch.bfloat16):
+            x = tokens[:, :-1]
+            if on == "small_ops":
+                t = torch.zeros(8, device=device)
+                for _ in range(cause["gemms"]):
+                    t = t + 1
+            logits = model(x)
+            if on == "gemm_forward":
+                logits = logits + gemms().sum() * 0
+            if on == "gemm_backward":
+                logits = Extra.apply(logits)
             loss = loss_fn(logits.reshape(-1, vocab).float(), tokens[:, 1:].reshape(-1))
         opt.zero_grad(set_to_none=True)
         loss.backward()
+        if on == "sync":
+            sync()
+        if on == "d2h":
+            cause["buf"].cpu()
+        if on == "empty_cache" and cuda:
+            torch.cuda.empty_cache()
+        if on == "allreduce":
+            torch.distributed.all_reduce(cause["buf"])
         opt.step()
         return loss.item()
 
+    def start_cause(step_s: float, batch: int, loader) -> None:
+        """From now on, ``a.inject`` costing about ``a.inject_ratio`` x ``step_s``."""
+        ms = a.inject_ratio * step_s * 1e3
+        cause["ms"] = ms
+        if a.inject in ("gemm_backward", "gemm_forward"):
+            sync()
+            t0 = time.perf_counter()
+            y = mat
+            for _ in range(20):
+                y = y @ mat
+            sync()
+            cause["gemms"] = max(1, round(ms / ((time.perf_counter() - t0) * 1e3 / 20)))
+        elif a.inject == "small_ops":
+            cause["gemms"] = max(1, round(ms / 0.006))  # ~6 us of launch per tiny op
+        elif a.inject == "dataloader":  # 2 workers: a batch every batch * delay / 2 seconds
+            loader.dataset.delay.value = 2 * step_s * (1 + a.inject_ratio) / batch
+        elif a.inject == "optimizer_loop":
+            for group in opt.param_groups:
+                group["foreach"] = False
+        elif a.inject in ("allreduce", "d2h"):  # a buffer that takes about ms: timed at 64 MiB
+            buf = torch.zeros(16 << 20, device=device)
+            op = (lambda b: torch.distributed.all_reduce(b)) if a.inject == "allreduce" else (lambda b: b.cpu())
+            op(buf)
+            sync()
+            t0 = time.perf_counter()
+            for _ in range(3):
+                op(buf)
+            sync()
+            took_ms = (time.perf_counter() - t0) / 3 * 1e3
+            cause["buf"] = torch.zeros(max(1024, int((16 << 20) * ms / took_ms)), device=device)
+        cause["on"] = a.inject
+
     def timed(b: int, n: int) -> float:
-        x = torch.randint(0, vocab, (b, seq + 1)).pin_memory()
+        x = torch.randint(0, vocab, (b, seq + 1))
+        x = x.pin_memory() if cuda else x
         for _ in range(5):
             step(x)
         t0 = time.perf_counter()
@@ -123,22 +226,33 @@ def main() -> None:
             t = torch.tensor([batch], device=device)
             torch.distributed.broadcast(t, 0)
             batch = int(t.item())
-    loader = DataLoader(Tokens(seq, vocab), batch_size=batch, num_workers=2, pin_memory=True,
+    loader = DataLoader(Tokens(seq, vocab), batch_size=batch, num_workers=2, pin_memory=cuda,
                         persistent_workers=True)
     if a.agent == "attach":
         from stepwatch import agent
         agent.attach(job=a.job or None, samples_per_step=batch, tokens_per_step=batch * seq)
     start = last_eval = last_ckpt = time.perf_counter()
     ends, marks = [], []
+    injected = None
+    mine = a.inject and a.inject_rank in (-1, rank)
     for tokens in loader:
         step(tokens)
         now = time.perf_counter()
         ends.append(now)
         stop = now - start >= a.duration_s
-        if ddp:  # every rank stops at the same step
-            flag = torch.tensor([1 if stop else 0], device=device)
+        due = bool(a.inject) and injected is None and now - start >= a.inject_after_s
+        if ddp:  # every rank stops (and starts the cause) at the same step
+            flag = torch.tensor([1 if stop else 0, 1 if due else 0], device=device)
             torch.distributed.all_reduce(flag, op=torch.distributed.ReduceOp.MAX)
-            stop = bool(flag.item())
+            stop, due = bool(flag[0].item()), bool(flag[1].item())
+        if due:
+            injected = {"cause": a.inject, "step": len(ends) + 1, "time": time.time(), "rank": a.inject_rank,
+                        "ratio": a.inject_ratio}
+            if mine:  # (allreduce: every rank, --inject-rank -1)
+                tail = ends[-201:]
+                recent = sorted(b - e for e, b in zip(tail, tail[1:]))
+                start_cause(recent[len(recent) // 2], batch, loader)
+                injected["ms"] = cause["ms"]
         if stop:
             break
         if a.eval_every_s and now - last_eval >= a.eval_every_s:
@@ -155,14 +269,24 @@ def main() -> None:
     if a.steps_out:
         with open(a.steps_out.replace("{rank}", str(rank)), "w") as fh:
             json.dump({"size": a.size, "batch": batch, "rank": rank, "agent": a.agent,
-                       "device": torch.cuda.get_device_name(device), "torch": torch.__version__,
+                       "device": torch.cuda.get_device_name(device) if cuda else "cpu", "torch": torch.__version__,
                        "env": {k: v for k, v in os.environ.items() if k.startswith(("STEPWATCH_", "TEARDOWN"))},
-                       "start": start, "marks": marks,
+                       "start": start, "marks": marks, "injected": injected, "phase_times": _phase_cost(),
                        "step_s": [round(b - e, 6) for e, b in zip([start] + ends, ends)]}, fh)
     print(f"rank {rank}: {len(ends)} steps, batch {batch}, median "
           f"{sorted(b - e for e, b in zip([start] + ends, ends))[len(ends) // 2] * 1e3:.1f} ms", flush=True)
     if ddp:
         torch.distributed.destroy_process_group()
+
+
+def _phase_cost() -> dict:
+    """The agent's phase timer: steps sampled and the host seconds they cost."""
+    try:
+        from stepwatch import agent
+        timer = agent.current().phases
+        return {"sampled": timer.sampled, "cost_s": timer.cost_s, "cost_ratio": timer.cost_ratio()}
+    except Exception:
+        return {}
 
 
 if __name__ == "__main__":

@@ -11,12 +11,23 @@
 #                                               # clocks, /api/alerts and /api/jobs, logs
 # Carried: .whl/ (grpcio, grpcio-health-checking, protobuf). Software only: no GPU setting is
 # touched. Collectors run on their own cores (taskset), trainers on the rest.
+#   bash bench/run_real_device.sh inject2 NAME PORT GPUS SIZE SECS CAUSE RANK AT   # DDP, a cause on RANK at AT s
+#   bash bench/run_real_device.sh inject1 NAME PORT GPU SIZE SECS CAUSE AT         # 1 GPU, a cause at AT s
+#   bash bench/run_real_device.sh phase-ab PORT GPU SIZE SECS    # phase times: none/off/default/every step
+#   bash bench/run_real_device.sh slots "CMDS" "CMDS" ...        # each a detached sequence of the above
+#                                                                # (';'-separated verbs), then wait-pack
 set -u
 P="python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade"
-$P --target /tmp/site .whl/*.whl >/dev/null 2>&1
-$P --no-build-isolation --target /tmp/sw . >/dev/null 2>&1
+(  # once per machine, whatever runs at the same time
+    flock 9
+    if [ ! -f /tmp/sw.done ]; then
+        $P --target /tmp/site .whl/*.whl >/dev/null 2>&1
+        $P --no-build-isolation --target /tmp/sw . >/dev/null 2>&1
+        touch /tmp/sw.done
+    fi
+) 9>/tmp/sw.lock
 export PYTHONPATH=/tmp/sw:/tmp/site PYTHONUNBUFFERED=1
-W=/tmp/real; case $1 in pack|ab|wait-pack) ;; *) rm -rf $W ;; esac; mkdir -p $W
+W=/tmp/real; case $1 in *-start|live|slots) rm -rf $W ;; esac; mkdir -p $W
 nvidia-smi --query-gpu=index,name,driver_version --format=csv,noheader | tee $W/gpus.txt
 python3 -c "import torch, sys; print('torch', torch.__version__, 'python', sys.version.split()[0])" | tee -a $W/gpus.txt
 NCPU=$(nproc)
@@ -118,6 +129,38 @@ ddp-start)  # one 2-GPU NCCL DDP job of SIZE for SECONDS
     collector $n 2
     (job2 $n 2 0,1 $1 $2; finish $n 2; touch $W/$n.done) > $W/$n.run.log 2>&1 &
     sleep 5; echo started $n ;;
+inject2)  # NAME PORT GPUS SIZE SECS CAUSE RANK AT: a DDP job, CAUSE on RANK from AT s
+    collector $1 $2
+    job2 $1 $2 $3 $4 $5 --inject $6 --inject-rank $7 --inject-after-s $8
+    finish $1 $2 ;;
+inject1)  # NAME PORT GPU SIZE SECS CAUSE AT: a 1-GPU job, CAUSE from AT s
+    collector $1 $2
+    job1 $1 $2 $3 $4 $5 --inject $6 --inject-after-s $7
+    finish $1 $2 ;;
+phase-ab)  # PORT GPU SIZE SECS: no agent / phase times off / default / every step, windows off,
+           # in the order A B C D D C B A (each arm its own collector)
+    port=$1 gpu=$2 size=$3 secs=$4; i=0
+    for arm in none off default every every default off none; do
+        i=$((i + 1)); n=pab_${size}_g${gpu}_${i}_$arm
+        collector $n $port
+        (
+            export STEPWATCH_WINDOWS=0; extra=()
+            case $arm in
+                none) extra=(--agent none) ;; off) export STEPWATCH_PHASE_BUDGET=0 ;;
+                every) export STEPWATCH_PHASE_BUDGET=0.1 ;;
+            esac
+            job1 $n $port $gpu $size $secs "${extra[@]}"
+        )
+        finish $n $port
+    done ;;
+slots)  # each argument a ';'-separated sequence of verbs, run detached; wait-pack collects them
+    k=0
+    for seq in "$@"; do
+        k=$((k + 1))
+        (IFS=';'; for cmd in $seq; do eval "bash bench/run_real_device.sh $cmd"; done; touch $W/slot$k.done) \
+            > $W/slot$k.run.log 2>&1 &
+    done
+    sleep 5; echo started $k slots ;;
 wait-pack)  # every detached job done (at most 9 minutes), then pack the files starting with $1
     for _ in $(seq 540); do
         n_runs=$(ls $W/*.run.log 2>/dev/null | wc -l); n_done=$(ls $W/*.done 2>/dev/null | wc -l)

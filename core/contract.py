@@ -8,6 +8,8 @@ Trainer -> sidecar (the sidecar's stdin)::
     gpu     {"index", "uuid", "name", "total_memory_bytes"}
     step    {"step", "end_time_s", "duration_s", "clock": "host"|"cuda_event",
              "dataloader_wait_s", "samples"?, "tokens"?, "profiled"?, "phase"?}
+    phase_times {"step", "end_time_s", "clock", "data_s", "forward_s", "backward_s", "sync_s",
+             "optimizer_s", "host_data_s", ... "host_optimizer_s", "points"}   (sampled steps)
     alloc   {"time_s", "device", "device_total_bytes", AllocatorSample fields...}
     event   {"time_s", "kind", "message"}
     stats   {"records_dropped", "hook_errors", "windows", "window_skips": {reason: N},
@@ -33,17 +35,18 @@ import json
 import re
 from typing import Any, Iterator, List, Optional
 
-__all__ = ["CONFIG", "GPU", "STEP", "ALLOC", "EVENT", "STATS", "WINDOW", "TRACE", "BYE", "IDENTITY",
+__all__ = ["CONFIG", "GPU", "STEP", "PHASE_TIMES", "ALLOC", "EVENT", "STATS", "WINDOW", "TRACE", "BYE", "IDENTITY",
            "WINDOW_RESULT", "CAPTURE", "TRAINER_KINDS", "SIDECAR_KINDS", "MAX_LINE_BYTES",
            "encode", "decode", "read_lines", "LineSplitter", "safe_name", "label_problem",
-           "normalize_uuid", "phase_name", "ALLOC_STATS", "config", "gpu", "step",
+           "normalize_uuid", "phase_name", "ALLOC_STATS", "config", "gpu", "step", "phase_times",
            "alloc", "event", "stats", "window", "trace", "bye", "identity", "window_result", "capture",
            "window_now"]
 
 CONFIG, GPU, STEP, ALLOC, EVENT, STATS = "config", "gpu", "step", "alloc", "event", "stats"
 WINDOW, TRACE, BYE, IDENTITY = "window", "trace", "bye", "identity"
+PHASE_TIMES = "phase_times"
 WINDOW_RESULT, CAPTURE, WINDOW_NOW = "window_result", "capture", "window_now"
-TRAINER_KINDS = (CONFIG, GPU, STEP, ALLOC, EVENT, STATS, WINDOW, TRACE, BYE, IDENTITY)
+TRAINER_KINDS = (CONFIG, GPU, STEP, PHASE_TIMES, ALLOC, EVENT, STATS, WINDOW, TRACE, BYE, IDENTITY)
 SIDECAR_KINDS = (WINDOW_RESULT, CAPTURE, WINDOW_NOW)
 
 MAX_LINE_BYTES = 16 * 1024 * 1024  # a longer line is cut and then fails to decode
@@ -206,6 +209,16 @@ def step(step: int, end_time_s: float, duration_s: float, clock: str, dataloader
     return _record(STEP, step=step, end_time_s=end_time_s, duration_s=duration_s, clock=clock,
                    dataloader_wait_s=dataloader_wait_s, samples=samples, tokens=tokens,
                    profiled=profiled or None, phase=phase or None)
+
+
+def phase_times(step: int, end_time_s: float, clock: str, times: list, host: list, points: int) -> dict:
+    """A sampled step's five phase times (data, forward, backward, sync, optimizer) on its clock,
+    and the host's seconds between the same points; ``points``: the bitmask of points seen."""
+    return _record(PHASE_TIMES, step=step, end_time_s=end_time_s, clock=clock,
+                   data_s=times[0], forward_s=times[1], backward_s=times[2], sync_s=times[3],
+                   optimizer_s=times[4], host_data_s=host[0], host_forward_s=host[1],
+                   host_backward_s=host[2], host_sync_s=host[3], host_optimizer_s=host[4],
+                   points=points)
 
 
 def alloc(time_s: float, device: int, device_total_bytes: int, stats: dict) -> dict:

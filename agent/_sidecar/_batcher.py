@@ -16,6 +16,7 @@ __all__ = ["Batcher", "KINDS"]
 # Buffer name -> Batch repeated field.
 KINDS = {
     "step": "steps",
+    "phase_times": "phase_times",
     "alloc": "allocator",
     "gpu_sample": "gpu_samples",
     "host": "host",

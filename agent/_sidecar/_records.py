@@ -96,6 +96,16 @@ def _step(obj: Mapping[str, Any]) -> Record:
     return Record(contract.STEP, msg)
 
 
+def _phase_times(obj: Mapping[str, Any]) -> Record:
+    msg = fill(agent_pb2.StepPhaseTimes(), obj, skip=("clock",))
+    clock = obj.get("clock")
+    if clock is not None:
+        if clock not in _CLOCKS:
+            raise ValueError(f"unknown clock {clock!r:.30}")
+        msg.clock = _CLOCKS[clock]
+    return Record(contract.PHASE_TIMES, msg)
+
+
 def _stats(obj: Mapping[str, Any]) -> Record:
     dropped, errors = int(obj.get("records_dropped") or 0), int(obj.get("hook_errors") or 0)
     windows = int(obj.get("windows") or 0)
@@ -143,6 +153,7 @@ def _path(obj: Mapping[str, Any], required: bool) -> str:
 
 _DECODERS = {
     contract.STEP: _step,
+    contract.PHASE_TIMES: _phase_times,
     contract.ALLOC: lambda obj: Record(contract.ALLOC, fill(agent_pb2.AllocatorSample(), obj)),
     contract.EVENT: lambda obj: Record(contract.EVENT, fill(agent_pb2.Event(), obj)),
     contract.GPU: lambda obj: Record(contract.GPU, gpu_identity(obj)),

@@ -136,7 +136,7 @@ class Sidecar:
 
     def _on_record(self, record: Record) -> None:
         """Reader thread."""
-        if record.t in (contract.STEP, contract.ALLOC, contract.EVENT):
+        if record.t in (contract.STEP, contract.PHASE_TIMES, contract.ALLOC, contract.EVENT):
             self.batcher.add(record.t, record.msg)
         elif record.t == contract.STATS:
             self.batcher.set_trainer_stats(*record.stats, stats=record.msg)

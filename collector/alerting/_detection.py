@@ -17,7 +17,7 @@ from stepwatch.core.contract import phase_name
 from stepwatch.core.support import OnceLog
 from stepwatch.proto.stepwatch.v1 import agent_pb2
 
-from ..wire._columns import SampleColumns, StepColumns, step_columns
+from ..wire._columns import SampleColumns, StepColumns, phase_columns, step_columns
 from ..detect import SEVERITIES, DetectionConfig, DetectionEngine, WindowPoint
 from ._alertmanager import AlertmanagerClient
 from ._book import Alert, AlertBook
@@ -28,7 +28,8 @@ __all__ = ["Detection", "feed_batch"]
 log = logging.getLogger("stepwatch.collector")
 
 # Alerts about a rank getting slower get a diagnosis (what changed before/after the onset).
-SLOWDOWNS = ("StepwatchThroughputDrift", "StepwatchStragglerRank", "StepwatchGpuThrottled")
+STRAGGLER = "StepwatchStragglerRank"
+SLOWDOWNS = ("StepwatchThroughputDrift", STRAGGLER, "StepwatchGpuThrottled")
 
 
 def _trace_text(host: str, ref) -> str:
@@ -43,7 +44,17 @@ def _trace_text(host: str, ref) -> str:
 
 def feed_batch(engine: DetectionEngine, job: str, rank: int, batch: agent_pb2.Batch,
                steps: Optional[StepColumns] = None, samples: Optional[SampleColumns] = None) -> None:
-    """Hand one batch's step, allocator, NVML and host samples to ``engine``."""
+    """Hand one batch's phase times, step, allocator, NVML and host samples to ``engine``."""
+    if batch.phase_times:
+        p = phase_columns(batch)
+        steps_, owns, syncs = [], [], []
+        for i, seen in enumerate(p.points):
+            if seen & _SYNC_SEEN == _SYNC_SEEN:  # the last gradient and the optimizer start: sync is known
+                sync = p.device[3][i]
+                steps_.append(p.step[i])
+                syncs.append(sync)
+                owns.append(sum(d[i] for d in p.device) - sync)
+        engine.phase_times(job, rank, steps_, owns, syncs)
     c = steps if steps is not None else step_columns(batch)
     if len(c):
         engine.steps(job, rank, c.step, c.end, c.dur, c.wait, c.tokens, c.profiled,
@@ -62,6 +73,9 @@ def feed_batch(engine: DetectionEngine, job: str, rank: int, batch: agent_pb2.Ba
         if steps and w.breakdown.step_time_s > 0:
             engine.window(job, rank, WindowPoint(w.start_time_s, w.first_step, steps, w.compute_s,
                                                  w.communication_s, w.breakdown.step_time_s))
+
+
+_SYNC_SEEN = 0b1100  # StepPhaseTimes.points: the last gradient (bit 2) and the optimizer start (bit 3)
 
 
 class Detection:
@@ -184,7 +198,14 @@ class Detection:
                     self._on_slowdown(a, now)
                 elif a.key not in self._trace_episodes:
                     self._maybe_trace(a, now)  # an episode that has grown to the trace severity
-        changes = self._diagnose([a for a in changes if a.state == "firing"], changes)
+        stragglers = {a.job for a in changes if a.alertname == STRAGGLER and a.state == "firing"
+                      and len(a.history) == 1}
+        firing = [a for a in changes if a.state == "firing"]
+        if stragglers:  # a straggler named: the job's slowdowns waiting for it say so
+            seen = {a.key for a in firing}
+            firing += [a for a in self.book.firing() if a.job in stragglers and a.alertname in SLOWDOWNS
+                       and a.key not in seen and not self._reset_diagnosis(a)]
+        changes = self._diagnose(firing, changes)
         for a in changes if self._log_changes else ():
             log.warning("stepwatch alert %s %s: %s job=%s rank=%d: %s%s", a.state, a.severity, a.alertname,
                         a.job, a.rank, a.summary, f" [why: {a.diagnosis}]" if a.diagnosis else "")
@@ -219,6 +240,13 @@ class Detection:
             if len(self._trace_alerts) > 1000:  # never answered: forget the oldest
                 self._trace_alerts.pop(next(iter(self._trace_alerts)))
 
+    def _reset_diagnosis(self, a: Alert) -> bool:
+        """Let a complete diagnosis be made again (False: the alert is gone)."""
+        if a.diagnosis_complete:
+            a.diagnosis_complete = False
+            return self.book.annotate(a.key, diagnosis_complete=False) is None
+        return False
+
     def _undiagnosed(self, rank: tuple) -> bool:
         return any(a.alertname in SLOWDOWNS and not a.diagnosis for a in self.book.firing(rank))
 
@@ -233,7 +261,14 @@ class Detection:
             d = diagnose(self.evidence.rank(a.job, a.rank), a.onset)
             if d is None:
                 continue
-            new = self.book.annotate(a.key, diagnosis=d.text, diagnosis_complete=d.complete)
+            text = d.text
+            if d.contributors and d.contributors[0][0].startswith("sync"):
+                # this rank waited for the others: name the straggler when one is known
+                slow = sorted(s.rank for s in self.book.firing() if s.alertname == STRAGGLER
+                              and s.job == a.job and s.rank != a.rank)
+                if slow:
+                    text = f"waiting for rank {', '.join(map(str, slow[:4]))} (straggler): {text}"
+            new = self.book.annotate(a.key, diagnosis=text, diagnosis_complete=d.complete)
             if new is not None:
                 updated.append(new)
         by_key = {u.key: u for u in updated}

@@ -9,10 +9,17 @@ contributors by their change in milliseconds per step against the step-time chan
 
     backward +5.1 ms/step (aten::mm +4.8 ms); data-loader wait +0.0 ms; clocks unchanged
 
-Phases (forward, backward, optimizer, communication, other) need a profiler window on each
-side of the onset; until one exists after it the diagnosis says so and is refreshed when it
-arrives. Memory per rank is bounded: about 100 KB of rings once full (the GPU samples' half of
-it) plus 16 window summaries, copied out of their batches. One caller at a time.
+With the agents' always-on phase times (data, forward, backward, sync, optimizer of sampled
+steps, on the device's timeline) the contributors are those phases, in ms/step before -> after,
+with no window needed: a phase whose host time grew as much as its device time (and is as
+long) kept the device waiting for the host's launches, and only then is the host named
+("host-bound"); the host's CPU time that grew while it waited for a busier device is said to be
+that wait, never ranked as a cause. A window on each side adds the kernel or operator that grew.
+Without phase times the phases come from profiler windows (forward, backward, optimizer,
+communication, other), which need one on each side of the onset; until one exists after it the
+diagnosis says so and is refreshed when it arrives. Memory per rank is bounded: about 130 KB of
+rings once full (the GPU samples' half of it) plus 16 window summaries, copied out of their
+batches. One caller at a time.
 """
 
 from __future__ import annotations
@@ -23,7 +30,7 @@ from typing import Optional
 
 from stepwatch.proto.stepwatch.v1 import agent_pb2
 
-from ..wire._columns import SampleColumns, StepColumns, step_columns
+from ..wire._columns import PHASES, SampleColumns, StepColumns, phase_columns, step_columns
 from .._ring import Ring
 from ..state._state import own
 from ..detect._types import median
@@ -41,6 +48,11 @@ _GPU_FIELDS = ("sm_clock_hertz", "power_watts", "clock_event_reasons", "sm_activ
                "tensor_active_ratio", "dram_active_ratio")
 _PHASES = ("forward", "backward", "optimizer", "communication", "other")
 _EXPLAINED = 0.3          # a top contributor below this share of the change explains nothing
+_PHASE_BLOCK = 8          # sampled phase times per block median
+_PHASE_BLOCKS_KEPT = 400  # 3,200 sampled steps
+# a phase is host-bound when its host time grew by this share of its device time's growth
+# and is at least _HOST_LONG of its device time after the onset
+_HOST_GREW, _HOST_LONG = 0.6, 0.8
 
 
 @dataclasses.dataclass
@@ -58,6 +70,10 @@ class _Rank:
     # The newest _RECENT_WINDOWS windows, and older ones thinned to keep the time they span
     # (an onset dated 5 s or minutes back still has a window before it).
     windows: list = dataclasses.field(default_factory=list)
+    # (first step, last step, end time, points seen, 5 device phase medians, 5 host ones) per
+    # _PHASE_BLOCK sampled steps with the same points seen
+    phases: Ring = dataclasses.field(default_factory=lambda: Ring("QQdQ" + "d" * 10, _PHASE_BLOCKS_KEPT))
+    phase_pending: list = dataclasses.field(default_factory=list)  # (step, end, points, 10 values)
 
 
 class Evidence:
@@ -92,6 +108,8 @@ class Evidence:
                                         [median(_no_negative(waits[k:k + _BLOCK])) for k in starts])
                 for col in r.pending:
                     del col[:full]
+        if batch.phase_times:
+            _keep_phases(r, phase_columns(batch))
         s = samples if samples is not None else SampleColumns(batch)
         if len(s.host):
             r.host.extend_columns(s.host["time_s"], s.host["cpu_seconds"])
@@ -106,6 +124,22 @@ class Evidence:
     def forget(self, keys) -> None:
         for key in keys:
             self._ranks.pop(key, None)
+
+
+_HOST_CLOCK = 1 << 8  # in a phase block's points: timed on the host clock (no GPU)
+
+
+def _keep_phases(r: _Rank, p) -> None:
+    pending = r.phase_pending
+    for i in range(len(p)):
+        points = p.points[i] | (_HOST_CLOCK if p.clock[i] != agent_pb2.STEP_CLOCK_CUDA_EVENT else 0)
+        pending.append((p.step[i], p.end[i], points, [d[i] for d in p.device] + [h[i] for h in p.host]))
+    while len(pending) >= _PHASE_BLOCK:
+        rows, points = pending[:_PHASE_BLOCK], pending[0][2]
+        del pending[:_PHASE_BLOCK]
+        rows = [row for row in rows if row[2] == points]  # (points seen change rarely: a block of one kind)
+        values = [median([row[3][k] for row in rows]) for k in range(10)]
+        r.phases.append(rows[0][0], rows[-1][0], rows[-1][1], points, *values)
 
 
 def _no_negative(waits: list) -> list:
@@ -181,29 +215,98 @@ def diagnose(r: Optional[_Rank], since: float) -> Optional[Diagnosis]:
     step_delta = (_median(b[3] for b in after) - _median(b[3] for b in before)) * 1e3
     found: list[tuple[str, float, str]] = []
     wait = (_median(b[4] for b in after) - _median(b[4] for b in before)) * 1e3
-    found.append(("data-loader wait", wait, ""))
     lo = before[max(0, len(before) - 60)][2]
     cpu_b = _cpu_per_step(host, blocks, lo, since)
     cpu_a = _cpu_per_step(host, blocks, since, after[-1][2])
-    if cpu_b is not None and cpu_a is not None:
-        found.append(("host CPU", (cpu_a - cpu_b) * 1e3, ""))
+    cpu = (cpu_a - cpu_b) * 1e3 if cpu_b is not None and cpu_a is not None else None
     w_before = [w for w in r.windows if w.start_time_s < since]
     w_after = [w for w in r.windows if w.start_time_s >= since]
     complete = bool(w_before and w_after)
-    if complete:
-        found.extend(compare_windows(w_before[-1], w_after[-1]))
-        found = _discount_gpu_wait(found, w_before[-1], w_after[-1])
+    phased = _phase_contributors(list(r.phases), since, lo, wait, cpu)
+    tail = []
+    if phased is not None:
+        found, note = phased
+        tail.append(note)
+        if complete:
+            found = _add_kernel(found, w_before[-1], w_after[-1])
+    else:
+        found.append(("data-loader wait", wait, ""))
+        if cpu is not None:
+            found.append(("host CPU", cpu, ""))
+        if complete:
+            found.extend(compare_windows(w_before[-1], w_after[-1]))
+            found = _discount_gpu_wait(found, w_before[-1], w_after[-1])
     ranked = sorted(found, key=lambda c: -_rank_key(c, step_delta))
     text = "; ".join(fmt(c) for c in ranked[:3])
     if step_delta <= 0 or ranked[0][1] < _EXPLAINED * step_delta:
         text = f"no measured contributor explains the {step_delta:+.1f} ms/step; " + text
-    tail = [_clocks(gpu, since), _activity(gpu, since), _retries(alloc, since)]
-    if not w_before:
+    tail += [_clocks(gpu, since), _activity(gpu, since), _retries(alloc, since)]
+    if phased is not None:
+        pass  # the phase times stand without windows (one on each side adds the kernel)
+    elif not w_before:
         tail.append("phases: no profiler window from before the onset")
     elif not w_after:
         tail.append("phases: no profiler window after the onset yet")
     text = "; ".join([text] + [t for t in tail if t])
     return Diagnosis(text, tuple(ranked), step_delta, complete)
+
+
+def _phase_contributors(rows: list, since: float, lo: float, wait: float,
+                        cpu: Optional[float]) -> Optional[tuple[list, str]]:
+    """The phases' changes (ms/step) across ``since`` from phase-time blocks, and a note on the
+    host's CPU time; None without 3 blocks on each side of one kind of points seen."""
+    after = [p for p in rows if p[2] >= since]
+    if len(after) < 3:
+        return None
+    points = after[-1][3]
+    after = [p for p in after if p[3] == points]
+    before = [p for p in rows if lo <= p[2] < since and p[3] == points][-60:]
+    if len(before) < 3 or len(after) < 3:
+        return None
+    med = [(_median(p[4 + k] for p in before), _median(p[4 + k] for p in after)) for k in range(10)]
+    out, bound, skipped = [], 0.0, []
+    for k, name in enumerate(PHASES):
+        (db, da), (hb, ha) = med[k], med[5 + k]
+        d, h = (da - db) * 1e3, (ha - hb) * 1e3
+        if k < 4 and not points >> k & 1:
+            skipped.append(name)  # not seen: its time is in the next phase seen
+            continue
+        label = "+".join(skipped + [name])
+        skipped = []
+        parts = []
+        if name == "data" and abs(wait) >= 0.1:
+            parts.append(f"data-loader wait {wait:+.1f} ms")
+        if name == "sync" and d >= 0.1:
+            parts.append("after backward, before the optimizer step: all-reduce wait, clipping")
+        # (on the host clock, CPU-only jobs, device and host time are one: nothing to tell apart)
+        if not points & _HOST_CLOCK and d > 0 and h >= _HOST_GREW * d and ha >= _HOST_LONG * da:
+            parts.append(f"host-bound: its host time {h:+.1f} ms")
+            bound += d
+        out.append((label, d, ", ".join(parts)))
+    note = ""
+    if cpu is not None and abs(cpu) >= 0.5:
+        if bound > 0 or points & _HOST_CLOCK:
+            out.append(("host CPU", cpu, ""))
+        else:
+            note = f"host CPU {cpu:+.1f} ms/step (the host waiting for the device, not a cause)"
+    return out, note
+
+
+def _add_kernel(found: list, wb: agent_pb2.WindowSummary, wa: agent_pb2.WindowSummary) -> list:
+    """The kernel or operator that grew most from window ``wb`` to ``wa``, named on the phase
+    that grew most when it accounts for >= 25% of that phase's growth."""
+    nb, na = _named(wb), _named(wa)
+    top = max(na, key=lambda n: na[n] - nb.get(n, 0.0), default=None)
+    if top is None or not found:
+        return found
+    grew = (na[top] - nb.get(top, 0.0)) * 1e3
+    i = max(range(len(found)), key=lambda j: found[j][1])
+    name, d, detail = found[i]
+    if grew > 0 and grew >= 0.25 * d and not name.startswith("data"):
+        extra = f"{_short(top)} +{grew:.1f} ms" + ("" if top in nb else ", new")
+        found = list(found)
+        found[i] = (name, d, f"{detail}, {extra}" if detail else extra)
+    return found
 
 
 def compare_windows(wb: agent_pb2.WindowSummary, wa: agent_pb2.WindowSummary) -> list[tuple[str, float, str]]:

@@ -10,6 +10,15 @@ block is slow when ratio >= ``ratio`` and z >= ``robust_z``; the rank is flagged
 A block is judged once every rank seen has finished it, or when some rank is two blocks
 ahead.
 
+The agents' always-on phase times say where each sampled step went: a rank's own time is the
+step outside ``sync`` (from the last gradient to the optimizer step's start, where DDP waits
+for the gradient all-reduce). A rank slower in its own work (more GEMMs, a slower data loader,
+a busy host) makes the others wait there: its own time exceeds the others' median while they
+wait longer. Where every rank of a block sent phase times (sync point seen), a block is also
+slow when ``1 + own excess / the others' median step`` >= ``phase_ratio``, its z (as above)
+>= ``robust_z``, and the others' median sync exceeds the rank's by at least ``wait_share`` x
+the excess.
+
 A rank whose GPU is slow (throttled, degraded, a noisy neighbour) hides inside the collectives:
 every rank's step time and data-loader wait stay the same. The profiler windows, taken at the
 same global steps on every rank, show it: the slow rank computes longest and waits least.
@@ -58,6 +67,7 @@ class StragglerDetector:
         self._by_steps: dict[int, Condition] = {}
         self._by_windows: dict[int, Condition] = {}
         self.conditions: dict[int, Condition] = {}
+        self._phase: dict[int, dict[int, tuple]] = {}  # rank -> block -> ([own], [sync])
 
     def feed(self, rank: int, step: int, time: float, step_time: float, wait: float) -> bool:
         if not finite_positive(step_time):
@@ -117,6 +127,23 @@ class StragglerDetector:
             self._cur[rank] = cur
         return changed
 
+    def phases(self, rank: int, steps: list, owns: list, syncs: list) -> None:
+        """Sampled phase times of ``rank``: per step its own time (outside sync) and its sync
+        time, in seconds. Kept until the rank's step block they fall in closes."""
+        size = self.cfg.block_steps
+        acc = self._phase.get(rank)
+        if acc is None:
+            acc = self._phase[rank] = {}
+        for step, own, sync in zip(steps, owns, syncs):
+            bid = step // size
+            cur = acc.get(bid)
+            if cur is None:
+                if len(acc) >= _MAX_OPEN_BLOCKS:  # steps never came for the oldest
+                    del acc[min(acc)]
+                cur = acc[bid] = ([], [])
+            cur[0].append(own)
+            cur[1].append(sync)
+
     def window(self, rank: int, w: WindowPoint) -> bool:
         """One profiler window of ``rank``; True when ``conditions`` changed."""
         if w.steps <= 0 or not finite_positive(w.step_time_s) or w.compute_s < 0:
@@ -147,6 +174,7 @@ class StragglerDetector:
         self._hist.pop(rank, None)
         self._slow.pop(rank, None)
         self._whist.pop(rank, None)
+        self._phase.pop(rank, None)
         self._by_steps.pop(rank, None)
         self._by_windows.pop(rank, None)
         return self.conditions.pop(rank, None) is not None
@@ -213,9 +241,15 @@ class StragglerDetector:
 
     def _close(self, rank: int, cur) -> None:
         bid, times, waits, step, time = cur
+        acc = self._phase.get(rank)
+        own = acc.pop(bid, None) if acc else None
+        if acc:
+            for old in [b for b in acc if b < bid]:
+                del acc[old]
         if len(times) * 2 < self.cfg.block_steps:
             return  # a partial block (first block, restart): not comparable
-        self._blocks.setdefault(bid, {})[rank] = (median(times), median(waits), step, time)
+        self._blocks.setdefault(bid, {})[rank] = (median(times), median(waits), step, time,
+                                                  (median(own[0]), median(own[1])) if own else None)
         self._max_block = max(self._max_block, bid)
 
     def _judge_ready(self) -> bool:
@@ -240,26 +274,40 @@ class StragglerDetector:
         # Spread: the others' MAD around the others' median, for every rank at once.
         spreads = mads_without_each(times, mts) if len(ranks) >= 4 else None
         hists, counts, size = self._hist, self._slow, cfg.window_blocks
+        # phase times: only when every rank of the block sent them
+        split = all(vals[r][4] is not None for r in ranks)
+        if split:
+            m_own = medians_without_each([vals[r][4][0] for r in ranks])
+            m_sync = medians_without_each([vals[r][4][1] for r in ranks])
         for i, rank in enumerate(ranks):
-            t, w, step, time = vals[rank]
+            t, w, step, time, own = vals[rank]
             mt, mw = mts[i], mws[i]
             spread = 1.4826 * spreads[i] if spreads is not None else 0.0
             excess = max(t - mt, w - mw)
-            ratio, z = 1 + excess / mt, excess / max(spread, cfg.jitter_floor_ratio * mt)
+            floor = max(spread, cfg.jitter_floor_ratio * mt)
+            ratio, z = 1 + excess / mt, excess / floor
             hist = hists.get(rank)
             if hist is None:
                 hist = hists[rank] = collections.deque(maxlen=size)
             flag = ratio >= cfg.ratio and z >= cfg.robust_z
+            by_phase = None
+            if split and not flag:
+                own_excess = own[0] - m_own[i]
+                waited = m_sync[i] - own[1]
+                if (1 + own_excess / mt >= cfg.phase_ratio and own_excess / floor >= cfg.robust_z
+                        and waited >= cfg.wait_share * own_excess):
+                    flag, ratio = True, 1 + own_excess / mt
+                    by_phase = (own[0], m_own[i], own[1], m_sync[i])
             # slow blocks among the last window_blocks, kept as a count (the oldest leaves)
             slow = counts.get(rank, 0) + flag - (len(hist) == size and hist[0][0])
             hist.append((flag, step, time))
             counts[rank] = slow
             if slow < cfg.min_blocks and rank not in self._by_steps:
                 continue  # the usual rank: not slow enough to flag, nothing held to clear
-            changed |= self._update(rank, hist, slow, ratio, t, mt, w, mw)
+            changed |= self._update(rank, hist, slow, ratio, t, mt, w, mw, by_phase)
         return changed
 
-    def _update(self, rank, hist, slow, ratio, t, mt, w, mw) -> bool:
+    def _update(self, rank, hist, slow, ratio, t, mt, w, mw, by_phase=None) -> bool:
         cfg, old = self.cfg, self._by_steps.get(rank)
         if (old is None and slow < cfg.min_blocks) or (old is not None and slow * 2 < cfg.min_blocks):
             if self._by_steps.pop(rank, None) is None:
@@ -268,9 +316,19 @@ class StragglerDetector:
             return True
         first: Optional[tuple] = next(((st, tm) for s, st, tm in hist if s), None)
         step, since = (old.step, old.since) if old is not None else first
-        summary = (f"rank {rank} is a straggler: {ratio:.2f}x the other ranks' step time "
-                   f"(own step {t * 1e3:.1f} ms vs {mt * 1e3:.1f} ms, data-loader wait {w * 1e3:.1f} ms "
-                   f"vs {mw * 1e3:.1f} ms) in {slow} of the last {len(hist)} blocks since step {step:,}")
+        if by_phase is not None:
+            own, m_own, sync, m_sync = by_phase
+            summary = (f"rank {rank} is a straggler: its own time per step (outside the gradient sync) "
+                       f"{own * 1e3:.1f} ms vs {m_own * 1e3:.1f} ms of the other ranks ({ratio:.2f}x their "
+                       f"step); they wait {(m_sync - sync) * 1e3:+.1f} ms/step longer in sync "
+                       f"({m_sync * 1e3:.1f} vs {sync * 1e3:.1f} ms), in {slow} of the last {len(hist)} "
+                       f"blocks since step {step:,}")
+        elif old is not None and "own time" in old.summary:
+            return False  # still held: keep the phase figures of the last block that showed them
+        else:
+            summary = (f"rank {rank} is a straggler: {ratio:.2f}x the other ranks' step time "
+                       f"(own step {t * 1e3:.1f} ms vs {mt * 1e3:.1f} ms, data-loader wait {w * 1e3:.1f} ms "
+                       f"vs {mw * 1e3:.1f} ms) in {slow} of the last {len(hist)} blocks since step {step:,}")
         cond = Condition("StepwatchStragglerRank", self.job, rank, WARNING, summary, since, step, cfg.for_s)
         self._by_steps[rank] = cond
         return self._merge() or old is None

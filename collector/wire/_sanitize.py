@@ -21,7 +21,7 @@ FAR_S = 86400.0  # a record's time further than this from the collector's clock 
 MAX_STEP = 10 ** 12  # a step number beyond this is refused (31 years of 1 ms steps)
 
 _FLOATS = (FieldDescriptor.TYPE_DOUBLE, FieldDescriptor.TYPE_FLOAT)
-_RECORDS = ("steps", "allocator", "gpu_samples", "host", "events", "windows", "traces")
+_RECORDS = ("steps", "allocator", "gpu_samples", "host", "events", "windows", "traces", "phase_times")
 
 
 def _repeated(field: FieldDescriptor) -> bool:
@@ -90,7 +90,8 @@ _USUAL = frozenset(("steps", "gpu_samples", "host", "allocator"))
 def drop_nonfinite(batch: agent_pb2.Batch, checked: tuple = ()) -> int:
     """Remove, in place, every record of ``batch`` with a non-finite number; return how many.
     ``checked``: record fields the caller already found finite."""
-    if _USUAL.issubset(checked) and not (batch.windows or batch.events or batch.traces or batch.HasField("stats")):
+    if _USUAL.issubset(checked) and not (batch.windows or batch.events or batch.traces or batch.phase_times
+                                         or batch.HasField("stats")):
         return 0  # the usual batch, its steps and samples checked: nothing else to look at (0.4 us, not 1.5)
     dropped = 0
     stats = None
@@ -120,7 +121,7 @@ def drop_far(batch: agent_pb2.Batch, now: float, steps, samples) -> int:
     collector's clock) and steps numbered beyond MAX_STEP; return how many. Such a record is
     damage or a broken clock, never data: stored, one sample at 1e12 would stay "the latest"
     for good (the gauges frozen, leak detection off), a step at 3e20 would be the rank's
-    steps_total. ``steps``, ``samples``: the batch's columns (checked by min and max, so the
+    steps_total. Phase times go by the same rules as steps. ``steps``, ``samples``: the batch's columns (checked by min and max, so the
     usual batch costs a few comparisons)."""
     lo, hi = now - FAR_S, now + FAR_S
     dropped = 0
@@ -129,6 +130,13 @@ def drop_far(batch: agent_pb2.Batch, now: float, steps, samples) -> int:
         dropped += len(batch.steps) - len(kept)
         del batch.steps[:]
         batch.steps.extend(kept)
+    if batch.phase_times:
+        records = batch.phase_times
+        kept = [r for r in records if lo <= r.end_time_s <= hi and r.step <= MAX_STEP]
+        if len(kept) != len(records):
+            dropped += len(records) - len(kept)
+            del records[:]
+            records.extend(kept)
     for name, col in zip(samples.FIELDS, (samples.gpu, samples.host, samples.allocator)):
         if len(col) and not (lo <= min(col["time_s"]) and max(col["time_s"]) <= hi):
             records = getattr(batch, name)

@@ -114,8 +114,8 @@ def test_a_batch_whose_steps_and_samples_were_checked_still_has_its_other_parts_
 
 
 def test_the_usual_batch_shortcut_names_every_part_it_skips():
-    """drop_nonfinite's shortcut looks at windows, events, traces and stats by name: every other
+    """drop_nonfinite's shortcut looks at windows, events, traces, phase times and stats by name: every other
     record field it handles must be one of the usual ones the caller checks."""
     from stepwatch.collector.wire import _sanitize
 
-    assert set(_sanitize._RECORDS) == _sanitize._USUAL | {"windows", "events", "traces"}
+    assert set(_sanitize._RECORDS) == _sanitize._USUAL | {"windows", "events", "traces", "phase_times"}

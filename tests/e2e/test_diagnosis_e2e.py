@@ -1,8 +1,9 @@
 """Explained alerts end to end on CPU: real training jobs get slower for a known reason from
-some step on; the drift alert's diagnosis names that reason first. A healthy job raises none.
+some step on; the drift alert's diagnosis names that reason first, from the agents' phase times
+alone (windows off). A healthy job raises none.
 
-Each job takes a CPU profiler window every 32 steps, so windows exist before and after the
-onset; the window steps themselves are marked profiled and kept out of drift.
+The "early" job takes a CPU profiler window every 512 steps: the alert's request for a window
+after the onset is what brings one (its steps are marked profiled and kept out of drift).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ DETECTION = {"warmup_steps": 10, "resolve_hold_s": 600,
                        "transient_s": 6}}
 SMALL = ("--step-sleep-s", "0.04", "--d-model", "32", "--layers", "1", "--batch", "4", "--seq", "16")
 STEPS, FROM = 700, 400
-CAUSES = {"backward": "backward", "dataloader": "data-loader wait", "optimizer": "optimizer"}
+CAUSES = {"backward": "backward", "dataloader": "data", "optimizer": "optimizer"}
 
 
 @pytest.fixture(scope="module")
@@ -32,7 +33,7 @@ def jobs(tmp_path_factory):
     cfg = tmp / "collector.yml"
     cfg.write_text(yaml.safe_dump({"detection": DETECTION}))
     col = Collector(tmp, ["--config", str(cfg)]).start()
-    env = dict(STEPWATCH_WINDOW_EVERY_STEPS=32, STEPWATCH_OVERHEAD_BUDGET=0.5)
+    env = dict(STEPWATCH_WINDOWS=0)  # the phase times alone
 
     def cause_job(cause):
         return start_trainer(trainer_env(tmp, col.grpc, f"cause-{cause}", **env), "--steps", str(STEPS),
@@ -92,10 +93,10 @@ def test_the_diagnosis_names_the_injected_cause_first(jobs, cause):
     diagnosis = alert["diagnosis"]
     print(f"\n{cause}: {alert['summary']}\n  why: {diagnosis}")
     assert diagnosis.startswith(CAUSES[cause] + " +"), diagnosis
-    assert "no profiler window after the onset" not in diagnosis, diagnosis
+    assert "profiler window" not in diagnosis, diagnosis  # none was needed
     assert abs(alert["step"] - FROM) <= 60, alert
-    if cause == "backward":  # the extra matrix products, by operator name
-        assert "(aten::mm +" in diagnosis, diagnosis
+    if cause == "dataloader":
+        assert diagnosis.startswith("data +") and "(data-loader wait +" in diagnosis, diagnosis
 
 
 def test_a_healthy_job_raises_nothing(jobs, tmp_path):
@@ -107,8 +108,8 @@ def test_a_healthy_job_raises_nothing(jobs, tmp_path):
         # info alert, which is what the detector is for. Such a host change is not repeatable:
         # the same job again must raise nothing.
         print(f"\nhealthy job raised {alerts}; running it again")
-        job = start_trainer(trainer_env(tmp_path, jobs.grpc, "healthy-again", STEPWATCH_WINDOW_EVERY_STEPS=32,
-                                        STEPWATCH_OVERHEAD_BUDGET=0.5), "--steps", str(STEPS), *SMALL)
+        job = start_trainer(trainer_env(tmp_path, jobs.grpc, "healthy-again", STEPWATCH_WINDOWS=0),
+                            "--steps", str(STEPS), *SMALL)
         out, _ = job.communicate(timeout=240)
         assert job.returncode == 0, out[-3000:]
         time.sleep(1.5)

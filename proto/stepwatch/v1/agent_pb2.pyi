@@ -75,7 +75,7 @@ class GpuIdentity(_message.Message):
     def __init__(self, index: _Optional[int] = ..., uuid: _Optional[str] = ..., name: _Optional[str] = ..., total_memory_bytes: _Optional[int] = ...) -> None: ...
 
 class Batch(_message.Message):
-    __slots__ = ("seq", "gpu", "steps", "allocator", "gpu_samples", "host", "events", "stats", "sealed_time_s", "windows", "traces")
+    __slots__ = ("seq", "gpu", "steps", "allocator", "gpu_samples", "host", "events", "stats", "sealed_time_s", "windows", "traces", "phase_times")
     SEQ_FIELD_NUMBER: _ClassVar[int]
     GPU_FIELD_NUMBER: _ClassVar[int]
     STEPS_FIELD_NUMBER: _ClassVar[int]
@@ -87,6 +87,7 @@ class Batch(_message.Message):
     SEALED_TIME_S_FIELD_NUMBER: _ClassVar[int]
     WINDOWS_FIELD_NUMBER: _ClassVar[int]
     TRACES_FIELD_NUMBER: _ClassVar[int]
+    PHASE_TIMES_FIELD_NUMBER: _ClassVar[int]
     seq: int
     gpu: GpuIdentity
     steps: _containers.RepeatedCompositeFieldContainer[StepRecord]
@@ -98,7 +99,8 @@ class Batch(_message.Message):
     sealed_time_s: float
     windows: _containers.RepeatedCompositeFieldContainer[WindowSummary]
     traces: _containers.RepeatedCompositeFieldContainer[TraceRef]
-    def __init__(self, seq: _Optional[int] = ..., gpu: _Optional[_Union[GpuIdentity, _Mapping]] = ..., steps: _Optional[_Iterable[_Union[StepRecord, _Mapping]]] = ..., allocator: _Optional[_Iterable[_Union[AllocatorSample, _Mapping]]] = ..., gpu_samples: _Optional[_Iterable[_Union[GpuSample, _Mapping]]] = ..., host: _Optional[_Iterable[_Union[HostSample, _Mapping]]] = ..., events: _Optional[_Iterable[_Union[Event, _Mapping]]] = ..., stats: _Optional[_Union[AgentStats, _Mapping]] = ..., sealed_time_s: _Optional[float] = ..., windows: _Optional[_Iterable[_Union[WindowSummary, _Mapping]]] = ..., traces: _Optional[_Iterable[_Union[TraceRef, _Mapping]]] = ...) -> None: ...
+    phase_times: _containers.RepeatedCompositeFieldContainer[StepPhaseTimes]
+    def __init__(self, seq: _Optional[int] = ..., gpu: _Optional[_Union[GpuIdentity, _Mapping]] = ..., steps: _Optional[_Iterable[_Union[StepRecord, _Mapping]]] = ..., allocator: _Optional[_Iterable[_Union[AllocatorSample, _Mapping]]] = ..., gpu_samples: _Optional[_Iterable[_Union[GpuSample, _Mapping]]] = ..., host: _Optional[_Iterable[_Union[HostSample, _Mapping]]] = ..., events: _Optional[_Iterable[_Union[Event, _Mapping]]] = ..., stats: _Optional[_Union[AgentStats, _Mapping]] = ..., sealed_time_s: _Optional[float] = ..., windows: _Optional[_Iterable[_Union[WindowSummary, _Mapping]]] = ..., traces: _Optional[_Iterable[_Union[TraceRef, _Mapping]]] = ..., phase_times: _Optional[_Iterable[_Union[StepPhaseTimes, _Mapping]]] = ...) -> None: ...
 
 class StepRecord(_message.Message):
     __slots__ = ("step", "end_time_s", "duration_s", "clock", "dataloader_wait_s", "samples", "tokens", "profiled", "phase")
@@ -121,6 +123,38 @@ class StepRecord(_message.Message):
     profiled: bool
     phase: str
     def __init__(self, step: _Optional[int] = ..., end_time_s: _Optional[float] = ..., duration_s: _Optional[float] = ..., clock: _Optional[_Union[StepClock, str]] = ..., dataloader_wait_s: _Optional[float] = ..., samples: _Optional[int] = ..., tokens: _Optional[int] = ..., profiled: bool = ..., phase: _Optional[str] = ...) -> None: ...
+
+class StepPhaseTimes(_message.Message):
+    __slots__ = ("step", "end_time_s", "clock", "data_s", "forward_s", "backward_s", "sync_s", "optimizer_s", "host_data_s", "host_forward_s", "host_backward_s", "host_sync_s", "host_optimizer_s", "points")
+    STEP_FIELD_NUMBER: _ClassVar[int]
+    END_TIME_S_FIELD_NUMBER: _ClassVar[int]
+    CLOCK_FIELD_NUMBER: _ClassVar[int]
+    DATA_S_FIELD_NUMBER: _ClassVar[int]
+    FORWARD_S_FIELD_NUMBER: _ClassVar[int]
+    BACKWARD_S_FIELD_NUMBER: _ClassVar[int]
+    SYNC_S_FIELD_NUMBER: _ClassVar[int]
+    OPTIMIZER_S_FIELD_NUMBER: _ClassVar[int]
+    HOST_DATA_S_FIELD_NUMBER: _ClassVar[int]
+    HOST_FORWARD_S_FIELD_NUMBER: _ClassVar[int]
+    HOST_BACKWARD_S_FIELD_NUMBER: _ClassVar[int]
+    HOST_SYNC_S_FIELD_NUMBER: _ClassVar[int]
+    HOST_OPTIMIZER_S_FIELD_NUMBER: _ClassVar[int]
+    POINTS_FIELD_NUMBER: _ClassVar[int]
+    step: int
+    end_time_s: float
+    clock: StepClock
+    data_s: float
+    forward_s: float
+    backward_s: float
+    sync_s: float
+    optimizer_s: float
+    host_data_s: float
+    host_forward_s: float
+    host_backward_s: float
+    host_sync_s: float
+    host_optimizer_s: float
+    points: int
+    def __init__(self, step: _Optional[int] = ..., end_time_s: _Optional[float] = ..., clock: _Optional[_Union[StepClock, str]] = ..., data_s: _Optional[float] = ..., forward_s: _Optional[float] = ..., backward_s: _Optional[float] = ..., sync_s: _Optional[float] = ..., optimizer_s: _Optional[float] = ..., host_data_s: _Optional[float] = ..., host_forward_s: _Optional[float] = ..., host_backward_s: _Optional[float] = ..., host_sync_s: _Optional[float] = ..., host_optimizer_s: _Optional[float] = ..., points: _Optional[int] = ...) -> None: ...
 
 class AllocatorSample(_message.Message):
     __slots__ = ("time_s", "device", "allocated_bytes", "reserved_bytes", "active_bytes", "inactive_split_bytes", "alloc_retries", "ooms", "allocated_peak_bytes", "reserved_peak_bytes", "device_total_bytes")

@@ -225,3 +225,53 @@ def test_step_and_window_evidence_share_one_alert_per_rank():
     feed_windows(e, 3, first=2000)  # windows recovered: the step evidence still holds
     (c,) = [c for c in e.conditions() if c.alertname == "StepwatchStragglerRank"]
     assert "is a straggler" in c.summary and "ms/step vs median" not in c.summary
+
+
+def run_phased_job(engine, steps, ranks=2, step_s=0.045, own_extra_s=0.0, slow_rank=None, slow_from=0,
+                   jitter=0.01, seed=0, others_wait=True, every=1):
+    """Lockstep DDP job with phase times: the slow rank's own work grows by ``own_extra_s``
+    and (``others_wait``) the others wait that much longer in sync; every step period equal."""
+    rng, first_alarm = random.Random(seed), None
+    for s in range(1, steps + 1):
+        t = T0 + s * step_s
+        slow = slow_rank is not None and s >= slow_from
+        period = step_s + (own_extra_s if slow else 0.0)
+        for r in range(ranks):
+            sync = 0.002 * (1 + rng.uniform(-jitter, jitter))
+            mine = period if others_wait or r == slow_rank else step_s  # no collective: others keep their pace
+            own = mine - sync
+            if slow and r != slow_rank and others_wait:
+                sync += own_extra_s
+                own -= own_extra_s
+            if s % every == 0:
+                engine.phase_times("j", r, [s], [own * (1 + rng.uniform(-jitter, jitter))], [sync])
+            engine.step("j", r, s, t, mine * (1 + rng.uniform(-jitter / 10, jitter / 10)), wait_s=0.001)
+        if first_alarm is None and stragglers(engine):
+            first_alarm = s
+    return first_alarm
+
+
+def test_a_rank_slower_in_its_own_work_is_named_from_phase_times():
+    """+15% of GEMMs on rank 1 of a 2-rank DDP job: step times stay equal, rank 0 waits in sync."""
+    e = DetectionEngine(parse_detection({"warmup_steps": 0}))
+    first = run_phased_job(e, 400, own_extra_s=0.0068, slow_rank=1, slow_from=200)
+    got = stragglers(e)
+    assert set(got) == {1}, got
+    assert 200 + 70 <= first <= 200 + 90, first  # 8 slow blocks of 10 steps: 3.6 s at 45 ms
+    assert "its own time per step (outside the gradient sync)" in got[1].summary, got[1].summary
+    assert "they wait +6.8 ms/step longer in sync" in got[1].summary, got[1].summary
+
+
+def test_phase_times_of_every_third_step_are_enough():
+    e = DetectionEngine(parse_detection({"warmup_steps": 0}))
+    first = run_phased_job(e, 400, ranks=4, own_extra_s=0.0068, slow_rank=2, slow_from=200, every=3)
+    assert set(stragglers(e)) == {2} and first <= 200 + 100, first
+
+
+def test_healthy_phased_jobs_and_more_work_nobody_waits_for_name_nobody():
+    for seed in range(5):
+        e = DetectionEngine(parse_detection({"warmup_steps": 0}))
+        assert run_phased_job(e, 400, ranks=2 + seed, jitter=0.05, seed=seed) is None
+    # one rank's own time grows but the others do not wait for it (no collective between them)
+    e = DetectionEngine(parse_detection({"warmup_steps": 0}))
+    assert run_phased_job(e, 400, own_extra_s=0.0068, slow_rank=1, slow_from=200, others_wait=False) is None

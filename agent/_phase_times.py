@@ -1,0 +1,229 @@
+"""Always-on phase times: where each sampled step's time went, with no profiler.
+
+A step is cut at four points every training loop passes: the first batch a DataLoader hands
+over, the first gradient accumulated, the last gradient accumulated, and the optimizer step's
+start (its end is the step boundary). On CUDA a timing event is recorded on the current stream
+at each point (the gradient points on the autograd thread, on the stream of the op that made
+the gradient) and read late with the step's own end event, so nothing synchronizes; the host
+time of each point is taken too. Without CUDA the host clock gives both.
+
+The hooks exist only during a sampled step: the DataLoader callback, one global optimizer
+pre-hook and two ``register_post_accumulate_grad_hook`` hooks (on the parameters whose
+gradients come first and last, learnt once on a step that hooks them all) are installed at the
+boundary before it and removed at the boundary after. A step is sampled while the time spent
+here stays within ``budget`` of the wall time since attach (every step of a 40 ms job on an
+H100; fewer of a shorter one).
+
+Degrades, never fails: a point not seen in a step (no DataLoader, CUDA-graph replay, no
+gradient) leaves its phase at 0 and its time in the next phase seen, and the record says which
+points were seen; with gradient accumulation the
+forward phase is the first micro-batch's and backward spans the rest; with several optimizers
+the leading one's step is the optimizer phase. Hook bodies never raise.
+"""
+
+from __future__ import annotations
+
+import time
+import weakref
+from typing import Callable, Optional
+
+__all__ = ["PhaseTimer", "PHASES"]
+
+PHASES = ("data", "forward", "backward", "sync", "optimizer")
+_BATCH, _FIRST, _LAST, _OPT = range(4)
+_LEARN_TRIES = 3  # sampled steps that may try to learn the gradient order before giving up
+
+
+class PhaseTimer:
+    """Arms sampled steps and hands their points to the step tracker.
+
+    ``cuda``: the ``torch.cuda`` module when steps are timed with CUDA events, else None.
+    ``dataloader``: the :class:`~._dataloader.DataLoaderTimer` (its ``notify`` slot).
+    Training thread, except the gradient hooks (autograd thread).
+    """
+
+    def __init__(self, dataloader, budget: float, clock: Callable[[], float] = time.perf_counter):
+        self._dataloader = dataloader
+        self._budget = budget
+        self._clock = clock
+        self._start = clock()
+        self.cost_s = 0.0
+        self.sampled = 0
+        self._cuda = None
+        self._events: list = []
+        self._points: Optional[list] = None  # [(event, host time) or None] x 4 while armed
+        self._handles: list = []
+        self._optimizer = None   # weakref of the optimizer whose parameters are hooked
+        self._pair: Optional[tuple] = None  # (weakref first param, weakref last param)
+        self._learning: Optional[list] = None
+        self._learn_tries = 0
+        self.leader: Optional[int] = None
+
+    @property
+    def enabled(self) -> bool:
+        return self._budget > 0
+
+    def use_cuda(self, cuda) -> None:
+        self._cuda = cuda
+
+    def cost_ratio(self) -> float:
+        return self.cost_s / max(1e-9, self._clock() - self._start)
+
+    # -- the boundary: close the step that ended, maybe arm the next -----------------------
+    def close(self) -> Optional[list]:
+        """Remove the hooks; the points of the step that just ended (None when it was not
+        sampled). A learning step returns None."""
+        if self._points is None and not self._handles:
+            return None
+        t0 = self._clock()
+        points, self._points = self._points, None
+        self._dataloader.notify = None
+        for h in self._handles:
+            h.remove()
+        self._handles = []
+        learning, self._learning = self._learning, None
+        if learning is not None:
+            self._learn(learning)
+            points = None
+        self.cost_s += self._clock() - t0
+        return points
+
+    def arm(self, optimizer) -> None:
+        """At a boundary: sample the next step when the budget allows. ``optimizer``: the
+        leading optimizer if known (its parameters give the gradient points)."""
+        if self._budget <= 0:
+            return
+        t0 = self._clock()
+        if self.cost_s > self._budget * (t0 - self._start):
+            return
+        self._points = [None, None, None, None]
+        self._dataloader.notify = self._on_batch
+        try:
+            from torch.optim.optimizer import register_optimizer_step_pre_hook
+            self._handles.append(register_optimizer_step_pre_hook(self._on_optimizer))
+            self._hook_gradients(optimizer)
+        except Exception:
+            pass
+        self.sampled += 1
+        self.cost_s += self._clock() - t0
+
+    def add_cost(self, seconds: float) -> None:
+        self.cost_s += seconds
+
+    def release(self, events) -> None:
+        """Events read by the tracker, for reuse."""
+        if self._cuda is not None and len(self._events) < 16:
+            self._events.extend(e for e in events if e is not None)
+
+    # -- the points --------------------------------------------------------------------------
+    def _mark(self, index: int, again: bool = False) -> None:
+        points = self._points
+        if points is None or (points[index] is not None and not again):
+            return
+        t0 = self._clock()
+        event = None
+        if self._cuda is not None:
+            old = points[index]
+            event = old[0] if old is not None else (self._events.pop() if self._events else
+                                                    self._cuda.Event(enable_timing=True))
+            event.record()
+        points[index] = (event, t0)
+        self.cost_s += self._clock() - t0
+
+    def _on_batch(self) -> None:
+        try:
+            self._mark(_BATCH)
+        except Exception:
+            pass
+
+    def _on_optimizer(self, optimizer, args, kwargs) -> None:
+        try:
+            if self.leader is None or id(optimizer) == self.leader:
+                self._mark(_OPT)
+            if self._optimizer is None:
+                self._optimizer = weakref.ref(optimizer)
+        except Exception:
+            pass
+
+    def _hook_gradients(self, optimizer) -> None:
+        if optimizer is not None and self._optimizer is None:
+            self._optimizer = weakref.ref(optimizer)
+        pair = self._pair
+        if pair is not None:
+            first, last = pair[0](), pair[1]()
+            if first is None or last is None:  # parameters gone (model rebuilt): learn again
+                self._pair, self._learn_tries = None, 0
+            else:
+                if first is last:
+                    self._handles.append(first.register_post_accumulate_grad_hook(self._on_only))
+                else:
+                    self._handles.append(first.register_post_accumulate_grad_hook(self._on_first))
+                    self._handles.append(last.register_post_accumulate_grad_hook(self._on_last))
+                return
+        opt = self._optimizer() if self._optimizer is not None else None
+        if opt is None or self._learn_tries >= _LEARN_TRIES:
+            return
+        self._learn_tries += 1
+        seen: list = []
+        ids: set = set()
+        for group in opt.param_groups:
+            for p in group["params"]:
+                if id(p) in ids or not getattr(p, "requires_grad", False):
+                    continue
+                ids.add(id(p))
+                self._handles.append(p.register_post_accumulate_grad_hook(_Order(seen)))
+        self._learning = seen
+        self._points = None  # a learning step is not reported (its hooks cost more)
+        self._dataloader.notify = None
+
+    def _learn(self, seen: list) -> None:
+        if seen:
+            self._pair = (weakref.ref(seen[0]), weakref.ref(seen[-1]))
+
+    def _on_first(self, param) -> None:
+        try:
+            self._mark(_FIRST)
+        except Exception:
+            pass
+
+    def _on_last(self, param) -> None:
+        try:
+            self._mark(_LAST, again=True)
+        except Exception:
+            pass
+
+    def _on_only(self, param) -> None:
+        try:
+            self._mark(_FIRST)
+            self._mark(_LAST, again=True)
+        except Exception:
+            pass
+
+
+class _Order:
+    """The learning hook of one parameter: appends it to ``seen`` the first time it fires."""
+
+    __slots__ = ("seen", "done")
+
+    def __init__(self, seen: list):
+        self.seen, self.done = seen, False
+
+    def __call__(self, param) -> None:
+        if not self.done:
+            self.done = True
+            self.seen.append(param)
+
+
+def split(points: list, start, end, elapsed: Callable) -> tuple:
+    """``(five phase times, points bitmask)`` between ``start``, the points present and ``end``
+    (``elapsed(a, b)`` in seconds); a missing point's phase is 0, its time in the next phase."""
+    out = [0.0] * 5
+    prev, seen = start, 0
+    for i, point in enumerate(list(points) + [end]):
+        if point is None:
+            continue
+        if i < 4:
+            seen |= 1 << i
+        out[i] = max(0.0, elapsed(prev, point))
+        prev = point
+    return out, seen

@@ -1,0 +1,102 @@
+"""Tables from the phase-time device runs (bench/run_real_device.sh inject1 / inject2 /
+phase-ab), read from the unpacked real.tgz folder:
+
+    python bench/phase_device_report.py DIR > bench/results/phase_times_<card>.md
+
+Injected jobs: per job, the cause, the rank it ran on, its size in ms, every alert with its
+first firing time in seconds after the change (negative: raised before it), and its summary and
+diagnosis. The phase-time A/B: per arm the median step time of the job's own clock (after the
+first 20 s) and, for arms with the agent, the phase timer's host cost per sampled step and share
+of wall time.
+"""
+
+from __future__ import annotations
+
+import datetime
+import glob
+import json
+import os
+import statistics
+import sys
+
+STEPS = "{name}.steps.json"
+
+
+def _steps(folder: str, name: str) -> list:
+    out = []
+    for path in sorted(glob.glob(os.path.join(folder, f"{name}.steps*.json"))):
+        with open(path) as fh:
+            out.append(json.load(fh))
+    return out
+
+
+def _ts(iso: str) -> float:
+    return datetime.datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp()
+
+
+def injected(folder: str) -> list[str]:
+    lines = ["| job | cause | rank | ms | alert | rank | fired (s after the change) | summary | diagnosis |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for path in sorted(glob.glob(os.path.join(folder, "*.alerts.json"))):
+        name = os.path.basename(path)[:-len(".alerts.json")]
+        runs = _steps(folder, name)
+        inj = next((r["injected"] for r in runs if r.get("injected")), None)
+        if inj is None:
+            continue
+        ms = max((r["injected"].get("ms", 0.0) for r in runs if r.get("injected")), default=0.0)
+        with open(path) as fh:
+            alerts = json.load(fh).get("alerts", [])
+        if not alerts:
+            lines.append(f"| {name} | {inj['cause']} | {inj['rank']} | {ms:.1f} | none | | | | |")
+        for a in alerts:
+            fired = a.get("fired_at")
+            after = f"{_ts(fired) - inj['time']:+.0f}" if fired else "pending"
+            lines.append(f"| {name} | {inj['cause']} | {inj['rank']} | {ms:.1f} | {a['alertname']} ({a['severity']}) "
+                         f"| {a['rank']} | {after} | {a['summary']} | {a.get('diagnosis') or ''} |")
+    return lines
+
+
+def phase_ab(folder: str) -> list[str]:
+    arms: dict = {}
+    for path in sorted(glob.glob(os.path.join(folder, "pab_*.steps.json"))):
+        name = os.path.basename(path)[:-len(".steps.json")]
+        _, size, gpu, _, arm = name.split("_", 4)
+        with open(path) as fh:
+            run = json.load(fh)
+        t, kept = 0.0, []
+        for s in run["step_s"]:
+            t += s
+            if t >= 20.0:
+                kept.append(s)
+        cost = run.get("phase_times") or {}
+        arms.setdefault((size, gpu, run["device"]), {}).setdefault(arm, []).append(
+            (statistics.median(kept) * 1e3 if kept else float("nan"), cost, len(run["step_s"])))
+    lines = []
+    for (size, gpu, device), by_arm in sorted(arms.items()):
+        lines += [f"\n{device}, GPU {gpu}, size {size}:\n",
+                  "| arm | median step (ms) per run | vs no agent | steps sampled / taken | phase cost per sampled step (us) | share of wall time |",
+                  "|---|---|---|---|---|---|"]
+        base = statistics.mean(m for m, _, _ in by_arm.get("none", [(float("nan"), {}, 0)]))
+        for arm in ("none", "off", "default", "every"):
+            runs = by_arm.get(arm, [])
+            if not runs:
+                continue
+            med = statistics.mean(m for m, _, _ in runs)
+            sampled = sum(c.get("sampled", 0) for _, c, _ in runs)
+            taken = sum(n for _, _, n in runs)
+            cost = sum(c.get("cost_s", 0.0) for _, c, _ in runs)
+            per = f"{cost / sampled * 1e6:.1f}" if sampled else ""
+            share = "; ".join(f"{c['cost_ratio']:.5f}" for _, c, _ in runs if "cost_ratio" in c)
+            lines.append(f"| {arm} | {', '.join(f'{m:.3f}' for m, _, _ in runs)} | {(med / base - 1) * 100:+.2f}% "
+                         f"| {sampled} / {taken} | {per} | {share} |")
+    return lines
+
+
+def main() -> None:
+    folder = sys.argv[1]
+    print("\n".join(injected(folder)))
+    print("\n".join(phase_ab(folder)))
+
+
+if __name__ == "__main__":
+    main()

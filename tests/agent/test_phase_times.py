@@ -1,0 +1,122 @@
+"""Always-on phase times: real CPU training through the real hooks, and fake CUDA events that
+show nothing is read before the GPU finished it."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import torch
+from torch import nn
+from torch.optim.optimizer import register_optimizer_step_post_hook
+
+from stepwatch.agent._dataloader import DataLoaderTimer
+from stepwatch.agent._phase_times import PhaseTimer
+from stepwatch.agent._steps import StepTracker
+
+from test_steps import FakeCuda  # (pytest puts this folder on the path)
+
+
+@pytest.fixture
+def loop():
+    """A real model, optimizer, DataLoader (timer installed) and tracker with a phase timer."""
+    made = []
+
+    def make(budget=1.0, cuda=None):
+        out = []
+        dl = DataLoaderTimer()
+        dl.install()
+        timer = PhaseTimer(dl, budget)
+        tracker = StepTracker(out.append, dl, cuda, phases=timer)
+        handle = register_optimizer_step_post_hook(lambda o, a, k: tracker.on_optimizer_step(o))
+        made.append((dl, handle))
+        model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4))
+        opt = torch.optim.SGD(model.parameters(), lr=0.01)
+        data = torch.utils.data.DataLoader(torch.randn(4096, 16), batch_size=8)
+        return out, timer, model, opt, data
+
+    yield make
+    for dl, handle in made:
+        handle.remove()
+        dl.uninstall()
+
+
+def train(model, opt, data, steps, before_optimizer=0.0, in_forward=0.0):
+    for i, x in enumerate(data):
+        if i >= steps:
+            break
+        if in_forward:
+            time.sleep(in_forward)
+        model(x).pow(2).mean().backward()
+        if before_optimizer:
+            time.sleep(before_optimizer)
+        opt.step()
+        opt.zero_grad()
+
+
+def phase_records(out):
+    return [r for r in out if r["t"] == "phase_times"]
+
+
+def test_every_point_is_seen_and_the_phases_sum_to_the_step(loop):
+    out, timer, model, opt, data = loop()
+    train(model, opt, data, 12, before_optimizer=0.004)
+    phases, steps = phase_records(out), {r["step"]: r for r in out if r["t"] == "step"}
+    # the first step has no boundary before it; the second learns which gradients come first and last
+    assert [p["step"] for p in phases] == list(range(3, 13)), [p["step"] for p in phases]
+    for p in phases:
+        assert p["points"] == 0b1111 and p["clock"] == "host"
+        total = sum(p[f"{k}_s"] for k in ("data", "forward", "backward", "sync", "optimizer"))
+        assert total == pytest.approx(steps[p["step"]]["duration_s"], abs=1e-9)
+        assert p["sync_s"] >= 0.004 > p["optimizer_s"]  # the sleep between backward and the step
+        assert p["sync_s"] == p["host_sync_s"]
+    assert 0 < timer.cost_s
+
+
+def test_a_record_comes_before_its_step(loop):
+    out, _, model, opt, data = loop()
+    train(model, opt, data, 5)
+    kinds = [(r["t"], r["step"]) for r in out if r["t"] in ("step", "phase_times")]
+    for i, (t, step) in enumerate(kinds):
+        if t == "phase_times":
+            assert kinds[i + 1] == ("step", step)
+
+
+def test_the_budget_bounds_how_many_steps_are_sampled_and_hooks_go_between(loop):
+    out, timer, model, opt, data = loop(budget=1e-6)
+    train(model, opt, data, 60)
+    assert timer.sampled <= 2, timer.sampled  # the first sample's cost outweighs 1e-6 of a second
+    for p in model.parameters():  # no hook left on the parameters while no step is sampled
+        assert not getattr(p, "_post_accumulate_grad_hooks", None)
+
+
+def test_a_failing_point_never_reaches_the_training_loop(loop):
+    class Broken:
+        def Event(self, enable_timing):
+            raise RuntimeError("no events today")
+
+    out, timer, model, opt, data = loop()
+    train(model, opt, data, 3)
+    timer.use_cuda(Broken())  # every point now fails inside the hooks
+    train(model, opt, data, 5)  # backward and the optimizer step run as ever
+    assert len([r for r in out if r["t"] == "step"]) == 8
+
+
+def test_cuda_points_are_read_only_once_the_gpu_finished_the_step(loop):
+    cuda = FakeCuda()
+    out, timer, model, opt, data = loop(cuda=cuda)
+    for i, x in enumerate(data):
+        if i >= 6:
+            break
+        model(x).pow(2).mean().backward()
+        opt.step()
+        opt.zero_grad()
+        assert not phase_records(out)  # nothing read while the events are pending
+    # the GPU finishes everything: 1 ms per event in record order, read at the next boundary
+    for k, ev in enumerate(cuda.events):
+        ev.done, ev.t_ms = True, float(k)
+    train(model, opt, data, 1)
+    phases = phase_records(out)
+    assert phases and all(p["clock"] == "cuda_event" and p["points"] == 0b1111 for p in phases)
+    for p in phases:  # five events, 1 ms apart: each phase 1 ms
+        assert [round(p[f"{k}_s"] * 1e3, 6) for k in ("data", "forward", "backward", "sync", "optimizer")] == [1.0] * 5

@@ -1,0 +1,92 @@
+"""Diagnosis from the agents' always-on phase times: the phase that grew is named, with no
+profiler window; the host is named only when it did more work, never for waiting."""
+
+from __future__ import annotations
+
+from stepwatch.collector.alerting._diagnosis import Evidence, diagnose
+from stepwatch.proto.stepwatch.v1 import agent_pb2
+
+T0 = 1_700_000_000.0
+HELLO = agent_pb2.Hello(job="j", rank=1)
+BASE = {"data": 1.0, "forward": 12.0, "backward": 22.0, "sync": 1.0, "optimizer": 4.0}  # ms, 40 ms
+HOST = {"data": 1.0, "forward": 3.0, "backward": 2.0, "sync": 0.2, "optimizer": 1.0}    # ms: runs ahead
+
+
+def feed(ev, device_extra=None, host_extra=None, wait_extra_ms=0.0, cpu_extra_ms=0.0, points=0b1111,
+         onset_step=500, every=1, clock=agent_pb2.STEP_CLOCK_CUDA_EVENT):
+    """600 steps; from ``onset_step`` on, the phases of ``device_extra`` / ``host_extra`` (ms)
+    longer; phase times on every ``every``-th step."""
+    device_extra, host_extra = device_extra or {}, host_extra or {}
+    for first in range(1, 601, 20):
+        b = agent_pb2.Batch(seq=first)
+        for s in range(first, first + 20):
+            slow = s >= onset_step
+            dev = {p: v + device_extra.get(p, 0.0) * slow for p, v in BASE.items()}
+            host = {p: v + host_extra.get(p, 0.0) * slow for p, v in HOST.items()}
+            end = T0 + s * 0.04
+            if s % every == 0:
+                b.phase_times.add(step=s, end_time_s=end, points=points, clock=clock,
+                                  **{f"{p}_s": v / 1e3 for p, v in dev.items()},
+                                  **{f"host_{p}_s": v / 1e3 for p, v in host.items()})
+            b.steps.add(step=s, end_time_s=end, duration_s=sum(dev.values()) / 1e3,
+                        dataloader_wait_s=0.001 + wait_extra_ms / 1e3 * slow)
+        t = T0 + first * 0.04
+        b.host.add(time_s=t, cpu_seconds=first * 0.04 + max(0, first - onset_step) * cpu_extra_ms / 1e3)
+        ev.on_batch(HELLO, b, t)
+
+
+def test_gpu_work_in_backward_is_named_and_the_spinning_host_is_not():
+    ev = Evidence()
+    feed(ev, device_extra={"backward": 5.0}, cpu_extra_ms=5.0)
+    d = diagnose(ev.rank("j", 1), T0 + 500 * 0.04)
+    assert d.text.startswith("backward +5.0 ms/step; "), d.text
+    assert "host CPU +5.0 ms/step (the host waiting for the device, not a cause)" in d.text, d.text
+    assert "no profiler window" not in d.text and "host-bound" not in d.text
+
+
+def test_a_host_bound_forward_names_the_host():
+    """Launch-bound: the forward's host time grew as much as its device time and is as long."""
+    ev = Evidence()
+    feed(ev, device_extra={"forward": 4.0}, host_extra={"forward": 13.0}, cpu_extra_ms=4.0)
+    d = diagnose(ev.rank("j", 1), T0 + 500 * 0.04)
+    assert d.text.startswith("forward +4.0 ms/step (host-bound: its host time +13.0 ms); host CPU +4.0"), d.text
+
+
+def test_a_slower_data_loader_is_the_data_phase_with_its_wait():
+    ev = Evidence()
+    feed(ev, device_extra={"data": 6.0}, host_extra={"data": 6.0}, wait_extra_ms=6.0)
+    d = diagnose(ev.rank("j", 1), T0 + 500 * 0.04)
+    assert d.text.startswith("data +6.0 ms/step (data-loader wait +6.0 ms, host-bound"), d.text
+
+
+def test_waiting_for_the_other_ranks_is_the_sync_phase():
+    ev = Evidence()
+    feed(ev, device_extra={"sync": 7.0}, cpu_extra_ms=7.0)
+    d = diagnose(ev.rank("j", 1), T0 + 500 * 0.04)
+    assert d.text.startswith("sync +7.0 ms/step (after backward, before the optimizer step: all-reduce"), d.text
+
+
+def test_a_point_never_seen_joins_its_phase_to_the_next():
+    """No DataLoader: the data phase's time is in forward, named for both."""
+    ev = Evidence()
+    feed(ev, device_extra={"forward": 5.0}, points=0b1110)
+    d = diagnose(ev.rank("j", 1), T0 + 500 * 0.04)
+    assert d.text.startswith("data+forward +5.0 ms/step"), d.text
+
+
+def test_sampled_steps_are_enough():
+    ev = Evidence()
+    feed(ev, device_extra={"optimizer": 3.0}, every=3)
+    d = diagnose(ev.rank("j", 1), T0 + 500 * 0.04)
+    assert d.text.startswith("optimizer +3.0 ms/step"), d.text
+
+
+def test_on_the_host_clock_host_cpu_stays_a_contributor():
+    """A CPU-only job: its phases are host time, so a busy thread beside training (the process's
+    CPU time +9 ms/step, every phase a little longer) is ranked as host CPU, not explained away."""
+    ev = Evidence()
+    extra = {"data": 0.5, "forward": 1.5, "backward": 2.0, "optimizer": 0.5}
+    feed(ev, device_extra=extra, host_extra=extra, cpu_extra_ms=9.0, clock=agent_pb2.STEP_CLOCK_HOST)
+    d = diagnose(ev.rank("j", 1), T0 + 500 * 0.04)
+    assert d.text.startswith("host CPU +9.0 ms/step; backward +2.0 ms/step"), d.text
+    assert "host-bound" not in d.text and "not a cause" not in d.text, d.text
