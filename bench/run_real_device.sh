@@ -153,6 +153,19 @@ phase-ab)  # PORT GPU SIZE SECS: no agent / phase times off / default / every st
         )
         finish $n $port
     done ;;
+phase-ab4)  # SECS: phase-ab on four GPUs at once, sizes s, m, s, m
+    for g in 0 1 2 3; do
+        size=s; [ $((g % 2)) = 1 ] && size=m
+        bash bench/run_real_device.sh phase-ab $((4 + g)) $g $size $1 &
+    done
+    wait ;;
+inject1x4)  # SECS AT CAUSE CAUSE CAUSE CAUSE: four 1-GPU jobs at once, one cause each (size m)
+    secs=$1 at=$2; shift 2; g=0
+    for c in "$@"; do
+        bash bench/run_real_device.sh inject1 d1_$c $((4 + g)) $g m $secs $c $at &
+        g=$((g + 1))
+    done
+    wait ;;
 slots)  # each argument a ';'-separated sequence of verbs, run detached; wait-pack collects them
     k=0
     for seq in "$@"; do
