@@ -47,14 +47,15 @@ def feed_batch(engine: DetectionEngine, job: str, rank: int, batch: agent_pb2.Ba
     """Hand one batch's phase times, step, allocator, NVML and host samples to ``engine``."""
     if batch.phase_times:
         p = phase_columns(batch)
-        steps_, owns, syncs = [], [], []
+        steps_, pres, owns, syncs = [], [], [], []
+        data, forward, _, sync, optimizer = p.device
         for i, seen in enumerate(p.points):
-            if seen & _SYNC_SEEN == _SYNC_SEEN:  # the last gradient and the optimizer start: sync is known
-                sync = p.device[3][i]
+            if seen & _SYNC_SEEN == _SYNC_SEEN:  # the gradients and the optimizer start seen: phases apart
                 steps_.append(p.step[i])
-                syncs.append(sync)
-                owns.append(sum(d[i] for d in p.device) - sync)
-        engine.phase_times(job, rank, steps_, owns, syncs)
+                syncs.append(sync[i])
+                pres.append(data[i] + forward[i] + optimizer[i])
+                owns.append(sum(d[i] for d in p.device) - sync[i])
+        engine.phase_times(job, rank, steps_, pres, owns, syncs)
     c = steps if steps is not None else step_columns(batch)
     if len(c):
         engine.steps(job, rank, c.step, c.end, c.dur, c.wait, c.tokens, c.profiled,
@@ -75,7 +76,7 @@ def feed_batch(engine: DetectionEngine, job: str, rank: int, batch: agent_pb2.Ba
                                                  w.communication_s, w.breakdown.step_time_s))
 
 
-_SYNC_SEEN = 0b1100  # StepPhaseTimes.points: the last gradient (bit 2) and the optimizer start (bit 3)
+_SYNC_SEEN = 0b1110  # StepPhaseTimes.points: the first and last gradient (bits 1, 2), the optimizer start (3)
 
 
 class Detection:

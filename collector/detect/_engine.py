@@ -209,12 +209,13 @@ class DetectionEngine:
             s = self._stragglers[job] = StragglerDetector(self.cfg.straggler, job)
         return s
 
-    def phase_times(self, job: str, rank: int, steps: list, owns: list, syncs: list) -> None:
-        """Sampled phase times of ``rank`` (its own time outside the gradient sync, and the
-        sync time, per step in seconds), for the straggler rule; fed before the batch's steps."""
+    def phase_times(self, job: str, rank: int, steps: list, pres: list, owns: list, syncs: list) -> None:
+        """Sampled phase times of ``rank`` per step in seconds (before the collectives: data +
+        forward + optimizer; own: all but sync; sync), for the straggler rule; fed before the
+        batch's steps."""
         self._rank(job, rank)
         if self.cfg.enabled and self.cfg.straggler.enabled and steps:
-            self._straggler(job).phases(rank, steps, owns, syncs)
+            self._straggler(job).phases(rank, steps, pres, owns, syncs)
 
     def window(self, job: str, rank: int, w: WindowPoint) -> None:
         """One profiler window of ``rank`` (compute and communication per step): a rank whose

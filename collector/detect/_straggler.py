@@ -10,14 +10,16 @@ block is slow when ratio >= ``ratio`` and z >= ``robust_z``; the rank is flagged
 A block is judged once every rank seen has finished it, or when some rank is two blocks
 ahead.
 
-The agents' always-on phase times say where each sampled step went: a rank's own time is the
-step outside ``sync`` (from the last gradient to the optimizer step's start, where DDP waits
-for the gradient all-reduce). A rank slower in its own work (more GEMMs, a slower data loader,
-a busy host) makes the others wait there: its own time exceeds the others' median while they
-wait longer. Where every rank of a block sent phase times (sync point seen), a block is also
-slow when ``1 + own excess / the others' median step`` >= ``phase_ratio``, its z (as above)
->= ``robust_z``, and the others' median sync exceeds the rank's by at least ``wait_share`` x
-the excess.
+The agents' always-on phase times say where each sampled step went. A rank slower in its own
+work (more GEMMs, a slower data loader, a busy host) makes the others wait in the collectives:
+their ``sync`` (from the last gradient to the optimizer step, where DDP waits for the gradient
+all-reduce) grows, and part of the wait can land in their backward. A rank's excess is the
+larger of its time before the collectives (data + forward + optimizer) and its own time (the
+step but sync) over the other ranks' medians, all pooled over its samples of the last
+``window_blocks`` blocks (at least 5: a small phase budget samples about one step in ten).
+Where every rank of a block has such a pool, the block is also slow for a rank when
+``1 + excess / the others' median step`` >= ``phase_ratio``, its z (as above) >= ``robust_z``,
+and the others' median sync exceeds its own by at least ``phase_wait_share`` x the excess.
 
 A rank whose GPU is slow (throttled, degraded, a noisy neighbour) hides inside the collectives:
 every rank's step time and data-loader wait stay the same. The profiler windows, taken at the
@@ -48,6 +50,8 @@ from ._types import WARNING, Condition, WindowPoint, finite_positive, mads_witho
 __all__ = ["StragglerDetector"]
 
 _MAX_OPEN_BLOCKS = 8
+_MAX_PHASE_SAMPLES = 512  # a rank's phase samples kept (its last window_blocks blocks at most)
+_MIN_PHASE_SAMPLES = 5    # a pool of fewer is not judged
 _MAX_OPEN_GROUPS = 4
 
 
@@ -67,7 +71,7 @@ class StragglerDetector:
         self._by_steps: dict[int, Condition] = {}
         self._by_windows: dict[int, Condition] = {}
         self.conditions: dict[int, Condition] = {}
-        self._phase: dict[int, dict[int, tuple]] = {}  # rank -> block -> ([own], [sync])
+        self._phase: dict[int, collections.deque] = {}  # rank -> (block, pre, own, sync) samples
 
     def feed(self, rank: int, step: int, time: float, step_time: float, wait: float) -> bool:
         if not finite_positive(step_time):
@@ -127,22 +131,15 @@ class StragglerDetector:
             self._cur[rank] = cur
         return changed
 
-    def phases(self, rank: int, steps: list, owns: list, syncs: list) -> None:
-        """Sampled phase times of ``rank``: per step its own time (outside sync) and its sync
-        time, in seconds. Kept until the rank's step block they fall in closes."""
+    def phases(self, rank: int, steps: list, pres: list, owns: list, syncs: list) -> None:
+        """Sampled phase times of ``rank``, per step in seconds: its time before the collectives
+        (data + forward + optimizer), its own time (all but sync) and its sync time. Pooled
+        over the rank's last ``window_blocks`` blocks when a block closes."""
         size = self.cfg.block_steps
-        acc = self._phase.get(rank)
-        if acc is None:
-            acc = self._phase[rank] = {}
-        for step, own, sync in zip(steps, owns, syncs):
-            bid = step // size
-            cur = acc.get(bid)
-            if cur is None:
-                if len(acc) >= _MAX_OPEN_BLOCKS:  # steps never came for the oldest
-                    del acc[min(acc)]
-                cur = acc[bid] = ([], [])
-            cur[0].append(own)
-            cur[1].append(sync)
+        pool = self._phase.get(rank)
+        if pool is None:
+            pool = self._phase[rank] = collections.deque(maxlen=_MAX_PHASE_SAMPLES)
+        pool.extend(zip([s // size for s in steps], pres, owns, syncs))
 
     def window(self, rank: int, w: WindowPoint) -> bool:
         """One profiler window of ``rank``; True when ``conditions`` changed."""
@@ -241,16 +238,26 @@ class StragglerDetector:
 
     def _close(self, rank: int, cur) -> None:
         bid, times, waits, step, time = cur
-        acc = self._phase.get(rank)
-        own = acc.pop(bid, None) if acc else None
-        if acc:
-            for old in [b for b in acc if b < bid]:
-                del acc[old]
         if len(times) * 2 < self.cfg.block_steps:
             return  # a partial block (first block, restart): not comparable
         self._blocks.setdefault(bid, {})[rank] = (median(times), median(waits), step, time,
-                                                  (median(own[0]), median(own[1])) if own else None)
+                                                  self._pooled(rank, bid))
         self._max_block = max(self._max_block, bid)
+
+    def _pooled(self, rank: int, bid: int) -> Optional[tuple]:
+        """Medians of (pre, own, sync) over the rank's phase samples of its last
+        ``window_blocks`` blocks up to ``bid``; None with fewer than _MIN_PHASE_SAMPLES (one
+        sample per block at a small phase budget: a block alone is too few)."""
+        pool = self._phase.get(rank)
+        if not pool:
+            return None
+        lo = bid - self.cfg.window_blocks
+        while pool and pool[0][0] <= lo:
+            pool.popleft()
+        rows = [row for row in pool if row[0] <= bid]
+        if len(rows) < _MIN_PHASE_SAMPLES:
+            return None
+        return tuple(median([row[k] for row in rows]) for k in (1, 2, 3))
 
     def _judge_ready(self) -> bool:
         changed = False
@@ -277,8 +284,7 @@ class StragglerDetector:
         # phase times: only when every rank of the block sent them
         split = all(vals[r][4] is not None for r in ranks)
         if split:
-            m_own = medians_without_each([vals[r][4][0] for r in ranks])
-            m_sync = medians_without_each([vals[r][4][1] for r in ranks])
+            m_pre, m_own, m_sync = (medians_without_each([vals[r][4][k] for r in ranks]) for k in range(3))
         for i, rank in enumerate(ranks):
             t, w, step, time, own = vals[rank]
             mt, mw = mts[i], mws[i]
@@ -292,12 +298,16 @@ class StragglerDetector:
             flag = ratio >= cfg.ratio and z >= cfg.robust_z
             by_phase = None
             if split and not flag:
-                own_excess = own[0] - m_own[i]
-                waited = m_sync[i] - own[1]
+                pre, mine, sync = own
+                # before the collectives the others cannot be waiting for anyone: an excess there
+                # is this rank's own; over the whole step, part of the others' wait can land in
+                # their backward (measured on two H100s: 4.8 of a 6.5 ms wait)
+                own_excess = max(pre - m_pre[i], mine - m_own[i])
+                waited = m_sync[i] - sync
                 if (1 + own_excess / mt >= cfg.phase_ratio and own_excess / floor >= cfg.robust_z
-                        and waited >= cfg.wait_share * own_excess):
+                        and waited >= cfg.phase_wait_share * own_excess):
                     flag, ratio = True, 1 + own_excess / mt
-                    by_phase = (own[0], m_own[i], own[1], m_sync[i])
+                    by_phase = (own_excess, pre, m_pre[i], sync, m_sync[i])
             # slow blocks among the last window_blocks, kept as a count (the oldest leaves)
             slow = counts.get(rank, 0) + flag - (len(hist) == size and hist[0][0])
             hist.append((flag, step, time))
@@ -317,13 +327,13 @@ class StragglerDetector:
         first: Optional[tuple] = next(((st, tm) for s, st, tm in hist if s), None)
         step, since = (old.step, old.since) if old is not None else first
         if by_phase is not None:
-            own, m_own, sync, m_sync = by_phase
-            summary = (f"rank {rank} is a straggler: its own time per step (outside the gradient sync) "
-                       f"{own * 1e3:.1f} ms vs {m_own * 1e3:.1f} ms of the other ranks ({ratio:.2f}x their "
-                       f"step); they wait {(m_sync - sync) * 1e3:+.1f} ms/step longer in sync "
-                       f"({m_sync * 1e3:.1f} vs {sync * 1e3:.1f} ms), in {slow} of the last {len(hist)} "
-                       f"blocks since step {step:,}")
-        elif old is not None and "own time" in old.summary:
+            excess, pre, m_pre, sync, m_sync = by_phase
+            summary = (f"rank {rank} is a straggler: its own work takes {excess * 1e3:+.1f} ms/step longer "
+                       f"than the other ranks' ({ratio:.2f}x their step; before the collectives "
+                       f"{pre * 1e3:.1f} vs {m_pre * 1e3:.1f} ms); they wait {(m_sync - sync) * 1e3:+.1f} "
+                       f"ms/step longer in sync ({m_sync * 1e3:.1f} vs {sync * 1e3:.1f} ms), in {slow} of "
+                       f"the last {len(hist)} blocks since step {step:,}")
+        elif old is not None and "own work takes" in old.summary:
             return False  # still held: keep the phase figures of the last block that showed them
         else:
             summary = (f"rank {rank} is a straggler: {ratio:.2f}x the other ranks' step time "

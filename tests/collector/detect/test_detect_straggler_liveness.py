@@ -244,7 +244,8 @@ def run_phased_job(engine, steps, ranks=2, step_s=0.045, own_extra_s=0.0, slow_r
                 sync += own_extra_s
                 own -= own_extra_s
             if s % every == 0:
-                engine.phase_times("j", r, [s], [own * (1 + rng.uniform(-jitter, jitter))], [sync])
+                pre = 0.02 * (1 + rng.uniform(-jitter, jitter))  # (the extra work is in backward)
+                engine.phase_times("j", r, [s], [pre], [own * (1 + rng.uniform(-jitter, jitter))], [sync])
             engine.step("j", r, s, t, mine * (1 + rng.uniform(-jitter / 10, jitter / 10)), wait_s=0.001)
         if first_alarm is None and stragglers(engine):
             first_alarm = s
@@ -257,15 +258,16 @@ def test_a_rank_slower_in_its_own_work_is_named_from_phase_times():
     first = run_phased_job(e, 400, own_extra_s=0.0068, slow_rank=1, slow_from=200)
     got = stragglers(e)
     assert set(got) == {1}, got
-    assert 200 + 70 <= first <= 200 + 90, first  # 8 slow blocks of 10 steps: 3.6 s at 45 ms
-    assert "its own time per step (outside the gradient sync)" in got[1].summary, got[1].summary
-    assert "they wait +6.8 ms/step longer in sync" in got[1].summary, got[1].summary
+    # the pooled samples of the last 10 blocks turn at half of them, then 8 slow blocks of 10
+    assert 200 + 70 <= first <= 200 + 150, first
+    assert "its own work takes +6." in got[1].summary, got[1].summary
+    assert "they wait +6." in got[1].summary and "ms/step longer in sync" in got[1].summary, got[1].summary
 
 
 def test_phase_times_of_every_third_step_are_enough():
     e = DetectionEngine(parse_detection({"warmup_steps": 0}))
     first = run_phased_job(e, 400, ranks=4, own_extra_s=0.0068, slow_rank=2, slow_from=200, every=3)
-    assert set(stragglers(e)) == {2} and first <= 200 + 100, first
+    assert set(stragglers(e)) == {2} and first <= 200 + 160, first
 
 
 def test_healthy_phased_jobs_and_more_work_nobody_waits_for_name_nobody():
