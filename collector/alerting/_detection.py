@@ -10,6 +10,7 @@ error and never reaches ingest.
 
 from __future__ import annotations
 
+import datetime
 import logging
 from typing import Callable, Iterable, Optional
 
@@ -76,6 +77,10 @@ def feed_batch(engine: DetectionEngine, job: str, rank: int, batch: agent_pb2.Ba
                                                  w.communication_s, w.breakdown.step_time_s))
 
 
+def _unix(iso_time: str) -> float:
+    return datetime.datetime.fromisoformat(iso_time.replace("Z", "+00:00")).timestamp()
+
+
 _SYNC_SEEN = 0b1110  # StepPhaseTimes.points: the first and last gradient (bits 1, 2), the optimizer start (3)
 
 
@@ -101,6 +106,7 @@ class Detection:
         self._trace_episodes: set = set()           # alert keys a trace was asked for
         # (job, rank) -> {session_id: ["host pid N", open streams]} (a reconnect overlaps streams)
         self._live: dict[tuple, dict] = {}
+        self._phase_blocks: dict[tuple, int] = {}  # (job, rank) -> phase blocks at the last diagnosis
         # ranks with a firing slowdown whose diagnosis still lacks a window after its onset: only
         # their window batches are checked (one set lookup per batch for everyone else)
         self._incomplete: set[tuple] = set()
@@ -152,7 +158,8 @@ class Detection:
             if self.engine.changed:
                 self._update(now)
             rank = (hello.job, hello.rank)
-            if rank in self._incomplete and (batch.windows or self._undiagnosed(rank)):
+            if rank in self._incomplete and (batch.windows or self._undiagnosed(rank)
+                                             or (batch.phase_times and self._new_phase_block(rank))):
                 # a window after an onset completes the diagnosis; an alert raised before three
                 # 10-step blocks after its onset had arrived gets its first one from later batches
                 mine = [a for a in self.book.firing(rank) if a.alertname in SLOWDOWNS]
@@ -167,6 +174,7 @@ class Detection:
         for job, rank in keys:
             self.engine.forget(job, rank)
             self._incomplete.discard((job, rank))
+            self._phase_blocks.pop((job, rank), None)
         self.evidence.forget(keys)
 
     def tick(self, now: float, connections: Iterable[tuple]) -> None:
@@ -241,6 +249,16 @@ class Detection:
             if len(self._trace_alerts) > 1000:  # never answered: forget the oldest
                 self._trace_alerts.pop(next(iter(self._trace_alerts)))
 
+    def _new_phase_block(self, rank: tuple) -> bool:
+        """The rank's evidence gained a block of phase times since the last look (a slowdown
+        raised before 3 blocks after its onset had arrived is diagnosed again from them)."""
+        r = self.evidence.rank(*rank)
+        n = len(r.phases) if r is not None else 0
+        if self._phase_blocks.get(rank) == n:
+            return False
+        self._phase_blocks[rank] = n
+        return True
+
     def _reset_diagnosis(self, a: Alert) -> bool:
         """Let a complete diagnosis be made again (False: the alert is gone)."""
         if a.diagnosis_complete:
@@ -259,11 +277,17 @@ class Detection:
         for a in alerts:
             if a.alertname not in SLOWDOWNS or a.diagnosis_complete:
                 continue
-            d = diagnose(self.evidence.rank(a.job, a.rank), a.onset)
+            since = a.onset
+            if a.alertname == STRAGGLER and a.earlier:
+                # the same rank flagged again within the episode: what changed is from its first onset
+                since = min(since, _unix(a.earlier[0]["onset_at"]))
+            d = diagnose(self.evidence.rank(a.job, a.rank), since)
             if d is None:
                 continue
             text = d.text
-            if d.contributors and d.contributors[0][0].startswith("sync"):
+            top = d.contributors[0] if d.contributors else None
+            if (a.alertname != STRAGGLER and top is not None and top[0].startswith("sync")
+                    and top[1] > 0 and top[1] >= 0.3 * d.step_delta_ms):
                 # this rank waited for the others: name the straggler when one is known
                 slow = sorted(s.rank for s in self.book.firing() if s.alertname == STRAGGLER
                               and s.job == a.job and s.rank != a.rank)

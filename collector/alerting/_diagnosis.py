@@ -300,7 +300,10 @@ def _add_kernel(found: list, wb: agent_pb2.WindowSummary, wa: agent_pb2.WindowSu
     if top is None or not found:
         return found
     grew = (na[top] - nb.get(top, 0.0)) * 1e3
-    i = max(range(len(found)), key=lambda j: found[j][1])
+    phases = [j for j, c in enumerate(found) if c[0] != "host CPU"]
+    if not phases:
+        return found
+    i = max(phases, key=lambda j: found[j][1])
     name, d, detail = found[i]
     if grew > 0 and grew >= 0.25 * d and not name.startswith("data"):
         extra = f"{_short(top)} +{grew:.1f} ms" + ("" if top in nb else ", new")
