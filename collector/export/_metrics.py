@@ -21,6 +21,7 @@ from __future__ import annotations
 from typing import Callable, NamedTuple, Optional
 
 from ._exposition import Family, labels_text
+from ..wire._columns import PHASES
 from ._fork_render import FAILURE_REASONS
 from .._gcstats import GC_STATS
 from ._job_metrics import job_families
@@ -335,7 +336,16 @@ def _steps(t: RankTable, labels: Labels, full: bool, pause: Callable[[], None] =
     last.add_column(labels.rank, t.last_step_time)
     samples.add_column(labels.rank, [n if known else None for n, known in zip(t.samples_total, t.samples_known)])
     tokens.add_column(labels.rank, [n if known else None for n, known in zip(t.tokens_total, t.tokens_known)])
-    return [steps, dur, wait, ratio, last, samples, tokens]
+    out = [steps, dur, wait, ratio, last, samples, tokens]
+    if full:  # (five series per rank: full mode only)
+        phase = Family("stepwatch_step_phase_seconds", "Median seconds per step in each phase (data, forward, "
+                       "backward, sync, optimizer) of the rank's last 32 sampled steps, on the device's timeline "
+                       "(the agents' phase times; they sum to the step).", "gauge")
+        for k, name in enumerate(PHASES):
+            phase.add_column(labels.rank, [p[k] if p is not None else None for p in t.phases],
+                             labels_text(("phase",), (name,)))
+        out.append(phase)
+    return out
 
 
 def _samples(t: RankTable, labels: list, table, kind: str, keep, pause: Callable[[], None] = no_pause) -> list[Family]:

@@ -26,7 +26,7 @@ __all__ = ["RankTable", "aligned"]
 # counts and sums: (column, getter).
 _PLAIN = ("job", "rank", "hello", "gpu", "streams", "steps_total", "recent_added", "last_step_time",
           "samples_total", "samples_known", "tokens_total", "tokens_known", "allocator", "gpu_sample", "host",
-          "stats")
+          "stats", "phases")
 _PLAIN_GET = tuple((name, operator.attrgetter(name)) for name in _PLAIN) + (
     ("step_count", operator.attrgetter("step_hist.count")), ("step_sum", operator.attrgetter("step_hist.sum")),
     ("wait_count", operator.attrgetter("wait_hist.count")), ("wait_sum", operator.attrgetter("wait_hist.sum")))

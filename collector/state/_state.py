@@ -19,7 +19,8 @@ from typing import Any, Callable, Iterable, Optional
 
 from stepwatch.proto.stepwatch.v1 import agent_pb2
 
-from ..wire._columns import SampleColumns, Samples, StepColumns, step_columns
+from ..wire._columns import SampleColumns, Samples, StepColumns, phase_columns, step_columns
+from ..detect._types import median
 from .._ring import Ring
 
 from ._trace_requests import TraceBook
@@ -40,6 +41,7 @@ MAX_SESSIONS = 16
 _SNAPSHOT_CHUNK = 256  # ranks read per hold of the lock (dev machine: a scrape ~0.5 ms, copies ~1.5 ms)
 TREND_POINTS = 300  # (step, end_time_s, duration_s) kept per rank for the page's trend
 WINDOWS_KEPT = 5  # default number of WindowSummary kept per rank (arrival order)
+PHASES_KEPT = 32  # sampled steps' phase times kept per rank for stepwatch_step_phase_seconds
 
 
 SELF_BOUNDS_S = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
@@ -154,6 +156,10 @@ class RankState:
     events: collections.deque = dataclasses.field(default_factory=lambda: collections.deque(maxlen=KEPT_EVENTS))
     stats: Optional[agent_pb2.AgentStats] = None
     windows: collections.deque = dataclasses.field(default_factory=lambda: collections.deque(maxlen=WINDOWS_KEPT))
+    # the device-timeline phase times (data, forward, backward, sync, optimizer) of the rank's last
+    # PHASES_KEPT sampled steps, and their medians (None before the first)
+    phase_recent: Ring = dataclasses.field(default_factory=lambda: Ring("ddddd", PHASES_KEPT))
+    phases: Optional[tuple] = None
 
     @property
     def connected(self) -> bool:
@@ -369,6 +375,10 @@ class CollectorState:
         for w in batch.windows or ():
             self._trim_window(w)
             st.windows.append(own(w))
+        if batch.phase_times:
+            p = phase_columns(batch)
+            st.phase_recent.extend_columns(*p.device)
+            st.phases = tuple(median(list(st.phase_recent.column(k))) for k in range(5))
         if batch.traces:
             self.traces.add(st.job, st.rank, st.hello.host, map(own, batch.traces))
 

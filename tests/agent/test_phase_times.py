@@ -120,3 +120,66 @@ def test_cuda_points_are_read_only_once_the_gpu_finished_the_step(loop):
     assert phases and all(p["clock"] == "cuda_event" and p["points"] == 0b1111 for p in phases)
     for p in phases:  # five events, 1 ms apart: each phase 1 ms
         assert [round(p[f"{k}_s"] * 1e3, 6) for k in ("data", "forward", "backward", "sync", "optimizer")] == [1.0] * 5
+
+
+def test_explicit_steps_learn_the_optimizer_from_its_pre_hook():
+    """agent.step() mode (the Hugging Face and Lightning callbacks): no optimizer at the
+    boundary; the sampled step's pre-hook finds it, the next learns the gradient order."""
+    out = []
+    dl = DataLoaderTimer()
+    dl.install()
+    try:
+        timer = PhaseTimer(dl, 1.0)
+        tracker = StepTracker(out.append, dl, None, phases=timer)
+        model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4))
+        opt = torch.optim.SGD(model.parameters(), lr=0.01)
+        for i, x in enumerate(torch.utils.data.DataLoader(torch.randn(512, 16), batch_size=8)):
+            if i >= 8:
+                break
+            model(x).pow(2).mean().backward()
+            opt.step()
+            opt.zero_grad()
+            tracker.on_explicit_step(None, None)
+    finally:
+        dl.uninstall()
+    phases = phase_records(out)
+    assert phases and phases[-1]["points"] == 0b1111, phases
+
+
+def test_gradient_accumulation_spans_the_micro_batches(loop):
+    """Four micro-batches per optimizer step: forward is the first one's, backward runs from
+    its first gradient to the last micro-batch's last gradient."""
+    out, timer, model, opt, data = loop()
+    it = iter(data)
+    for _ in range(6):
+        for micro in range(4):
+            model(next(it)).pow(2).mean().backward()
+            if micro < 3:
+                time.sleep(0.003)  # host work between micro-batches: inside backward's span
+        opt.step()
+        opt.zero_grad()
+    phases = phase_records(out)
+    assert phases and all(p["points"] == 0b1111 for p in phases), phases
+    assert all(p["backward_s"] >= 3 * 0.003 for p in phases), [p["backward_s"] for p in phases]
+
+
+def test_a_compiled_model_keeps_its_one_graph_and_gets_every_point(loop):
+    """torch.compile (AOTAutograd, the eager backend: no C compiler in CI): the gradient hooks sit
+    on the parameters, outside the compiled graphs, and coming and going each sampled step they
+    cause no recompilation."""
+    from torch._dynamo.utils import counters
+
+    torch._dynamo.reset()
+    counters.clear()
+    out, timer, model, opt, data = loop()
+    compiled = torch.compile(model, backend="aot_eager")
+    for i, x in enumerate(data):
+        if i >= 12:
+            break
+        compiled(x).pow(2).mean().backward()
+        opt.step()
+        opt.zero_grad()
+    phases = phase_records(out)
+    assert len(phases) >= 8 and all(p["points"] == 0b1111 for p in phases), phases
+    assert counters["frames"]["ok"] == 1 and not counters["recompiles"], (dict(counters["frames"]),
+                                                                          dict(counters["recompiles"]))

@@ -45,6 +45,9 @@ def _rank_batch(rank: int) -> agent_pb2.AgentMessage:
             kernel_count=100, top_kernels=[agent_pb2.NamedTime(name=f"k{i}", seconds=0.01, count=1) for i in range(6)],
             top_ops=[agent_pb2.NamedTime(name=f"aten::op{i}", seconds=0.01, count=1) for i in range(6)],
             breakdown=agent_pb2.StepBreakdown(step_time_s=d, forward_s=0.01, backward_s=0.01, communication_s=0.001))],
+        phase_times=[agent_pb2.StepPhaseTimes(step=n, end_time_s=T0, points=15, data_s=0.001, forward_s=0.01,
+                                              backward_s=0.012 + rank * 0.001 * (n % 3), sync_s=0.002,
+                                              optimizer_s=0.005) for n in range(1, 21, 2)],
         events=[agent_pb2.Event(time_s=T0, kind="window_skipped", message="x")],
         stats=agent_pb2.AgentStats(windows=2, window_skips={"budget": 1}, overhead_ratio=0.003, records_dropped=0,
                                    hook_errors=0, spool_bytes=0))
@@ -125,6 +128,9 @@ def test_full_keeps_every_series_and_the_same_aggregates(start_collector):
     assert all(len(got) > 100 for got in by_rank.values()), {r: len(g) for r, g in by_rank.items()}
     assert _value(samples, "stepwatch_gpu_fp32_active_ratio", rank="1", UUID="GPU-1") == pytest.approx(0.02)
     assert _value(samples, "stepwatch_step_duration_seconds_bucket", rank="2", le="0.05") == 20
+    # the median of the rank's sampled phase times (rank 2's backward: 12, 14 or 16 ms, median 14)
+    assert _value(samples, "stepwatch_step_phase_seconds", rank="2", phase="backward") == pytest.approx(0.014)
+    assert _value(samples, "stepwatch_step_phase_seconds", rank="0", phase="sync") == pytest.approx(0.002)
     _job_aggregates_hold(samples)
 
 
