@@ -100,7 +100,7 @@ class StepTracker:
     def boundary(self, samples: Optional[int] = None, tokens: Optional[int] = None) -> None:
         now, wall = self._clock(), self._wall()
         phases = self._phases
-        points = phases.close() if phases is not None else None
+        points = self._phase_call(phases.close) if phases is not None else None
         start = self._last_host
         host_duration, self._last_host = now - start, now
         self.steps += 1
@@ -137,7 +137,16 @@ class StepTracker:
         if phases is not None and not self._profiled:
             if phases.leader is None and self._leader is not None:
                 phases.leader = self._leader
-            phases.arm(self._optimizer)
+            self._phase_call(phases.arm, self._optimizer)
+
+    def _phase_call(self, fn, *args):
+        """A phase timer call; one that raises turns the phase times off for the process (the
+        steps go on, and the agent's hook is not counted as failing)."""
+        try:
+            return fn(*args)
+        except Exception:
+            self._phases = None
+            return None
 
     # -- phase marks -----------------------------------------------------------------------
     def mark(self, kind: str) -> None:
@@ -208,14 +217,16 @@ class StepTracker:
                                 done.host_span[0], done.host_span[1], lambda a, b: b - a)
                 self._emit(contract.phase_times(done.step, done.end_time_s, "cuda_event", times, host, seen))
         finally:
-            self._phases.release(events)
-            self._phases.add_cost(self._clock() - t0)
+            if self._phases is not None:
+                self._phases.release(events)
+                self._phases.add_cost(self._clock() - t0)
 
     def _emit_host_phases(self, step: int, wall: float, points: list, start: float, end: float) -> None:
         t0 = self._clock()
         host, seen = split([p[1] if p is not None else None for p in points], start, end, lambda a, b: b - a)
         self._emit(contract.phase_times(step, wall, "host", host, host, seen))
-        self._phases.add_cost(self._clock() - t0)
+        if self._phases is not None:
+            self._phases.add_cost(self._clock() - t0)
 
     def _retire(self, event) -> None:
         if len(self._free_events) < 8:

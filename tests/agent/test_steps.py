@@ -30,7 +30,7 @@ class FakeEvent:
     def __init__(self, gpu):
         self.gpu, self.t_ms, self.done = gpu, None, False
 
-    def record(self):
+    def record(self, stream=None):
         self.gpu.events.append(self)
 
     def query(self):
@@ -53,6 +53,9 @@ class FakeCuda:
 
     def current_device(self):
         return 0
+
+    def current_stream(self):
+        return "stream 0"
 
     def get_device_properties(self, d):
         return type("P", (), {"total_memory": 80 << 30, "uuid": "abcd-1234", "name": "Fake GPU"})()
