@@ -133,36 +133,7 @@ def phase_columns(batch: agent_pb2.Batch) -> Optional[PhaseColumns]:
 _GETTERS: dict = {}
 
 
-_FLOATPHASES = ("data", "forward", "backward", "sync", "optimizer")
-_PHASE_FIELDS = tuple(map(operator.attrgetter, ("step", "end_time_s", "points", "clock")
-                          + tuple(f"{p}_s" for p in PHASES) + tuple(f"host_{p}_s" for p in PHASES)))
-
-
-class PhaseColumns:
-    """A batch's sampled phase times as columns: ``step``, ``end``, ``points`` (bitmask of the
-    points seen), ``clock`` (StepClock), ``device`` and ``host`` (five lists each, in
-    :data:`PHASES` order; the same on the host clock)."""
-
-    __slots__ = ("step", "end", "points", "clock", "device", "host")
-
-    def __init__(self, step: list, end: list, points: list, clock: list, device: list, host: list):
-        self.step, self.end, self.points, self.clock = step, end, points, clock
-        self.device, self.host = device, host
-
-    def __len__(self) -> int:
-        return len(self.step)
-
-
-def phase_columns(batch: agent_pb2.Batch) -> Optional[PhaseColumns]:
-    """The batch's phase times as columns, or None when it has none."""
-    records = list(batch.phase_times)
-    if not records:
-        return None
-    cols = [list(map(get, records)) for get in _PHASE_FIELDS]
-    return PhaseColumns(cols[0], cols[1], cols[2], cols[3], cols[4:9], cols[9:14])
-
-
-_GETTERS: dict = {}
+_FLOAT_GETTERS: dict = {}
 _FEW_FLOATS = 4  # a sample type with at most this many float fields (host, allocator) is checked by column
 
 
