@@ -112,7 +112,7 @@ class Detection:
         self._incomplete: set[tuple] = set()
         self.engine = DetectionEngine(cfg, store)  # (store: drift state kept across restarts)
         self.book = AlertBook(cfg.resolved_retention_s, cfg.resolve_hold_s, steps=self.engine.last_step)
-        self.evidence = Evidence()
+        self.evidence = Evidence(cfg.straggler.block_steps)  # (one block size for stragglers and the why)
         self.client = client
         self._last_resend = 0.0
         self._once = OnceLog(log)
@@ -161,7 +161,7 @@ class Detection:
             if rank in self._incomplete and (batch.windows or self._undiagnosed(rank)
                                              or (batch.phase_times and self._new_phase_block(rank))):
                 # a window after an onset completes the diagnosis; an alert raised before three
-                # 10-step blocks after its onset had arrived gets its first one from later batches
+                # step blocks after its onset had arrived gets its first one from later batches
                 mine = [a for a in self.book.firing(rank) if a.alertname in SLOWDOWNS]
                 self._diagnose(mine)
                 if all(a.diagnosis_complete for a in self.book.firing(rank) if a.alertname in SLOWDOWNS):

@@ -1,7 +1,8 @@
 """Why a rank got slower: what changed between before and after an alert's onset.
 
 :class:`Evidence` is a pipeline listener that keeps, per rank, compact rings of what the
-diagnosis compares: 10-step blocks of step time and data-loader wait, host CPU seconds, NVML
+diagnosis compares: blocks of ``block`` usable steps (the straggler rule's ``block_steps``, 10
+by default) of step time and data-loader wait, host CPU seconds, NVML
 SM clock / power / clock-event reasons and GPM activity (SM, tensor, DRAM), allocator retries,
 and the last window summaries.
 :func:`diagnose` compares the data before an onset time with the data after it and ranks the
@@ -37,8 +38,7 @@ from ..detect._types import median
 
 __all__ = ["Evidence", "Diagnosis", "diagnose", "compare_windows", "fmt"]
 
-_BLOCK = 10
-_BLOCKS_KEPT = 600        # 6,000 steps of step-time blocks
+_BLOCKS_KEPT = 600        # step-time blocks kept (6,000 steps at the default 10 a block)
 _SAMPLES_KEPT = 900       # 15 min of 1 Hz host / NVML / allocator samples
 _WINDOWS_KEPT = 16
 _RECENT_WINDOWS = 8
@@ -79,8 +79,9 @@ class _Rank:
 class Evidence:
     """Pipeline listener keeping the per-rank history :func:`diagnose` reads."""
 
-    def __init__(self) -> None:
+    def __init__(self, block: int = 10) -> None:
         self._ranks: dict[tuple, _Rank] = {}
+        self.block = block  # usable steps per step-time block
 
     def rank(self, job: str, rank: int) -> Optional[_Rank]:
         return self._ranks.get((job, rank))
@@ -100,12 +101,13 @@ class Evidence:
             steps_, ends, durs, waits = r.pending
             for have, new in zip(r.pending, cols):
                 have.extend(new)
-            full = len(durs) // _BLOCK * _BLOCK  # the steps of whole blocks, a block's columns at a time
+            size = self.block
+            full = len(durs) // size * size  # the steps of whole blocks, a block's columns at a time
             if full:
-                starts = range(0, full, _BLOCK)
-                r.blocks.extend_columns(steps_[:full:_BLOCK], steps_[_BLOCK - 1:full:_BLOCK],
-                                        ends[_BLOCK - 1:full:_BLOCK], [median(durs[k:k + _BLOCK]) for k in starts],
-                                        [median(_no_negative(waits[k:k + _BLOCK])) for k in starts])
+                starts = range(0, full, size)
+                r.blocks.extend_columns(steps_[:full:size], steps_[size - 1:full:size],
+                                        ends[size - 1:full:size], [median(durs[k:k + size]) for k in starts],
+                                        [median(_no_negative(waits[k:k + size])) for k in starts])
                 for col in r.pending:
                     del col[:full]
         if batch.phase_times:

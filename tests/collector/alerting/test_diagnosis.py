@@ -150,12 +150,13 @@ def test_a_phase_delayed_by_gpu_work_launched_in_another_is_not_the_cause():
 
 @settings(max_examples=100, deadline=None)
 @given(st.lists(st.lists(st.tuples(st.floats(-0.01, 0.2), st.floats(-0.01, 0.05), st.booleans()),
-                         min_size=1, max_size=27), min_size=1, max_size=8))
-def test_step_blocks_are_the_medians_of_ten_usable_steps(batches):
-    """The evidence's 10-step blocks: (first step, last step, end time, median step time,
-    median wait with negatives as 0) of the non-profiled steps with a positive step time, in
-    arrival order, whatever the batch boundaries."""
-    ev, usable, step = Evidence(), [], 0
+                         min_size=1, max_size=27), min_size=1, max_size=8), st.sampled_from([10, 4, 25]))
+def test_step_blocks_are_the_medians_of_block_usable_steps(batches, size):
+    """The evidence's blocks of ``block`` steps (the straggler rule's block_steps; 10 by
+    default): (first step, last step, end time, median step time, median wait with negatives as
+    0) of the non-profiled steps with a positive step time, in arrival order, whatever the batch
+    boundaries."""
+    ev, usable, step = Evidence(size), [], 0
     for seq, rows in enumerate(batches, 1):
         b = agent_pb2.Batch(seq=seq)
         for dur, wait, profiled in rows:
@@ -166,7 +167,15 @@ def test_step_blocks_are_the_medians_of_ten_usable_steps(batches):
         ev.on_batch(HELLO, b, T0)
     want = [(blk[0][0], blk[-1][0], blk[-1][1], statistics.median(r[2] for r in blk),
              statistics.median(r[3] for r in blk))
-            for blk in (usable[i:i + 10] for i in range(0, len(usable) - 9, 10))]
+            for blk in (usable[i:i + size] for i in range(0, len(usable) - size + 1, size))]
     r = ev.rank("j", 3)
     assert list(r.blocks) == want
-    assert len(r.pending[0]) == len(usable) % 10
+    assert len(r.pending[0]) == len(usable) % size
+
+
+def test_the_detection_cuts_the_evidence_with_the_straggler_rules_block():
+    from stepwatch.collector.alerting._detection import Detection
+    from stepwatch.collector.detect import parse_detection
+
+    assert Detection(parse_detection({}), log_changes=False).evidence.block == 10
+    assert Detection(parse_detection({"straggler": {"block_steps": 25}}), log_changes=False).evidence.block == 25
