@@ -86,24 +86,15 @@ def fill(msg: Message, obj: Mapping[str, Any], skip: tuple = ()) -> Message:
     return msg
 
 
-def _step(obj: Mapping[str, Any]) -> Record:
-    msg = fill(agent_pb2.StepRecord(), obj, skip=("clock",))
+def _clocked(msg: Message, t: str, obj: Mapping[str, Any]) -> Record:
+    """A record with a step clock (steps, phase times): its fields and its clock by name."""
+    fill(msg, obj, skip=("clock",))
     clock = obj.get("clock")
     if clock is not None:
         if clock not in _CLOCKS:
             raise ValueError(f"unknown clock {clock!r:.30}")
         msg.clock = _CLOCKS[clock]
-    return Record(contract.STEP, msg)
-
-
-def _phase_times(obj: Mapping[str, Any]) -> Record:
-    msg = fill(agent_pb2.StepPhaseTimes(), obj, skip=("clock",))
-    clock = obj.get("clock")
-    if clock is not None:
-        if clock not in _CLOCKS:
-            raise ValueError(f"unknown clock {clock!r:.30}")
-        msg.clock = _CLOCKS[clock]
-    return Record(contract.PHASE_TIMES, msg)
+    return Record(t, msg)
 
 
 def _stats(obj: Mapping[str, Any]) -> Record:
@@ -152,8 +143,8 @@ def _path(obj: Mapping[str, Any], required: bool) -> str:
 
 
 _DECODERS = {
-    contract.STEP: _step,
-    contract.PHASE_TIMES: _phase_times,
+    contract.STEP: lambda obj: _clocked(agent_pb2.StepRecord(), contract.STEP, obj),
+    contract.PHASE_TIMES: lambda obj: _clocked(agent_pb2.StepPhaseTimes(), contract.PHASE_TIMES, obj),
     contract.ALLOC: lambda obj: Record(contract.ALLOC, fill(agent_pb2.AllocatorSample(), obj)),
     contract.EVENT: lambda obj: Record(contract.EVENT, fill(agent_pb2.Event(), obj)),
     contract.GPU: lambda obj: Record(contract.GPU, gpu_identity(obj)),

@@ -210,10 +210,12 @@ class Detection:
         stragglers = {a.job for a in changes if a.alertname == STRAGGLER and a.state == "firing"
                       and len(a.history) == 1}
         firing = [a for a in changes if a.state == "firing"]
-        if stragglers:  # a straggler named: the job's slowdowns waiting for it say so
+        if stragglers:  # a straggler named: the job's slowdowns waiting for it say so (diagnosed again)
             seen = {a.key for a in firing}
-            firing += [a for a in self.book.firing() if a.job in stragglers and a.alertname in SLOWDOWNS
-                       and a.key not in seen and not self._reset_diagnosis(a)]
+            for a in self.book.firing():
+                if a.job in stragglers and a.alertname in SLOWDOWNS and a.key not in seen:
+                    a.diagnosis_complete = False
+                    firing.append(a)
         changes = self._diagnose(firing, changes)
         for a in changes if self._log_changes else ():
             log.warning("stepwatch alert %s %s: %s job=%s rank=%d: %s%s", a.state, a.severity, a.alertname,
@@ -258,13 +260,6 @@ class Detection:
             return False
         self._phase_blocks[rank] = n
         return True
-
-    def _reset_diagnosis(self, a: Alert) -> bool:
-        """Let a complete diagnosis be made again (False: the alert is gone)."""
-        if a.diagnosis_complete:
-            a.diagnosis_complete = False
-            return self.book.annotate(a.key, diagnosis_complete=False) is None
-        return False
 
     def _undiagnosed(self, rank: tuple) -> bool:
         return any(a.alertname in SLOWDOWNS and not a.diagnosis for a in self.book.firing(rank))

@@ -70,6 +70,7 @@ class StragglerDetector:
         self._whist: dict[int, collections.deque] = {}
         self._by_steps: dict[int, Condition] = {}
         self._by_windows: dict[int, Condition] = {}
+        self._by_phases: set[int] = set()  # ranks whose step-block condition the phase times raised
         self.conditions: dict[int, Condition] = {}
         self._phase: dict[int, collections.deque] = {}  # rank -> (block, pre, own, sync) samples
 
@@ -172,6 +173,7 @@ class StragglerDetector:
         self._slow.pop(rank, None)
         self._whist.pop(rank, None)
         self._phase.pop(rank, None)
+        self._by_phases.discard(rank)
         self._by_steps.pop(rank, None)
         self._by_windows.pop(rank, None)
         return self.conditions.pop(rank, None) is not None
@@ -320,6 +322,7 @@ class StragglerDetector:
     def _update(self, rank, hist, slow, ratio, t, mt, w, mw, by_phase=None) -> bool:
         cfg, old = self.cfg, self._by_steps.get(rank)
         if (old is None and slow < cfg.min_blocks) or (old is not None and slow * 2 < cfg.min_blocks):
+            self._by_phases.discard(rank)
             if self._by_steps.pop(rank, None) is None:
                 return False  # nothing held for it: nothing to merge again
             self._merge()
@@ -333,7 +336,7 @@ class StragglerDetector:
                        f"{pre * 1e3:.1f} vs {m_pre * 1e3:.1f} ms); they wait {(m_sync - sync) * 1e3:+.1f} "
                        f"ms/step longer in sync ({m_sync * 1e3:.1f} vs {sync * 1e3:.1f} ms), in {slow} of "
                        f"the last {len(hist)} blocks since step {step:,}")
-        elif old is not None and "own work takes" in old.summary:
+        elif old is not None and rank in self._by_phases:
             return False  # still held: keep the phase figures of the last block that showed them
         else:
             summary = (f"rank {rank} is a straggler: {ratio:.2f}x the other ranks' step time "
@@ -341,4 +344,8 @@ class StragglerDetector:
                        f"vs {mw * 1e3:.1f} ms) in {slow} of the last {len(hist)} blocks since step {step:,}")
         cond = Condition("StepwatchStragglerRank", self.job, rank, WARNING, summary, since, step, cfg.for_s)
         self._by_steps[rank] = cond
+        if by_phase is not None:
+            self._by_phases.add(rank)
+        else:
+            self._by_phases.discard(rank)
         return self._merge() or old is None

@@ -9,32 +9,13 @@ from __future__ import annotations
 
 import time
 
-import yaml
+from test_straggler_windows_e2e import CAUSE, _run as _run_job, _stragglers
 
-from _procs import start_trainer, trainer_env
-
-DETECTION = {"warmup_steps": 10, "eval_interval_s": 0.5}
-ARGS = ("--steps", "260", "--d-model", "32", "--layers", "1", "--batch", "4", "--seq", "16")
-CAUSE = ("--cause", "backward", "--cause-ms", "40", "--cause-rank", "1", "--cause-from-step", "60")
+WINDOWS_OFF = {"STEPWATCH_WINDOWS": 0}  # the phase times alone (at their default budget) must do it
 
 
 def _run(tmp_path, collector_factory, job, *extra):
-    cfg = tmp_path / "collector.yml"
-    cfg.write_text(yaml.safe_dump({"detection": DETECTION}))
-    col = collector_factory("--config", str(cfg))
-    # windows off: the phase times alone (at their default budget) must do it
-    env = trainer_env(tmp_path, col.grpc, job, STEPWATCH_WINDOWS=0)
-    proc = start_trainer(env, *ARGS, *extra, nproc=2)
-    out, _ = proc.communicate(timeout=240)
-    assert proc.returncode == 0, out[-3000:]
-    for rank in (0, 1):
-        col.wait_value("stepwatch_steps_total", 260, training_job=job, rank=str(rank))
-    return col
-
-
-def _stragglers(col, job):
-    return [a for a in col.api("/api/alerts")["alerts"]
-            if a["job"] == job and a["alertname"] == "StepwatchStragglerRank"]
+    return _run_job(tmp_path, collector_factory, job, *extra, env=WINDOWS_OFF)
 
 
 def test_slow_work_on_one_rank_is_named_from_phase_times_alone(tmp_path, collector_factory):

@@ -23,16 +23,18 @@ ARGS = ("--steps", "260", "--d-model", "32", "--layers", "1", "--batch", "4", "-
 CAUSE = ("--cause", "backward", "--cause-ms", "40", "--cause-rank", "1", "--cause-from-step", "60")
 
 
-def _run(tmp_path, collector_factory, job, *extra):
+# (phase times off: this is the windows rule's test; tests/e2e/test_straggler_phases_e2e.py is theirs)
+WINDOWS_ENV = dict(STEPWATCH_WINDOW_EVERY_STEPS=32, STEPWATCH_WINDOW_ACTIVE_STEPS=8, STEPWATCH_OVERHEAD_BUDGET=0.5,
+                   STEPWATCH_PHASE_BUDGET=0)
+
+
+def _run(tmp_path, collector_factory, job, *extra, env=WINDOWS_ENV):
+    """The 2-rank gloo job ``ARGS + extra`` (260 steps) with the agents' ``env``, against its own
+    collector at DETECTION, every step of both ranks received."""
     cfg = tmp_path / "collector.yml"
     cfg.write_text(yaml.safe_dump({"detection": DETECTION}))
     col = collector_factory("--config", str(cfg))
-    # (phase times off: this is the windows rule's test; tests/e2e/test_straggler_phases_e2e.py
-    # is theirs)
-    env = trainer_env(tmp_path, col.grpc, job, STEPWATCH_WINDOW_EVERY_STEPS=32,
-                      STEPWATCH_WINDOW_ACTIVE_STEPS=8, STEPWATCH_OVERHEAD_BUDGET=0.5,
-                      STEPWATCH_PHASE_BUDGET=0)
-    proc = start_trainer(env, *ARGS, *extra, nproc=2)
+    proc = start_trainer(trainer_env(tmp_path, col.grpc, job, **env), *ARGS, *extra, nproc=2)
     out, _ = proc.communicate(timeout=240)
     assert proc.returncode == 0, out[-3000:]
     for rank in (0, 1):
