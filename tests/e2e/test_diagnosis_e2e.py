@@ -39,12 +39,20 @@ def jobs(tmp_path_factory):
         return start_trainer(trainer_env(tmp, col.grpc, f"cause-{cause}", **env), "--steps", str(STEPS),
                              *SMALL, "--cause", cause, "--cause-from-step", str(FROM), "--cause-ms", "12")
 
-    # The sleep causes run side by side; the backward cause burns CPU, which on a 2-core machine
-    # really slows a job beside it (a CI run dated the data-loader job's onset 49 steps early,
-    # when the backward job reached its step 400 first): it runs after them, alone.
-    procs = {cause: cause_job(cause) for cause in CAUSES if cause != "backward"}
+    procs = {}
     try:
-        for name, proc in procs.items():
+        # The healthy job first, alone, while the collector has nothing else to do: after the
+        # others, the collector's own work on their alerts (diagnoses, a window's analysis)
+        # shares the 2 cores with it.
+        procs["healthy"] = start_trainer(trainer_env(tmp, col.grpc, "healthy", **env), "--steps", str(STEPS),
+                                         *SMALL)
+        out, _ = procs["healthy"].communicate(timeout=240)
+        assert procs["healthy"].returncode == 0, out[-3000:]
+        # The sleep causes run side by side; the backward cause burns CPU, which on a 2-core machine
+        # really slows a job beside it (a CI run dated the data-loader job's onset 49 steps early,
+        # when the backward job reached its step 400 first): it runs after them, alone.
+        procs.update({cause: cause_job(cause) for cause in CAUSES if cause != "backward"})
+        for name, proc in list(procs.items()):
             out, _ = proc.communicate(timeout=240)
             assert proc.returncode == 0, f"{name}: {out[-3000:]}"
         # The CPU-burning jobs one after the other: side by side, the backward job's burning from
@@ -57,11 +65,6 @@ def jobs(tmp_path_factory):
             procs[name] = cause_job("backward") if name == "backward" else early_job(tmp, col, "early")
             out, _ = procs[name].communicate(timeout=240)
             assert procs[name].returncode == 0, f"{name}: {out[-3000:]}"
-        # The healthy job runs alone too.
-        procs["healthy"] = start_trainer(trainer_env(tmp, col.grpc, "healthy", **env), "--steps", str(STEPS),
-                                         *SMALL)
-        out, _ = procs["healthy"].communicate(timeout=240)
-        assert procs["healthy"].returncode == 0, out[-3000:]
         time.sleep(1.5)
         yield col
     finally:
@@ -99,21 +102,27 @@ def test_the_diagnosis_names_the_injected_cause_first(jobs, cause):
         assert diagnosis.startswith("data +") and "(data-loader wait +" in diagnosis, diagnosis
 
 
+def _told(alerts):
+    return "; ".join(f"{a['severity']} from step {a['step']}: {a['summary']} why: {a.get('diagnosis')}"
+                     for a in alerts)
+
+
 def test_a_healthy_job_raises_nothing(jobs, tmp_path):
     alerts = drift_alert(jobs, "healthy")
-    assert not [a for a in alerts if a["severity"] != "info"], alerts
     if alerts:
-        # A CI run: the healthy job's steps got +3.0% longer from its step 401 to its end (host
-        # CPU +1.1 ms/step in the windows: the shared 2-core machine itself slowed for 13 s), an
-        # info alert, which is what the detector is for. Such a host change is not repeatable:
+        # CI runs: the healthy job's steps got +3.0% longer from its step 401 to its end (host
+        # CPU +1.1 ms/step: the shared 2-core machine itself slowed for 13 s), an info alert;
+        # another raised a warning (the machine slowed it +5% for the 3 s this test's warning
+        # window lasts). The detector is for such changes, and a host's are not repeatable:
         # the same job again must raise nothing.
-        print(f"\nhealthy job raised {alerts}; running it again")
+        print(f"\nhealthy job raised {_told(alerts)}; running it again")
         job = start_trainer(trainer_env(tmp_path, jobs.grpc, "healthy-again", STEPWATCH_WINDOWS=0),
                             "--steps", str(STEPS), *SMALL)
         out, _ = job.communicate(timeout=240)
         assert job.returncode == 0, out[-3000:]
         time.sleep(1.5)
-        assert drift_alert(jobs, "healthy-again") == []
+        again = drift_alert(jobs, "healthy-again")
+        assert again == [], f"first run: {_told(alerts)}; again: {_told(again)}"
 
 
 def test_a_slowdown_alert_brings_an_early_window_that_completes_the_diagnosis(jobs, tmp_path):
