@@ -110,7 +110,7 @@ class Collector:
         self._store = DriftStore(settings.state_dir) if settings.state_dir else None
         self.detection = Detection(settings.detection, client, request_window=self._request_window,
                                    request_trace=self._request_trace, store=self._store)
-        self.pipeline = Pipeline(self.state, [self.detection])
+        self.pipeline = Pipeline(self.state, [self.detection], self.health.ingest)
         self.registry = registry if registry is not None else CollectorRegistry(auto_describe=False)
         self.rank_metrics = RankMetrics(self.state, settings.metrics_per_rank, settings.metrics_top_k, self.health)
         self.render_mode = resolve_render(settings.metrics_render)
@@ -389,7 +389,7 @@ async def _serve(settings: CollectorSettings, ready_file: Optional[str]) -> None
     collector = Collector(settings, process_wide=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
-    loop.set_exception_handler(AcceptGuard(collector.state.count_accept_failed))
+    loop.set_exception_handler(AcceptGuard(collector.health.ingest.accept_failed))
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     await collector.start()

@@ -217,7 +217,7 @@ def _label_texts(job: str, rank: int, hello, gpu, full: bool) -> tuple[str, str,
 
 
 def _collector(state: CollectorState, health: CollectorHealth) -> list[Family]:
-    c = state.counters()
+    c = health.ingest.snapshot()
     fams = []
     for name, doc, kind, value in (
             ("stepwatch_collector_connected_agents", "Agent streams (ranks) connected now.", "gauge",
@@ -248,7 +248,7 @@ def _collector(state: CollectorState, health: CollectorHealth) -> list[Family]:
         rejected.add(labels_text(("reason",), (reason,)), n)
     accepts = Family("stepwatch_collector_accepts_failed", "New connections (gRPC or HTTP) the collector could not "
                      "accept, by reason: fd_exhausted (no file descriptor left), no_memory.", "counter")
-    for reason, n in sorted(c.get("accepts_failed", {}).items()):
+    for reason, n in sorted(c["accepts_failed"].items()):
         accepts.add(labels_text(("reason",), (reason,)), n)
     trimmed = Family("stepwatch_collector_trimmed", "Agent data cut to the collector's bounds, by what: "
                      "string (a string over its bound or a map entry over its count, collector/wire/_bounds.py), "

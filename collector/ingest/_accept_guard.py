@@ -5,7 +5,7 @@ When the process has no file descriptor left, asyncio's accept loop reports ever
 ``accept()`` to the event loop's exception handler (with a traceback each: 113,000 log entries,
 50 MB, in 20 s at a limit of 256 with 343 idle connections held). :class:`AcceptGuard` is that
 handler for the collector's loop: an accept that failed for want of descriptors or memory
-(EMFILE, ENFILE, ENOBUFS, ENOMEM) counts in ``CollectorState.accepts_failed`` (exported as
+(EMFILE, ENFILE, ENOBUFS, ENOMEM) counts in ``IngestCounters`` (``accepts_failed``) (exported as
 ``stepwatch_collector_accepts_failed_total{reason}``) and gives one log line per
 ``interval_s`` with the count and the limit; anything else goes to asyncio's default handler.
 The connections already open are served; idle ones close after their timeouts (HTTP read 10 s,

@@ -82,6 +82,7 @@ class IngestServer:
         self._control = {"control_token": control_token, "capture_every_s": capture_every_s}
         self._store = store
         self._state = pipeline.state
+        self._counts = pipeline.counters
         self._max = max_message_bytes
         self._server: Optional[grpc.aio.Server] = None
         self._health = health.aio.HealthServicer()
@@ -159,7 +160,7 @@ class IngestServer:
         try:
             return agent_pb2.AgentMessage.FromString(data)
         except DecodeError as exc:
-            self._state.count_decode_error()
+            self._counts.add("decode_errors")
             return _Malformed(str(exc) or "cannot decode")
 
     def _deserialize_chunk(self, data: bytes):
@@ -220,7 +221,7 @@ class IngestServer:
                 upload.abort()
 
     async def _abort(self, context, reason: str, code: grpc.StatusCode, details: str) -> None:
-        self._state.reject(reason)
+        self._counts.reject(reason)
         # At most one line per reason every _LOG_EVERY_S: anyone who reaches the port could
         # otherwise fill the log (the counter has every refusal).
         now = time.monotonic()
@@ -255,7 +256,7 @@ class IngestServer:
             await self._abort(context, "hello_timeout", grpc.StatusCode.DEADLINE_EXCEEDED,
                               f"no Hello within {HELLO_TIMEOUT_S:g} s of opening the stream")
         if first is None:
-            self._state.reject("no_hello")
+            self._counts.reject("no_hello")
             return None
         if isinstance(first, _Malformed):
             await self._abort(context, first.code, grpc.StatusCode.INVALID_ARGUMENT,
@@ -283,7 +284,7 @@ class IngestServer:
                               f"rank {hello.rank} is refused")
         cut = bound_strings(hello)  # (collector/wire/_bounds.py: one table for every string field)
         if cut:
-            self._state.count_trimmed("string", cut)
+            self._counts.add_by("trimmed", "string", cut)
         return hello
 
     async def _connect(self, requests, context) -> AsyncIterator[agent_pb2.Command]:
@@ -337,7 +338,7 @@ class IngestServer:
                 f"collector's bound of {MAX_BATCH_STEPS} steps and {MAX_BATCH_SAMPLES} samples per batch"))
         cut = bound_strings(msg.batch)
         if cut:
-            self._state.count_trimmed("string", cut)
+            self._counts.add_by("trimmed", "string", cut)
         self._pipeline.batch(key, hello, msg.batch, self._clock())
         if msg.batch.traces:
             self.streams.traces_arrived(msg.batch.traces)

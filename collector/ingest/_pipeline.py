@@ -1,8 +1,9 @@
 """The collector's data flow, in one place.
 
     ingest (gRPC stream) --connect/batch/disconnect--> Pipeline
-        -> drop records with non-finite numbers (counted)
-        -> CollectorState.apply_batch (duplicates stop here)
+        -> cut window name lists to their bound, drop records with non-finite numbers or
+           far times (each counted)
+        -> CollectorState.apply_batch (duplicates and sequence jumps stop here, counted)
         -> listeners, in order: Detection (alerting), Recorder (optional)
     housekeeping(now): expire gone ranks -> listeners forget them -> Detection.tick
 
@@ -12,18 +13,22 @@ the replay loop). A listener is any object with some of ``on_connect(hello, now)
 ``on_batch(hello, batch, now, steps, samples)`` (``steps``, ``samples``: the batch's step
 records and samples as columns, read once for everyone: collector/wire/_columns.py),
 ``on_disconnect(hello, now)``, ``forget(keys)`` and ``tick(now, connections)``; the methods it
-lacks are skipped.
+lacks are skipped. What ingest counted is ``counters``
+(:class:`~stepwatch.collector.state._ingest_counters.IngestCounters`): the gRPC server counts
+its refusals into the same one.
 """
 
 from __future__ import annotations
 
 import logging
-from typing import Sequence
+from typing import Optional, Sequence
 
 from stepwatch.proto.stepwatch.v1 import agent_pb2
 
 from ..wire._columns import SampleColumns, step_columns
+from ..wire._bounds import bound_window_names
 from ..wire._sanitize import drop_far, drop_nonfinite
+from ..state._ingest_counters import IngestCounters
 from ..state._state import CollectorState, RankKey
 
 __all__ = ["Pipeline"]
@@ -32,9 +37,11 @@ log = logging.getLogger("stepwatch.collector")
 
 
 class Pipeline:
-    def __init__(self, state: CollectorState, listeners: Sequence[object]):
+    def __init__(self, state: CollectorState, listeners: Sequence[object],
+                 counters: Optional[IngestCounters] = None):
         self.state = state
         self.listeners = list(listeners)
+        self.counters = counters if counters is not None else IngestCounters()
 
     def _each(self, method: str):
         return [getattr(listener, method) for listener in self.listeners if hasattr(listener, method)]
@@ -42,6 +49,7 @@ class Pipeline:
     def connect(self, hello: agent_pb2.Hello, now: float) -> RankKey:
         """A validated Hello opened a stream; returns the rank's key."""
         key = self.state.connect(hello, now)
+        self.counters.add("streams_accepted")
         for call in self._each("on_connect"):
             call(hello, now)
         return key
@@ -50,23 +58,31 @@ class Pipeline:
         """Apply one batch; listeners see it only when it was new (not a resent duplicate).
         Records with non-finite numbers, and steps and samples far from ``now`` in time (or
         numbered beyond any real job), are dropped and counted first."""
+        counters = self.counters
+        counters.add("batches_received")
         steps, samples = step_columns(batch), SampleColumns(batch)
-        if steps.cut:  # phases over their bound, cut as the steps were read
-            self.state.count_trimmed("string", steps.cut)
+        # phases over their bound, cut as the steps were read
+        counters.add_by("trimmed", "string", steps.cut)
+        if batch.windows:
+            counters.add_by("trimmed", "window_names", bound_window_names(batch))
         finite, sampled = steps.finite(), samples.finite()
         dropped = drop_nonfinite(batch, (("steps",) if finite else ()) + (SampleColumns.FIELDS if sampled else ()))
         if dropped:
-            self.state.count_nonfinite(dropped)
+            counters.add("nonfinite_records", dropped)
             if not finite:
                 steps = step_columns(batch)  # without the dropped steps
             if not sampled:
                 samples = SampleColumns(batch)  # without the dropped samples
         far = drop_far(batch, now, steps, samples)
         if far:
-            self.state.count_far(far)
+            counters.add("far_records", far)
             steps, samples = step_columns(batch), SampleColumns(batch)
-        if not self.state.apply_batch(key, hello.session_id, batch, now, steps, samples):
+        verdict, agent_dropped = self.state.apply_batch(key, hello.session_id, batch, now, steps, samples)
+        if verdict != "applied":
+            if verdict != "gone":
+                counters.add("batches_duplicate" if verdict == "duplicate" else "batches_seq_refused")
             return False
+        counters.add("records_dropped", agent_dropped)
         for call in self._each("on_batch"):
             call(hello, batch, now, steps, samples)
         return True

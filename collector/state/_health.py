@@ -1,13 +1,14 @@
 """The collector process's own health, kept apart from the ranks' state: how late the event loop
 runs (what every ack waits on top of its own work), each housekeeping tick, the CPU ingest uses
 (scrapes give way to it), the seconds scrapes slept doing so, the render process of /metrics,
-and the batch interval acknowledgements ask agents for. Written by the collector's parts that
+the batch interval acknowledgements ask agents for, and what ingest counted (``ingest``). Written by the collector's parts that
 measure each (the loop watch, housekeeping, the scrape handler, ingest), read by the export."""
 
 from __future__ import annotations
 
 from typing import Any, Optional
 
+from ._ingest_counters import IngestCounters
 from ._state import SELF_BOUNDS_S, Histogram
 from ._yield import LoadMeter
 
@@ -16,6 +17,7 @@ __all__ = ["CollectorHealth"]
 
 class CollectorHealth:
     def __init__(self) -> None:
+        self.ingest = IngestCounters()  # counted by the Pipeline, the gRPC server and the accept guard
         self.pace_s = 0.0  # the batch interval acks ask agents for (IngestServer; 0: none)
         self.loop_lag = Histogram(SELF_BOUNDS_S)  # how late a LOOP_WATCH_S timer ran
         self.housekeeping = Histogram(SELF_BOUNDS_S)  # each housekeeping tick

@@ -19,7 +19,7 @@ from typing import Any, Callable, Iterable, Optional
 
 from stepwatch.proto.stepwatch.v1 import agent_pb2
 
-from ..wire._columns import SampleColumns, Samples, StepColumns, phase_columns, step_columns
+from ..wire._columns import SampleColumns, Samples, StepColumns, phase_columns
 from ..detect._types import median
 from .._ring import Ring
 
@@ -34,8 +34,6 @@ STEP_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.
 WAIT_BUCKETS = (0.0001, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 MAX_EVENT_KINDS = 32
 KEPT_EVENTS = 50
-MAX_WINDOW_NAMES = 50            # top kernels / ops kept per WindowSummary (the agent sends 10)
-MAX_NAME_CHARS = 256             # kernel / op names and Hello label values are cut to this
 RATIO_WINDOW = 100
 MAX_SESSIONS = 16
 _SNAPSHOT_CHUNK = 256  # ranks read per hold of the lock (dev machine: a scrape ~0.5 ms, copies ~1.5 ms)
@@ -237,8 +235,8 @@ def _latest(current: Any, samples: Samples) -> Any:
 
 
 class CollectorState:
-    """All ranks plus the counters of what reached them (the process's own health is
-    :class:`~._health.CollectorHealth`). ``agent_grace_s``: seconds before a gone rank expires;
+    """All ranks (what ingest counted is :class:`~._ingest_counters.IngestCounters`, the
+    process's own health :class:`~._health.CollectorHealth`). ``agent_grace_s``: seconds before a gone rank expires;
     ``windows_kept``: WindowSummary kept per rank. ``traces`` holds TraceRefs by request id."""
 
     def __init__(self, agent_grace_s: float, windows_kept: int = WINDOWS_KEPT):
@@ -247,18 +245,6 @@ class CollectorState:
         self.traces = TraceBook()
         self._lock = threading.Lock()
         self._ranks: dict[RankKey, RankState] = {}
-        self.streams_accepted = 0
-        self.batches_received = 0
-        self.batches_duplicate = 0
-        self.batches_seq_refused = 0
-        self.decode_errors = 0
-        self.nonfinite_records = 0
-        self.far_records = 0
-        self.records_dropped = 0
-        self.streams_rejected = {r: 0 for r in ("unauthenticated", "no_hello", "invalid_hello", "malformed",
-                                                 "too_many_jobs", "too_many_ranks")}
-        self.trimmed = {r: 0 for r in ("string", "window_names")}
-        self.accepts_failed = {r: 0 for r in ("fd_exhausted", "no_memory")}  # (loop thread only)
         self._job_ranks: dict[str, int] = {}  # job -> ranks held
 
     def admit(self, hello: agent_pb2.Hello, max_jobs: int, max_ranks: int) -> Optional[str]:
@@ -274,30 +260,6 @@ class CollectorState:
                 return "too_many_ranks"
             return None
 
-    def count_trimmed(self, what: str, n: int = 1) -> None:
-        with self._lock:
-            self.trimmed[what] = self.trimmed.get(what, 0) + n
-
-    def reject(self, reason: str) -> None:
-        with self._lock:
-            self.streams_rejected[reason] = self.streams_rejected.get(reason, 0) + 1
-
-    def count_accept_failed(self, reason: str) -> None:
-        with self._lock:
-            self.accepts_failed[reason] = self.accepts_failed.get(reason, 0) + 1
-
-    def count_far(self, n: int) -> None:
-        with self._lock:
-            self.far_records += n
-
-    def count_nonfinite(self, n: int) -> None:
-        with self._lock:
-            self.nonfinite_records += n
-
-    def count_decode_error(self) -> None:
-        with self._lock:
-            self.decode_errors += 1
-
     def connect(self, hello: agent_pb2.Hello, now: float) -> RankKey:
         """Register a stream for the Hello's rank (already validated) and return its key."""
         key = (hello.job, hello.rank)
@@ -311,7 +273,6 @@ class CollectorState:
             if hello.HasField("gpu"):
                 st.gpu = hello.gpu
             st.streams += 1
-            self.streams_accepted += 1
             st.last_seen = now
             st.disconnected_at = None
             st.session(hello.session_id)
@@ -329,32 +290,25 @@ class CollectorState:
                 st.disconnected_at = now
 
     def apply_batch(self, key: RankKey, session_id: str, batch: agent_pb2.Batch, now: float,
-                    steps: Optional[StepColumns] = None, samples: Optional[SampleColumns] = None) -> bool:
-        """Apply ``batch``; return False (and change nothing but counters) for a duplicate seq.
-        ``steps``, ``samples``: the batch's columns when the caller read them already."""
-        if steps is None:
-            steps = step_columns(batch)
-        if samples is None:
-            samples = SampleColumns(batch)
+                    steps: StepColumns, samples: SampleColumns) -> tuple[str, int]:
+        """Apply ``batch`` (``steps``, ``samples``: its columns) unless its sequence number says
+        otherwise. Returns the verdict, ``"applied"``, ``"duplicate"`` (seen before: nothing
+        changes), ``"jump"`` (too far ahead: refused, nothing changes) or ``"gone"`` (the rank
+        expired while its stream lived), and how many more records the agent says it dropped
+        than its last stats said."""
         with self._lock:
-            self.batches_received += 1
             st = self._ranks.get(key)
-            if st is None:  # expired while its stream lived; cannot happen with streams > 0
-                return False
+            if st is None:
+                return "gone", 0
             st.last_seen = now
             sess = st.session(session_id)
             verdict = _sequence(sess, batch.seq, max(steps.step) if len(steps) else None)
-            if verdict == "jump":
-                self.batches_seq_refused += 1
-                return False
-            if verdict == "duplicate":
-                self.batches_duplicate += 1
-                return False
-            self._apply(st, sess, batch, steps, samples)
-            return True
+            if verdict != "new":
+                return verdict, 0
+            return "applied", self._apply(st, sess, batch, steps, samples)
 
     def _apply(self, st: RankState, sess: _Session, batch: agent_pb2.Batch, steps: StepColumns,
-               samples: SampleColumns) -> None:
+               samples: SampleColumns) -> int:
         if batch.HasField("gpu"):
             st.gpu = own(batch.gpu)
         if len(steps):
@@ -368,12 +322,12 @@ class CollectorState:
                 kind = "other"
             st.event_counts[kind] = st.event_counts.get(kind, 0) + 1
             st.events.append(own(ev))
+        dropped = 0
         if batch.HasField("stats"):
             old = st.stats.records_dropped if st.stats is not None else 0
-            self.records_dropped += max(0, batch.stats.records_dropped - old)
+            dropped = max(0, batch.stats.records_dropped - old)
             st.stats = own(batch.stats)
         for w in batch.windows or ():
-            self._trim_window(w)
             st.windows.append(own(w))
         if batch.phase_times:
             p = phase_columns(batch)
@@ -381,21 +335,7 @@ class CollectorState:
             st.phases = tuple(median(list(st.phase_recent.column(k))) for k in range(5))
         if batch.traces:
             self.traces.add(st.job, st.rank, st.hello.host, map(own, batch.traces))
-
-    def _trim_window(self, w: agent_pb2.WindowSummary) -> None:
-        """Bound what one window holds: at most MAX_WINDOW_NAMES kernels and ops (the largest),
-        names cut to MAX_NAME_CHARS (lock held)."""
-        for field in (w.top_kernels, w.top_ops):
-            if len(field) > MAX_WINDOW_NAMES:
-                keep = sorted(field, key=lambda n: -n.seconds if n.seconds == n.seconds else 0.0)[:MAX_WINDOW_NAMES]
-                keep = [agent_pb2.NamedTime(name=n.name, seconds=n.seconds, count=n.count) for n in keep]
-                del field[:]
-                field.extend(keep)
-                self.trimmed["window_names"] += 1
-            for n in field:
-                if len(n.name) > MAX_NAME_CHARS:
-                    n.name = n.name[:MAX_NAME_CHARS]
-                    self.trimmed["window_names"] += 1
+        return dropped
 
     @staticmethod
     def _apply_steps(st: RankState, sess: _Session, c: StepColumns) -> None:
@@ -491,15 +431,6 @@ class CollectorState:
         """``(job, rank, connected, disconnected_at)`` per known rank, cheap (no copies): detection."""
         with self._lock:
             return [(st.job, st.rank, st.connected, st.disconnected_at) for st in self._ranks.values()]
-
-    def counters(self) -> dict[str, Any]:
-        with self._lock:
-            return {"streams_accepted": self.streams_accepted, "batches_received": self.batches_received, "batches_duplicate": self.batches_duplicate,
-                    "batches_seq_refused": self.batches_seq_refused,
-                    "decode_errors": self.decode_errors, "records_dropped": self.records_dropped,
-                    "nonfinite_records": self.nonfinite_records, "far_records": self.far_records,
-                    "streams_rejected": dict(self.streams_rejected), "trimmed": dict(self.trimmed),
-                    "accepts_failed": dict(self.accepts_failed)}
 
 
 def _clone(obj):

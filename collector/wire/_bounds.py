@@ -17,9 +17,10 @@ from __future__ import annotations
 from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import Message
 
-__all__ = ["STRING_BOUNDS", "MAP_ENTRIES", "bound_strings"]
+__all__ = ["STRING_BOUNDS", "MAP_ENTRIES", "MAX_WINDOW_NAMES", "bound_strings", "bound_window_names"]
 
 _NAME = 256  # a name that may become a label value or a table cell
+MAX_WINDOW_NAMES = 50  # top kernels / ops kept per WindowSummary (the agent sends 10)
 _TEXT = 1024  # a sentence: an error, an event's message
 
 STRING_BOUNDS: dict[tuple[str, str], int] = {
@@ -114,4 +115,24 @@ def bound_strings(msg: Message) -> int:
                 cut += bound_strings(m)
         elif msg.HasField(name):
             cut += bound_strings(getattr(msg, name))
+    return cut
+
+
+def bound_window_names(msg: Message) -> int:
+    """Keep at most MAX_WINDOW_NAMES kernels and operators (the largest) in each of the batch
+    ``msg``'s windows and cut their names to their string bound; returns how many lists and
+    names were cut (``stepwatch_collector_trimmed{what="window_names"}``)."""
+    cut = 0
+    for w in msg.windows or ():
+        for field in (w.top_kernels, w.top_ops):
+            if len(field) > MAX_WINDOW_NAMES:
+                keep = sorted(field, key=lambda n: -n.seconds if n.seconds == n.seconds else 0.0)[:MAX_WINDOW_NAMES]
+                keep = [type(n)(name=n.name, seconds=n.seconds, count=n.count) for n in keep]
+                del field[:]
+                field.extend(keep)
+                cut += 1
+            for n in field:
+                if len(n.name) > _NAME:
+                    n.name = n.name[:_NAME]
+                    cut += 1
     return cut

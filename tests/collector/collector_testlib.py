@@ -22,3 +22,10 @@ def batch(seq: int, **kw) -> agent_pb2.AgentMessage:
 def step(n: int, duration: float = 0.035, wait: float = 0.001, **kw) -> agent_pb2.StepRecord:
     return agent_pb2.StepRecord(step=n, end_time_s=1_700_000_000.0 + n, duration_s=duration,
                                 clock=agent_pb2.STEP_CLOCK_CUDA_EVENT, dataloader_wait_s=wait, **kw)
+
+
+def apply(state, key, session: str, batch: agent_pb2.Batch, now: float) -> str:
+    """``state.apply_batch`` with the batch's columns read as the pipeline reads them; the verdict."""
+    from stepwatch.collector.wire._columns import SampleColumns, step_columns
+
+    return state.apply_batch(key, session, batch, now, step_columns(batch), SampleColumns(batch))[0]

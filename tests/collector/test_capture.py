@@ -144,7 +144,7 @@ def test_capture_all_connected_ranks(collector, agents):
     assert all(t.trace.request_id == reply.request_id and t.trace.last_step == 103 for t in reply.traces)
     (cmd,) = [c for c in a0.commands if c.WhichOneof("payload") == "capture_trace"]
     assert cmd.capture_trace.request_id == reply.request_id and cmd.capture_trace.steps == 3
-    assert collector.collector.state.counters()["batches_received"] == 5  # trace batches applied before the reply
+    assert collector.collector.health.ingest.snapshot()["batches_received"] == 5  # trace batches applied before the reply
     (req,) = json.loads(collector.get("/api/traces")[2])["requests"]
     assert req["request_id"] == reply.request_id and req["ranks_asked"] == [0, 1] and req["steps"] == 3
     assert [t["path"] for t in req["traces"]] == ["/traces/rank0.json.gz", "/traces/rank1.json.gz"]

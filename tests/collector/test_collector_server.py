@@ -147,7 +147,7 @@ def test_first_message_must_be_valid_hello(collector, first, reason, detail):
     with collector.channel() as chan, pytest.raises(grpc.RpcError) as err:
         converse(chan, [first, batch(2)])
     assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and detail in err.value.details()
-    assert collector.collector.state.counters()["streams_rejected"][reason] == 1
+    assert collector.collector.health.ingest.snapshot()["streams_rejected"][reason] == 1
 
 
 def test_auth_token(start_collector):
@@ -160,7 +160,7 @@ def test_auth_token(start_collector):
             assert err.value.details() == "stepwatch: wrong or missing auth token"
         acks = converse(chan, [hello(), batch(1)], metadata=(("authorization", "Bearer s3cret"),))
     assert [a.ack.seq for a in acks] == [1]
-    assert running.collector.state.counters()["streams_rejected"]["unauthenticated"] == 2
+    assert running.collector.health.ingest.snapshot()["streams_rejected"]["unauthenticated"] == 2
 
 
 def test_oversized_messages_are_refused_and_counted(start_collector):
@@ -173,7 +173,7 @@ def test_oversized_messages_are_refused_and_counted(start_collector):
             converse(chan, [hello(), big])
         assert err.value.code() == code, (size, err.value.details())
     assert "over max_message_bytes 4096" in converse_error(running, 6000)
-    assert running.collector.state.counters()["streams_rejected"]["oversize"] == 2
+    assert running.collector.health.ingest.snapshot()["streams_rejected"]["oversize"] == 2
 
 
 def converse_error(running, size: int) -> str:

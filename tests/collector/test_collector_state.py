@@ -6,7 +6,8 @@ import math
 
 from hypothesis import given, strategies as st
 
-from collector_testlib import hello, step
+from collector_testlib import apply, hello, step
+from stepwatch.collector.ingest._pipeline import Pipeline
 from stepwatch.collector.state._state import STEP_BUCKETS, CollectorState, Histogram
 from stepwatch.proto.stepwatch.v1 import agent_pb2
 
@@ -27,31 +28,48 @@ def only(state):
 def test_duplicate_seq_is_not_applied():
     state, key = connected()
     b = agent_pb2.Batch(seq=1, steps=[step(1, samples=8)])
-    assert state.apply_batch(key, "s1", b, T0) is True
-    assert state.apply_batch(key, "s1", b, T0) is False
-    assert state.apply_batch(key, "s1", agent_pb2.Batch(seq=0, steps=[step(9)]), T0) is False
+    assert apply(state, key, "s1", b, T0) == "applied"
+    assert apply(state, key, "s1", b, T0) == "duplicate"
+    assert apply(state, key, "s1", agent_pb2.Batch(seq=0, steps=[step(9)]), T0) == "duplicate"
+    assert apply(state, key, "s1", agent_pb2.Batch(seq=1 << 40, steps=[step(10)]), T0) == "jump"
     rank = only(state)
     assert (rank.steps_total, rank.samples_total, rank.step_hist.count) == (1, 8, 1)
-    assert state.counters()["batches_duplicate"] == 2 and state.counters()["batches_received"] == 3
+
+
+def test_the_pipeline_counts_what_ingest_saw():
+    state = CollectorState(60.0)
+    pipe = Pipeline(state, [])
+    h = hello(session="s1").hello
+    key = pipe.connect(h, T0)
+    b = agent_pb2.Batch(seq=1, steps=[step(1)], stats=agent_pb2.AgentStats(records_dropped=3))
+    assert pipe.batch(key, h, b, T0) and not pipe.batch(key, h, b, T0)
+    assert not pipe.batch(key, h, agent_pb2.Batch(seq=1 << 40, steps=[step(2)]), T0)
+    many = agent_pb2.WindowSummary(top_kernels=[agent_pb2.NamedTime(name=f"k{i}", seconds=i) for i in range(60)])
+    assert pipe.batch(key, h, agent_pb2.Batch(seq=2, windows=[many], stats=agent_pb2.AgentStats(records_dropped=5)), T0)
+    c = pipe.counters.snapshot()
+    assert (c["streams_accepted"], c["batches_received"], c["batches_duplicate"], c["batches_seq_refused"]) == (1, 4, 1, 1)
+    assert c["records_dropped"] == 5 and c["trimmed"]["window_names"] == 1
+    (window,) = only(state).windows
+    assert len(window.top_kernels) == 50 and window.top_kernels[0].name == "k59"  # the largest kept
 
 
 def test_steps_total_is_max_step_and_sums_over_sessions():
     state, key = connected()
-    state.apply_batch(key, "s1", agent_pb2.Batch(seq=5, steps=[step(40), step(41)]), T0)
+    apply(state, key, "s1", agent_pb2.Batch(seq=5, steps=[step(40), step(41)]), T0)
     assert only(state).steps_total == 41  # cumulative agent count, not number of records
     key2 = state.connect(hello(session="s2").hello, T0)  # trainer restarted: new session
-    state.apply_batch(key2, "s2", agent_pb2.Batch(seq=1, steps=[step(1), step(2)]), T0)
+    apply(state, key2, "s2", agent_pb2.Batch(seq=1, steps=[step(1), step(2)]), T0)
     assert only(state).steps_total == 43
 
 
 def test_tokens_unknown_until_seen_and_wait_ratio():
     state, key = connected()
-    state.apply_batch(key, "s1", agent_pb2.Batch(seq=1, steps=[step(1, duration=1.0, wait=0.25)]), T0)
+    apply(state, key, "s1", agent_pb2.Batch(seq=1, steps=[step(1, duration=1.0, wait=0.25)]), T0)
     rank = only(state)
     assert not rank.tokens_known and not rank.samples_known
     assert rank.dataloader_wait_ratio == 0.25
     steps = [step(i, duration=0.1, wait=0.0, tokens=10) for i in range(2, 120)]
-    state.apply_batch(key, "s1", agent_pb2.Batch(seq=2, steps=steps), T0)
+    apply(state, key, "s1", agent_pb2.Batch(seq=2, steps=steps), T0)
     rank = only(state)
     assert rank.tokens_known and rank.tokens_total == 1180
     assert rank.dataloader_wait_ratio == 0.0  # the old slow step fell out of the last-100 window
@@ -61,19 +79,19 @@ def test_events_bounded_to_32_kinds_and_last_50():
     state, key = connected()
     events = [agent_pb2.Event(time_s=T0 + i, kind=f"k{i}") for i in range(40)] + \
              [agent_pb2.Event(time_s=T0 + 100 + i, kind="k0") for i in range(20)]
-    state.apply_batch(key, "s1", agent_pb2.Batch(seq=1, events=events), T0)
+    apply(state, key, "s1", agent_pb2.Batch(seq=1, events=events), T0)
     rank = only(state)
     assert len(rank.event_counts) == 33 and rank.event_counts["other"] == 8 and rank.event_counts["k0"] == 21
     assert len(rank.events) == 50 and rank.events[-1].time_s == T0 + 119
 
 
-def test_latest_sample_wins_by_time_and_stats_accumulate_drops():
+def test_latest_sample_wins_by_time_and_the_latest_stats_are_kept():
     state, key = connected()
     new, old = agent_pb2.HostSample(time_s=T0 + 10, threads=9), agent_pb2.HostSample(time_s=T0 + 5, threads=1)
-    state.apply_batch(key, "s1", agent_pb2.Batch(seq=1, host=[new], stats=agent_pb2.AgentStats(records_dropped=3)), T0)
-    state.apply_batch(key, "s1", agent_pb2.Batch(seq=2, host=[old], stats=agent_pb2.AgentStats(records_dropped=5)), T0)
+    apply(state, key, "s1", agent_pb2.Batch(seq=1, host=[new], stats=agent_pb2.AgentStats(records_dropped=3)), T0)
+    apply(state, key, "s1", agent_pb2.Batch(seq=2, host=[old], stats=agent_pb2.AgentStats(records_dropped=5)), T0)
     assert only(state).host.threads == 9
-    assert state.counters()["records_dropped"] == 5
+    assert only(state).stats.records_dropped == 5
 
 
 def test_expiry_after_grace_with_injected_clock():
@@ -99,7 +117,7 @@ def test_reconnect_within_grace_cancels_expiry_and_two_streams_count_once():
 def test_snapshot_is_a_copy():
     state, key = connected()
     snap = only(state)
-    state.apply_batch(key, "s1", agent_pb2.Batch(seq=1, steps=[step(1)]), T0)
+    apply(state, key, "s1", agent_pb2.Batch(seq=1, steps=[step(1)]), T0)
     assert snap.step_hist.count == 0 and only(state).step_hist.count == 1
 
 

@@ -11,7 +11,7 @@ import time
 from hypothesis import given, settings, strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 
-from collector_testlib import hello, step
+from collector_testlib import apply, hello, step
 from stepwatch.collector.export._exposition import render
 from stepwatch.collector.export._metrics import RankMetrics
 from stepwatch.collector.export._rank_table import RankTable
@@ -63,7 +63,7 @@ def states(draw):
             batch.stats.CopyFrom(_sample("stats", lambda: draw(value)))
         for w in range(draw(st.integers(0, 3))):
             batch.windows.add(window_id=w, first_step=w * 10 + 1, last_step=w * 10 + 3, compute_s=0.1)
-        state.apply_batch(key, "s1", batch, T0)
+        apply(state, key, "s1", batch, T0)
         if draw(st.booleans()):
             state.disconnect(key, T0)
     return state
@@ -100,8 +100,8 @@ def test_steps_total_keeps_the_steps_of_evicted_sessions():
     state = CollectorState(60.0)
     for n in range(20):  # more sessions than kept (MAX_SESSIONS): a trainer restarting 20 times
         key = state.connect(hello(session=f"s{n}").hello, T0)
-        state.apply_batch(key, f"s{n}", agent_pb2.Batch(seq=1, steps=[step(1), step(2), step(3)]), T0)
-        state.apply_batch(key, f"s{n}", agent_pb2.Batch(seq=2, steps=[step(2)]), T0)  # not a new high
+        apply(state, key, f"s{n}", agent_pb2.Batch(seq=1, steps=[step(1), step(2), step(3)]), T0)
+        apply(state, key, f"s{n}", agent_pb2.Batch(seq=2, steps=[step(2)]), T0)  # not a new high
     (rank,) = state.snapshot()
     assert rank.steps_total == 60 and len(rank.sessions) < 20
 
@@ -119,7 +119,7 @@ def test_each_rank_is_consistent_in_itself_while_ingest_goes_on():
             rounds[0] += 1
             seq = rounds[0]
             for key in keys:
-                state.apply_batch(key, "s1", agent_pb2.Batch(seq=seq, steps=[step(seq, duration=0.01 * (seq % 7))]), T0)
+                apply(state, key, "s1", agent_pb2.Batch(seq=seq, steps=[step(seq, duration=0.01 * (seq % 7))]), T0)
 
     old = sys.getswitchinterval()
     sys.setswitchinterval(1e-6)  # threads switch as often as they can
@@ -154,7 +154,7 @@ def test_labels_follow_a_reconnect_and_a_gpu_identity():
     assert first["0"]["node"] == "node-a" and "UUID" not in first["1"]
     state.connect(hello(rank=0, host="node-b").hello, T0)  # rescheduled on another node
     key = ("j", 1)
-    state.apply_batch(key, "s1", agent_pb2.Batch(seq=1, gpu=agent_pb2.GpuIdentity(index=3, uuid="GPU-x")), T0)
+    apply(state, key, "s1", agent_pb2.Batch(seq=1, gpu=agent_pb2.GpuIdentity(index=3, uuid="GPU-x")), T0)
     second = _rank_info(render(metrics.families()))
     assert second["0"]["node"] == "node-b"
     assert second["1"]["UUID"] == "GPU-x" and second["1"]["gpu"] == "3"

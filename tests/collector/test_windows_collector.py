@@ -10,7 +10,7 @@ import urllib.parse
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from collector_testlib import batch, hello
+from collector_testlib import apply, batch, hello
 from stepwatch.collector.state._state import CollectorState
 from stepwatch.collector.state._trace_requests import TraceBook
 from stepwatch.collector.export._windows_metrics import MAX_SKIP_REASONS, skip_reasons
@@ -58,8 +58,8 @@ def test_state_keeps_last_windows_and_latest_stats():
     state = CollectorState(60.0, windows_kept=3)
     key = state.connect(hello().hello, T0)
     for seq in range(1, 6):
-        state.apply_batch(key, "s1", agent_pb2.Batch(seq=seq, windows=[window(seq)], stats=stats()), T0)
-    state.apply_batch(key, "s1", agent_pb2.Batch(seq=5, windows=[window(99)]), T0)  # duplicate: ignored
+        apply(state, key, "s1", agent_pb2.Batch(seq=seq, windows=[window(seq)], stats=stats()), T0)
+    apply(state, key, "s1", agent_pb2.Batch(seq=5, windows=[window(99)]), T0)  # duplicate: ignored
     (rank,) = state.snapshot()
     assert [w.window_id for w in rank.windows] == [3, 4, 5]
     assert rank.stats.windows == 7 and dict(rank.stats.window_skips) == {"user_profiler": 2, "budget": 3}
