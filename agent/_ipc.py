@@ -24,16 +24,16 @@ _MAX_PENDING_BYTES = 1 << 16
 class PipeWriter:
     """Buffers records and writes them to ``fd``. Training thread only (and atexit).
 
-    ``flush_interval_s`` amortizes the write syscall over several steps; ``max_records``
+    ``interval_s`` amortizes the write syscall over several steps; ``max_records``
     bounds memory when the sidecar does not read.
     """
 
-    def __init__(self, fd: int, max_records: int, flush_interval_s: float,
+    def __init__(self, fd: int, max_records: int, interval_s: float,
                  clock: Callable[[], float] = time.monotonic):
         self._fd = fd
         self._records: collections.deque = collections.deque()
         self._max_records = max_records
-        self._interval = flush_interval_s
+        self._interval = interval_s
         self._clock = clock
         self._last_flush = clock()
         self._out = bytearray()
@@ -50,7 +50,7 @@ class PipeWriter:
         self._records.append(record)
 
     def maybe_flush(self) -> bool:
-        """Flush when ``flush_interval_s`` has passed; True when it did."""
+        """Flush when ``interval_s`` has passed; True when it did."""
         now = self._clock()
         if now - self._last_flush >= self._interval:
             self._last_flush = now

@@ -138,7 +138,7 @@ def generator(index, ranks, args, ports, results, start_at, stop_at, scrape_from
         async def reader():
             async for cmd in call:
                 if cmd.HasField("ack"):  # (a collector from before the ask has no such field)
-                    pace[0] = getattr(cmd.ack, "flush_interval_s", 0.0)
+                    pace[0] = getattr(cmd.ack, "batch_interval_ask_s", 0.0)
                 if cmd.HasField("ack") and cmd.ack.seq in sent_at:
                     t0, kind = sent_at.pop(cmd.ack.seq)
                     lat[kind].append((rep, time.time() - t0, t0))

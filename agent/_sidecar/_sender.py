@@ -79,7 +79,7 @@ class Sender(Service):
         self._call = None
         self.connected = False
         self.delivered = 0
-        self.pace_s = 0.0  # the collector's last flush-interval ask (0: none)
+        self.batch_interval_ask_s = 0.0  # the collector's last ask (0: none)
         self._malformed_seq: Optional[int] = None  # lowest pending seq at the last "malformed"
 
     def notify(self) -> None:
@@ -205,8 +205,8 @@ class Sender(Service):
                         self._spool.ack(command.ack.seq)
                         self.delivered += 1
                         self.notify()
-                        if command.ack.flush_interval_s != self.pace_s and self._on_command is not None:
-                            self.pace_s = command.ack.flush_interval_s
+                        if command.ack.batch_interval_ask_s != self.batch_interval_ask_s and self._on_command is not None:
+                            self.batch_interval_ask_s = command.ack.batch_interval_ask_s
                             self._on_command(command)  # the collector's pacing ask changed
                     elif self._on_command is not None:
                         self._on_command(command)

@@ -168,7 +168,7 @@ class Sidecar:
         """Sender thread: forward a capture or window request to the trainer; follow a change
         of the collector's pacing ask."""
         if command.HasField("ack"):
-            self.flusher.pace(command.ack.flush_interval_s)
+            self.flusher.pace(command.ack.batch_interval_ask_s)
         elif command.HasField("capture_trace"):
             capture = command.capture_trace
             LOG.info("collector asks for a trace of %d steps (%s)", capture.steps,

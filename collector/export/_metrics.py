@@ -224,7 +224,7 @@ def _collector(state: CollectorState, health: CollectorHealth) -> list[Family]:
              state.connected_agents()),
             ("stepwatch_collector_streams", "Agent streams accepted (valid Hello).", "counter", c["streams_accepted"]),
             ("stepwatch_collector_agent_batch_interval_ask_seconds", "Batch interval acknowledgements ask agents "
-             "for (0: none; more agents connected than max_batches_per_s).", "gauge", health.pace_s),
+             "for (0: none; more agents connected than max_batches_per_s).", "gauge", health.batch_interval_ask_s),
             ("stepwatch_collector_batches_received", "Batches received from agents, duplicates included.", "counter",
              c["batches_received"]),
             ("stepwatch_collector_batches_duplicate", "Batches received again (already applied), acked and ignored.",

@@ -73,7 +73,7 @@ class IngestServer:
                  tls: Optional[tuple] = None, control_token: str = "", capture_every_s: float = 60.0,
                  max_batches_per_s: float = 0.0, collector_health: Optional[CollectorHealth] = None):
         self._pipeline, self._token, self._clock = pipeline, auth_token, clock
-        # pace_s: the batch interval acks ask for
+        # batch_interval_ask_s: the batch interval acks ask for
         self._own = collector_health if collector_health is not None else CollectorHealth()
         self._max_batches_per_s = max_batches_per_s
         self._open = 0  # agent streams past their Hello
@@ -342,7 +342,7 @@ class IngestServer:
         self._pipeline.batch(key, hello, msg.batch, self._clock())
         if msg.batch.traces:
             self.streams.traces_arrived(msg.batch.traces)
-        return agent_pb2.Command(ack=agent_pb2.Ack(seq=msg.batch.seq, flush_interval_s=self._own.pace_s))
+        return agent_pb2.Command(ack=agent_pb2.Ack(seq=msg.batch.seq, batch_interval_ask_s=self._own.batch_interval_ask_s))
 
     def _pace(self) -> None:
         """The batch interval acknowledgements ask for: with more agents than
@@ -350,4 +350,4 @@ class IngestServer:
         rate at or under the maximum (0: no ask). Whole seconds, so that a stream opening or
         closing seldom changes every agent's ask."""
         n, most = self._open, self._max_batches_per_s
-        self._own.pace_s = float(min(MAX_PACE_S, math.ceil(n / most))) if most and n > most else 0.0
+        self._own.batch_interval_ask_s = float(min(MAX_PACE_S, math.ceil(n / most))) if most and n > most else 0.0

@@ -18,7 +18,7 @@ __all__ = ["CollectorHealth"]
 class CollectorHealth:
     def __init__(self) -> None:
         self.ingest = IngestCounters()  # counted by the Pipeline, the gRPC server and the accept guard
-        self.pace_s = 0.0  # the batch interval acks ask agents for (IngestServer; 0: none)
+        self.batch_interval_ask_s = 0.0  # the batch interval acks ask agents for (IngestServer; 0: none)
         self.loop_lag = Histogram(SELF_BOUNDS_S)  # how late a LOOP_WATCH_S timer ran
         self.housekeeping = Histogram(SELF_BOUNDS_S)  # each housekeeping tick
         self.load = LoadMeter()  # CPU outside scrapes (sampled by the loop watch; scrapes yield to it)

@@ -37,14 +37,14 @@ def test_acks_ask_for_a_longer_interval_once_agents_outnumber_the_planned_rate(s
             q.put(batch(1, steps=[step(1)]))
             ack = next(replies).ack
             assert ack.seq == 1
-        assert ack.flush_interval_s == 3.0  # ceil(5 / 2)
+        assert ack.batch_interval_ask_s == 3.0  # ceil(5 / 2)
         assert _ask(col) == 3.0
         for q, replies in streams[2:]:  # three leave: 2 agents, no more than planned
             q.put(None)
             assert list(replies) == []
         q, replies = streams[0]
         q.put(batch(2, steps=[step(2)]))
-        assert next(replies).ack.flush_interval_s == 0.0
+        assert next(replies).ack.batch_interval_ask_s == 0.0
         assert _ask(col) == 0.0
         for q, _ in streams[:2]:
             q.put(None)

@@ -448,12 +448,12 @@ class WindowNow(_message.Message):
     def __init__(self, reason: _Optional[str] = ...) -> None: ...
 
 class Ack(_message.Message):
-    __slots__ = ("seq", "flush_interval_s")
+    __slots__ = ("seq", "batch_interval_ask_s")
     SEQ_FIELD_NUMBER: _ClassVar[int]
-    FLUSH_INTERVAL_S_FIELD_NUMBER: _ClassVar[int]
+    BATCH_INTERVAL_ASK_S_FIELD_NUMBER: _ClassVar[int]
     seq: int
-    flush_interval_s: float
-    def __init__(self, seq: _Optional[int] = ..., flush_interval_s: _Optional[float] = ...) -> None: ...
+    batch_interval_ask_s: float
+    def __init__(self, seq: _Optional[int] = ..., batch_interval_ask_s: _Optional[float] = ...) -> None: ...
 
 class CaptureTrace(_message.Message):
     __slots__ = ("request_id", "steps")
