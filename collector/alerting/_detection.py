@@ -18,7 +18,7 @@ from stepwatch.core.contract import phase_name
 from stepwatch.core.support import OnceLog
 from stepwatch.proto.stepwatch.v1 import agent_pb2
 
-from ..wire._columns import SampleColumns, StepColumns, phase_columns, step_columns
+from ..wire._columns import SampleColumns, StepColumns
 from ..detect import SEVERITIES, DetectionConfig, DetectionEngine, WindowPoint
 from ._alertmanager import AlertmanagerClient
 from ._book import Alert, AlertBook
@@ -44,10 +44,11 @@ def _trace_text(host: str, ref) -> str:
 
 
 def feed_batch(engine: DetectionEngine, job: str, rank: int, batch: agent_pb2.Batch,
-               steps: Optional[StepColumns] = None, samples: Optional[SampleColumns] = None) -> None:
-    """Hand one batch's phase times, step, allocator, NVML and host samples to ``engine``."""
-    if batch.phase_times:
-        p = phase_columns(batch)
+               steps: StepColumns, samples: SampleColumns) -> None:
+    """Hand one batch's phase times, step, allocator, NVML and host samples (``steps``,
+    ``samples``: the batch read as columns) to ``engine``."""
+    p = steps.phase_times
+    if p is not None:
         steps_, pres, owns, syncs = [], [], [], []
         data, forward, _, sync, optimizer = p.device
         for i, seen in enumerate(p.points):
@@ -57,11 +58,11 @@ def feed_batch(engine: DetectionEngine, job: str, rank: int, batch: agent_pb2.Ba
                 pres.append(data[i] + forward[i] + optimizer[i])
                 owns.append(sum(d[i] for d in p.device) - sync[i])
         engine.phase_times(job, rank, steps_, pres, owns, syncs)
-    c = steps if steps is not None else step_columns(batch)
+    c = steps
     if len(c):
-        engine.steps(job, rank, c.step, c.end, c.dur, c.wait, c.tokens, c.profiled,
+        engine.steps(job, rank, c.step, c.end_time_s, c.duration_s, c.dataloader_wait_s, c.tokens, c.profiled,
                      {i: phase_name(p) for i, p in c.phase.items()} if c.phase else None)
-    s = samples if samples is not None else SampleColumns(batch)
+    s = samples
     if len(s.allocator):
         engine.allocator_columns(job, rank, s.allocator)
     if len(s.gpu):
@@ -143,12 +144,8 @@ class Detection:
             self._log(exc)
 
     def on_batch(self, hello: agent_pb2.Hello, batch: agent_pb2.Batch, now: float,
-                 steps: Optional[StepColumns] = None, samples: Optional[SampleColumns] = None) -> None:
+                 steps: StepColumns, samples: SampleColumns) -> None:
         try:
-            if steps is None:
-                steps = step_columns(batch)
-            if samples is None:
-                samples = SampleColumns(batch)
             self.evidence.on_batch(hello, batch, now, steps, samples)
             for ref in batch.traces or ():
                 key = self._trace_alerts.pop(ref.request_id, None)

@@ -31,7 +31,7 @@ from typing import Optional
 
 from stepwatch.proto.stepwatch.v1 import agent_pb2
 
-from ..wire._columns import PHASES, SampleColumns, StepColumns, phase_columns, step_columns
+from ..wire._columns import PHASES, SampleColumns, StepColumns
 from .._ring import Ring
 from ..state._state import own
 from ..detect._types import median
@@ -87,15 +87,15 @@ class Evidence:
         return self._ranks.get((job, rank))
 
     def on_batch(self, hello: agent_pb2.Hello, batch: agent_pb2.Batch, now: float,
-                 steps: Optional[StepColumns] = None, samples: Optional[SampleColumns] = None) -> None:
+                 steps: StepColumns, samples: SampleColumns) -> None:
         r = self._ranks.get((hello.job, hello.rank))
         if r is None:
             r = self._ranks[hello.job, hello.rank] = _Rank()
-        c = steps if steps is not None else step_columns(batch)
+        c = steps
         if len(c):
-            cols = (c.step, c.end, c.dur, c.wait)
-            if c.profiled or not min(c.dur) > 0:
-                skip, dur = set(c.profiled), c.dur
+            cols = (c.step, c.end_time_s, c.duration_s, c.dataloader_wait_s)
+            if c.profiled or not min(c.duration_s) > 0:
+                skip, dur = set(c.profiled), c.duration_s
                 keep = [i for i in range(len(dur)) if i not in skip and dur[i] > 0]
                 cols = tuple([col[i] for i in keep] for col in cols)
             steps_, ends, durs, waits = r.pending
@@ -110,9 +110,9 @@ class Evidence:
                                         [median(_no_negative(waits[k:k + size])) for k in starts])
                 for col in r.pending:
                     del col[:full]
-        if batch.phase_times:
-            _keep_phases(r, phase_columns(batch))
-        s = samples if samples is not None else SampleColumns(batch)
+        if c.phase_times is not None:
+            _keep_phases(r, c.phase_times)
+        s = samples
         if len(s.host):
             r.host.extend_columns(s.host["time_s"], s.host["cpu_seconds"])
         if len(s.gpu):
@@ -135,7 +135,7 @@ def _keep_phases(r: _Rank, p) -> None:
     pending = r.phase_pending
     for i in range(len(p)):
         points = p.points[i] | (_HOST_CLOCK if p.clock[i] != agent_pb2.STEP_CLOCK_CUDA_EVENT else 0)
-        pending.append((p.step[i], p.end[i], points, [d[i] for d in p.device] + [h[i] for h in p.host]))
+        pending.append((p.step[i], p.end_time_s[i], points, [d[i] for d in p.device] + [h[i] for h in p.host]))
     while len(pending) >= _PHASE_BLOCK:
         rows, points = pending[:_PHASE_BLOCK], pending[0][2]
         del pending[:_PHASE_BLOCK]

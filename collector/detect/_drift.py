@@ -256,25 +256,25 @@ class DriftDetector:
             return any([self._add(*h) for h in held])
         return self._add(step, time, value)
 
-    def feed_many(self, steps: list, times: list, values: list) -> bool:
+    def feed_many(self, step: list, end_time_s: list, duration_s: list) -> bool:
         """:meth:`feed` for each (a batch, as columns); True when ``condition`` changed. A run
         of plain steps (finite, under the pause limit, no pause held, inside one bucket) goes
         into the bucket at once; anything else takes the step-by-step path."""
-        changed, n = False, len(values)
+        changed, n = False, len(duration_s)
         if not n:
             return False
         if self._first_time is None:
-            self._first_time = times[0]
-        start = self._bucket_start[1] if self._bucket_start else times[0]
+            self._first_time = end_time_s[0]
+        start = self._bucket_start[1] if self._bucket_start else end_time_s[0]
         limit = start + self.cfg.bucket_s  # steps ending before this cannot close the bucket
-        j = bisect.bisect_left(times, limit)  # (times arrive in order; a clock step only ends a bucket late)
+        j = bisect.bisect_left(end_time_s, limit)  # (times arrive in order; a clock step only ends a bucket late)
         if j:
-            part = values[:j]
+            part = duration_s[:j]
             low, high, total = min(part), max(part), sum(part)
             if not (self._held or self._level_moved or not low > 0 or not math.isfinite(total)
                     or (self._level is not None and math.log(high) - self._level >= self._clip / 2)):
                 if self._bucket_start is None:
-                    self._bucket_start = (steps[0], times[0])
+                    self._bucket_start = (step[0], end_time_s[0])
                 self._bucket.extend(part)
                 self._recent_values.extend(part)
                 if self._windows:
@@ -282,7 +282,7 @@ class DriftDetector:
             else:
                 j = 0
         for k in range(j, n):
-            changed |= self.feed(steps[k], times[k], values[k])
+            changed |= self.feed(step[k], end_time_s[k], duration_s[k])
         return changed
 
     def _end_pause(self) -> None:

@@ -145,7 +145,7 @@ class DetectionEngine:
                    [tokens] if tokens is not None else None, (0,) if profiled else (),
                    {0: phase} if phase else None)
 
-    def steps(self, job: str, rank: int, steps: list, times: list, durations: list, waits: list,
+    def steps(self, job: str, rank: int, step: list, end_time_s: list, duration_s: list, dataloader_wait_s: list,
               tokens: Optional[list] = None, profiled: Sequence[int] = (),
               phases: Optional[dict] = None) -> None:
         """A batch of ``rank``'s steps as columns (equal-length lists, in arrival order), the
@@ -153,23 +153,23 @@ class DetectionEngine:
         detect/test_batch_path.py).
         ``tokens``: per step or None; ``profiled``: indices of profiled steps; ``phases``:
         {index: marked phase name}."""
-        n = len(steps)
+        n = len(step)
         if not n:
             return
         r = self._rank(job, rank)
-        r.live.steps(steps, times, durations)
-        r.memory.step = steps[-1]
+        r.live.steps(step, end_time_s, duration_s)
+        r.memory.step = step[-1]
         warm = max(0, self.cfg.warmup_steps - r.seen)  # rows before this index are warm-up
         r.seen += n
         if not profiled and not phases and not r.last_phase:
             keep = None if warm == 0 else range(warm, n)  # the usual batch: every step counts
-            r.recent.extend(durations[-64:])
+            r.recent.extend(duration_s[-64:])
         else:
             keep = []
             skip = set(profiled)
             for i in sorted(skip):  # a run's last profiled step: a window's end
                 if i + 1 not in skip and i < n:
-                    r.drift.note_window(steps[i], times[i])
+                    r.drift.note_window(step[i], end_time_s[i])
             recent = r.recent
             for i in range(n):
                 phase = r.mark(phases.get(i, "") if phases else "")
@@ -178,29 +178,29 @@ class DetectionEngine:
                     continue
                 # a marked step the phase did not delay (against the rank's recent steps,
                 # marked or not) is a plain step
-                if i >= warm and (not phase or (len(recent) >= 8 and durations[i] < _MARK_DELAY * median(recent))):
+                if i >= warm and (not phase or (len(recent) >= 8 and duration_s[i] < _MARK_DELAY * median(recent))):
                     keep.append(i)
-                recent.append(durations[i])
+                recent.append(duration_s[i])
         if not self.cfg.enabled:
             return
         if keep is not None:
             if not keep:
                 return
-            steps, times = [steps[i] for i in keep], [times[i] for i in keep]
-            waits, tokens = [waits[i] for i in keep], [tokens[i] for i in keep] if tokens else None
-            durations = [durations[i] for i in keep]
-        values = durations
+            step, end_time_s = [step[i] for i in keep], [end_time_s[i] for i in keep]
+            dataloader_wait_s, tokens = [dataloader_wait_s[i] for i in keep], [tokens[i] for i in keep] if tokens else None
+            duration_s = [duration_s[i] for i in keep]
+        values = duration_s
         if tokens:  # normalised to the rank's first token count (a step of no count: as it is)
             ref = r.ref_tokens
             if ref is None:
                 ref = r.ref_tokens = next((t for t in tokens if t), None)
             if ref is not None and tokens.count(ref) != len(tokens):  # (all at the reference: as they are)
-                values = [d * ref / t if t else d for d, t in zip(durations, tokens)]
-        if self.cfg.drift.enabled and (r.drift.feed_many(steps, times, values) or r.drift.condition):
+                values = [d * ref / t if t else d for d, t in zip(duration_s, tokens)]
+        if self.cfg.drift.enabled and (r.drift.feed_many(step, end_time_s, values) or r.drift.condition):
             self._sync(r.drift, [r.drift.condition] if r.drift.condition else [])
         if self.cfg.straggler.enabled:
             s = self._straggler(job)
-            if s.feed_many(rank, steps, times, durations, waits) or s.conditions:
+            if s.feed_many(rank, step, end_time_s, duration_s, dataloader_wait_s) or s.conditions:
                 self._sync(s, s.conditions.values())
 
     def _straggler(self, job: str) -> StragglerDetector:

@@ -46,15 +46,15 @@ class RankLiveness:
         self.connected = True
         self.disconnected_at: Optional[float] = None
 
-    def steps(self, steps: list, times: list, step_times: list) -> None:
+    def steps(self, step: list, end_time_s: list, duration_s: list) -> None:
         """A batch of steps, as columns: the latest (by time, the last of equal times) is the
         rank's last step; positive step times join the recent ones."""
-        i = last_max_index(times)  # the last of the steps with the latest time (as step by step)
-        if self.last_time is None or times[i] >= self.last_time:
-            self.last_step, self.last_time = steps[i], times[i]
-        total = sum(step_times)  # NaN when one is (min() does not see it)
-        self._recent.extend(step_times if min(step_times) > 0 and total == total else
-                            [t for t in step_times if t > 0])
+        i = last_max_index(end_time_s)  # the last of the steps with the latest time (as step by step)
+        if self.last_time is None or end_time_s[i] >= self.last_time:
+            self.last_step, self.last_time = step[i], end_time_s[i]
+        total = sum(duration_s)  # NaN when one is (min() does not see it)
+        self._recent.extend(duration_s if min(duration_s) > 0 and total == total else
+                            [t for t in duration_s if t > 0])
 
     def stalled(self, now: float) -> Optional[Condition]:
         if not self.cfg.enabled or self.last_time is None or not self.connected:

@@ -92,34 +92,34 @@ class StragglerDetector:
             del self._cur[rank]
         return self._judge_ready()
 
-    def feed_many(self, rank: int, steps: list, times: list, step_times: list, waits: list) -> bool:
+    def feed_many(self, rank: int, step: list, end_time_s: list, duration_s: list, dataloader_wait_s: list) -> bool:
         """:meth:`feed` for each (a batch of ``rank``'s steps, as columns). Ready blocks are
         judged after each block this closes, as step by step (nothing else changes between)."""
         size, cur, changed = self.cfg.block_steps, self._cur.get(rank), False
-        n = len(steps)
-        if n and steps[-1] - steps[0] == n - 1 and 0 < min(step_times) and math.isfinite(sum(step_times)) \
-                and math.isfinite(sum(waits)) and steps == list(range(steps[0], steps[0] + n)):
+        n = len(step)
+        if n and step[-1] - step[0] == n - 1 and 0 < min(duration_s) and math.isfinite(sum(duration_s)) \
+                and math.isfinite(sum(dataloader_wait_s)) and step == list(range(step[0], step[0] + n)):
             # The usual batch (consecutive steps, all usable): a block's run of steps at a time.
             spans, i = [], 0
             while i < n:
-                spans.append((i, min(n, i + size - steps[i] % size)))
+                spans.append((i, min(n, i + size - step[i] % size)))
                 i = spans[-1][1]
         else:  # a step at a time, the unusable ones left out
-            spans = [(i, i + 1) for i, t in enumerate(step_times) if 0 < t < math.inf]
+            spans = [(i, i + 1) for i, t in enumerate(duration_s) if 0 < t < math.inf]
         if spans:
             self._ranks.add(rank)
         for i, end in spans:  # every step of a span in one block
             while i < end:
-                bid = steps[i] // size
+                bid = step[i] // size
                 if cur is not None and cur[0] != bid:
                     self._close(rank, cur)
                     cur = None
                     changed |= self._judge_ready()
                 if cur is None:
-                    cur = (bid, [], [], steps[i], times[i])
+                    cur = (bid, [], [], step[i], end_time_s[i])
                 j = min(end, i + size - len(cur[1]))  # (a restarted rank may refill an open block)
-                part = waits[i:j]
-                cur[1].extend(step_times[i:j])
+                part = dataloader_wait_s[i:j]
+                cur[1].extend(duration_s[i:j])
                 cur[2].extend(part if min(part) > 0.0 else [w if w > 0.0 else 0.0 for w in part])
                 i = j
                 if len(cur[1]) >= size:

@@ -69,8 +69,8 @@ class Pipeline:
         dropped = drop_nonfinite(batch, (("steps",) if finite else ()) + (SampleColumns.FIELDS if sampled else ()))
         if dropped:
             counters.add("nonfinite_records", dropped)
-            if not finite:
-                steps = step_columns(batch)  # without the dropped steps
+            if not finite or batch.phase_times:
+                steps = step_columns(batch)  # without the dropped steps or phase times
             if not sampled:
                 samples = SampleColumns(batch)  # without the dropped samples
         far = drop_far(batch, now, steps, samples)

@@ -19,7 +19,7 @@ from typing import Any, Callable, Iterable, Optional
 
 from stepwatch.proto.stepwatch.v1 import agent_pb2
 
-from ..wire._columns import SampleColumns, Samples, StepColumns, phase_columns
+from ..wire._columns import SampleColumns, Samples, StepColumns
 from ..detect._types import median
 from .._ring import Ring
 
@@ -329,8 +329,8 @@ class CollectorState:
             st.stats = own(batch.stats)
         for w in batch.windows or ():
             st.windows.append(own(w))
-        if batch.phase_times:
-            p = phase_columns(batch)
+        p = steps.phase_times
+        if p is not None:
             st.phase_recent.extend_columns(*p.device)
             st.phases = tuple(median(list(st.phase_recent.column(k))) for k in range(5))
         if batch.traces:
@@ -343,15 +343,15 @@ class CollectorState:
         if top > sess.max_step:
             st.steps_total += top - sess.max_step
             sess.max_step = top
-        st.step_hist.observe_many(c.dur)
-        st.wait_hist.observe_many(c.wait)
-        if c.finite() and min(c.dur) >= 0:  # every record usable (the usual case)
-            waits = c.wait if min(c.wait) >= 0.0 else [w if w > 0.0 else 0.0 for w in c.wait]
-            st.add_recent(waits, c.dur)
-            st.trend.extend_columns(c.step, c.end, c.dur)  # arrival order
-            last = max(c.end)
+        st.step_hist.observe_many(c.duration_s)
+        st.wait_hist.observe_many(c.dataloader_wait_s)
+        if c.finite() and min(c.duration_s) >= 0:  # every record usable (the usual case)
+            waits = c.dataloader_wait_s if min(c.dataloader_wait_s) >= 0.0 else [w if w > 0.0 else 0.0 for w in c.dataloader_wait_s]
+            st.add_recent(waits, c.duration_s)
+            st.trend.extend_columns(c.step, c.end_time_s, c.duration_s)  # arrival order
+            last = max(c.end_time_s)
         else:  # non-finite or negative numbers: skipped where they would count
-            rows = [(s, e, d, w) for s, e, d, w in zip(c.step, c.end, c.dur, c.wait)
+            rows = [(s, e, d, w) for s, e, d, w in zip(c.step, c.end_time_s, c.duration_s, c.dataloader_wait_s)
                     if d >= 0 and math.isfinite(d)]
             recent = [(w, d) for _, _, d, w in rows if math.isfinite(w)]
             if recent:

@@ -25,21 +25,25 @@ __all__ = ["SampleColumns", "Samples", "StepColumns", "step_columns", "PhaseColu
 
 
 class StepColumns:
-    """``step``, ``end``, ``dur``, ``wait``: one list each, in batch order. ``tokens`` and
+    """``step``, ``end_time_s``, ``duration_s``, ``dataloader_wait_s`` (the proto's names): one list
+    each, in batch order. ``tokens`` and
     ``samples``: lists with None where the record had none, or None when no record had any;
     ``profiled``: indices of profiled steps; ``phase``: {index: phase enum} of marked steps;
-    ``cut``: phases cut to their bound (``_bounds.STRING_BOUNDS``) when read."""
+    ``cut``: phases cut to their bound (``_bounds.STRING_BOUNDS``) when read; ``phase_times``:
+    the batch's sampled steps' phase times (:class:`PhaseColumns`), or None when it has none."""
 
-    __slots__ = ("step", "end", "dur", "wait", "tokens", "samples", "profiled", "phase", "_finite", "cut")
+    __slots__ = ("step", "end_time_s", "duration_s", "dataloader_wait_s", "tokens", "samples", "profiled", "phase",
+                 "_finite", "cut", "phase_times")
 
-    def __init__(self, step: list, end: list, dur: list, wait: list,
+    def __init__(self, step: list, end_time_s: list, duration_s: list, dataloader_wait_s: list,
                  tokens: Optional[list] = None, samples: Optional[list] = None,
                  profiled: tuple = (), phase: Optional[dict] = None):
-        self.step, self.end, self.dur, self.wait = step, end, dur, wait
+        self.step, self.end_time_s, self.duration_s, self.dataloader_wait_s = step, end_time_s, duration_s, dataloader_wait_s
         self.tokens, self.samples = tokens, samples
         self.profiled, self.phase = profiled, phase or {}
         self._finite: Optional[bool] = None
         self.cut = 0
+        self.phase_times: Optional[PhaseColumns] = None
 
     def __len__(self) -> int:
         return len(self.step)
@@ -50,7 +54,7 @@ class StepColumns:
         overflowing sum: then the exact check decides. Computed once (the pipeline and the
         state both ask; the columns are not changed after they are read)."""
         if self._finite is None:
-            self._finite = math.isfinite(sum(self.end) + sum(self.dur) + sum(self.wait))
+            self._finite = math.isfinite(sum(self.end_time_s) + sum(self.duration_s) + sum(self.dataloader_wait_s))
         return self._finite
 
 
@@ -82,9 +86,13 @@ _PHASE_CHARS = STRING_BOUNDS[("StepRecord", "phase")]
 
 
 def step_columns(batch: agent_pb2.Batch) -> StepColumns:
+    """The batch's steps as columns, its phase times with them: what the pipeline reads once
+    for state, detection and the diagnosis."""
     records = list(batch.steps)
     if not records:
-        return StepColumns([], [], [], [])
+        columns = StepColumns([], [], [], [])
+        columns.phase_times = phase_columns(batch)
+        return columns
     step, end, dur, wait, tokens, samples, profiled, phase = [list(map(get, records)) for get in _FIELDS]
     marked = {i: p for i, p in enumerate(phase) if p} if any(phase) else None
     cut = 0
@@ -98,6 +106,7 @@ def step_columns(batch: agent_pb2.Batch) -> StepColumns:
                           tuple(i for i, flag in enumerate(profiled) if flag) if any(profiled) else (),
                           marked)
     columns.cut = cut
+    columns.phase_times = phase_columns(batch)
     return columns
 
 
@@ -107,14 +116,14 @@ _PHASE_FIELDS = tuple(map(operator.attrgetter, ("step", "end_time_s", "points", 
 
 
 class PhaseColumns:
-    """A batch's sampled phase times as columns: ``step``, ``end``, ``points`` (bitmask of the
+    """A batch's sampled phase times as columns: ``step``, ``end_time_s``, ``points`` (bitmask of the
     points seen), ``clock`` (StepClock), ``device`` and ``host`` (five lists each, in
     :data:`PHASES` order; the same on the host clock)."""
 
-    __slots__ = ("step", "end", "points", "clock", "device", "host")
+    __slots__ = ("step", "end_time_s", "points", "clock", "device", "host")
 
-    def __init__(self, step: list, end: list, points: list, clock: list, device: list, host: list):
-        self.step, self.end, self.points, self.clock = step, end, points, clock
+    def __init__(self, step: list, end_time_s: list, points: list, clock: list, device: list, host: list):
+        self.step, self.end_time_s, self.points, self.clock = step, end_time_s, points, clock
         self.device, self.host = device, host
 
     def __len__(self) -> int:

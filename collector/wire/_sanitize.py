@@ -125,7 +125,7 @@ def drop_far(batch: agent_pb2.Batch, now: float, steps, samples) -> int:
     usual batch costs a few comparisons)."""
     lo, hi = now - FAR_S, now + FAR_S
     dropped = 0
-    if len(steps) and not (lo <= min(steps.end) and max(steps.end) <= hi and max(steps.step) <= MAX_STEP):
+    if len(steps) and not (lo <= min(steps.end_time_s) and max(steps.end_time_s) <= hi and max(steps.step) <= MAX_STEP):
         kept = [r for r in batch.steps if lo <= r.end_time_s <= hi and r.step <= MAX_STEP]
         dropped += len(batch.steps) - len(kept)
         del batch.steps[:]

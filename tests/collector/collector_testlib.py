@@ -29,3 +29,10 @@ def apply(state, key, session: str, batch: agent_pb2.Batch, now: float) -> str:
     from stepwatch.collector.wire._columns import SampleColumns, step_columns
 
     return state.apply_batch(key, session, batch, now, step_columns(batch), SampleColumns(batch))[0]
+
+
+def columns(batch: agent_pb2.Batch) -> tuple:
+    """The batch's (steps, samples) columns, as the pipeline hands them to its listeners."""
+    from stepwatch.collector.wire._columns import SampleColumns, step_columns
+
+    return step_columns(batch), SampleColumns(batch)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import random
 
+from collector_testlib import columns
 from stepwatch.collector.alerting import Detection
 from stepwatch.collector.detect import parse_detection
 from stepwatch.proto.stepwatch.v1 import agent_pb2
@@ -31,7 +32,7 @@ def drive(levels, trace_min_severity=None):
             now += dt
             batch.steps.add(step=step, end_time_s=now, duration_s=dt)
             if len(batch.steps) == 20:
-                det.on_batch(HELLO, batch, now)
+                det.on_batch(HELLO, batch, now, *columns(batch))
                 det.tick(now, [("j", 0, True, None)])
                 batch = agent_pb2.Batch(seq=step + 1)
     return windows, traces, [(a.alertname, [s for _, s in a.history]) for a in det.book.firing()]

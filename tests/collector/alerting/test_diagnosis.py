@@ -6,6 +6,7 @@ import statistics
 
 from hypothesis import given, settings, strategies as st
 
+from collector_testlib import columns
 from stepwatch.collector.alerting._diagnosis import Evidence, diagnose
 from stepwatch.proto.stepwatch.v1 import agent_pb2
 
@@ -38,7 +39,7 @@ def feed(ev, onset_step=500, extra_ms=0.0, wait_extra_ms=0.0, sm_after=1.98e9, w
             g.tensor_active_ratio, g.sm_active_ratio = tensor[first >= onset_step], 0.9
         b.host.add(time_s=t, cpu_seconds=first * 0.04 + max(0, first - onset_step) * cpu_extra_ms / 1e3)
         b.windows.extend(w for w in windows if first <= w.first_step < first + 20)
-        ev.on_batch(HELLO, b, t)
+        ev.on_batch(HELLO, b, t, *columns(b))
 
 
 def test_backward_change_is_named_with_its_kernel():
@@ -164,7 +165,7 @@ def test_step_blocks_are_the_medians_of_block_usable_steps(batches, size):
             b.steps.add(step=step, end_time_s=T0 + step, duration_s=dur, dataloader_wait_s=wait, profiled=profiled)
             if not profiled and dur > 0:
                 usable.append((step, T0 + step, dur, max(wait, 0.0)))
-        ev.on_batch(HELLO, b, T0)
+        ev.on_batch(HELLO, b, T0, *columns(b))
     want = [(blk[0][0], blk[-1][0], blk[-1][1], statistics.median(r[2] for r in blk),
              statistics.median(r[3] for r in blk))
             for blk in (usable[i:i + size] for i in range(0, len(usable) - size + 1, size))]

@@ -3,6 +3,7 @@ profiler window; the host is named only when it did more work, never for waiting
 
 from __future__ import annotations
 
+from collector_testlib import columns
 from stepwatch.collector.alerting._diagnosis import Evidence, diagnose
 from stepwatch.proto.stepwatch.v1 import agent_pb2
 
@@ -32,7 +33,7 @@ def feed(ev, device_extra=None, host_extra=None, wait_extra_ms=0.0, cpu_extra_ms
                         dataloader_wait_s=0.001 + wait_extra_ms / 1e3 * slow)
         t = T0 + first * 0.04
         b.host.add(time_s=t, cpu_seconds=first * 0.04 + max(0, first - onset_step) * cpu_extra_ms / 1e3)
-        ev.on_batch(HELLO, b, t)
+        ev.on_batch(HELLO, b, t, *columns(b))
 
 
 def test_gpu_work_in_backward_is_named_and_the_spinning_host_is_not():
