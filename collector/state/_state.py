@@ -345,21 +345,19 @@ class CollectorState:
             sess.max_step = top
         st.step_hist.observe_many(c.duration_s)
         st.wait_hist.observe_many(c.dataloader_wait_s)
-        if c.finite() and min(c.duration_s) >= 0:  # every record usable (the usual case)
+        # (finite: the pipeline dropped records with non-finite numbers)
+        if min(c.duration_s) >= 0:  # every record usable (the usual case)
             waits = c.dataloader_wait_s if min(c.dataloader_wait_s) >= 0.0 else [w if w > 0.0 else 0.0 for w in c.dataloader_wait_s]
             st.add_recent(waits, c.duration_s)
             st.trend.extend_columns(c.step, c.end_time_s, c.duration_s)  # arrival order
             last = max(c.end_time_s)
-        else:  # non-finite or negative numbers: skipped where they would count
-            rows = [(s, e, d, w) for s, e, d, w in zip(c.step, c.end_time_s, c.duration_s, c.dataloader_wait_s)
-                    if d >= 0 and math.isfinite(d)]
-            recent = [(w, d) for _, _, d, w in rows if math.isfinite(w)]
-            if recent:
-                st.add_recent([w if w > 0.0 else 0.0 for w, _ in recent], [d for _, d in recent])
-            rows = [r for r in rows if math.isfinite(r[1])]
-            if rows:
-                st.trend.extend_columns([r[0] for r in rows], [r[1] for r in rows], [r[2] for r in rows])
-            last = max((r[1] for r in rows), default=None)
+        else:  # negative durations (a clock stepped back): skipped where they would count
+            keep = [i for i, d in enumerate(c.duration_s) if d >= 0]
+            durations = [c.duration_s[i] for i in keep]
+            if keep:
+                st.add_recent([max(0.0, c.dataloader_wait_s[i]) for i in keep], durations)
+                st.trend.extend_columns([c.step[i] for i in keep], [c.end_time_s[i] for i in keep], durations)
+            last = max((c.end_time_s[i] for i in keep), default=None)
         if last is not None and (st.last_step_time is None or last > st.last_step_time):
             st.last_step_time = last
         if c.samples is not None:

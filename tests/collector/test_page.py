@@ -6,7 +6,8 @@ import json
 import urllib.request
 from urllib.parse import quote
 
-from collector_testlib import apply, batch, hello, step
+from collector_testlib import batch, hello, step
+from stepwatch.collector.ingest._pipeline import Pipeline
 from stepwatch.collector.state._state import TREND_POINTS, CollectorState
 from stepwatch.proto.stepwatch.v1 import agent_pb2, agent_pb2_grpc
 
@@ -52,10 +53,13 @@ def test_steps_reports_points_per_rank_for_an_odd_job_name(collector):
 
 def test_trend_is_bounded_and_skips_bad_durations():
     state = CollectorState(60.0)
-    key = state.connect(hello().hello, T0)
+    pipe = Pipeline(state, [])
+    h = hello().hello
+    key = pipe.connect(h, T0)
     steps = [step(n, duration=0.01 * n) for n in range(1, TREND_POINTS + 51)]
     steps += [step(9999, duration=float("nan")), step(9998, duration=-1.0)]
-    apply(state, key, "s1", agent_pb2.Batch(seq=1, steps=steps), T0)
+    assert pipe.batch(key, h, agent_pb2.Batch(seq=1, steps=steps), T0)  # the NaN step dropped, counted
+    assert pipe.counters["nonfinite_records"] == 1
     (rank,) = state.snapshot()
     assert len(rank.trend) == TREND_POINTS
     assert rank.trend[0][0] == 51 and rank.trend[-1][0] == TREND_POINTS + 50
