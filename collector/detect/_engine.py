@@ -49,6 +49,47 @@ class _Rank:
         self.live = RankLiveness(cfg.liveness, job, rank)
         self.throttle: Optional[Condition] = None
 
+    def kept(self, step: list, end_time_s: list, duration_s: list, profiled: Sequence[int],
+             phases: Optional[dict], warmup_steps: int) -> Optional[list]:
+        """Which of a batch's steps the drift and straggler rules see: None for all of them (the
+        usual batch), else their indices. Left out: the rank's first ``warmup_steps``, profiled
+        steps (a window's last one noted as the window's end) and marked steps their phase
+        delayed. Every step counts in the rank's recent ones and its marks."""
+        n = len(step)
+        warm = max(0, warmup_steps - self.seen)  # rows before this index are warm-up
+        self.seen += n
+        if not profiled and not phases and not self.last_phase:
+            self.recent.extend(duration_s[-64:])
+            return None if warm == 0 else list(range(warm, n))
+        keep = []
+        skip = set(profiled)
+        for i in sorted(skip):  # a run's last profiled step: a window's end
+            if i + 1 not in skip and i < n:
+                self.drift.note_window(step[i], end_time_s[i])
+        recent = self.recent
+        for i in range(n):
+            phase = self.mark(phases.get(i, "") if phases else "")
+            if i in skip:
+                self.profiled += 1
+                continue
+            # a marked step the phase did not delay (against the rank's recent steps, marked
+            # or not) is a plain step
+            if i >= warm and (not phase or (len(recent) >= 8 and duration_s[i] < _MARK_DELAY * median(recent))):
+                keep.append(i)
+            recent.append(duration_s[i])
+        return keep
+
+    def per_token(self, duration_s: list, tokens: Optional[list]) -> list:
+        """Step times normalised to the rank's first token count (a step of no count: as it is)."""
+        if not tokens:
+            return duration_s
+        ref = self.ref_tokens
+        if ref is None:
+            ref = self.ref_tokens = next((t for t in tokens if t), None)
+        if ref is None or tokens.count(ref) == len(tokens):  # (all at the reference: as they are)
+            return duration_s
+        return [d * ref / t if t else d for d, t in zip(duration_s, tokens)]
+
     def mark(self, phase: str) -> str:
         """A step's marked phase ("" for none): a run of one kind counts once in ``marked``;
         past _MAX_PHASE_KINDS kinds it is "other". Returns the phase as counted."""
@@ -159,28 +200,7 @@ class DetectionEngine:
         r = self._rank(job, rank)
         r.live.steps(step, end_time_s, duration_s)
         r.memory.step = step[-1]
-        warm = max(0, self.cfg.warmup_steps - r.seen)  # rows before this index are warm-up
-        r.seen += n
-        if not profiled and not phases and not r.last_phase:
-            keep = None if warm == 0 else range(warm, n)  # the usual batch: every step counts
-            r.recent.extend(duration_s[-64:])
-        else:
-            keep = []
-            skip = set(profiled)
-            for i in sorted(skip):  # a run's last profiled step: a window's end
-                if i + 1 not in skip and i < n:
-                    r.drift.note_window(step[i], end_time_s[i])
-            recent = r.recent
-            for i in range(n):
-                phase = r.mark(phases.get(i, "") if phases else "")
-                if i in skip:
-                    r.profiled += 1
-                    continue
-                # a marked step the phase did not delay (against the rank's recent steps,
-                # marked or not) is a plain step
-                if i >= warm and (not phase or (len(recent) >= 8 and duration_s[i] < _MARK_DELAY * median(recent))):
-                    keep.append(i)
-                recent.append(duration_s[i])
+        keep = r.kept(step, end_time_s, duration_s, profiled, phases, self.cfg.warmup_steps)
         if not self.cfg.enabled:
             return
         if keep is not None:
@@ -189,14 +209,8 @@ class DetectionEngine:
             step, end_time_s = [step[i] for i in keep], [end_time_s[i] for i in keep]
             dataloader_wait_s, tokens = [dataloader_wait_s[i] for i in keep], [tokens[i] for i in keep] if tokens else None
             duration_s = [duration_s[i] for i in keep]
-        values = duration_s
-        if tokens:  # normalised to the rank's first token count (a step of no count: as it is)
-            ref = r.ref_tokens
-            if ref is None:
-                ref = r.ref_tokens = next((t for t in tokens if t), None)
-            if ref is not None and tokens.count(ref) != len(tokens):  # (all at the reference: as they are)
-                values = [d * ref / t if t else d for d, t in zip(duration_s, tokens)]
-        if self.cfg.drift.enabled and (r.drift.feed_many(step, end_time_s, values) or r.drift.condition):
+        if self.cfg.drift.enabled and (r.drift.feed_many(step, end_time_s, r.per_token(duration_s, tokens))
+                                       or r.drift.condition):
             self._sync(r.drift, [r.drift.condition] if r.drift.condition else [])
         if self.cfg.straggler.enabled:
             s = self._straggler(job)

@@ -217,6 +217,7 @@ def _label_texts(job: str, rank: int, hello, gpu, full: bool) -> tuple[str, str,
 
 
 def _collector(state: CollectorState, health: CollectorHealth) -> list[Family]:
+    """The collector's own families: what ingest counted, its garbage collections, its health."""
     c = health.ingest.snapshot()
     fams = []
     for name, doc, kind, value in (
@@ -243,6 +244,10 @@ def _collector(state: CollectorState, health: CollectorHealth) -> list[Family]:
         fam = Family(name, doc, kind)
         fam.add("", value)
         fams.append(fam)
+    return [*fams, *_by_reason(c), *_gc_families(), *_health_families(health)]
+
+
+def _by_reason(c: dict) -> list[Family]:
     rejected = Family("stepwatch_collector_streams_rejected", "Agent streams rejected, by reason.", "counter")
     for reason, n in sorted(c["streams_rejected"].items()):
         rejected.add(labels_text(("reason",), (reason,)), n)
@@ -255,6 +260,10 @@ def _collector(state: CollectorState, health: CollectorHealth) -> list[Family]:
                      "window_names (a window's kernel/op list over 50 entries).", "counter")
     for what, n in sorted(c["trimmed"].items()):
         trimmed.add(labels_text(("what",), (what,)), n)
+    return [rejected, accepts, trimmed]
+
+
+def _gc_families() -> list[Family]:
     gc_seconds = Family("stepwatch_collector_gc_seconds", "Seconds the collector process spent in garbage "
                         "collections, by generation (2: full; ingest and acks wait meanwhile).", "counter")
     gc_count = Family("stepwatch_collector_gc_collections", "Garbage collections of the collector process, by "
@@ -266,6 +275,10 @@ def _collector(state: CollectorState, health: CollectorHealth) -> list[Family]:
         gc_seconds.add(label, seconds)
         gc_count.add(label, count)
         gc_longest.add(label, longest)
+    return [gc_seconds, gc_count, gc_longest]
+
+
+def _health_families(health: CollectorHealth) -> list[Family]:
     load = Family("stepwatch_collector_ingest_cpu_ratio", "CPU the collector spent outside scrapes in the last "
                   "second, as a share of one core (scrapes give way to ingest above 0.3).", "gauge")
     load.add("", health.load.share)
@@ -297,7 +310,7 @@ def _collector(state: CollectorState, health: CollectorHealth) -> list[Family]:
         fam = Family(name, doc, "histogram")
         fam.add_histogram("", hist.cumulative(), hist.sum)
         own.append(fam)
-    return [*fams, rejected, accepts, trimmed, gc_seconds, gc_count, gc_longest, *own]
+    return own
 
 
 def _info(labels: Labels) -> list[Family]:

@@ -111,6 +111,25 @@ class IngestServer:
                 # anyone who reaches the port do not pile up; an agent's stream keeps its own open
                 ("grpc.max_connection_idle_ms", 120_000)]
         server = grpc.aio.server(options=opts)
+        self._add_services(server)
+        try:
+            if self._tls is None:
+                port = server.add_insecure_port(listen)
+            else:
+                cert, key, client_ca = self._tls
+                port = server.add_secure_port(listen, grpc.ssl_server_credentials(
+                    [(key, cert)], root_certificates=client_ca, require_client_auth=client_ca is not None))
+        except RuntimeError as exc:
+            raise RuntimeError(f"cannot bind gRPC address {listen}: {exc}") from None
+        await server.start()
+        for service in ("", SERVICE_NAME, CONTROL_SERVICE_NAME):
+            await self._health.set(service, health_pb2.HealthCheckResponse.SERVING)
+        self._server = server
+        return port
+
+    def _add_services(self, server) -> None:
+        """AgentService (Connect, UploadTrace), the standard health service and ControlService
+        (Capture, DownloadTrace), each decoding its requests by hand."""
         handler = grpc.stream_stream_rpc_method_handler(
             self._connect, request_deserializer=self._deserialize,
             response_serializer=agent_pb2.Command.SerializeToString)
@@ -131,20 +150,6 @@ class IngestServer:
             "DownloadTrace": grpc.unary_stream_rpc_method_handler(
                 control.DownloadTrace, request_deserializer=_decoder(agent_pb2.TraceId),
                 response_serializer=agent_pb2.TraceChunk.SerializeToString)}),))
-        try:
-            if self._tls is None:
-                port = server.add_insecure_port(listen)
-            else:
-                cert, key, client_ca = self._tls
-                port = server.add_secure_port(listen, grpc.ssl_server_credentials(
-                    [(key, cert)], root_certificates=client_ca, require_client_auth=client_ca is not None))
-        except RuntimeError as exc:
-            raise RuntimeError(f"cannot bind gRPC address {listen}: {exc}") from None
-        await server.start()
-        for service in ("", SERVICE_NAME, CONTROL_SERVICE_NAME):
-            await self._health.set(service, health_pb2.HealthCheckResponse.SERVING)
-        self._server = server
-        return port
 
     async def stop(self, grace_s: float) -> None:
         """Report NOT_SERVING, refuse new streams, cancel live ones after ``grace_s`` seconds."""
@@ -169,6 +174,23 @@ class IngestServer:
         except DecodeError as exc:
             return _Malformed(str(exc) or "cannot decode")
 
+    def _upload_refusal(self, chunk: agent_pb2.TraceChunk) -> Optional[tuple]:
+        """(reason, status, details) when an upload naming itself in ``chunk`` is refused, else
+        None. An agent token is shared by every job: an upload is taken only for a request this
+        collector sent to that rank of that job, and only once (a chunk without a request id or
+        rank is left to the store's begin(), which says why not)."""
+        if not chunk.request_id or chunk.rank < 0:
+            return None
+        if not self._state.traces.issued(chunk.request_id, chunk.job, chunk.rank):
+            return "not_issued", grpc.StatusCode.PERMISSION_DENIED, (
+                f"trace refused: this collector did not ask rank {chunk.rank} of job "
+                f"{chunk.job!r:.80} for request {chunk.request_id!r:.80}")
+        if self._store.has(chunk.job, chunk.rank, chunk.request_id):
+            return "exists", grpc.StatusCode.ALREADY_EXISTS, (
+                f"trace refused: request {chunk.request_id!r:.80} of rank {chunk.rank} of job "
+                f"{chunk.job!r:.80} is stored already (a stored trace is never replaced)")
+        return None
+
     async def _upload(self, chunks, context) -> agent_pb2.TraceStored:
         """One trace upload: auth, the naming first chunk, data to a part file off the loop,
         checks, rename. Every refusal is a clear status; nothing partial is ever served."""
@@ -183,20 +205,11 @@ class IngestServer:
                 if isinstance(chunk, _Malformed):
                     self._store.reject("invalid")
                     await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"malformed TraceChunk: {chunk.reason}")
-                if upload is None and chunk.request_id and chunk.rank >= 0:  # (else begin() says why not)
-                    if not self._state.traces.issued(chunk.request_id, chunk.job, chunk.rank):
-                        # An agent token is shared by every job: an upload is taken only for a
-                        # request this collector sent to that rank of that job, and only once.
-                        self._store.reject("not_issued")
-                        await context.abort(grpc.StatusCode.PERMISSION_DENIED, (
-                            f"trace refused: this collector did not ask rank {chunk.rank} of job "
-                            f"{chunk.job!r:.80} for request {chunk.request_id!r:.80}"))
-                    if self._store.has(chunk.job, chunk.rank, chunk.request_id):
-                        self._store.reject("exists")
-                        await context.abort(grpc.StatusCode.ALREADY_EXISTS, (
-                            f"trace refused: request {chunk.request_id!r:.80} of rank {chunk.rank} of job "
-                            f"{chunk.job!r:.80} is stored already (a stored trace is never replaced)"))
                 if upload is None:
+                    refusal = self._upload_refusal(chunk)
+                    if refusal is not None:
+                        self._store.reject(refusal[0])
+                        await context.abort(*refusal[1:])
                     upload = self._store.begin(chunk.job, chunk.rank, chunk.request_id, chunk.total_bytes)
                 if chunk.data:
                     await asyncio.to_thread(upload.write, chunk.data)
@@ -240,6 +253,33 @@ class IngestServer:
         given = dict(context.invocation_metadata() or ()).get("authorization", "")
         return hmac.compare_digest(given.encode(), f"Bearer {self._token}".encode())
 
+    def _hello_refusal(self, first) -> Optional[tuple]:
+        """(reason, status, details) when the stream's first message is not a Hello this
+        collector takes, else None."""
+        if isinstance(first, _Malformed):
+            return first.code, grpc.StatusCode.INVALID_ARGUMENT, f"malformed AgentMessage: {first.reason}"
+        if first.WhichOneof("payload") != "hello":
+            return ("no_hello", grpc.StatusCode.INVALID_ARGUMENT,
+                    "the first AgentMessage must carry a Hello, got "
+                    f"{first.WhichOneof('payload') or 'an empty message'}")
+        hello = first.hello
+        problem = label_problem(hello.job)
+        if problem:
+            return "invalid_hello", grpc.StatusCode.INVALID_ARGUMENT, f"Hello.job {problem}"
+        if hello.rank < 0:
+            return ("invalid_hello", grpc.StatusCode.INVALID_ARGUMENT,
+                    f"Hello.rank must be >= 0, got {hello.rank}")
+        refused = self._state.admit(hello, self._max_jobs, self._max_ranks)
+        if refused == "too_many_jobs":
+            return (refused, grpc.StatusCode.RESOURCE_EXHAUSTED,
+                    f"this collector holds its maximum of {self._max_jobs} jobs (max_jobs); "
+                    f"job {hello.job[:80]!r} is refused")
+        if refused == "too_many_ranks":
+            return (refused, grpc.StatusCode.RESOURCE_EXHAUSTED,
+                    f"job {hello.job[:80]!r} already has {self._max_ranks} ranks (max_ranks_per_job); "
+                    f"rank {hello.rank} is refused")
+        return None
+
     async def _first_hello(self, requests, context) -> Optional[agent_pb2.Hello]:
         """Read and validate the first message; abort the stream when it is not a usable Hello."""
         first = None
@@ -258,30 +298,10 @@ class IngestServer:
         if first is None:
             self._counts.reject("no_hello")
             return None
-        if isinstance(first, _Malformed):
-            await self._abort(context, first.code, grpc.StatusCode.INVALID_ARGUMENT,
-                              f"malformed AgentMessage: {first.reason}")
-        if first.WhichOneof("payload") != "hello":
-            await self._abort(context, "no_hello", grpc.StatusCode.INVALID_ARGUMENT,
-                              "the first AgentMessage must carry a Hello, got "
-                              f"{first.WhichOneof('payload') or 'an empty message'}")
+        refusal = self._hello_refusal(first)
+        if refusal is not None:
+            await self._abort(context, *refusal)
         hello = first.hello
-        problem = label_problem(hello.job)
-        if problem:
-            await self._abort(context, "invalid_hello", grpc.StatusCode.INVALID_ARGUMENT,
-                              f"Hello.job {problem}")
-        if hello.rank < 0:
-            await self._abort(context, "invalid_hello", grpc.StatusCode.INVALID_ARGUMENT,
-                              f"Hello.rank must be >= 0, got {hello.rank}")
-        refused = self._state.admit(hello, self._max_jobs, self._max_ranks)
-        if refused == "too_many_jobs":
-            await self._abort(context, refused, grpc.StatusCode.RESOURCE_EXHAUSTED,
-                              f"this collector holds its maximum of {self._max_jobs} jobs (max_jobs); "
-                              f"job {hello.job[:80]!r} is refused")
-        if refused == "too_many_ranks":
-            await self._abort(context, refused, grpc.StatusCode.RESOURCE_EXHAUSTED,
-                              f"job {hello.job[:80]!r} already has {self._max_ranks} ranks (max_ranks_per_job); "
-                              f"rank {hello.rank} is refused")
         cut = bound_strings(hello)  # (collector/wire/_bounds.py: one table for every string field)
         if cut:
             self._counts.add_by("trimmed", "string", cut)

@@ -236,4 +236,6 @@ def test_parallel_downloads_of_a_large_trace_stream_from_disk(start_collector):
         got = list(pool.map(download, range(4)))
     assert got == [(200, stored.bytes, digest.hexdigest())] * 4
     grew_mib = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - peak_before) / 1024
-    assert grew_mib < 24, grew_mib
+    # One trace read whole is 48 MiB; streamed, the four readers' and servers' buffers and the
+    # threads' arenas grew the peak 14-26 MiB across runs (the spread is the thread timing).
+    assert grew_mib < 40, grew_mib
