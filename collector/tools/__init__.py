@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import sys
 from typing import Optional, Sequence
 
 # gRPC's fork handlers off before any subcommand loads gRPC, so `stepwatch collector` may render
@@ -31,7 +32,29 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# What only the collector side needs (pyproject's ``collector`` extra): a training image
+# installs the agent without them, and its ``stepwatch run`` / ``top`` / ``trace`` work.
+COLLECTOR_EXTRA = {"prometheus_client": "prometheus-client", "grpc_health": "grpcio-health-checking"}
+NEEDS_COLLECTOR_EXTRA = ("collector", "demo", "replay", "analyze", "stack")
+
+
+def missing_collector_extra() -> list[str]:
+    """The collector extra's packages this interpreter cannot import."""
+    missing = []
+    for module, package in COLLECTOR_EXTRA.items():
+        try:
+            importlib.import_module(module)
+        except ImportError:
+            missing.append(package)
+    return missing
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Entry point of the ``stepwatch`` console script; returns the process exit code."""
     args = build_parser().parse_args(argv)
+    missing = missing_collector_extra() if args.command in NEEDS_COLLECTOR_EXTRA else []
+    if missing:
+        print(f"stepwatch {args.command}: this install lacks {', '.join(missing)} (the collector side's "
+              "packages); install them with: pip install 'stepwatch[collector]'", file=sys.stderr)
+        return 2
     return args.func(args)

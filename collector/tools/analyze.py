@@ -19,7 +19,6 @@ from google.protobuf import json_format
 
 from stepwatch.agent.analysis import TraceError, summarize
 
-from ..alerting._diagnosis import compare_windows, fmt
 
 __all__ = ["add_parser"]
 
@@ -34,6 +33,8 @@ def add_parser(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..alerting._diagnosis import compare_windows, fmt  # (with the command: the collector extra)
+
     if len(args.traces) > 2:
         print("stepwatch analyze: error: give one trace, or two to compare", file=sys.stderr)
         return 2
@@ -59,6 +60,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _changes(a, b) -> dict:
+    from ..alerting._diagnosis import compare_windows
+
     return {"step_time_ms": (b.breakdown.step_time_s - a.breakdown.step_time_s) * 1e3,
             "contributors": [{"name": n, "delta_ms_per_step": d, "detail": det}
                              for n, d, det in compare_windows(a, b)]}

@@ -8,17 +8,20 @@ import gzip
 import json
 import os
 import sys
-from typing import IO, Optional
+from typing import IO, TYPE_CHECKING, Optional
 
 from .._config import load_settings
 from ..ingest._record import read_record
-from .._replay import replay
-from ..alerting import Alert, iso
+
+if TYPE_CHECKING:  # (the pipeline loads with the command: the collector extra's packages)
+    from ..alerting import Alert
 
 __all__ = ["add_parser"]
 
 
 def _text(a: Alert) -> str:
+    from ..alerting import iso
+
     history = " -> ".join(sev for _, sev in a.history) or a.severity
     end = f", resolved at step {_step(a.resolved_step)} ({iso(a.ends_at)})" if a.ends_at else ", firing at the end"
     return (f"{iso(a.fired_at)}  {a.alertname} job={a.job} rank={a.rank}  {history}  "
@@ -48,6 +51,8 @@ def _open(path: str) -> IO[str]:
 
 
 def _run(args: argparse.Namespace, out: Optional[IO[str]] = None) -> int:
+    from .._replay import replay
+
     out = out or sys.stdout  # looked up per call: the default is not bound at import
     try:
         settings = load_settings({"detection": args.detection}, environ={}, config_file=args.config)

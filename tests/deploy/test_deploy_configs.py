@@ -135,8 +135,10 @@ def test_compose_file_is_valid_and_everything_it_mounts_exists():
 
 
 def test_dockerfile_installs_the_collectors_dependencies():
-    """The image installs with --no-deps: its list must be pyproject's minus torch and NVML."""
-    deps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    """The image installs with --no-deps: its list must be pyproject's dependencies and its
+    collector extra, minus torch and NVML."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    deps = project["dependencies"] + project["optional-dependencies"]["collector"]
     wanted = {re.split(r"[<>=!~ ]", d)[0].lower() for d in deps} - {"torch", "nvidia-ml-py"}
     dockerfile = (DEPLOY / "compose" / "Dockerfile").read_text()
     listed = {re.split(r"[<>=!~ ]", d)[0].lower() for d in re.findall(r'"([A-Za-z][\w.-]*[<>=~!][^"]*)"', dockerfile)}

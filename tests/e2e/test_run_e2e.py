@@ -55,6 +55,65 @@ def test_stepwatch_run_profiles_an_unmodified_torchrun_job(tmp_path):
         col.kill()
 
 
+_BLOCKER = """import importlib.abc, sys
+
+
+class _NoCollectorExtra(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name.split(".")[0] in ("prometheus_client", "grpc_health"):
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+
+
+sys.meta_path.insert(0, _NoCollectorExtra())
+"""
+
+
+def agent_only_python(tmp_path) -> str:
+    """An interpreter that sees this environment's packages but the collector extra's
+    (prometheus-client, grpcio-health-checking), as a training image installed without the
+    extra: a venv whose .pth adds this site-packages, then blocks those two imports (in every
+    process it starts too: the trainer, its sidecar, torchrun's workers)."""
+    import sysconfig
+
+    venv = tmp_path / "agent-only"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
+    (site,) = venv.glob("lib/python*/site-packages")
+    (site / "_no_collector_extra.py").write_text(_BLOCKER)
+    here = sysconfig.get_paths()["purelib"]
+    (site / "zz_stepwatch_test.pth").write_text(f"import site; site.addsitedir({here!r}); import _no_collector_extra\n")
+    return str(venv / "bin" / "python")
+
+
+def test_the_agent_side_runs_without_the_collector_extra(tmp_path):
+    """pyproject's ``collector`` extra holds what only the collector needs: without it, ``stepwatch
+    run`` profiles a torchrun job to a real collector (run with the extra), and the commands
+    that need it say how to install it (exit 2) instead of a traceback."""
+    py = agent_only_python(tmp_path)
+    blocked = subprocess.run([py, "-c", "import prometheus_client"], capture_output=True, text=True, timeout=60)
+    assert blocked.returncode == 1 and "No module named 'prometheus_client'" in blocked.stderr
+    col = Collector(tmp_path).start()
+    try:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("STEPWATCH_")}
+        env.update(STEPWATCH_SPOOL_DIR=str(tmp_path / "spool"), STEPWATCH_FLUSH_INTERVAL_S="0.2", OMP_NUM_THREADS="1")
+        run = subprocess.run([py, "-m", "stepwatch.collector.tools", "run", "--collector", col.grpc, "--",
+                              py, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+                              os.path.join(HERE, "unmodified_job.py")],
+                             env=env, capture_output=True, text=True, timeout=240, cwd=str(tmp_path))
+        assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-3000:]
+        assert "Traceback" not in run.stderr, run.stderr[-3000:]
+        steps = wait_steps(col, 2, 100)
+        assert sorted(rank for _, rank in steps) == [0, 1] and all(v == 100 for v in steps.values()), steps
+    finally:
+        col.kill()
+    for command in ("collector", "demo", "replay"):
+        refused = subprocess.run([py, "-m", "stepwatch.collector.tools", command, *(["x.jsonl"] if command == "replay" else [])],
+                                 capture_output=True, text=True, timeout=60, cwd=str(tmp_path))
+        assert refused.returncode == 2, (command, refused.stderr)
+        assert refused.stderr.strip() == (
+            f"stepwatch {command}: this install lacks prometheus-client, grpcio-health-checking (the collector "
+            "side's packages); install them with: pip install 'stepwatch[collector]'"), refused.stderr
+
+
 def test_stepwatch_run_without_a_command_is_a_usage_error():
     run = subprocess.run([os.path.join(BIN, "stepwatch"), "run", "--"], capture_output=True, text=True, timeout=60)
     assert run.returncode == 2 and "no command given" in run.stderr
