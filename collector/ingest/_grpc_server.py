@@ -53,6 +53,15 @@ def _decoder(cls):
     return decode
 
 
+class _Refused(Exception):
+    """An upload refused: the store's reason to count (None: counted already), the status and
+    its details."""
+
+    def __init__(self, reason: Optional[str], code: grpc.StatusCode, details: str):
+        super().__init__(details)
+        self.reason, self.code, self.details = reason, code, details
+
+
 class _Malformed:
     """Stands in for a message whose bytes did not decode; ``reason`` is the decoder's text,
     ``code`` the refusal's counter reason ("malformed", or "oversize" over max_message_bytes)."""
@@ -199,39 +208,40 @@ class IngestServer:
                               "stepwatch: wrong or missing auth token")
         if self._store is None:
             await context.abort(grpc.StatusCode.UNIMPLEMENTED, "this collector keeps no traces")
-        upload = None
+        upload, refused = None, None
         try:
             async for chunk in chunks:
                 if isinstance(chunk, _Malformed):
-                    self._store.reject("invalid")
-                    await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"malformed TraceChunk: {chunk.reason}")
+                    raise _Refused("invalid", grpc.StatusCode.INVALID_ARGUMENT, f"malformed TraceChunk: {chunk.reason}")
                 if upload is None:
                     refusal = self._upload_refusal(chunk)
                     if refusal is not None:
-                        self._store.reject(refusal[0])
-                        await context.abort(*refusal[1:])
+                        raise _Refused(*refusal)
                     upload = self._store.begin(chunk.job, chunk.rank, chunk.request_id, chunk.total_bytes)
                 if chunk.data:
                     await asyncio.to_thread(upload.write, chunk.data)
             if upload is None:
-                self._store.reject("invalid")
-                await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "UploadTrace sent no TraceChunk")
+                raise _Refused("invalid", grpc.StatusCode.INVALID_ARGUMENT, "UploadTrace sent no TraceChunk")
             size = await asyncio.to_thread(upload.finish)
             log.info("stepwatch collector: trace %s stored (%d bytes)", upload.trace_id, size)
             trace_id, upload = upload.trace_id, None
             return agent_pb2.TraceStored(trace_id=trace_id, bytes=size)
+        except _Refused as exc:
+            refused = exc
         except TraceRejected as exc:
-            if upload is not None:  # (refusals by begin() are counted there)
-                self._store.reject(exc.code)
             code = {"too_large": grpc.StatusCode.RESOURCE_EXHAUSTED, "busy": grpc.StatusCode.UNAVAILABLE,
                     "disk": grpc.StatusCode.RESOURCE_EXHAUSTED}.get(exc.code, grpc.StatusCode.INVALID_ARGUMENT)
-            await context.abort(code, f"trace refused: {exc}")
+            # (refusals by begin() are counted there)
+            refused = _Refused(exc.code if upload is not None else None, code, f"trace refused: {exc}")
         except OSError as exc:
-            self._store.reject("disk")
-            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, f"trace refused: cannot write: {exc.strerror or exc}")
+            refused = _Refused("disk", grpc.StatusCode.RESOURCE_EXHAUSTED,
+                               f"trace refused: cannot write: {exc.strerror or exc}")
         finally:
-            if upload is not None:
+            if upload is not None:  # the part file goes before the caller hears of the refusal
                 upload.abort()
+        if refused.reason is not None:
+            self._store.reject(refused.reason)
+        await context.abort(refused.code, refused.details)
 
     async def _abort(self, context, reason: str, code: grpc.StatusCode, details: str) -> None:
         self._counts.reject(reason)
