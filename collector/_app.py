@@ -148,12 +148,7 @@ class Collector:
                 self._recorder = Recorder(self.settings.record)
                 self.pipeline.listeners.append(self._recorder)
             if self.settings.trace_store_dir:
-                directory = self.settings.trace_store_dir
-                if directory == "auto":  # this collector's own, never another user's or collector's
-                    directory = self._owned_trace_dir = tempfile.mkdtemp(prefix="stepwatch-collector-traces-")
-                self.trace_store = TraceStore(directory, self.settings.trace_store_max_bytes,
-                                              self.settings.trace_upload_max_bytes)
-                TraceStoreMetrics(self.trace_store, self.registry)
+                self._open_trace_store(self.settings.trace_store_dir)
             self._ingest = IngestServer(self.pipeline, collector_health=self.health, auth_token=self.settings.auth_token,
                                         max_message_bytes=self.settings.max_message_bytes, clock=self.clock,
                                         store=self.trace_store, max_jobs=self.settings.max_jobs,
@@ -163,17 +158,34 @@ class Collector:
                                         max_batches_per_s=self.settings.max_batches_per_s)
             grpc_host, _ = _split(self.settings.grpc_listen)
             self.grpc_address = f"{grpc_host}:{await self._ingest.start(self.settings.grpc_listen)}"
-            http_host, http_port = _split(self.settings.http_listen)
-            self._http = HttpServer({"/healthz": _healthz,
-                                     "/api/alerts": self._alerts, "/": page, "/api": self._index},
-                                    query_routes={"/api/jobs": self._jobs, "/api/steps": self._steps},
-                                    path_routes={"/api/jobs/{job}/windows": self._windows, "/api/traces": self._traces,
-                                                 "/api/traces/{trace_id}": self._trace_file},
-                                    threaded_routes={"/metrics": self._metrics}, token=self.settings.http_token)
-            self.http_address = f"{http_host}:{await self._http.start(http_host, http_port, self._ssl_context())}"
+            await self._start_http()
         except BaseException:
             await self.stop(grace_s=0)
             raise
+        self._start_tasks()
+        log.info("stepwatch collector: gRPC on %s, HTTP on http://%s/metrics (rendered on the %s)", self.grpc_address,
+                 self.http_address, "render process" if self._fork is not None else "HTTP thread")
+
+    def _open_trace_store(self, directory: str) -> None:
+        if directory == "auto":  # this collector's own, never another user's or collector's
+            directory = self._owned_trace_dir = tempfile.mkdtemp(prefix="stepwatch-collector-traces-")
+        self.trace_store = TraceStore(directory, self.settings.trace_store_max_bytes,
+                                      self.settings.trace_upload_max_bytes)
+        TraceStoreMetrics(self.trace_store, self.registry)
+
+    async def _start_http(self) -> None:
+        http_host, http_port = _split(self.settings.http_listen)
+        self._http = HttpServer({"/healthz": _healthz,
+                                 "/api/alerts": self._alerts, "/": page, "/api": self._index},
+                                query_routes={"/api/jobs": self._jobs, "/api/steps": self._steps},
+                                path_routes={"/api/jobs/{job}/windows": self._windows, "/api/traces": self._traces,
+                                             "/api/traces/{trace_id}": self._trace_file},
+                                threaded_routes={"/metrics": self._metrics}, token=self.settings.http_token)
+        self.http_address = f"{http_host}:{await self._http.start(http_host, http_port, self._ssl_context())}"
+
+    def _start_tasks(self) -> None:
+        """The Alertmanager client, housekeeping, the loop watch, the GC pacer; the switch
+        interval when this collector is the process's own."""
         if self.detection.client is not None:
             self.detection.client.start()
         self._housekeeping = asyncio.get_running_loop().create_task(self._housekeeping_loop(),
@@ -184,8 +196,6 @@ class Collector:
         if self.process_wide and self.settings.gil_switch_interval_s and self._switch_interval is None:
             self._switch_interval = sys.getswitchinterval()
             sys.setswitchinterval(self.settings.gil_switch_interval_s)
-        log.info("stepwatch collector: gRPC on %s, HTTP on http://%s/metrics (rendered on the %s)", self.grpc_address,
-                 self.http_address, "render process" if self._fork is not None else "HTTP thread")
 
     async def stop(self, grace_s: float = 2.0) -> None:
         """Stop ingest (live streams are cancelled after ``grace_s`` s), HTTP, housekeeping, the

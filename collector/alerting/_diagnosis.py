@@ -215,7 +215,6 @@ def diagnose(r: Optional[_Rank], since: float) -> Optional[Diagnosis]:
     if len(before) < 3 or len(after) < 3:
         return None
     step_delta = (_median(b[3] for b in after) - _median(b[3] for b in before)) * 1e3
-    found: list[tuple[str, float, str]] = []
     wait = (_median(b[4] for b in after) - _median(b[4] for b in before)) * 1e3
     lo = before[max(0, len(before) - 60)][2]
     cpu_b = _cpu_per_step(host, blocks, lo, since)
@@ -224,33 +223,37 @@ def diagnose(r: Optional[_Rank], since: float) -> Optional[Diagnosis]:
     w_before = [w for w in r.windows if w.start_time_s < since]
     w_after = [w for w in r.windows if w.start_time_s >= since]
     complete = bool(w_before and w_after)
-    phased = _phase_contributors(list(r.phases), since, lo, wait, cpu)
-    tail = []
-    if phased is not None:
-        found, note = phased
-        tail.append(note)
-        if complete:
-            found = _add_kernel(found, w_before[-1], w_after[-1])
-    else:
-        found.append(("data-loader wait", wait, ""))
-        if cpu is not None:
-            found.append(("host CPU", cpu, ""))
-        if complete:
-            found.extend(compare_windows(w_before[-1], w_after[-1]))
-            found = _discount_gpu_wait(found, w_before[-1], w_after[-1])
+    found, first, last = _contributors(r, since, lo, wait, cpu, w_before, w_after)
     ranked = sorted(found, key=lambda c: -_rank_key(c, step_delta))
     text = "; ".join(fmt(c) for c in ranked[:3])
     if step_delta <= 0 or ranked[0][1] < _EXPLAINED * step_delta:
         text = f"no measured contributor explains the {step_delta:+.1f} ms/step; " + text
-    tail += [_clocks(gpu, since), _activity(gpu, since), _retries(alloc, since)]
-    if phased is not None:
-        pass  # the phase times stand without windows (one on each side adds the kernel)
-    elif not w_before:
-        tail.append("phases: no profiler window from before the onset")
-    elif not w_after:
-        tail.append("phases: no profiler window after the onset yet")
+    tail = [*first, _clocks(gpu, since), _activity(gpu, since), _retries(alloc, since), *last]
     text = "; ".join([text] + [t for t in tail if t])
     return Diagnosis(text, tuple(ranked), step_delta, complete)
+
+
+def _contributors(r: _Rank, since: float, lo: float, wait: float, cpu: Optional[float],
+                  w_before: list, w_after: list) -> tuple[list, list, list]:
+    """The candidate causes (name, ms/step, detail) and the notes that go before and after the
+    clock, activity and retry notes: from the phase times when the rank sent enough of them on
+    both sides (a window on each side adds the kernel), else the data-loader wait, host CPU and
+    the windows' comparison."""
+    phased = _phase_contributors(list(r.phases), since, lo, wait, cpu)
+    if phased is not None:
+        found, note = phased
+        if w_before and w_after:
+            found = _add_kernel(found, w_before[-1], w_after[-1])
+        return found, [note], []
+    found = [("data-loader wait", wait, "")]
+    if cpu is not None:
+        found.append(("host CPU", cpu, ""))
+    if w_before and w_after:
+        found.extend(compare_windows(w_before[-1], w_after[-1]))
+        found = _discount_gpu_wait(found, w_before[-1], w_after[-1])
+        return found, [], []
+    return found, [], ["phases: no profiler window from before the onset" if not w_before
+                   else "phases: no profiler window after the onset yet"]
 
 
 def _phase_contributors(rows: list, since: float, lo: float, wait: float,

@@ -21,6 +21,7 @@ import sys
 import tempfile
 import time
 import urllib.request
+from typing import Optional
 
 __all__ = ["main", "DEMO_DETECTION"]
 
@@ -154,37 +155,8 @@ def _run(args, steps: int, slow_from: int, job: str, workdir: str) -> int:
                         *DEMO_JOB, "--slow-from-step", str(slow_from), "--slow-factor", "1.4"],
                        env=env, check=True)
         _wait_steps(http, job, steps)
-        print("\nWhat the collector received (job %s):\n" % job)
-        print(_table(http, job))
-        if slow_from:
-            raised = _alerts(http, job, 15.0)
-            print("\nAlerts raised by the collector (drift judged over seconds in this demo):")
-            for a in raised:
-                state = "firing" if a["state"] == "firing" else "resolved when the job ended"
-                print(f"  {a['severity']} {a['alertname']} rank {a['rank']} ({state}): {a['summary']}"
-                      + (f"\n    why: {a['diagnosis']}" if a.get("diagnosis") else ""))
-            if not raised:
-                print("  none (the slowdown was not raised: see the page)")
-        print(f"\nWhere to look:\n  live page           http://{http}/\n"
-              f"  Prometheus metrics  http://{http}/metrics\n"
-              f"  JSON API            http://{http}/api/jobs\n  health              http://{http}/healthz")
-        if stack is not None:
-            print(f"  Prometheus          {stack.prometheus_url}/graph?g0.expr=rate(stepwatch_steps_total[1m])\n"
-                  f"  Prometheus alerts   {stack.prometheus_url}/alerts\n"
-                  f"  Alertmanager        {stack.alertmanager_url}")
-        keep = getattr(args, "keep_s", None)
-        if keep is None or keep > 0:
-            # Up with or without a terminal (CI, `| tee`, an IDE console): SIGTERM ends it too,
-            # and Ctrl-C does even where the demo was started in the background of a script
-            # (which starts it with SIGINT ignored).
-            signal.signal(signal.SIGTERM, _interrupt)
-            signal.signal(signal.SIGINT, _interrupt)
-            print("\nThe collector keeps running" + (f" for {keep:g} s" if keep else "")
-                  + "; press Ctrl-C to stop it.", flush=True)
-            try:
-                collector.wait(timeout=keep)
-            except (KeyboardInterrupt, subprocess.TimeoutExpired):
-                pass
+        _report(http, job, slow_from, stack)
+        _keep_running(collector, getattr(args, "keep_s", None))
         return 0
     finally:
         collector.terminate()
@@ -194,6 +166,44 @@ def _run(args, steps: int, slow_from: int, job: str, workdir: str) -> int:
             collector.kill()
         if stack is not None:
             stack.stop()
+
+
+def _report(http: str, job: str, slow_from: int, stack) -> None:
+    """What the collector received, the alerts it raised and where to look."""
+    print("\nWhat the collector received (job %s):\n" % job)
+    print(_table(http, job))
+    if slow_from:
+        raised = _alerts(http, job, 15.0)
+        print("\nAlerts raised by the collector (drift judged over seconds in this demo):")
+        for a in raised:
+            state = "firing" if a["state"] == "firing" else "resolved when the job ended"
+            print(f"  {a['severity']} {a['alertname']} rank {a['rank']} ({state}): {a['summary']}"
+                  + (f"\n    why: {a['diagnosis']}" if a.get("diagnosis") else ""))
+        if not raised:
+            print("  none (the slowdown was not raised: see the page)")
+    print(f"\nWhere to look:\n  live page           http://{http}/\n"
+          f"  Prometheus metrics  http://{http}/metrics\n"
+          f"  JSON API            http://{http}/api/jobs\n  health              http://{http}/healthz")
+    if stack is not None:
+        print(f"  Prometheus          {stack.prometheus_url}/graph?g0.expr=rate(stepwatch_steps_total[1m])\n"
+              f"  Prometheus alerts   {stack.prometheus_url}/alerts\n"
+              f"  Alertmanager        {stack.alertmanager_url}")
+
+
+def _keep_running(collector: subprocess.Popen, keep: Optional[float]) -> None:
+    """Leave the collector up ``keep`` seconds (None: until interrupted; 0: not at all)."""
+    if keep is None or keep > 0:
+        # Up with or without a terminal (CI, `| tee`, an IDE console): SIGTERM ends it too,
+        # and Ctrl-C does even where the demo was started in the background of a script
+        # (which starts it with SIGINT ignored).
+        signal.signal(signal.SIGTERM, _interrupt)
+        signal.signal(signal.SIGINT, _interrupt)
+        print("\nThe collector keeps running" + (f" for {keep:g} s" if keep else "")
+              + "; press Ctrl-C to stop it.", flush=True)
+        try:
+            collector.wait(timeout=keep)
+        except (KeyboardInterrupt, subprocess.TimeoutExpired):
+            pass
 
 
 def _interrupt(*_) -> None:
