@@ -146,6 +146,9 @@ def _sample(text, name):
     return float(line.rsplit(" ", 1)[1])
 
 
+_BUSY = 0.85  # the meter's reading from which a plain scrape sleeps 9x its render CPU (MIN_SHARE)
+
+
 def _fill(collector, ranks: int) -> None:
     """``ranks`` ranks with a batch each, through the collector's own pipeline on its loop."""
     from stepwatch.proto.stepwatch.v1 import agent_pb2
@@ -203,13 +206,18 @@ def test_a_real_scrape_gives_way_while_the_process_is_busy(start_collector):
         # deadline every time; the plain one sleeps longer while the meter reads the process
         # busy, which other processes on the machine can interrupt (the spinning thread then
         # gets less than the share scrapes yield to): up to five tries for that one.
-        longer = []
+        longer, busy_tries = [], []
         for _ in range(5):
             plain = collector.get("/metrics")[2].decode()
             short = collector.get("/metrics", {"X-Prometheus-Scrape-Timeout-Seconds": "0.2"})[2].decode()
             after = collector.get("/metrics")[2].decode()
             assert 0.0 <= _sample(after, total) - _sample(short, total) <= _yield.DEADLINE_SHARE * 0.2 + 1e-6
             longer.append(_sample(short, total) - _sample(plain, total))
+            # how long a plain scrape sleeps follows the meter: 9x its render CPU at a busy
+            # share of 0.85 or more, 1.2x at 0.5 (a fresh-clone run under a burner and a parallel
+            # suite read about 0.5 and slept 0.03-0.11 s): judged where the meter read it busy
+            if _sample(short, "stepwatch_collector_ingest_cpu_ratio") >= _BUSY:
+                busy_tries.append(longer[-1])
             if longer[-1] > _yield.DEADLINE_SHARE * 0.2:
                 break
     finally:
@@ -220,4 +228,9 @@ def test_a_real_scrape_gives_way_while_the_process_is_busy(start_collector):
     for body in (busy, short):
         assert "stepwatch_collector_per_rank_series" in body and "stepwatch_collector_loop_lag_seconds_count" in body
         assert 'job="job31",rank="15"' in body  # the last of the 2,000 ranks
-    assert longer[-1] > _yield.DEADLINE_SHARE * 0.2, longer  # no header: slept longer
+    if longer[-1] <= _yield.DEADLINE_SHARE * 0.2 and not busy_tries:
+        pytest.skip(f"the machine left the spinning thread too little CPU: the meter never read {_BUSY} "
+                    f"in five tries (plain scrapes slept {longer} s)")
+    # no header: slept longer (the last try is the first that did; it fails when the meter read
+    # the process busy in some try and no plain scrape slept past the short one's deadline)
+    assert longer[-1] > _yield.DEADLINE_SHARE * 0.2, (longer, busy_tries)
