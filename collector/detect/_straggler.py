@@ -50,8 +50,9 @@ from ._types import WARNING, Condition, WindowPoint, finite_positive, mads_witho
 __all__ = ["StragglerDetector"]
 
 _MAX_OPEN_BLOCKS = 8
-_MAX_PHASE_SAMPLES = 512  # a rank's phase samples kept (its last window_blocks blocks at most)
+_MAX_PHASE_SAMPLES = 512  # a rank's phase samples kept (its last _PHASE_REACH x window_blocks blocks at most)
 _MIN_PHASE_SAMPLES = 5    # a pool of fewer is not judged
+_PHASE_REACH = 8          # a sparse pool reaches back this many times window_blocks blocks at most
 _MAX_OPEN_GROUPS = 4
 
 
@@ -248,15 +249,20 @@ class StragglerDetector:
 
     def _pooled(self, rank: int, bid: int) -> Optional[tuple]:
         """Medians of (pre, own, sync) over the rank's phase samples of its last
-        ``window_blocks`` blocks up to ``bid``; None with fewer than _MIN_PHASE_SAMPLES (one
-        sample per block at a small phase budget: a block alone is too few)."""
+        ``window_blocks`` blocks up to ``bid`` (one sample per block at a small phase budget: a
+        block alone is too few); when those are fewer than _MIN_PHASE_SAMPLES, over its newest
+        _MIN_PHASE_SAMPLES up to ``bid`` within _PHASE_REACH times as many blocks (a short-step
+        job samples one step in tens); None with fewer still."""
         pool = self._phase.get(rank)
         if not pool:
             return None
-        lo = bid - self.cfg.window_blocks
+        lo = bid - _PHASE_REACH * self.cfg.window_blocks
         while pool and pool[0][0] <= lo:
             pool.popleft()
         rows = [row for row in pool if row[0] <= bid]
+        recent = bid - self.cfg.window_blocks
+        window = [row for row in rows if row[0] > recent]
+        rows = window if len(window) >= _MIN_PHASE_SAMPLES else rows[-_MIN_PHASE_SAMPLES:]
         if len(rows) < _MIN_PHASE_SAMPLES:
             return None
         return tuple(median([row[k] for row in rows]) for k in (1, 2, 3))
