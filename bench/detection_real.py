@@ -30,7 +30,7 @@ import time
 
 from stepwatch.collector._replay import replay
 from stepwatch.collector.detect import parse_detection
-from stepwatch.collector.tools.corpus import events, first_step_time, inject, load, repeat
+from stepwatch.collector.tools.corpus import events, first_step_time, grow, inject, load, repeat
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REAL = os.path.join(HERE, "..", "tests", "data", "real")
@@ -46,6 +46,11 @@ HOST_SHIFT = {name: 1795697160.0 for name in ("h100b_1gpu_s.jsonl.gz", "h100b_1g
 CHANGES = {"+3%": ("step", 0.03, 0), "+5%": ("step", 0.05, 0), "+10%": ("step", 0.10, 0),
            "ramp +5%/15min": ("ramp", 0.05, 900), "ramp +5%/30min": ("ramp", 0.05, 1800)}
 TARGET_S = {"+3%": 600, "+5%": 180, "+10%": 60, "ramp +5%/15min": 600, "ramp +5%/30min": 600}
+# GPU memory growth injected into the real allocator and NVML series (--memory): bytes per hour
+GIB = 1 << 30
+LEAKS = {"leak 12 GiB/h": 12 * GIB, "leak 3 GiB/h": 3 * GIB}
+LEAK_TARGET_S = {"leak 12 GiB/h": 1800, "leak 3 GiB/h": 7200}
+MEMORY_ALERTS = ("StepwatchGpuMemoryLeak", "StepwatchMemoryExhaustionForecast")
 
 
 def episodes(alerts: list) -> list[dict]:
@@ -63,11 +68,16 @@ def main() -> None:
     p.add_argument("--detection", default=None, help="detection settings (YAML/JSON)")
     p.add_argument("--changes", nargs="*", default=list(CHANGES))
     p.add_argument("--repeat", type=int, default=1, help="play each recording this many times in a row")
+    p.add_argument("--memory", action="store_true",
+                   help="the memory backtest instead: each recording played --repeat times (at least 2.5 h "
+                        "of job time), as it is and with GPU memory growth injected from --at")
     p.add_argument("--out")
     p.add_argument("--md")
     a = p.parse_args()
     cfg = parse_detection(a.detection)
     paths = a.recordings or sorted(os.path.join(REAL, f) for f in os.listdir(REAL) if f.endswith(".jsonl.gz"))
+    if a.memory:
+        return memory_main(a, cfg, paths)
     doc = {"command": " ".join(["python", *sys.argv]), "python": sys.version.split()[0],
            "date": datetime.date.today().isoformat(), "held_out": sorted(HELD_OUT), "recordings": []}
     for path in paths:
@@ -118,6 +128,67 @@ def main() -> None:
     if a.md:
         with open(a.md, "w") as fh:
             fh.write(markdown(doc))
+
+
+def memory_main(a, cfg, paths: list) -> None:
+    """The memory rules on real allocator series: nothing raised on a recording as it is, and
+    each injected growth raised (a leak alert or an exhaustion forecast) within its target."""
+    doc = {"command": " ".join(["python", *sys.argv]), "python": sys.version.split()[0],
+           "date": datetime.date.today().isoformat(), "held_out": sorted(HELD_OUT), "recordings": []}
+    for path in paths:
+        name = os.path.basename(path)
+        lines = load(path)
+        if not any(o["kind"] == "batch" and o["batch"].get("allocator") for o in lines):
+            continue
+        lines = repeat(lines, a.repeat)
+        t0 = first_step_time(lines)
+        t_end = max(float(o["time"]) for o in lines)
+        t = time.perf_counter()
+        healthy = [e for e in episodes(replay(events(lines), cfg)) if e["alertname"] in MEMORY_ALERTS]
+        rec = {"name": name, "repeat": a.repeat, "held_out": name in HELD_OUT, "minutes": round((t_end - t0) / 60, 1),
+               "healthy_episodes": healthy, "replay_s": round(time.perf_counter() - t, 1), "changes": {}}
+        print(f"{name}: {rec['minutes']} min, memory episodes as recorded: {len(healthy)} ({rec['replay_s']} s) "
+              f"{[(e['alertname'], e['summary']) for e in healthy]}", flush=True)
+        at = t0 + a.at
+        for change, per_h in LEAKS.items():
+            found = [e for e in episodes(replay(events(grow(lines, per_h / 3600.0, at)), cfg))
+                     if e["alertname"] in MEMORY_ALERTS and e["fired_at"]]
+            first = min(found, key=lambda e: _ts(e["fired_at"]), default=None)
+            run = {"at": round(a.at, 1), "raised": first is not None,
+                   "delay_s": None if first is None else round(_ts(first["fired_at"]) - at, 1),
+                   "alertname": None if first is None else first["alertname"],
+                   "severity": None if first is None else first["severity"],
+                   "summary": None if first is None else first["summary"],
+                   "data_after_change_s": round(t_end - at, 1)}
+            rec["changes"][change] = [run]
+            print(f"  {change:14s} {run['delay_s']} s {run['alertname']} {run['summary']}", flush=True)
+        doc["recordings"].append(rec)
+    if a.out:
+        with open(a.out, "w") as fh:
+            json.dump(doc, fh, indent=1)
+    if a.md:
+        with open(a.md, "w") as fh:
+            fh.write(memory_markdown(doc))
+
+
+def memory_markdown(doc: dict) -> str:
+    out = ["# GPU memory rules on real allocator series", "",
+           f"`{doc['command']}` (Python {doc['python']}, {doc['date']}). Each recording played `--repeat` "
+           "times in a row as one job; growth injected into the allocator's allocated/reserved/active bytes "
+           "and NVML's used bytes from `--at` s after the first step. Cells: seconds from the start of the "
+           "growth to the first memory alert (target: 12 GiB/h within 1,800 s, 3 GiB/h within 7,200 s).", "",
+           "| recording | held out | minutes | memory episodes as recorded | " + " | ".join(LEAKS) + " |",
+           "|---|---|---:|---:|" + "---|" * len(LEAKS)]
+    for r in doc["recordings"]:
+        cells = []
+        for change in LEAKS:
+            (run,) = r["changes"][change]
+            cells.append(f"{run['delay_s']:.0f} s {run['alertname']}" if run["raised"] else
+                         "too short (ends before the growth starts)" if run["data_after_change_s"] <= 0 else
+                         f"not raised ({run['data_after_change_s']:.0f} s of data after)")
+        out.append(f"| {r['name']} | {'yes' if r['held_out'] else 'no'} | {r['minutes']} | "
+                   f"{len(r['healthy_episodes'])} | " + " | ".join(cells) + " |")
+    return "\n".join(out) + "\n"
 
 
 def _ts(value) -> float:

@@ -122,6 +122,8 @@ class MemoryConfig:
     leak_min_growth_ratio: float = _n(0.10, "... by at least this share of the starting level")
     leak_min_capacity_ratio: float = _n(0.02, "... or of the device's (host's) capacity: a slow leak "
                                         "on a large device")
+    leak_long_window_s: float = _n(6000.0, "and the same judged over this longer window (0: off): a slow "
+                                   "leak on a large allocation (3 GiB/h on 15.6 GB: +8% in 25 min, +32% in 100)")
     forecast_horizon_s: float = _n(3600.0, "critical when exhaustion is forecast sooner than this")
     fragmentation_for_s: float = _n(60.0, "pending time of the fragmentation alert")
     leak_for_s: float = _n(0.0, "pending time of the leak alerts")

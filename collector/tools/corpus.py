@@ -14,7 +14,7 @@ import json
 
 from ..ingest._record import read_record
 
-__all__ = ["load", "first_step_time", "inject", "repeat", "events"]
+__all__ = ["load", "first_step_time", "inject", "grow", "repeat", "events"]
 
 
 def load(path: str) -> list[dict]:
@@ -60,6 +60,34 @@ def inject(lines: list[dict], kind: str, ratio: float, at: float, span: float) -
         extra[rank] = add
         out.append(dict(o, batch=b, time=float(o["time"]) + add))
     return out
+
+
+_GROWN = {"allocator": ("allocated_bytes", "reserved_bytes", "active_bytes"), "gpu_samples": ("memory_used_bytes",)}
+
+
+def grow(lines: list[dict], bytes_per_s: float, at: float) -> list[dict]:
+    """A copy of ``lines`` whose GPU memory grows by ``bytes_per_s`` from Unix time ``at`` on
+    every rank: the allocator's allocated, reserved and active bytes and NVML's used bytes of
+    each sample at time t >= ``at`` rise by ``bytes_per_s`` x (t - at), on top of the real
+    series (a leak of tensors kept alive: the caching allocator reserves what it allocates)."""
+    out = []
+    for o in lines:
+        b = o.get("batch") if o["kind"] == "batch" else None
+        if not b or not any(b.get(key) for key in _GROWN):
+            out.append(o)
+            continue
+        b = dict(b)
+        for key, fields in _GROWN.items():
+            if b.get(key):
+                b[key] = [_grown(x, fields, bytes_per_s * (float(x.get("time_s", 0)) - at)) for x in b[key]]
+        out.append(dict(o, batch=b))
+    return out
+
+
+def _grown(sample: dict, fields: tuple, more: float) -> dict:
+    if more <= 0:
+        return sample
+    return dict(sample, **{f: str(int(int(sample[f]) + more)) for f in fields if f in sample})
 
 
 def repeat(lines: list[dict], times: int) -> list[dict]:

@@ -306,5 +306,5 @@ def test_engine_memory_columns_match_the_samples_one_by_one(seed):
         assert many.take_touched() == one.take_touched()
         a, b = one._rank("j", 0).memory, many._rank("j", 0).memory
         assert (a._alloc, a._gpu, a._until) == (b._alloc, b._gpu, b._until)
-        assert list(a._gpu_trend._pts) == list(b._gpu_trend._pts)
-        assert list(a._host_trend._pts) == list(b._host_trend._pts)
+        assert [list(t._pts) for t in a._gpu_trend.trends] == [list(t._pts) for t in b._gpu_trend.trends]
+        assert [list(t._pts) for t in a._host_trend.trends] == [list(t._pts) for t in b._host_trend.trends]

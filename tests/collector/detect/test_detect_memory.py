@@ -117,11 +117,11 @@ def test_memory_rules_can_be_switched_off():
     assert not names(e)
 
 
-def _allocator_run(seed: int, leak_gib_per_h: float, minutes: int, start_gib: float = 40.0):
+def _allocator_run(seed: int, leak_gib_per_h: float, minutes: int, start_gib: float = 40.0, engine=None):
     """1 Hz allocator samples on an 80 GiB device: a level of ``start_gib`` that breathes by
     +-1.5 GiB within each step (sampled at random phases) plus a linear leak. Returns the
     seconds to the first StepwatchGpuMemoryLeak, or None."""
-    rng, e = random.Random(seed), DetectionEngine()
+    rng, e = random.Random(seed), engine or DetectionEngine()
     for s in range(minutes * 60):
         level = start_gib + leak_gib_per_h * s / 3600 + rng.uniform(-1.5, 1.5)
         alloc = int(level * 2**30)
@@ -140,6 +140,18 @@ def test_a_5_gib_per_hour_leak_on_an_80_gib_device_is_warned_within_30_minutes(s
 @pytest.mark.parametrize("seed", range(3))
 def test_a_steady_breathing_allocator_raises_no_leak_in_three_hours(seed):
     assert _allocator_run(seed, 0.0, 180) is None
+
+
+def test_a_3_gib_per_hour_leak_on_a_large_allocation_is_warned_within_2_hours_by_the_long_window():
+    """3 GiB/h from 40 GiB on an 80 GiB device: +1.25 GiB (3%) in 25 min, under both least
+    growths of the 25-minute window (the +-1.5 GiB breathing lifts it over 1.6 GiB in some runs,
+    late); the 100-minute one sees +5 GiB (12.5%) once it holds 90 minutes."""
+    for seed in range(3):
+        found = _allocator_run(seed, 3.0, 130)
+        short_only = _allocator_run(seed, 3.0, 130, engine=DetectionEngine(parse_detection({"memory": {"leak_long_window_s": 0}})))
+        assert found is not None and found <= 120 * 60, (seed, found)
+        assert short_only is None or short_only >= found, (seed, found, short_only)
+    assert _allocator_run(2, 3.0, 130, engine=DetectionEngine(parse_detection({"memory": {"leak_long_window_s": 0}}))) is None
 
 
 @settings(max_examples=200, deadline=None)
