@@ -30,7 +30,7 @@ import time
 
 from stepwatch.collector._replay import replay
 from stepwatch.collector.detect import parse_detection
-from stepwatch.collector.tools.corpus import events, first_step_time, grow, inject, load, repeat
+from stepwatch.collector.tools.corpus import events, first_step_time, grow, inject, load, repeat, slow_loader
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REAL = os.path.join(HERE, "..", "tests", "data", "real")
@@ -44,8 +44,14 @@ HELD_OUT = {"h100_1gpu_l.jsonl.gz", "h100_1gpu_m_short.jsonl.gz", "h100b_1gpu_s.
 HOST_SHIFT = {name: 1795697160.0 for name in ("h100b_1gpu_s.jsonl.gz", "h100b_1gpu_m_pauses.jsonl.gz",
                                                "h100b_2gpu_m.jsonl.gz")}
 CHANGES = {"+3%": ("step", 0.03, 0), "+5%": ("step", 0.05, 0), "+10%": ("step", 0.10, 0),
-           "ramp +5%/15min": ("ramp", 0.05, 900), "ramp +5%/30min": ("ramp", 0.05, 1800)}
-TARGET_S = {"+3%": 600, "+5%": 180, "+10%": 60, "ramp +5%/15min": 600, "ramp +5%/30min": 600}
+           "ramp +5%/15min": ("ramp", 0.05, 900), "ramp +5%/30min": ("ramp", 0.05, 1800),
+           # rank 1's data loader +40% of a step on a job of 2 ranks or more: every rank's step
+           # grows by it (lockstep), so rank 1 waits 0.4 / 1.4 = 29% of the new step longer than
+           # the others, over the straggler rule's 1.2 (+25% would sit at 1.20: raised and cleared
+           # again on real noise); a StepwatchStragglerRank naming rank 1 counts
+           "rank 1 loader +40%": ("loader", 0.40, 0)}
+TARGET_S = {"+3%": 600, "+5%": 180, "+10%": 60, "ramp +5%/15min": 600, "ramp +5%/30min": 600,
+            "rank 1 loader +40%": 60}
 # GPU memory growth injected into the real allocator and NVML series (--memory): bytes per hour
 GIB = 1 << 30
 LEAKS = {"leak 12 GiB/h": 12 * GIB, "leak 3 GiB/h": 3 * GIB}
@@ -107,7 +113,14 @@ def main() -> None:
                 at = t0 + a.at + 30 * i
                 if at + (span or 0) + 60 > t_end:
                     continue
-                found = episodes(replay(events(inject(lines, kind, ratio, at, span)), cfg))
+                if kind == "loader":
+                    if not _ranks(lines) > 1:
+                        continue
+                    changed = slow_loader(lines, 1, ratio * _median_step(lines, at), at)
+                    found = [e for e in episodes(replay(events(changed), cfg))
+                             if e["alertname"] == "StepwatchStragglerRank" and e["rank"] == 1]
+                else:
+                    found = episodes(replay(events(inject(lines, kind, ratio, at, span)), cfg))
                 after = [e for e in found if e["since"] is not None and e["since"] >= at - 30]
                 ref = at + (span if kind == "ramp" else 0)  # the ramp is measured from reaching +5%
                 first = min((e for e in after if e["fired_at"]), key=lambda e: e["fired_at"], default=None)
@@ -189,6 +202,18 @@ def memory_markdown(doc: dict) -> str:
         out.append(f"| {r['name']} | {'yes' if r['held_out'] else 'no'} | {r['minutes']} | "
                    f"{len(r['healthy_episodes'])} | " + " | ".join(cells) + " |")
     return "\n".join(out) + "\n"
+
+
+def _ranks(lines: list[dict]) -> int:
+    return len({int(o.get("rank", 0)) for o in lines if o["kind"] == "batch"})
+
+
+def _median_step(lines: list[dict], before: float) -> float:
+    """Rank 0's median step before ``before``."""
+    import statistics
+
+    return statistics.median(float(s["duration_s"]) for o in lines if o["kind"] == "batch" and int(o.get("rank", 0)) == 0
+                             for s in o["batch"].get("steps", ()) if float(s["end_time_s"]) < before)
 
 
 def _ts(value) -> float:

@@ -14,7 +14,7 @@ import json
 
 from ..ingest._record import read_record
 
-__all__ = ["load", "first_step_time", "inject", "grow", "repeat", "events"]
+__all__ = ["load", "first_step_time", "inject", "slow_loader", "grow", "repeat", "events"]
 
 
 def load(path: str) -> list[dict]:
@@ -58,6 +58,41 @@ def inject(lines: list[dict], kind: str, ratio: float, at: float, span: float) -
             if b.get(key):
                 b[key] = [dict(x, time_s=float(x.get("time_s", 0)) + add) for x in b[key]]
         extra[rank] = add
+        out.append(dict(o, batch=b, time=float(o["time"]) + add))
+    return out
+
+
+def slow_loader(lines: list[dict], rank: int, seconds: float, at: float) -> list[dict]:
+    """A copy of ``lines`` in which ``rank``'s data loader takes ``seconds`` longer per step
+    from Unix time ``at``, in a job whose ranks run in lockstep (DDP): every rank's step
+    grows by ``seconds`` (the others wait in the collective), and ``rank``'s data-loader wait
+    grows by it too; later times move by the time added, as in :func:`inject`."""
+    extra: dict[int, float] = {}
+    out = []
+    for o in lines:
+        if o["kind"] != "batch":
+            out.append(o)
+            continue
+        r = int(o.get("rank", 0))
+        add = extra.get(r, 0.0)
+        b = dict(o["batch"])
+        steps = []
+        for st in b.get("steps", ()):
+            st = dict(st)
+            end, dur = float(st["end_time_s"]), float(st["duration_s"])
+            if end >= at:
+                add += seconds
+                st["duration_s"] = dur + seconds
+                if r == rank:
+                    st["dataloader_wait_s"] = float(st.get("dataloader_wait_s", 0.0)) + seconds
+            st["end_time_s"] = end + add
+            steps.append(st)
+        if steps:
+            b["steps"] = steps
+        for key in ("gpu_samples", "host", "allocator"):
+            if b.get(key):
+                b[key] = [dict(x, time_s=float(x.get("time_s", 0)) + add) for x in b[key]]
+        extra[r] = add
         out.append(dict(o, batch=b, time=float(o["time"]) + add))
     return out
 

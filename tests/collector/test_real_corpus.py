@@ -12,7 +12,7 @@ import pytest
 
 from stepwatch.collector._replay import replay
 from stepwatch.collector.detect import DetectionConfig
-from stepwatch.collector.tools.corpus import events, first_step_time, grow, inject, load, repeat
+from stepwatch.collector.tools.corpus import events, first_step_time, grow, inject, load, repeat, slow_loader
 
 REAL = pathlib.Path(__file__).resolve().parents[1] / "data" / "real"
 CORPUS = sorted(p.name for p in REAL.glob("*.jsonl.gz"))
@@ -99,6 +99,19 @@ def test_a_ramp_injected_into_a_real_series_is_raised_against_the_settled_level(
     assert len(drift) == 1, [(a.severity, a.fired_summary) for a in alerts]
     assert drift[0].fired_at <= at + 900 + 600
     assert "vs this job's level at" in drift[0].fired_summary, drift[0].fired_summary
+
+
+def test_one_slow_data_loader_in_a_real_2_gpu_job_is_named_once(lines):
+    """Rank 1's data loader 20 ms slower per step (+40% of the 50 ms step) from 240 s into the
+    held-out real 2-GPU DDP job, every rank's step longer by it (lockstep): rank 1 is named a
+    straggler within a minute, in one episode, with its onset within 30 s; rank 0 never."""
+    series = lines("h100d_2gpu_m.jsonl.gz")
+    at = first_step_time(series) + 240
+    alerts = replay(events(slow_loader(series, 1, 0.020, at)), DetectionConfig())
+    named = [a for a in alerts if a.alertname == "StepwatchStragglerRank"]
+    assert [a.rank for a in named] == [1], [(a.rank, a.fired_summary) for a in named]
+    assert named[0].fired_at - at <= 60 and abs(named[0].starts_at - at) <= 30, (named[0].fired_at - at, named[0].starts_at - at)
+    assert "data-loader wait" in named[0].fired_summary, named[0].fired_summary
 
 
 def test_a_slow_gpu_memory_leak_on_a_large_allocation_is_warned_within_two_hours(lines):
