@@ -3,6 +3,7 @@ show nothing is read before the GPU finished it."""
 
 from __future__ import annotations
 
+import statistics
 import time
 
 import pytest
@@ -60,7 +61,7 @@ def phase_records(out):
 
 def test_every_point_is_seen_and_the_phases_sum_to_the_step(loop):
     out, timer, model, opt, data = loop()
-    train(model, opt, data, 12, before_optimizer=0.004)
+    train(model, opt, data, 12, before_optimizer=0.02)
     phases, steps = phase_records(out), {r["step"]: r for r in out if r["t"] == "step"}
     # the first step has no boundary before it; the second learns which gradients come first and last
     assert [p["step"] for p in phases] == list(range(3, 13)), [p["step"] for p in phases]
@@ -68,8 +69,11 @@ def test_every_point_is_seen_and_the_phases_sum_to_the_step(loop):
         assert p["points"] == 0b1111 and p["clock"] == "host"
         total = sum(p[f"{k}_s"] for k in ("data", "forward", "backward", "sync", "optimizer"))
         assert total == pytest.approx(steps[p["step"]]["duration_s"], abs=1e-9)
-        assert p["sync_s"] >= 0.004 > p["optimizer_s"]  # the sleep between backward and the step
+        assert p["sync_s"] >= 0.02  # the sleep between backward and the step lands in sync
         assert p["sync_s"] == p["host_sync_s"]
+    # ... and not in the optimizer phase: a tiny SGD step, far under the sleep (the median of ten,
+    # so one step the loaded machine held back cannot decide: a fresh-clone run saw one 5.6 ms)
+    assert statistics.median(p["optimizer_s"] for p in phases) < 0.02 <= min(p["sync_s"] for p in phases)
     assert 0 < timer.cost_s
 
 
