@@ -84,8 +84,7 @@ def main() -> None:
     paths = a.recordings or sorted(os.path.join(REAL, f) for f in os.listdir(REAL) if f.endswith(".jsonl.gz"))
     if a.memory:
         return memory_main(a, cfg, paths)
-    doc = {"command": " ".join(["python", *sys.argv]), "python": sys.version.split()[0],
-           "date": datetime.date.today().isoformat(), "held_out": sorted(HELD_OUT), "recordings": []}
+    doc = _new_doc()
     for path in paths:
         name = os.path.basename(path)
         lines = repeat(load(path), a.repeat)
@@ -135,19 +134,13 @@ def main() -> None:
             print(f"  {change:16s} within target {ok}/{len(runs)}  "
                   f"{[(r['delay_s'], r['severity'], r['episodes_after'], r['onset_error_s']) for r in runs]}", flush=True)
         doc["recordings"].append(rec)
-    if a.out:
-        with open(a.out, "w") as fh:
-            json.dump(doc, fh, indent=1)
-    if a.md:
-        with open(a.md, "w") as fh:
-            fh.write(markdown(doc))
+    _write(doc, a, markdown)
 
 
 def memory_main(a, cfg, paths: list) -> None:
     """The memory rules on real allocator series: nothing raised on a recording as it is, and
     each injected growth raised (a leak alert or an exhaustion forecast) within its target."""
-    doc = {"command": " ".join(["python", *sys.argv]), "python": sys.version.split()[0],
-           "date": datetime.date.today().isoformat(), "held_out": sorted(HELD_OUT), "recordings": []}
+    doc = _new_doc()
     for path in paths:
         name = os.path.basename(path)
         lines = load(path)
@@ -176,12 +169,7 @@ def memory_main(a, cfg, paths: list) -> None:
             rec["changes"][change] = [run]
             print(f"  {change:14s} {run['delay_s']} s {run['alertname']} {run['summary']}", flush=True)
         doc["recordings"].append(rec)
-    if a.out:
-        with open(a.out, "w") as fh:
-            json.dump(doc, fh, indent=1)
-    if a.md:
-        with open(a.md, "w") as fh:
-            fh.write(memory_markdown(doc))
+    _write(doc, a, memory_markdown)
 
 
 def memory_markdown(doc: dict) -> str:
@@ -202,6 +190,21 @@ def memory_markdown(doc: dict) -> str:
         out.append(f"| {r['name']} | {'yes' if r['held_out'] else 'no'} | {r['minutes']} | "
                    f"{len(r['healthy_episodes'])} | " + " | ".join(cells) + " |")
     return "\n".join(out) + "\n"
+
+
+def _new_doc() -> dict:
+    return {"command": " ".join(["python", *sys.argv]), "python": sys.version.split()[0],
+            "date": datetime.date.today().isoformat(), "held_out": sorted(HELD_OUT), "recordings": []}
+
+
+def _write(doc: dict, a, render) -> None:
+    """The results as JSON (``--out``) and as ``render(doc)`` markdown (``--md``)."""
+    if a.out:
+        with open(a.out, "w") as fh:
+            json.dump(doc, fh, indent=1)
+    if a.md:
+        with open(a.md, "w") as fh:
+            fh.write(render(doc))
 
 
 def _ranks(lines: list[dict]) -> int:

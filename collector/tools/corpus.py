@@ -29,14 +29,36 @@ def first_step_time(lines: list[dict]) -> float:
 
 def inject(lines: list[dict], kind: str, ratio: float, at: float, span: float) -> list[dict]:
     """A copy of ``lines`` with the change applied to every rank's steps from Unix time ``at``."""
+
+    def added(rank: int, end: float, dur: float) -> tuple[float, float]:
+        if end < at:
+            return 0.0, 0.0
+        factor = 1.0 + (ratio if kind == "step" else ratio * min(1.0, (end - at) / span))
+        return dur * (factor - 1.0), 0.0
+
+    return _stretch(lines, added)
+
+
+def slow_loader(lines: list[dict], rank: int, seconds: float, at: float) -> list[dict]:
+    """A copy of ``lines`` in which ``rank``'s data loader takes ``seconds`` longer per step
+    from Unix time ``at``, in a job whose ranks run in lockstep (DDP): every rank's step
+    grows by ``seconds`` (the others wait in the collective), and ``rank``'s data-loader wait
+    grows by it too; later times move by the time added, as in :func:`inject`."""
+
+    def added(r: int, end: float, dur: float) -> tuple[float, float]:
+        if end < at:
+            return 0.0, 0.0
+        return seconds, seconds if r == rank else 0.0
+
+    return _stretch(lines, added)
+
+
+def _stretch(lines: list[dict], added) -> list[dict]:
+    """A copy of ``lines`` whose steps take ``added(rank, end_time_s, duration_s)`` =
+    (seconds longer, of which data-loader wait) each; every later time of that rank (steps,
+    samples, the collector's clock) moves by the time added so far."""
     extra: dict[int, float] = {}  # rank -> seconds added so far
     out = []
-
-    def factor(t: float) -> float:
-        if t < at:
-            return 1.0
-        return 1.0 + (ratio if kind == "step" else ratio * min(1.0, (t - at) / span))
-
     for o in lines:
         if o["kind"] != "batch":
             out.append(o)
@@ -48,9 +70,11 @@ def inject(lines: list[dict], kind: str, ratio: float, at: float, span: float) -
         for s in b.get("steps", ()):
             s = dict(s)
             end, dur = float(s["end_time_s"]), float(s["duration_s"])
-            more = dur * (factor(end) - 1.0)
+            more, wait = added(rank, end, dur)
             add += more
             s["duration_s"], s["end_time_s"] = dur + more, end + add
+            if wait:
+                s["dataloader_wait_s"] = float(s.get("dataloader_wait_s", 0.0)) + wait
             steps.append(s)
         if steps:
             b["steps"] = steps
@@ -58,41 +82,6 @@ def inject(lines: list[dict], kind: str, ratio: float, at: float, span: float) -
             if b.get(key):
                 b[key] = [dict(x, time_s=float(x.get("time_s", 0)) + add) for x in b[key]]
         extra[rank] = add
-        out.append(dict(o, batch=b, time=float(o["time"]) + add))
-    return out
-
-
-def slow_loader(lines: list[dict], rank: int, seconds: float, at: float) -> list[dict]:
-    """A copy of ``lines`` in which ``rank``'s data loader takes ``seconds`` longer per step
-    from Unix time ``at``, in a job whose ranks run in lockstep (DDP): every rank's step
-    grows by ``seconds`` (the others wait in the collective), and ``rank``'s data-loader wait
-    grows by it too; later times move by the time added, as in :func:`inject`."""
-    extra: dict[int, float] = {}
-    out = []
-    for o in lines:
-        if o["kind"] != "batch":
-            out.append(o)
-            continue
-        r = int(o.get("rank", 0))
-        add = extra.get(r, 0.0)
-        b = dict(o["batch"])
-        steps = []
-        for st in b.get("steps", ()):
-            st = dict(st)
-            end, dur = float(st["end_time_s"]), float(st["duration_s"])
-            if end >= at:
-                add += seconds
-                st["duration_s"] = dur + seconds
-                if r == rank:
-                    st["dataloader_wait_s"] = float(st.get("dataloader_wait_s", 0.0)) + seconds
-            st["end_time_s"] = end + add
-            steps.append(st)
-        if steps:
-            b["steps"] = steps
-        for key in ("gpu_samples", "host", "allocator"):
-            if b.get(key):
-                b[key] = [dict(x, time_s=float(x.get("time_s", 0)) + add) for x in b[key]]
-        extra[r] = add
         out.append(dict(o, batch=b, time=float(o["time"]) + add))
     return out
 
