@@ -3,7 +3,8 @@ phase-ab), read from the unpacked real.tgz folder:
 
     python bench/phase_device_report.py DIR > bench/results/phase_times_<card>.md
 
-Injected jobs: per job, the cause, the rank it ran on, its size in ms, every alert with its
+Injected jobs: per job, whether its first alert's diagnosis names the cause first (EXPECTED);
+then the cause, the rank it ran on, its size in ms, every alert with its
 first firing time in seconds after the change (negative: raised before it), and its summary and
 diagnosis. The phase-time A/B: per arm the median step time of the job's own clock (after the
 first 20 s) and, for arms with the agent, the phase timer's host cost per sampled step and share
@@ -20,6 +21,13 @@ import statistics
 import sys
 
 STEPS = "{name}.steps.json"
+# what a right diagnosis names first, per injected cause (bench/real_job.py --inject): the start
+# of its first contributor
+EXPECTED = {"gemm_backward": ("backward",), "gemm_forward": ("forward",), "dataloader": ("data",),
+            "host": ("host CPU", "data (", "forward (host-bound", "data+forward (host-bound"),
+            "optimizer_loop": ("optimizer",), "sync": ("sync",), "d2h": ("sync",),
+            "empty_cache": ("allocator churn",), "small_ops": ("forward", "data+forward"),
+            "allreduce": ("sync",)}
 
 
 def _steps(folder: str, name: str) -> list:
@@ -54,6 +62,52 @@ def injected(folder: str) -> list[str]:
             lines.append(f"| {name} | {inj['cause']} | {inj['rank']} | {ms:.1f} | {a['alertname']} ({a['severity']}) "
                          f"| {a['rank']} | {after} | {a['summary']} | {a.get('diagnosis') or ''} |")
     return lines
+
+
+def _change(runs: list) -> str:
+    """The job's own median step time, 1,000 steps before the change -> after it (rank 0)."""
+    run = next((r for r in runs if r.get("injected")), None)
+    if run is None:
+        return ""
+    k, steps = run["injected"]["step"], run["step_s"]
+    before, after = steps[max(0, k - 1001):k - 1], steps[k + 50:k + 1050]
+    if len(before) < 50 or len(after) < 50:
+        return ""
+    b, a = statistics.median(before) * 1e3, statistics.median(after) * 1e3
+    return f"{b:.1f} -> {a:.1f} ({(a / b - 1) * 100:+.1f}%)"
+
+
+def verdicts(folder: str) -> list[str]:
+    """Per injected job: its step change, the first slowdown alert after the change (the
+    straggler's on its rank, else drift's) and whether its diagnosis names the cause first."""
+    lines = ["| job | cause | step before -> after (ms) | first alert (s after the change) | named first | right |",
+             "|---|---|---|---|---|---|"]
+    right = raised = total = 0
+    for path in sorted(glob.glob(os.path.join(folder, "*.alerts.json"))):
+        name = os.path.basename(path)[:-len(".alerts.json")]
+        runs = _steps(folder, name)
+        inj = next((r["injected"] for r in runs if r.get("injected")), None)
+        if inj is None or inj["cause"] not in EXPECTED or inj["rank"] not in (-1, 0, 1, 2, 3):
+            continue
+        total += 1
+        with open(path) as fh:
+            alerts = [a for a in json.load(fh).get("alerts", []) if a.get("fired_at")
+                      and _ts(a["fired_at"]) >= inj["time"] - 5]
+        mine = [a for a in alerts if a["alertname"] == "StepwatchStragglerRank"] or alerts
+        mine.sort(key=lambda a: _ts(a["fired_at"]))
+        if not mine:
+            lines.append(f"| {name} | {inj['cause']} | {_change(runs)} | none | | |")
+            continue
+        raised += 1
+        a = mine[0]
+        first = (a.get("diagnosis") or "").split(";")[0]
+        if first.startswith("waiting for rank"):
+            first = first.split(": ", 1)[-1]
+        ok = first.startswith(EXPECTED[inj["cause"]])
+        right += ok
+        lines.append(f"| {name} | {inj['cause']} | {_change(runs)} | {a['alertname']} rank {a['rank']} "
+                     f"({_ts(a['fired_at']) - inj['time']:+.0f}) | {first} | {'yes' if ok else 'no'} |")
+    return [f"Raised {raised} of {total}; the cause named first in {right} of {total}.", ""] + lines
 
 
 def phase_ab(folder: str) -> list[str]:
@@ -94,6 +148,8 @@ def phase_ab(folder: str) -> list[str]:
 
 def main() -> None:
     folder = sys.argv[1]
+    print("\n".join(verdicts(folder)))
+    print()
     print("\n".join(injected(folder)))
     print("\n".join(phase_ab(folder)))
 

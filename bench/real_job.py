@@ -190,7 +190,7 @@ def main() -> None:
             loader.dataset.delay.value = 2 * step_s * (1 + a.inject_ratio) / batch
         elif a.inject == "optimizer_loop":
             for group in opt.param_groups:
-                group["foreach"] = False
+                group["foreach"] = group["fused"] = False
         elif a.inject in ("allreduce", "d2h"):  # a buffer that takes about ms: timed at 64 MiB
             buf = torch.zeros(16 << 20, device=device)
             op = (lambda b: torch.distributed.all_reduce(b)) if a.inject == "allreduce" else (lambda b: b.cpu())

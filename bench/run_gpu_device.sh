@@ -1,12 +1,18 @@
 #!/bin/bash
 # Set-up on the lent GPU machine (its image has torch, pytest, pyyaml, pynvml; carried: .whl/
 # grpcio + protobuf wheels, .bin/ prometheus and alertmanager), then one of:
-#   bash bench/run_gpu_device.sh tests        # the tests/gpu suite, log and table under $OUT
+#   bash bench/run_gpu_device.sh tests [PATHS]  # the tests/gpu suite (or PATHS), log and table under $OUT
 #   bash bench/run_gpu_device.sh diagnosis ARGS...   # bench/diagnosis.py --device cuda ARGS
 set -u
 P="python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade"
-$P --target /tmp/site .whl/*.whl >/dev/null 2>&1
-$P --no-build-isolation --target /tmp/sw . >/dev/null 2>&1
+(  # once per machine, shared with bench/run_real_device.sh (jobs of either may be running)
+    flock 9
+    if [ ! -f /tmp/sw.done ]; then
+        $P --target /tmp/site .whl/*.whl >/dev/null 2>&1
+        $P --no-build-isolation --target /tmp/sw . >/dev/null 2>&1
+        touch /tmp/sw.done
+    fi
+) 9>/tmp/sw.lock
 for b in prometheus prometheus-alertmanager; do
     [ -f .bin/$b.xz ] && xz -dc .bin/$b.xz > /usr/local/bin/$b && chmod +x /usr/local/bin/$b
 done
@@ -16,8 +22,9 @@ nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 python3 -c "import torch, sys; print('torch', torch.__version__, 'python', sys.version.split()[0])"
 what=$1; shift
 case $what in
-tests)
-    OUT=$OUT python3 -m pytest -q tests/gpu -s -p no:cacheprovider -W ignore "$@" > "$OUT/gpu_tests.txt" 2>&1
+tests)  # [PATHS...]: those tests (default: tests/gpu)
+    [ $# -gt 0 ] || set -- tests/gpu
+    OUT=$OUT python3 -m pytest -q -s -p no:cacheprovider -W ignore "$@" > "$OUT/gpu_tests.txt" 2>&1
     grep -E "passed|failed|^(FAILED|ERROR)" "$OUT/gpu_tests.txt" | tail -15 ;;
 diagnosis)
     python3 bench/diagnosis.py --device cuda --out "$OUT/diagnosis_gpu.json" --md "$OUT/diagnosis_gpu.md" "$@" \

@@ -11,8 +11,8 @@
 #                                               # clocks, /api/alerts and /api/jobs, logs
 # Carried: .whl/ (grpcio, grpcio-health-checking, protobuf). Software only: no GPU setting is
 # touched. Collectors run on their own cores (taskset), trainers on the rest.
-#   bash bench/run_real_device.sh inject2 NAME PORT GPUS SIZE SECS CAUSE RANK AT   # DDP, a cause on RANK at AT s
-#   bash bench/run_real_device.sh inject1 NAME PORT GPU SIZE SECS CAUSE AT         # 1 GPU, a cause at AT s
+#   bash bench/run_real_device.sh inject2 NAME PORT GPUS SIZE SECS CAUSE RANK AT [RATIO]  # DDP, a cause on RANK at AT s
+#   bash bench/run_real_device.sh inject1 NAME PORT GPU SIZE SECS CAUSE AT [RATIO]        # 1 GPU, a cause at AT s
 #   bash bench/run_real_device.sh phase-ab PORT GPU SIZE SECS    # phase times: none/off/default/every step
 #   bash bench/run_real_device.sh slots "CMDS" "CMDS" ...        # each a detached sequence of the above
 #                                                                # (';'-separated verbs), then wait-pack
@@ -129,13 +129,13 @@ ddp-start)  # one 2-GPU NCCL DDP job of SIZE for SECONDS
     collector $n 2
     (job2 $n 2 0,1 $1 $2; finish $n 2; touch $W/$n.done) > $W/$n.run.log 2>&1 &
     sleep 5; echo started $n ;;
-inject2)  # NAME PORT GPUS SIZE SECS CAUSE RANK AT: a DDP job, CAUSE on RANK from AT s
+inject2)  # NAME PORT GPUS SIZE SECS CAUSE RANK AT [RATIO]: a DDP job, CAUSE on RANK from AT s
     collector $1 $2
-    job2 $1 $2 $3 $4 $5 --inject $6 --inject-rank $7 --inject-after-s $8
+    job2 $1 $2 $3 $4 $5 --inject $6 --inject-rank $7 --inject-after-s $8 --inject-ratio ${9:-0.15}
     finish $1 $2 ;;
-inject1)  # NAME PORT GPU SIZE SECS CAUSE AT: a 1-GPU job, CAUSE from AT s
+inject1)  # NAME PORT GPU SIZE SECS CAUSE AT [RATIO]: a 1-GPU job, CAUSE from AT s
     collector $1 $2
-    job1 $1 $2 $3 $4 $5 --inject $6 --inject-after-s $7
+    job1 $1 $2 $3 $4 $5 --inject $6 --inject-after-s $7 --inject-ratio ${8:-0.15}
     finish $1 $2 ;;
 phase-ab)  # PORT GPU SIZE SECS: no agent / phase times off / default / every step, windows off,
            # in the order A B C D D C B A (each arm its own collector)

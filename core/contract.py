@@ -61,6 +61,8 @@ ALLOC_STATS = {
     "ooms": "num_ooms",
     "allocated_peak_bytes": "allocated_bytes.all.peak",
     "reserved_peak_bytes": "reserved_bytes.all.peak",
+    "device_allocs": "num_device_alloc",
+    "device_frees": "num_device_free",
 }
 
 

@@ -3,7 +3,8 @@
 :class:`Evidence` is a pipeline listener that keeps, per rank, compact rings of what the
 diagnosis compares: blocks of ``block`` usable steps (the straggler rule's ``block_steps``, 10
 by default) of step time and data-loader wait, host CPU seconds, NVML
-SM clock / power / clock-event reasons and GPM activity (SM, tensor, DRAM), allocator retries,
+SM clock / power / clock-event reasons and GPM activity (SM, tensor, DRAM), allocator retries
+and cudaMalloc/cudaFree calls,
 and the last window summaries.
 :func:`diagnose` compares the data before an onset time with the data after it and ranks the
 contributors by their change in milliseconds per step against the step-time change:
@@ -53,6 +54,9 @@ _PHASE_BLOCKS_KEPT = 400  # 3,200 sampled steps
 # a phase is host-bound when its host time grew by this share of its device time's growth
 # and is at least _HOST_LONG of its device time after the onset
 _HOST_GREW, _HOST_LONG = 0.6, 0.8
+# allocator churn is named when its cudaMalloc + cudaFree calls per step rose by this many, to
+# this many times the rate before
+_CHURN_MORE, _CHURN_TIMES = 1.0, 3.0
 
 
 @dataclasses.dataclass
@@ -66,7 +70,8 @@ class _Rank:
     host: Ring = dataclasses.field(default_factory=lambda: Ring("dd", _SAMPLES_KEPT))  # (time, cpu s)
     # (time, *_GPU_FIELDS); clock_event_reasons is an integer bitmask
     gpu: Ring = dataclasses.field(default_factory=lambda: Ring("dddqddd", _SAMPLES_KEPT, nullable=True))
-    alloc: Ring = dataclasses.field(default_factory=lambda: Ring("dQ", _SAMPLES_KEPT))  # (time, retries)
+    # (time, allocator retries, cudaMalloc + cudaFree calls), cumulative
+    alloc: Ring = dataclasses.field(default_factory=lambda: Ring("dQQ", _SAMPLES_KEPT))
     # The newest _RECENT_WINDOWS windows, and older ones thinned to keep the time they span
     # (an onset dated 5 s or minutes back still has a window before it).
     windows: list = dataclasses.field(default_factory=list)
@@ -118,7 +123,9 @@ class Evidence:
         if len(s.gpu):
             r.gpu.extend_columns(s.gpu["time_s"], *[s.gpu.optional(f) for f in _GPU_FIELDS])
         if len(s.allocator):
-            r.alloc.extend_columns(s.allocator["time_s"], s.allocator["alloc_retries"])
+            a = s.allocator
+            r.alloc.extend_columns(a["time_s"], a["alloc_retries"],
+                                   [m + f for m, f in zip(a["device_allocs"], a["device_frees"])])
         for w in batch.windows or ():  # (an empty repeated field: its truth is cheaper than its loop)
             if w.last_step >= w.first_step:
                 _keep_window(r.windows, own(w))
@@ -195,13 +202,18 @@ def _named(w: agent_pb2.WindowSummary) -> dict[str, float]:
 
 def _cpu_per_step(host, blocks, lo: float, hi: float) -> Optional[float]:
     """Trainer CPU seconds per step between data times lo and hi."""
-    pts = [(t, c) for t, c in host if lo <= t <= hi]
+    return _counter_per_step([(t, c) for t, c in host if lo <= t <= hi], blocks, lo, hi)
+
+
+def _counter_per_step(pts: list, blocks, lo: float, hi: float) -> Optional[float]:
+    """The growth per step of a cumulative counter sampled as ``pts`` ((time, value), data
+    times within lo..hi), the steps counted from the blocks ending in the same span."""
     bl = [b for b in blocks if lo <= b[2] <= hi]
     if len(pts) < 2 or len(bl) < 2:
         return None
     steps = bl[-1][1] - bl[0][1]
-    seconds = (pts[-1][1] - pts[0][1]) * ((bl[-1][2] - bl[0][2]) / max(1e-9, pts[-1][0] - pts[0][0]))
-    return seconds / steps if steps > 0 else None
+    growth = (pts[-1][1] - pts[0][1]) * ((bl[-1][2] - bl[0][2]) / max(1e-9, pts[-1][0] - pts[0][0]))
+    return growth / steps if steps > 0 else None
 
 
 def diagnose(r: Optional[_Rank], since: float) -> Optional[Diagnosis]:
@@ -229,7 +241,7 @@ def diagnose(r: Optional[_Rank], since: float) -> Optional[Diagnosis]:
     if step_delta <= 0 or ranked[0][1] < _EXPLAINED * step_delta:
         text = f"no measured contributor explains the {step_delta:+.1f} ms/step; " + text
     tail = [*first, _clocks(gpu, since), _activity(gpu, since), _retries(alloc, since), *last]
-    text = "; ".join([text] + [t for t in tail if t])
+    text = "; ".join(t for t in [_churn(alloc, blocks, lo, since, after[-1][2]), text, *tail] if t)
     return Diagnosis(text, tuple(ranked), step_delta, complete)
 
 
@@ -423,6 +435,19 @@ def _activity(gpu, since: float) -> str:
         if b is not None and a is not None and abs(a - b) >= 0.05:
             out.append(f"{label} {b:.0%} -> {a:.0%}")
     return "; ".join(out)
+
+
+def _churn(alloc, blocks, lo: float, since: float, hi: float) -> str:
+    """The caching allocator's cudaMalloc/cudaFree calls per step, before -> after the onset,
+    when they rose by at least _CHURN_MORE per step to _CHURN_TIMES the rate before: a named
+    cause, put first (each call synchronous on the host; ``torch.cuda.empty_cache()`` each step,
+    or memory pressure, makes them). A steady job makes almost none."""
+    before = _counter_per_step([(a[0], a[2]) for a in alloc if lo <= a[0] < since], blocks, lo, since)
+    after = _counter_per_step([(a[0], a[2]) for a in alloc if since <= a[0] <= hi], blocks, since, hi)
+    if before is None or after is None or after - before < _CHURN_MORE or after < _CHURN_TIMES * before:
+        return ""
+    return (f"allocator churn: cudaMalloc/cudaFree {before:.1f} -> {after:.1f} per step (the cache emptied "
+            f"or under memory pressure; each call waits on the host)")
 
 
 def _retries(alloc, since: float) -> str:

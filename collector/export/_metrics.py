@@ -72,6 +72,8 @@ _ALLOCATOR = (
     ("stepwatch_allocator_alloc_retries", "cudaMalloc retries after a cache flush (num_alloc_retries).", "c", "alloc_retries"),
     ("stepwatch_allocator_ooms", "Out-of-memory errors raised by the CUDA caching allocator (num_ooms).", "c", "ooms"),
     ("stepwatch_allocator_device_total_bytes", "Total memory of the rank's device in bytes.", "g", "device_total_bytes"),
+    ("stepwatch_allocator_device_allocs", "cudaMalloc calls of the CUDA caching allocator (num_device_alloc).", "c", "device_allocs"),
+    ("stepwatch_allocator_device_frees", "cudaFree calls of the CUDA caching allocator (num_device_free).", "c", "device_frees"),
 )
 # GpuSample optional fields.
 _GPU = (

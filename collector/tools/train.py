@@ -94,7 +94,8 @@ def parse(argv=None):
     p.add_argument("--cause", choices=CAUSES,
                    help="from --cause-from-step on, about --cause-ms more per step: extra matrix "
                         "products in the backward or forward pass, a sleep in the data loader, inside "
-                        "Optimizer.step, or in the loop before it, many tiny operators (launch-bound), "
+                        "Optimizer.step, or in the loop before it, the training thread busy before "
+                        "forward (host_busy), many tiny operators (launch-bound), "
                         "a busy Python thread beside training, or the for-loop optimizer "
                         "(slow_optimizer; --cause-ms unused)")
     p.add_argument("--cause-from-step", type=int, default=0)
@@ -150,7 +151,7 @@ class _Slowdown:
 
 
 CAUSES = ("backward", "forward", "dataloader", "optimizer", "loop_sleep", "small_ops", "cpu_thread",
-          "slow_optimizer")
+          "slow_optimizer", "host_busy")
 
 
 def _gemm_seconds(a) -> float:
@@ -205,6 +206,12 @@ class _Cause:
     def _sleep(self, *_):
         if self.on():
             time.sleep(self.seconds)
+
+    def busy(self):
+        """The calling thread busy for ``--cause-ms`` (spinning, as host preprocessing does)."""
+        end = time.perf_counter() + self.seconds
+        while time.perf_counter() < end:
+            pass
 
     def _small_ops(self):
         """Tiny operators, each dominated by dispatch overhead, for about ``--cause-ms``."""
@@ -282,6 +289,8 @@ def main(argv=None) -> None:
     slow = _Slowdown(args, int(os.environ.get("RANK", "0")))
     loader = slow.wrap(loader)
     for tokens in loader:
+        if args.cause == "host_busy" and cause.on():
+            cause.busy()  # host work of the training thread before forward (no GPU work queued)
         tokens = tokens.to(device)
         logits = model(tokens[:, :-1])
         loss = loss_fn(logits.reshape(-1, vocab), tokens[:, 1:].reshape(-1))

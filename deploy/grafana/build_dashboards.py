@@ -169,6 +169,10 @@ def memory():
                 "unused cache rank {{rank}}")], "percentunit"),
         panel("Allocation retries", "cudaMalloc retries after a cache flush, per interval (any is a warning).",
               "cuda", [(f"increase(stepwatch_allocator_alloc_retries_total{{{R}}}[{RI}])", "rank {{rank}}")]),
+        panel("Allocator churn", "cudaMalloc and cudaFree calls of the caching allocator per second "
+              "(a steady job makes almost none; empty_cache or memory pressure makes many).", "cuda",
+              [(f"rate(stepwatch_allocator_device_allocs_total{{{R}}}[{RI}]) + "
+                f"rate(stepwatch_allocator_device_frees_total{{{R}}}[{RI}])", "rank {{rank}}")], "ops"),
         panel("Out-of-memory errors", "CUDA allocator OOMs, per interval.", "cuda",
               [(f"increase(stepwatch_allocator_ooms_total{{{R}}}[{RI}])", "rank {{rank}}")]),
         panel("Device memory (NVML)", "Device memory in use (all processes) and capacity.", "cuda",

@@ -157,7 +157,7 @@ class StepPhaseTimes(_message.Message):
     def __init__(self, step: _Optional[int] = ..., end_time_s: _Optional[float] = ..., clock: _Optional[_Union[StepClock, str]] = ..., data_s: _Optional[float] = ..., forward_s: _Optional[float] = ..., backward_s: _Optional[float] = ..., sync_s: _Optional[float] = ..., optimizer_s: _Optional[float] = ..., host_data_s: _Optional[float] = ..., host_forward_s: _Optional[float] = ..., host_backward_s: _Optional[float] = ..., host_sync_s: _Optional[float] = ..., host_optimizer_s: _Optional[float] = ..., points: _Optional[int] = ...) -> None: ...
 
 class AllocatorSample(_message.Message):
-    __slots__ = ("time_s", "device", "allocated_bytes", "reserved_bytes", "active_bytes", "inactive_split_bytes", "alloc_retries", "ooms", "allocated_peak_bytes", "reserved_peak_bytes", "device_total_bytes")
+    __slots__ = ("time_s", "device", "allocated_bytes", "reserved_bytes", "active_bytes", "inactive_split_bytes", "alloc_retries", "ooms", "allocated_peak_bytes", "reserved_peak_bytes", "device_total_bytes", "device_allocs", "device_frees")
     TIME_S_FIELD_NUMBER: _ClassVar[int]
     DEVICE_FIELD_NUMBER: _ClassVar[int]
     ALLOCATED_BYTES_FIELD_NUMBER: _ClassVar[int]
@@ -169,6 +169,8 @@ class AllocatorSample(_message.Message):
     ALLOCATED_PEAK_BYTES_FIELD_NUMBER: _ClassVar[int]
     RESERVED_PEAK_BYTES_FIELD_NUMBER: _ClassVar[int]
     DEVICE_TOTAL_BYTES_FIELD_NUMBER: _ClassVar[int]
+    DEVICE_ALLOCS_FIELD_NUMBER: _ClassVar[int]
+    DEVICE_FREES_FIELD_NUMBER: _ClassVar[int]
     time_s: float
     device: int
     allocated_bytes: int
@@ -180,7 +182,9 @@ class AllocatorSample(_message.Message):
     allocated_peak_bytes: int
     reserved_peak_bytes: int
     device_total_bytes: int
-    def __init__(self, time_s: _Optional[float] = ..., device: _Optional[int] = ..., allocated_bytes: _Optional[int] = ..., reserved_bytes: _Optional[int] = ..., active_bytes: _Optional[int] = ..., inactive_split_bytes: _Optional[int] = ..., alloc_retries: _Optional[int] = ..., ooms: _Optional[int] = ..., allocated_peak_bytes: _Optional[int] = ..., reserved_peak_bytes: _Optional[int] = ..., device_total_bytes: _Optional[int] = ...) -> None: ...
+    device_allocs: int
+    device_frees: int
+    def __init__(self, time_s: _Optional[float] = ..., device: _Optional[int] = ..., allocated_bytes: _Optional[int] = ..., reserved_bytes: _Optional[int] = ..., active_bytes: _Optional[int] = ..., inactive_split_bytes: _Optional[int] = ..., alloc_retries: _Optional[int] = ..., ooms: _Optional[int] = ..., allocated_peak_bytes: _Optional[int] = ..., reserved_peak_bytes: _Optional[int] = ..., device_total_bytes: _Optional[int] = ..., device_allocs: _Optional[int] = ..., device_frees: _Optional[int] = ...) -> None: ...
 
 class GpuSample(_message.Message):
     __slots__ = ("time_s", "utilization_ratio", "memory_utilization_ratio", "memory_used_bytes", "memory_total_bytes", "power_watts", "energy_joules", "temperature_celsius", "sm_clock_hertz", "memory_clock_hertz", "clock_event_reasons", "ecc_corrected_errors", "ecc_uncorrected_errors", "sm_active_ratio", "sm_occupancy_ratio", "tensor_active_ratio", "tensor_hmma_active_ratio", "tensor_imma_active_ratio", "tensor_dmma_active_ratio", "fp16_active_ratio", "fp32_active_ratio", "fp64_active_ratio", "dram_active_ratio", "pcie_tx_bytes_per_second", "pcie_rx_bytes_per_second", "nvlink_tx_bytes_per_second", "nvlink_rx_bytes_per_second")

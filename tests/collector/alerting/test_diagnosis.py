@@ -25,8 +25,10 @@ def window(wid, t, backward_ms, kernel_ms, other_ms=5.0, kernel="ampere_bf16_gem
 
 
 def feed(ev, onset_step=500, extra_ms=0.0, wait_extra_ms=0.0, sm_after=1.98e9, windows=(), cpu_extra_ms=0.0,
-         tensor=None):
-    """600 steps of 40 ms; from onset_step on, extra_ms more and wait_extra_ms more wait."""
+         tensor=None, device_calls=(0.0, 0.0)):
+    """600 steps of 40 ms; from onset_step on, extra_ms more and wait_extra_ms more wait;
+    ``device_calls``: the allocator's cudaMalloc (and as many cudaFree) calls per step before
+    and after onset_step."""
     for first in range(1, 601, 20):
         b = agent_pb2.Batch(seq=first)
         for s in range(first, first + 20):
@@ -38,8 +40,21 @@ def feed(ev, onset_step=500, extra_ms=0.0, wait_extra_ms=0.0, sm_after=1.98e9, w
         if tensor is not None:  # GPM: (before, after) tensor activity; SM activity 0.9 throughout
             g.tensor_active_ratio, g.sm_active_ratio = tensor[first >= onset_step], 0.9
         b.host.add(time_s=t, cpu_seconds=first * 0.04 + max(0, first - onset_step) * cpu_extra_ms / 1e3)
+        calls = int(min(first, onset_step) * device_calls[0] + max(0, first - onset_step) * device_calls[1])
+        b.allocator.add(time_s=t, device_allocs=100 + calls, device_frees=calls)
         b.windows.extend(w for w in windows if first <= w.first_step < first + 20)
         ev.on_batch(HELLO, b, t, *columns(b))
+
+
+def test_allocator_churn_is_named_first_and_a_steady_allocator_is_not_mentioned():
+    ev = Evidence()
+    feed(ev, extra_ms=6.0, cpu_extra_ms=6.0, device_calls=(0.0, 12.0))
+    d = diagnose(ev.rank("j", 3), T0 + 500 * 0.04)
+    assert d.text.startswith("allocator churn: cudaMalloc/cudaFree 0.0 -> 24.0 per step"), d.text
+    calm = Evidence()
+    feed(calm, extra_ms=6.0, cpu_extra_ms=6.0, device_calls=(0.5, 0.6))
+    d = diagnose(calm.rank("j", 3), T0 + 500 * 0.04)
+    assert "allocator churn" not in d.text and d.text.startswith("host CPU"), d.text
 
 
 def test_backward_change_is_named_with_its_kernel():
