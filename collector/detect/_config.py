@@ -91,6 +91,10 @@ class StragglerConfig:
                             "median) / their step time at or above this (and the z score above) ...")
     phase_wait_share: float = _n(0.2, "... while the others wait in sync at least this share of the excess "
                                  "longer (two H100s: a 6.5 ms wait showed 1.7 ms in sync, the rest in backward)")
+    phase_cost_share: float = _n(0.5, "... and, to raise, the job's step time has grown by at least this share "
+                                 "of the excess over its level before (a healthy launch-bound NCCL job on two "
+                                 "H100s showed 1.2x excesses that flipped between ranks and cost nothing) ...")
+    phase_persist_s: float = _n(30.0, "... or the rank has shown the excess for this long (slow from the start; the healthy job above: 7 s at most, a rank on a shared H100: 38 s)")
     # 1.2, not 1.1: healthy CPU-only ranks on a loaded 2-core machine differed 1.14-1.26x in
     # host compute per window (GPU ranks: 1.00x, bench/results/straggler_gpu_h200.txt).
     compute_ratio: float = _n(1.2, "profiler windows: a rank's compute per step / median of the "

@@ -19,7 +19,14 @@ step but sync) over the other ranks' medians, all pooled over its samples of the
 ``window_blocks`` blocks (at least 5: a small phase budget samples about one step in ten).
 Where every rank of a block has such a pool, the block is also slow for a rank when
 ``1 + excess / the others' median step`` >= ``phase_ratio``, its z (as above) >= ``robust_z``,
-and the others' median sync exceeds its own by at least ``phase_wait_share`` x the excess.
+and the others' median sync exceeds its own by at least ``phase_wait_share`` x the excess. Such a
+block raises the condition only when the job's step time (the median of its last
+``window_blocks`` blocks) has grown by at least ``phase_cost_share`` x the excess over its level
+before (the blocks before the last two ``window_blocks``, up to eight times as far back): in a
+launch-bound job the ranks' device-clock phases differ by more than their hosts do (the rank
+that waited runs its queued kernels back to back), and which rank looks slower flips with no
+cost to the job, for seconds at a time. A rank slow in this way from the job's start is left to the step, wait and
+window evidence until it has shown the excess for ``phase_persist_s``.
 
 A rank whose GPU is slow (throttled, degraded, a noisy neighbour) hides inside the collectives:
 every rank's step time and data-loader wait stay the same. The profiler windows, taken at the
@@ -54,6 +61,7 @@ _MAX_PHASE_SAMPLES = 512  # a rank's phase samples kept (its last _PHASE_REACH x
 _MIN_PHASE_SAMPLES = 5    # a pool of fewer is not judged
 _PHASE_REACH = 8          # a sparse pool reaches back this many times window_blocks blocks at most
 _MAX_OPEN_GROUPS = 4
+_LEVEL_REACH = 8          # the job's step-time level before reaches back this many times window_blocks blocks
 
 
 class StragglerDetector:
@@ -74,6 +82,11 @@ class StragglerDetector:
         self._by_phases: set[int] = set()  # ranks whose step-block condition the phase times raised
         self.conditions: dict[int, Condition] = {}
         self._phase: dict[int, collections.deque] = {}  # rank -> (block, pre, own, sync) samples
+        # (block, median step time of its ranks) of the last _LEVEL_REACH x window_blocks blocks
+        self._levels: collections.deque = collections.deque()
+        # rank -> (its last window_blocks blocks' phase verdicts before the cost gate, how many
+        # were slow, data time since when at least half of min_blocks of them were)
+        self._lag: dict[int, list] = {}
 
     def feed(self, rank: int, step: int, time: float, step_time: float, wait: float) -> bool:
         if not finite_positive(step_time):
@@ -174,6 +187,7 @@ class StragglerDetector:
         self._slow.pop(rank, None)
         self._whist.pop(rank, None)
         self._phase.pop(rank, None)
+        self._lag.pop(rank, None)
         self._by_phases.discard(rank)
         self._by_steps.pop(rank, None)
         self._by_windows.pop(rank, None)
@@ -293,6 +307,7 @@ class StragglerDetector:
         split = all(vals[r][4] is not None for r in ranks)
         if split:
             m_pre, m_own, m_sync = (medians_without_each([vals[r][4][k] for r in ranks]) for k in range(3))
+        grown = self._level(vals, times)
         for i, rank in enumerate(ranks):
             t, w, step, time, own = vals[rank]
             mt, mw = mts[i], mws[i]
@@ -307,6 +322,10 @@ class StragglerDetector:
             by_phase = None
             if split and not flag:
                 by_phase = self._by_own_work(own, (m_pre[i], m_own[i], m_sync[i]), mt, floor)
+                lag_s = self._lagging(rank, by_phase is not None, time)
+                if by_phase is not None and rank not in self._by_steps and lag_s < cfg.phase_persist_s and \
+                        (grown is None or grown < cfg.phase_cost_share * by_phase[0]):
+                    by_phase = None  # it has neither made the job slower nor lasted: not counted
                 if by_phase is not None:
                     flag, ratio = True, 1 + by_phase[0] / mt
             # slow blocks among the last window_blocks, kept as a count (the oldest leaves)
@@ -317,6 +336,32 @@ class StragglerDetector:
                 continue  # the usual rank: not slow enough to flag, nothing held to clear
             changed |= self._update(rank, hist, slow, ratio, t, mt, w, mw, by_phase)
         return changed
+
+    def _lagging(self, rank: int, slow: bool, time: float) -> float:
+        """Record a block's phase verdict for ``rank``; return for how long (data seconds) at
+        least half of ``min_blocks`` of its last ``window_blocks`` verdicts have been slow."""
+        flags, count, since = self._lag.get(rank) or (collections.deque(maxlen=self.cfg.window_blocks), 0, None)
+        count += slow - (len(flags) == flags.maxlen and flags[0])
+        flags.append(slow)
+        since = (since if since is not None else time) if count * 2 >= self.cfg.min_blocks else None
+        self._lag[rank] = [flags, count, since]
+        return time - since if since is not None else 0.0
+
+    def _level(self, vals: dict, times: list) -> Optional[float]:
+        """Keep this block's median step time; return how much the median of the last
+        ``window_blocks`` blocks exceeds the median of the blocks before the last two
+        ``window_blocks`` (up to _LEVEL_REACH times as far back), or None with fewer than half
+        ``window_blocks`` of those."""
+        bid, size = next(iter(vals.values()))[2] // self.cfg.block_steps, self.cfg.window_blocks
+        levels = self._levels
+        levels.append((bid, median(times)))
+        while levels[0][0] <= bid - _LEVEL_REACH * size:
+            levels.popleft()
+        now = [t for b, t in levels if b > bid - size]
+        before = [t for b, t in levels if b <= bid - 2 * size]
+        if len(before) < max(3, size // 2) or not now:
+            return None
+        return median(now) - median(before)
 
     def _by_own_work(self, own: tuple, others: tuple, mt: float, floor: float) -> Optional[tuple]:
         """A rank's block judged by its phase times: ``own`` its (before the collectives, all

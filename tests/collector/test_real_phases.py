@@ -53,10 +53,37 @@ def test_the_healthy_job_raises_nothing():
     assert alerts == [], [(a.alertname, a.rank, a.fired_summary) for a in alerts]
 
 
-def test_a_shared_gpu_is_named_before_the_gemms_and_the_gemms_after():
-    """GPU 0 shared with a benchmark all along (rank 0 slower in its own work from the start),
-    then GEMMs in rank 1's backward from step 834: both are real stragglers, in that order."""
+def test_a_rank_whose_excess_comes_and_goes_without_cost_is_not_named():
+    """GPU 0 shared with a benchmark (rank 0 slower in its own work in 71 of 189 blocks, its
+    longest run 38 s, the job's step time not grown), then GEMMs in rank 1's backward from step
+    834 that made the job no slower (rank 0 was the slower one). Neither cost the job anything
+    the rule can see, and neither lasted 8 of 10 blocks past ``phase_persist_s``: nobody is
+    named. This is the price of the launch-bound job below raising nothing; such a rank is left
+    to the profiler windows' compute skew."""
     alerts = _replay("h100f_2gpu_m_gemm_r1_gpu0_shared.jsonl.gz")
-    strag = _stragglers(alerts)
-    assert set(strag) == {0, 1}, [(a.alertname, a.rank, a.fired_summary) for a in alerts]
-    assert strag[0].fired_at < 1795733344.65 < strag[1].fired_at, (strag[0].fired_at, strag[1].fired_at)
+    assert _stragglers(alerts) == {}, [(a.alertname, a.rank, a.fired_summary) for a in alerts]
+
+
+# h100g: TinyLM under NCCL on two H100s, ~9 ms launch-bound steps (GPU idle most of the time),
+# agents and collector at their defaults (tests/gpu/test_nccl_straggler_gpu.py); the change on
+# rank 1 at its step 1,000
+def test_a_healthy_launch_bound_job_raises_nothing():
+    """Which rank's device-clock phases look longer flips every few seconds (the rank that
+    waited in sync runs its queued kernels back to back): 1.2x excesses that cost nothing."""
+    alerts = _replay("h100g_2gpu_tiny_healthy.jsonl.gz")
+    assert alerts == [], [(a.alertname, a.rank, a.fired_summary) for a in alerts]
+
+
+def test_a_launch_bound_job_names_a_busy_host_and_a_slow_loader_within_seconds():
+    for name, changed in (("host", 1795754306.46), ("loader", 1795754246.05)):
+        alerts = _replay(f"h100g_2gpu_tiny_{name}.jsonl.gz")
+        strag = _stragglers(alerts)
+        assert set(strag) == {1}, (name, [(a.alertname, a.rank, a.fired_summary) for a in alerts])
+        assert 0 < strag[1].fired_at - changed <= 15, (name, strag[1].fired_at - changed)
+
+
+def test_gemms_that_fill_a_launch_bound_gpus_idle_time_are_not_a_straggler():
+    """4 ms of GEMMs a step on rank 1 of a job whose GPUs idle 95% of the time: the step went
+    9.22 -> 9.47 ms (+3%), so nobody waits for rank 1 in a way that costs the job."""
+    alerts = _replay("h100g_2gpu_tiny_gemm.jsonl.gz")
+    assert _stragglers(alerts) == {}, [(a.alertname, a.rank, a.fired_summary) for a in alerts]

@@ -228,14 +228,20 @@ def test_step_and_window_evidence_share_one_alert_per_rank():
 
 
 def run_phased_job(engine, steps, ranks=2, step_s=0.045, own_extra_s=0.0, slow_rank=None, slow_from=0,
-                   jitter=0.01, seed=0, others_wait=True, every=1):
+                   jitter=0.01, seed=0, others_wait=True, every=1, costs=True, flip_every=0):
     """Lockstep DDP job with phase times: the slow rank's own work grows by ``own_extra_s``
-    and (``others_wait``) the others wait that much longer in sync; every step period equal."""
+    and (``others_wait``) the others wait that much longer in sync; every step period equal.
+    ``costs`` False: the step period does not grow (the others' own work shrinks by what they
+    wait, as in a launch-bound job); ``flip_every``: the slow rank alternates between 0 and 1
+    every that many steps."""
     rng, first_alarm = random.Random(seed), None
+    t = T0
     for s in range(1, steps + 1):
-        t = T0 + s * step_s
+        if flip_every:
+            slow_rank = (s // flip_every) % 2
         slow = slow_rank is not None and s >= slow_from
-        period = step_s + (own_extra_s if slow else 0.0)
+        period = step_s + (own_extra_s if slow and costs else 0.0)
+        t += period
         for r in range(ranks):
             sync = 0.002 * (1 + rng.uniform(-jitter, jitter))
             mine = period if others_wait or r == slow_rank else step_s  # no collective: others keep their pace
@@ -243,6 +249,8 @@ def run_phased_job(engine, steps, ranks=2, step_s=0.045, own_extra_s=0.0, slow_r
             if slow and r != slow_rank and others_wait:
                 sync += own_extra_s
                 own -= own_extra_s
+            if slow and r == slow_rank and not costs:
+                own += own_extra_s
             if s % every == 0:
                 pre = 0.02 * (1 + rng.uniform(-jitter, jitter))  # (the extra work is in backward)
                 engine.phase_times("j", r, [s], [pre], [own * (1 + rng.uniform(-jitter, jitter))], [sync])
@@ -262,6 +270,23 @@ def test_a_rank_slower_in_its_own_work_is_named_from_phase_times():
     assert 200 + 70 <= first <= 200 + 150, first
     assert "its own work takes +6." in got[1].summary, got[1].summary
     assert "they wait +6." in got[1].summary and "ms/step longer in sync" in got[1].summary, got[1].summary
+
+
+def test_phase_excesses_that_flip_between_ranks_and_cost_nothing_name_nobody():
+    """The launch-bound pattern of a healthy NCCL job on two H100s: one rank's own work looks
+    +20% longer for 9 s, then the other's, and the step period never grows."""
+    e = DetectionEngine(parse_detection({"warmup_steps": 0}))
+    first = run_phased_job(e, 3000, own_extra_s=0.009, flip_every=200, costs=False)
+    assert first is None, stragglers(e)
+
+
+def test_a_phase_excess_that_costs_nothing_is_named_once_it_has_lasted():
+    """The same excess on one rank for good (a rank slow from the start in a job whose step it
+    does not lengthen): named once it has lasted ``phase_persist_s`` (30 s, 667 steps)."""
+    e = DetectionEngine(parse_detection({"warmup_steps": 0}))
+    first = run_phased_job(e, 1400, own_extra_s=0.009, slow_rank=1, slow_from=200, costs=False)
+    assert set(stragglers(e)) == {1}
+    assert 200 + 667 <= first <= 200 + 667 + 200, first  # (the pool turns, then 8 slow blocks of 10)
 
 
 def test_phase_times_of_every_third_step_are_enough():
