@@ -1,15 +1,20 @@
 """Always-on phase times: where each sampled step's time went, with no profiler.
 
 A step is cut at four points every training loop passes: the first batch a DataLoader hands
-over, the first gradient accumulated, the last gradient accumulated, and the optimizer step's
-start (its end is the step boundary). On CUDA a timing event is recorded at each point (the
+over, the start of backward (the first ``Tensor.backward`` call, or the first gradient
+accumulated where backward is run otherwise, e.g. ``torch.autograd.backward``), the last
+gradient accumulated, and the optimizer step's start (its end is the step boundary). Work at the
+top of backward, before any parameter's gradient (the loss's and the head's backward, extra
+work in a custom autograd function there), is backward's: with the first gradient as the
+point it was counted in forward (GEMMs injected there on an H100 read "forward +7.0 ms/step"). On CUDA a timing event is recorded at each point (the
 gradient points on the autograd thread) on the training thread's current stream as it was at
 the boundary before (a forward run under another stream's context is timed on that boundary's
 stream), and read late with the step's own end event, so nothing synchronizes; the host time of
 each point is taken too. Without CUDA the host clock gives both.
 
 The hooks exist only during a sampled step: the DataLoader callback, one global optimizer
-pre-hook and two ``register_post_accumulate_grad_hook`` hooks (on the parameters whose
+pre-hook, ``torch.Tensor.backward`` wrapped (put back at the boundary after, unless something
+else replaced it meanwhile) and two ``register_post_accumulate_grad_hook`` hooks (on the parameters whose
 gradients come first and last, learnt once on a step that hooks them all) are installed at the
 boundary before it and removed at the boundary after. A step is sampled while the time spent
 here stays within ``budget`` of the wall time since attach (every step of a 40 ms job on an
@@ -59,6 +64,7 @@ class PhaseTimer:
         self._optimizer = None   # weakref of the optimizer whose parameters are hooked
         self._pair: Optional[tuple] = None  # (weakref first param, weakref last param)
         self._learning: Optional[list] = None
+        self._backward: Optional[tuple] = None  # (torch.Tensor.backward as it was, ours) while armed
         self._learn_tries = 0
         self.leader: Optional[int] = None
 
@@ -84,6 +90,7 @@ class PhaseTimer:
         for h in self._handles:
             h.remove()
         self._handles = []
+        self._unwrap_backward()
         learning, self._learning = self._learning, None
         if learning is not None:
             self._learn(learning)
@@ -107,6 +114,8 @@ class PhaseTimer:
             from torch.optim.optimizer import register_optimizer_step_pre_hook
             self._handles.append(register_optimizer_step_pre_hook(self._on_optimizer))
             self._hook_gradients(optimizer)
+            if self._points is not None:
+                self._wrap_backward()
         except Exception:
             pass
         self.sampled += 1
@@ -185,6 +194,33 @@ class PhaseTimer:
         self._learning = seen
         self._points = None  # a learning step is not reported (its hooks cost more)
         self._dataloader.notify = None
+
+    def _wrap_backward(self) -> None:
+        import torch
+        original = torch.Tensor.backward
+        mark = self._on_backward
+
+        def backward(tensor, *args, **kwargs):
+            mark()
+            return original(tensor, *args, **kwargs)
+
+        backward.__wrapped__ = original
+        torch.Tensor.backward = backward
+        self._backward = (original, backward)
+
+    def _unwrap_backward(self) -> None:
+        if self._backward is not None:
+            import torch
+            original, ours = self._backward
+            self._backward = None
+            if torch.Tensor.backward is ours:
+                torch.Tensor.backward = original
+
+    def _on_backward(self) -> None:
+        try:
+            self._mark(_FIRST)
+        except Exception:
+            pass
 
     def _learn(self, seen: list) -> None:
         if seen:

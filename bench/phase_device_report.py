@@ -3,6 +3,8 @@ phase-ab), read from the unpacked real.tgz folder:
 
     python bench/phase_device_report.py DIR > bench/results/phase_times_<card>.md
 
+(run from the repository root with the package importable: the recordings are also replayed)
+
 Injected jobs: per job, whether its first alert's diagnosis names the cause first (EXPECTED);
 then the cause, the rank it ran on, its size in ms, every alert with its
 first firing time in seconds after the change (negative: raised before it), and its summary and
@@ -77,9 +79,27 @@ def _change(runs: list) -> str:
     return f"{b:.1f} -> {a:.1f} ({(a / b - 1) * 100:+.1f}%)"
 
 
-def verdicts(folder: str) -> list[str]:
+def _replayed(folder: str, name: str) -> list:
+    """The alerts of the job's recording replayed at the default detection settings with this
+    code, in /api/alerts' form."""
+    from stepwatch.collector._replay import replay
+    from stepwatch.collector.detect import DetectionConfig
+    from stepwatch.collector.tools.corpus import events, load
+    path = next(iter(glob.glob(os.path.join(folder, f"{name}.jsonl*"))), None)
+    if path is None:
+        return []
+    out = []
+    for a in replay(events(load(path)), DetectionConfig()):
+        fired = datetime.datetime.fromtimestamp(a.fired_at, datetime.timezone.utc).isoformat()
+        out.append({"alertname": a.alertname, "rank": a.rank, "fired_at": fired, "summary": a.fired_summary,
+                    "diagnosis": a.diagnosis, "severity": a.severity})
+    return out
+
+
+def verdicts(folder: str, replayed: bool = False) -> list[str]:
     """Per injected job: its step change, the first slowdown alert after the change (the
-    straggler's on its rank, else drift's) and whether its diagnosis names the cause first."""
+    straggler's on its rank, else drift's) and whether its diagnosis names the cause first;
+    ``replayed``: from its recording replayed with this code, not the live run's alerts."""
     lines = ["| job | cause | step before -> after (ms) | first alert (s after the change) | named first | right |",
              "|---|---|---|---|---|---|"]
     right = raised = total = 0
@@ -91,9 +111,12 @@ def verdicts(folder: str) -> list[str]:
             continue
         total += 1
         with open(path) as fh:
-            alerts = [a for a in json.load(fh).get("alerts", []) if a.get("fired_at")
-                      and _ts(a["fired_at"]) >= inj["time"] - 5]
-        mine = [a for a in alerts if a["alertname"] == "StepwatchStragglerRank"] or alerts
+            alerts = json.load(fh).get("alerts", [])
+        if replayed:
+            alerts = _replayed(folder, name)
+        alerts = [a for a in alerts if a.get("fired_at") and _ts(a["fired_at"]) >= inj["time"] - 5]
+        mine = [a for a in alerts if a["alertname"] == "StepwatchStragglerRank"] or \
+            [a for a in alerts if a["alertname"] == "StepwatchThroughputDrift"] or alerts
         mine.sort(key=lambda a: _ts(a["fired_at"]))
         if not mine:
             lines.append(f"| {name} | {inj['cause']} | {_change(runs)} | none | | |")
@@ -149,6 +172,8 @@ def phase_ab(folder: str) -> list[str]:
 def main() -> None:
     folder = sys.argv[1]
     print("\n".join(verdicts(folder)))
+    print("\nReplayed with this code:\n")
+    print("\n".join(verdicts(folder, replayed=True)))
     print()
     print("\n".join(injected(folder)))
     print("\n".join(phase_ab(folder)))

@@ -31,6 +31,8 @@ log = logging.getLogger("stepwatch.collector")
 # Alerts about a rank getting slower get a diagnosis (what changed before/after the onset).
 STRAGGLER = "StepwatchStragglerRank"
 SLOWDOWNS = ("StepwatchThroughputDrift", STRAGGLER, "StepwatchGpuThrottled")
+OVERHEAD = "StepwatchProfilerOverhead"
+DIAGNOSED = SLOWDOWNS + (OVERHEAD,)  # (an overhead episode is diagnosed too: is it the job's own?)
 
 
 def _trace_text(host: str, ref) -> str:
@@ -159,9 +161,11 @@ class Detection:
                                              or (batch.phase_times and self._new_phase_block(rank))):
                 # a window after an onset completes the diagnosis; an alert raised before three
                 # step blocks after its onset had arrived gets its first one from later batches
-                mine = [a for a in self.book.firing(rank) if a.alertname in SLOWDOWNS]
+                mine = [a for a in self.book.firing(rank) if a.alertname in DIAGNOSED]
                 self._diagnose(mine)
-                if all(a.diagnosis_complete for a in self.book.firing(rank) if a.alertname in SLOWDOWNS):
+                if self.engine.changed:  # an overhead episode found to be the job's own
+                    self._update(now)
+                if all(a.diagnosis_complete for a in self.book.firing(rank) if a.alertname in DIAGNOSED):
                     self._incomplete.discard(rank)
         except Exception as exc:  # noqa: BLE001 - detection must never break ingest
             self._log(exc)
@@ -199,6 +203,8 @@ class Detection:
         else:
             changes = self.book.update_keys(now, touched, self.engine.condition)
         for a in changes:
+            if a.state == "firing" and a.alertname == OVERHEAD and len(a.history) == 1:
+                self._incomplete.add((a.job, a.rank))  # diagnosed as data comes (no window asked)
             if a.state == "firing" and a.alertname in SLOWDOWNS:
                 if len(a.history) == 1 or a.further:  # raised, or a further change's new onset
                     self._on_slowdown(a, now)
@@ -214,6 +220,9 @@ class Detection:
                     a.diagnosis_complete = False
                     firing.append(a)
         changes = self._diagnose(firing, changes)
+        if self.engine.changed:  # an overhead episode found to be the job's own: drift now
+            changes = [c for c in changes if c.key not in self.engine.touched]
+            self._update(now)
         for a in changes if self._log_changes else ():
             log.warning("stepwatch alert %s %s: %s job=%s rank=%d: %s%s", a.state, a.severity, a.alertname,
                         a.job, a.rank, a.summary, f" [why: {a.diagnosis}]" if a.diagnosis else "")
@@ -267,7 +276,7 @@ class Detection:
         changes = list(changes or [])
         updated = []
         for a in alerts:
-            if a.alertname not in SLOWDOWNS or a.diagnosis_complete:
+            if a.alertname not in DIAGNOSED or a.diagnosis_complete:
                 continue
             since = a.onset
             if a.alertname == STRAGGLER and a.earlier:
@@ -276,6 +285,10 @@ class Detection:
             d = diagnose(self.evidence.rank(a.job, a.rank), since)
             if d is None:
                 continue
+            if a.alertname == OVERHEAD:
+                own = _no_window_makes(d)
+                if own:
+                    self.engine.the_jobs_own(a.job, a.rank, own)
             text = d.text
             top = d.contributors[0] if d.contributors else None
             if (a.alertname != STRAGGLER and top is not None and top[0].startswith("sync")
@@ -298,3 +311,16 @@ class Detection:
         self._once.log(logging.ERROR, (type(exc).__name__, str(exc)[:80]),
                        "stepwatch collector: detection failed (further identical errors not "
                        "logged)", exc_info=True)
+
+
+def _no_window_makes(d) -> str:
+    """What in diagnosis ``d`` no profiler window makes, as a phrase ("" when nothing): the
+    allocator's cudaMalloc/cudaFree churn, or a longer data-loader wait that explains at least
+    half the step's change."""
+    if d.text.startswith("allocator churn"):
+        return d.text.split(";", 1)[0].split(" (", 1)[0]
+    for name, delta, detail in d.contributors[:1]:
+        waited = name == "data-loader wait" or (name.startswith("data") and "data-loader wait +" in detail)
+        if waited and d.step_delta_ms > 0 and delta >= 0.5 * d.step_delta_ms:
+            return f"a longer data-loader wait ({name} {delta:+.1f} ms/step)"
+    return ""

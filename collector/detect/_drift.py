@@ -46,7 +46,9 @@ raised as before. Waves are not kept across a collector restart.
 (``note_window``). A shift whose onset is within two buckets of a window's end, where the 10
 kept steps after the window stand at least half the shift above the 10 before it, is raised
 as ``StepwatchProfilerOverhead`` naming the window, not as throughput drift: stepwatch's cost,
-which the agent itself backs off from (agent/_aftereffect.py).
+which the agent itself backs off from (agent/_aftereffect.py). When the diagnosis then finds a
+cause no window makes (allocator churn, a longer data-loader wait: ``the_jobs_own``), the episode
+becomes throughput drift and says what it was first taken for.
 
 **Episodes.** Severity only rises while the change lasts, one level at a time (each raise is
 kept in the episode's history by the alert book). **A further change** inside an episode (the
@@ -56,7 +58,8 @@ silently: the episode takes the new onset (``Condition.change`` counts them), it
 book keeps what was raised before (``Alert.earlier``), so the diagnosis is made again for the
 new onset. The ratio and summary follow the sustained level (the
 median of the last ``warning_window_s``). The condition clears once the median of the last
-``clear_s`` is back under half of ``info_ratio`` and under 40% of the shift it was raised on. O(1)
+``clear_s`` (only buckets after the onset) is back under half of ``info_ratio`` and under 40% of
+the shift it was raised on. O(1)
 per step amortised; the noise spreads are recomputed once a minute (a few hundred sorts of
 short lists). Not thread-safe: one caller at a time.
 """
@@ -421,7 +424,10 @@ class DriftDetector:
             self.baseline_s = math.exp(self._level)
             return False
         hist = self._history
-        recent = median(hist.tail(2, min(len(hist), self._n_clear)))
+        # the clear window never reaches back before the onset: just after a raise it would
+        # hold mostly the old level (a critical raise holds 30 s, the clear window is 60 s)
+        since = sum(1 for t in hist.tail(1, min(len(hist), self._n_clear)) if t > self._onset[1])
+        recent = median(hist.tail(2, max(1, since)))
         if recent - self._ref < min(math.log1p(self.cfg.info_ratio) / 2, _CLEAR_SHARE * self._raised):
             lasted = hist[-1][1] - self._onset[1]
             if lasted <= self.cfg.transient_s and self._alertname == "StepwatchThroughputDrift":
@@ -501,6 +507,18 @@ class DriftDetector:
                 if math.log(median(after) / before) >= max(shift / 2, 0.01):
                     return int(step)
         return None
+
+    def the_jobs_own(self, evidence: str) -> bool:
+        """The open episode, raised as the profiler's after-effect, is the job's own
+        (``evidence`` says why: a cause no profiler window makes): it becomes throughput drift,
+        its summary says what it was first taken for. True when it changed."""
+        if self.condition is None or self._alertname != "StepwatchProfilerOverhead":
+            return False
+        window = self._window_note.split("ending at step ", 1)[-1].split(" ", 1)[0]
+        self._alertname = "StepwatchThroughputDrift"
+        self._window_note = (f"; first taken for the agent's profiler window ending at step {window} "
+                             f"(it closed as the step time rose), but {evidence[:160]} is the job's own")
+        return self._set(self.condition.severity, math.log(self.condition.ratio))
 
     def _set(self, sev: str, shift_log: float) -> bool:
         shift = math.expm1(shift_log)

@@ -342,6 +342,13 @@ class DetectionEngine:
         live.connected = connected
         live.disconnected_at = None if connected else disconnected_at
 
+    def the_jobs_own(self, job: str, rank: int, evidence: str) -> None:
+        """The rank's open drift episode, raised as the profiler's after-effect, is the job's
+        own (:meth:`DriftDetector.the_jobs_own`)."""
+        r = self._ranks.get((job, rank))
+        if r is not None and r.drift.the_jobs_own(evidence):
+            self._sync(r.drift, [r.drift.condition])
+
     def sessions(self, job: str, rank: int, live: dict, now: float) -> None:
         """The agent sessions connected as ``rank`` of ``job`` (``{session_id: "host pid N"}``).
         More than one is a misconfigured job (launcher without RANK, re-imported scripts): their

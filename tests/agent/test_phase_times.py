@@ -187,3 +187,48 @@ def test_a_compiled_model_keeps_its_one_graph_and_gets_every_point(loop):
     assert len(phases) >= 8 and all(p["points"] == 0b1111 for p in phases), phases
     assert counters["frames"]["ok"] == 1 and not counters["recompiles"], (dict(counters["frames"]),
                                                                           dict(counters["recompiles"]))
+
+
+class _SlowBackward(torch.autograd.Function):
+    """Identity whose backward sleeps: work at the top of backward, before any gradient."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx, g):
+        time.sleep(0.02)
+        return g
+
+
+def test_work_at_the_top_of_backward_is_backward_and_backward_is_put_back(loop):
+    out, timer, model, opt, data = loop()
+    plain = torch.Tensor.backward
+    for i, x in enumerate(data):
+        if i >= 12:
+            break
+        _SlowBackward.apply(model(x)).pow(2).mean().backward()
+        opt.step()
+        opt.zero_grad()
+    phases = phase_records(out)
+    assert len(phases) >= 8, phases
+    assert statistics.median(p["backward_s"] for p in phases) >= 0.02, phases
+    assert statistics.median(p["forward_s"] for p in phases) < 0.02, phases
+    # the wrapper exists only while a step is sampled (the next one is armed now); closing the
+    # step puts the original back
+    assert torch.Tensor.backward.__wrapped__ is plain
+    timer.close()
+    assert torch.Tensor.backward is plain
+
+
+def test_backward_run_without_tensor_backward_still_has_its_point(loop):
+    out, _, model, opt, data = loop()
+    for i, x in enumerate(data):
+        if i >= 8:
+            break
+        torch.autograd.backward(model(x).pow(2).mean())
+        opt.step()
+        opt.zero_grad()
+    phases = phase_records(out)
+    assert phases and all(p["points"] == 0b1111 for p in phases), phases

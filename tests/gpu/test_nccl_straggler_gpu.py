@@ -26,7 +26,11 @@ from _procs import start_trainer, trainer_env  # noqa: E402
 
 from stepwatch.collector.ingest._record import read_record  # noqa: E402
 
-STEPS, FROM = 3000, 1000  # TinyLM, one GPU a rank: ~9 ms steps, the change ~9 s in, ~18 s after it
+STEPS, FROM = 3000, 1000  # ~12 ms steps on an H100: the change ~12 s in, ~24 s after it
+# TinyLM at the size whose GEMMs cost the step (bench/diagnosis.py on an H100: 1-2 ms of GEMMs
+# were +8-18%); at train.py's default size the GPUs idle 95% of the time and 4 ms of GEMMs on
+# one rank made the job 3% slower (no straggler; tests/data/real/phases/h100g_2gpu_tiny_gemm)
+MODEL = ("--d-model", "512", "--layers", "4", "--batch", "16", "--seq", "256")
 VARIANTS = {
     "healthy": (),
     "gemm": ("--cause", "backward", "--cause-ms", "4", "--cause-rank", "1", "--cause-from-step", str(FROM)),
@@ -46,7 +50,7 @@ def _run(tmp_path, collector_factory, job: str, world: int, *extra):
     env = trainer_env(tmp_path, col.grpc, job)
     del env["STEPWATCH_FLUSH_INTERVAL_S"]  # the default batch interval too
     env["CUDA_VISIBLE_DEVICES"] = os.environ.get("CUDA_VISIBLE_DEVICES", ",".join(map(str, range(world))))
-    proc = start_trainer(env, "--device", "cuda", "--steps", str(STEPS), *extra, nproc=world)
+    proc = start_trainer(env, "--device", "cuda", "--steps", str(STEPS), *MODEL, *extra, nproc=world)
     out, _ = proc.communicate(timeout=300)
     assert proc.returncode == 0, out[-4000:]
     for rank in range(world):

@@ -111,9 +111,10 @@ def test_fast_steps_a_burst_of_seconds_is_no_drift(seed, noise, shift):
     assert _run(seed, noise, lambda t: 1 + shift if 400 <= t < 403 else 1.0, 500, step_s=0.008) == []
 
 
-def _with_windows(shift_at: float, shift: float, seconds: float = 700, seed: int = 1):
+def _with_windows(shift_at: float, shift: float, seconds: float = 700, seed: int = 1, own_at: float = 0.0):
     """40 ms steps with a profiler window (5 profiled steps of 3x) every 60 s, the level
-    ``1 + shift`` from ``shift_at`` on; the drift-family conditions seen, in order."""
+    ``1 + shift`` from ``shift_at`` on; the drift-family conditions seen, in order. From
+    ``own_at`` on (when set) the diagnosis is said to have found allocator churn."""
     rng, engine, now, s, seen, next_window = random.Random(seed), DetectionEngine(CFG), T0, 0, [], 60.0
     while now - T0 < seconds:
         t = now - T0
@@ -131,6 +132,8 @@ def _with_windows(shift_at: float, shift: float, seconds: float = 700, seed: int
         if window:
             next_window += 60.0
         engine.steps("j", 0, steps, times, durs, [0.0] * len(steps), profiled=profiled)
+        if own_at and t >= own_at:
+            engine.the_jobs_own("j", 0, "allocator churn: cudaMalloc/cudaFree 0.0 -> 42.1 per step")
         for c in engine.conditions():
             if c.alertname in ("StepwatchThroughputDrift", "StepwatchProfilerOverhead") and \
                     (not seen or seen[-1][:2] != (c.alertname, c.severity)):
@@ -148,3 +151,17 @@ def test_a_shift_that_starts_where_a_profiler_window_ends_is_the_agents_cost_not
     assert "profiler window ending at step" in at_window[0][2], at_window
     elsewhere = _with_windows(445.0, 0.08)
     assert elsewhere and {a for a, _, _ in elsewhere} == {"StepwatchThroughputDrift"}, elsewhere
+
+
+def test_an_overhead_episode_the_diagnosis_finds_to_be_the_jobs_own_becomes_drift():
+    """The same change at the window's end, with the diagnosis finding allocator churn (no
+    window makes it) from the raise on: the episode is throughput drift, saying what it was first
+    taken for; the call changes nothing before an overhead episode exists, nor a drift one."""
+    seen = _with_windows(420.0, 0.08, own_at=300.0)
+    assert seen and {a for a, _, _ in seen} == {"StepwatchThroughputDrift"}, seen
+    last = seen[-1][2]
+    assert "first taken for the agent's profiler window ending at step" in last, last
+    assert "but allocator churn: cudaMalloc/cudaFree 0.0 -> 42.1 per step is the job's own" in last, last
+    elsewhere = _with_windows(445.0, 0.08, own_at=300.0)
+    assert elsewhere and {a for a, _, _ in elsewhere} == {"StepwatchThroughputDrift"}, elsewhere
+    assert "first taken for" not in elsewhere[-1][2], elsewhere
