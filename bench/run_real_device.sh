@@ -170,8 +170,10 @@ slots)  # each argument a ';'-separated sequence of verbs, run detached; wait-pa
     k=0
     for seq in "$@"; do
         k=$((k + 1))
-        (IFS=';'; for cmd in $seq; do eval "bash bench/run_real_device.sh $cmd"; done; touch $W/slot$k.done) \
-            > $W/slot$k.run.log 2>&1 &
+        # setsid: the sequence outlives the device call that starts it (a plain background job
+        # is killed with the call)
+        setsid bash -c 'IFS=";"; for cmd in $1; do eval "bash bench/run_real_device.sh $cmd"; done; touch "$2"' \
+            _ "$seq" "$W/slot$k.done" > $W/slot$k.run.log 2>&1 < /dev/null &
     done
     sleep 5; echo started $k slots ;;
 wait-pack)  # every detached job done (at most 9 minutes), then pack the files starting with $1
