@@ -1,8 +1,9 @@
 """Why a rank got slower: what changed between before and after an alert's onset.
 
 :class:`Evidence` is a pipeline listener that keeps, per rank, compact rings of what the
-diagnosis compares: blocks of ``block`` usable steps (the straggler rule's ``block_steps``, 10
-by default) of step time and data-loader wait, host CPU seconds, NVML
+diagnosis compares: blocks of step time and data-loader wait cut as the straggler rule cuts
+them (``step // block``, its ``block_steps``, 10 by default; a block of fewer than half that many
+usable steps left out), host CPU seconds, NVML
 SM clock / power / clock-event reasons and GPM activity (SM, tensor, DRAM), allocator retries
 and cudaMalloc/cudaFree calls,
 and the last window summaries.
@@ -87,7 +88,7 @@ class Evidence:
 
     def __init__(self, block: int = 10) -> None:
         self._ranks: dict[tuple, _Rank] = {}
-        self.block = block  # usable steps per step-time block
+        self.block = block  # steps per step-time block (by step number)
 
     def rank(self, job: str, rank: int) -> Optional[_Rank]:
         return self._ranks.get((job, rank))
@@ -104,18 +105,9 @@ class Evidence:
                 skip, dur = set(c.profiled), c.duration_s
                 keep = [i for i in range(len(dur)) if i not in skip and dur[i] > 0]
                 cols = tuple([col[i] for i in keep] for col in cols)
-            steps_, ends, durs, waits = r.pending
             for have, new in zip(r.pending, cols):
                 have.extend(new)
-            size = self.block
-            full = len(durs) // size * size  # the steps of whole blocks, a block's columns at a time
-            if full:
-                starts = range(0, full, size)
-                r.blocks.extend_columns(steps_[:full:size], steps_[size - 1:full:size],
-                                        ends[size - 1:full:size], [median(durs[k:k + size]) for k in starts],
-                                        [_trimmed_mean(_no_negative(waits[k:k + size])) for k in starts])
-                for col in r.pending:
-                    del col[:full]
+            _cut_blocks(r, self.block)
         if c.phase_times is not None:
             _keep_phases(r, c.phase_times)
         s = samples
@@ -150,6 +142,29 @@ def _keep_phases(r: _Rank, p) -> None:
         rows = [row for row in rows if row[2] == points]  # (points seen change rarely: a block of one kind)
         values = [_trimmed_mean([row[3][k] for row in rows]) for k in range(10)]
         r.phases.append(rows[0][0], rows[-1][0], rows[-1][1], points, *values)
+
+
+def _cut_blocks(r: _Rank, size: int) -> None:
+    """Close the pending steps' blocks (``step // size``) that a later block's step has
+    followed, a block of fewer than half ``size`` usable steps left out; a step number lower than
+    the one before (a restarted rank) closes the block before it too."""
+    steps, ends, durs, waits = r.pending
+    n, i, rows = len(steps), 0, []
+    while i < n:
+        bid, j = steps[i] // size, i + 1
+        while j < n and steps[j] // size == bid:
+            j += 1
+        if j == n:
+            break  # the newest block: open until a later step comes
+        if (j - i) * 2 >= size:
+            rows.append((steps[i], steps[j - 1], ends[j - 1], median(durs[i:j]),
+                         _trimmed_mean(_no_negative(waits[i:j]))))
+        i = j
+    if rows:
+        r.blocks.extend_columns(*map(list, zip(*rows)))
+    if i:
+        for col in r.pending:
+            del col[:i]
 
 
 def _trimmed_mean(values: list) -> float:
