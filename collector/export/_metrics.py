@@ -219,50 +219,23 @@ def _label_texts(job: str, rank: int, hello, gpu, full: bool) -> tuple[str, str,
 
 
 def _collector(state: CollectorState, health: CollectorHealth) -> list[Family]:
-    """The collector's own families: what ingest counted, its garbage collections, its health."""
-    c = health.ingest.snapshot()
+    """The collector's own families: what ingest counted (the families it declares), its
+    garbage collections, its health."""
     fams = []
     for name, doc, kind, value in (
             ("stepwatch_collector_connected_agents", "Agent streams (ranks) connected now.", "gauge",
              state.connected_agents()),
-            ("stepwatch_collector_streams", "Agent streams accepted (valid Hello).", "counter", c["streams_accepted"]),
             ("stepwatch_collector_agent_batch_interval_ask_seconds", "Batch interval acknowledgements ask agents "
-             "for (0: none; more agents connected than max_batches_per_s).", "gauge", health.batch_interval_ask_s),
-            ("stepwatch_collector_batches_received", "Batches received from agents, duplicates included.", "counter",
-             c["batches_received"]),
-            ("stepwatch_collector_batches_duplicate", "Batches received again (already applied), acked and ignored.",
-             "counter", c["batches_duplicate"]),
-            ("stepwatch_collector_batches_seq_refused", "Batches whose sequence number jumped far ahead or "
-             "near the top of its range (damage that still decodes): acked so the agent drops them, not applied.",
-             "counter", c["batches_seq_refused"]),
-            ("stepwatch_collector_decode_errors", "Agent messages that failed protobuf decoding.", "counter",
-             c["decode_errors"]),
-            ("stepwatch_collector_nonfinite_records", "Agent records dropped at ingest for a NaN or infinite number.",
-             "counter", c["nonfinite_records"]),
-            ("stepwatch_collector_far_records", "Agent steps and samples dropped at ingest: time more than a day "
-             "from the collector's clock, or a step number beyond 1e12.", "counter", c["far_records"]),
-            ("stepwatch_collector_records_dropped", "Records dropped by agents, summed over all agents seen.",
-             "counter", c["records_dropped"])):
+             "for (0: none; more agents connected than max_batches_per_s).", "gauge", health.batch_interval_ask_s)):
         fam = Family(name, doc, kind)
         fam.add("", value)
         fams.append(fam)
-    return [*fams, *_by_reason(c), *_gc_families(), *_health_families(health)]
-
-
-def _by_reason(c: dict) -> list[Family]:
-    rejected = Family("stepwatch_collector_streams_rejected", "Agent streams rejected, by reason.", "counter")
-    for reason, n in sorted(c["streams_rejected"].items()):
-        rejected.add(labels_text(("reason",), (reason,)), n)
-    accepts = Family("stepwatch_collector_accepts_failed", "New connections (gRPC or HTTP) the collector could not "
-                     "accept, by reason: fd_exhausted (no file descriptor left), no_memory.", "counter")
-    for reason, n in sorted(c["accepts_failed"].items()):
-        accepts.add(labels_text(("reason",), (reason,)), n)
-    trimmed = Family("stepwatch_collector_trimmed", "Agent data cut to the collector's bounds, by what: "
-                     "string (a string over its bound or a map entry over its count, collector/wire/_bounds.py), "
-                     "window_names (a window's kernel/op list over 50 entries).", "counter")
-    for what, n in sorted(c["trimmed"].items()):
-        trimmed.add(labels_text(("what",), (what,)), n)
-    return [rejected, accepts, trimmed]
+    for name, doc, label, rows in health.ingest.families():
+        fam = Family(name, doc, "counter")
+        for value, n in rows:
+            fam.add(labels_text((label,), (value,)) if label else "", n)
+        fams.append(fam)
+    return [*fams, *_gc_families(), *_health_families(health)]
 
 
 def _gc_families() -> list[Family]:
