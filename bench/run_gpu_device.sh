@@ -4,20 +4,12 @@
 #   bash bench/run_gpu_device.sh tests [PATHS]  # the tests/gpu suite (or PATHS), log and table under $OUT
 #   bash bench/run_gpu_device.sh diagnosis ARGS...   # bench/diagnosis.py --device cuda ARGS
 set -u
-P="python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade"
-(  # once per machine, shared with bench/run_real_device.sh (jobs of either may be running)
-    flock 9
-    if [ ! -f /tmp/sw.done ]; then
-        $P --target /tmp/site .whl/*.whl >/dev/null 2>&1
-        $P --no-build-isolation --target /tmp/sw . >/dev/null 2>&1
-        touch /tmp/sw.done
-    fi
-) 9>/tmp/sw.lock
+source bench/device_install.sh
 for b in prometheus prometheus-alertmanager; do
     [ -f .bin/$b.xz ] && xz -dc .bin/$b.xz > /usr/local/bin/$b && chmod +x /usr/local/bin/$b
 done
 mkdir -p /usr/share/prometheus/alertmanager && cp .bin/*.tmpl /usr/share/prometheus/alertmanager/ 2>/dev/null
-export PYTHONPATH=/tmp/sw:/tmp/site PYTHONUNBUFFERED=1 STEPWATCH_DEPLOY_DIR=$PWD/deploy
+export STEPWATCH_DEPLOY_DIR=$PWD/deploy
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 python3 -c "import torch, sys; print('torch', torch.__version__, 'python', sys.version.split()[0])"
 what=$1; shift

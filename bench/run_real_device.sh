@@ -17,16 +17,7 @@
 #   bash bench/run_real_device.sh slots "CMDS" "CMDS" ...        # each a detached sequence of the above
 #                                                                # (';'-separated verbs), then wait-pack
 set -u
-P="python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade"
-(  # once per machine, whatever runs at the same time
-    flock 9
-    if [ ! -f /tmp/sw.done ]; then
-        $P --target /tmp/site .whl/*.whl >/dev/null 2>&1
-        $P --no-build-isolation --target /tmp/sw . >/dev/null 2>&1
-        touch /tmp/sw.done
-    fi
-) 9>/tmp/sw.lock
-export PYTHONPATH=/tmp/sw:/tmp/site PYTHONUNBUFFERED=1
+source bench/device_install.sh
 W=/tmp/real; case $1 in *-start|live|slots) rm -rf $W ;; esac; mkdir -p $W
 nvidia-smi --query-gpu=index,name,driver_version --format=csv,noheader | tee $W/gpus.txt
 python3 -c "import torch, sys; print('torch', torch.__version__, 'python', sys.version.split()[0])" | tee -a $W/gpus.txt
