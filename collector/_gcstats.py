@@ -50,6 +50,19 @@ class _GcStats:
         """``[(generation, seconds, collections, longest pause s)]``."""
         return [(g, self.seconds[g], self.count[g], self.longest[g]) for g in range(3)]
 
+    def families(self) -> list[tuple]:
+        """Its metric families, by generation, in the collector's declared form ``(name, help,
+        kind, [(label names, label values, value)])``."""
+        rows = self.rows()
+        return [(name, doc, kind, [(("generation",), (str(g),), row[k]) for g, *row in rows])
+                for k, (name, doc, kind) in enumerate((
+                    ("stepwatch_collector_gc_seconds", "Seconds the collector process spent in garbage "
+                     "collections, by generation (2: full; ingest and acks wait meanwhile).", "counter"),
+                    ("stepwatch_collector_gc_collections", "Garbage collections of the collector process, by "
+                     "generation.", "counter"),
+                    ("stepwatch_collector_gc_pause_max_seconds", "The longest garbage collection of the "
+                     "collector process since it started, by generation.", "gauge")))]
+
 
 GC_STATS = _GcStats()
 

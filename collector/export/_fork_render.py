@@ -186,6 +186,21 @@ class ForkRender:
         self._logged: dict[str, float] = {}  # reason -> when it was last logged
         self._one = threading.Lock()
 
+    def families(self) -> list[tuple]:
+        """Its metric families in the collector's declared form ``(name, help, kind, [(label
+        names, label values, value)])``, a histogram's value ``(cumulative, sum)``."""
+        return [
+            ("stepwatch_collector_scrape_child_private_bytes", "Private memory the last scrape's render process "
+             "wrote: pages it copied from the collector (copy on write) and its own (the body); the headroom a "
+             "scrape needs.", "gauge", [((), (), self.private_bytes)]),
+            ("stepwatch_collector_scrape_child_failures", "Scrapes whose render process failed or was not started "
+             "(memory: too little room under the memory limit; fork, exit, timeout, short) and that rendered on "
+             "the thread instead.", "counter",
+             [(("reason",), (reason,), self.failures.get(reason, 0)) for reason in FAILURE_REASONS]),
+            ("stepwatch_collector_scrape_fork_seconds", "How long each scrape's fork() of the render process took "
+             "(ingest and acks wait meanwhile).", "histogram",
+             [((), (), (self.fork_seconds.cumulative(), self.fork_seconds.sum))])]
+
     def run(self, lock: ContextManager, produce: Callable[[], bytes]) -> Optional[bytes]:
         """``lock`` (what every writer of the rendered state holds) is held across fork()."""
         with self._one:

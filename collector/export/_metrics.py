@@ -22,7 +22,6 @@ from typing import Callable, NamedTuple, Optional
 
 from ._exposition import Family, labels_text
 from ..wire._columns import PHASES
-from ._fork_render import FAILURE_REASONS
 from .._gcstats import GC_STATS
 from ._job_metrics import job_families
 from ._rank_table import RankTable
@@ -219,73 +218,29 @@ def _label_texts(job: str, rank: int, hello, gpu, full: bool) -> tuple[str, str,
 
 
 def _collector(state: CollectorState, health: CollectorHealth) -> list[Family]:
-    """The collector's own families: what ingest counted (the families it declares), its
-    garbage collections, its health."""
-    fams = []
-    for name, doc, kind, value in (
-            ("stepwatch_collector_connected_agents", "Agent streams (ranks) connected now.", "gauge",
-             state.connected_agents()),
-            ("stepwatch_collector_agent_batch_interval_ask_seconds", "Batch interval acknowledgements ask agents "
-             "for (0: none; more agents connected than max_batches_per_s).", "gauge", health.batch_interval_ask_s)):
-        fam = Family(name, doc, kind)
-        fam.add("", value)
-        fams.append(fam)
-    for name, doc, label, rows in health.ingest.families():
-        fam = Family(name, doc, "counter")
-        for value, n in rows:
-            fam.add(labels_text((label,), (value,)) if label else "", n)
-        fams.append(fam)
-    return [*fams, *_gc_families(), *_health_families(health)]
+    """The collector's own families: the agents connected now, and the families its parts
+    declare (ingest's counts, the process's health, its garbage collections, the render process
+    of /metrics when there is one), rendered."""
+    connected = Family("stepwatch_collector_connected_agents", "Agent streams (ranks) connected now.", "gauge")
+    connected.add("", state.connected_agents())
+    declared = [*health.ingest.families(), *health.families(), *GC_STATS.families()]
+    if health.scrape_child is not None:
+        declared += health.scrape_child.families()
+    return [connected, *map(_declared, declared)]
 
 
-def _gc_families() -> list[Family]:
-    gc_seconds = Family("stepwatch_collector_gc_seconds", "Seconds the collector process spent in garbage "
-                        "collections, by generation (2: full; ingest and acks wait meanwhile).", "counter")
-    gc_count = Family("stepwatch_collector_gc_collections", "Garbage collections of the collector process, by "
-                      "generation.", "counter")
-    gc_longest = Family("stepwatch_collector_gc_pause_max_seconds", "The longest garbage collection of the "
-                        "collector process since it started, by generation.", "gauge")
-    for gen, seconds, count, longest in GC_STATS.rows():
-        label = f'generation="{gen}"'
-        gc_seconds.add(label, seconds)
-        gc_count.add(label, count)
-        gc_longest.add(label, longest)
-    return [gc_seconds, gc_count, gc_longest]
-
-
-def _health_families(health: CollectorHealth) -> list[Family]:
-    load = Family("stepwatch_collector_ingest_cpu_ratio", "CPU the collector spent outside scrapes in the last "
-                  "second, as a share of one core (scrapes give way to ingest above 0.3).", "gauge")
-    load.add("", health.load.share)
-    yielded = Family("stepwatch_collector_scrape_yield_seconds", "Seconds scrapes slept to give way to a busy "
-                     "ingest (a scrape takes that much longer).", "counter")
-    yielded.add("", health.scrape_yield_s)
-    own = [load, yielded]
-    child = health.scrape_child
-    if child is not None:
-        copied = Family("stepwatch_collector_scrape_child_private_bytes", "Private memory the last scrape's "
-                        "render process wrote: pages it copied from the collector (copy on write) and its own "
-                        "(the body); the headroom a scrape needs.", "gauge")
-        copied.add("", child.private_bytes)
-        fallbacks = Family("stepwatch_collector_scrape_child_failures", "Scrapes whose render process failed "
-                           "or was not started (memory: too little room under the memory limit; fork, exit, "
-                           "timeout, short) and that rendered on the thread instead.", "counter")
-        for reason in FAILURE_REASONS:
-            fallbacks.add(labels_text(("reason",), (reason,)), child.failures.get(reason, 0))
-        own += [copied, fallbacks]
-        fork = Family("stepwatch_collector_scrape_fork_seconds", "How long each scrape's fork() of the "
-                      "render process took (ingest and acks wait meanwhile).", "histogram")
-        fork.add_histogram("", child.fork_seconds.cumulative(), child.fork_seconds.sum)
-        own.append(fork)
-    for name, doc, hist in (
-            ("stepwatch_collector_loop_lag_seconds", "How late the collector's event loop ran a 0.1 s timer "
-             "(sampled 10 times a second): what every ack waits on top of its own work.", health.loop_lag),
-            ("stepwatch_collector_housekeeping_seconds", "Duration of each housekeeping tick (expiry and "
-             "time-based detection over every rank; ingest and acks wait meanwhile).", health.housekeeping)):
-        fam = Family(name, doc, "histogram")
-        fam.add_histogram("", hist.cumulative(), hist.sum)
-        own.append(fam)
-    return own
+def _declared(family: tuple) -> Family:
+    """A family a component declared (``(name, help, kind, [(label names, label values,
+    value)])``, a histogram's value ``(cumulative, sum)``), rendered."""
+    name, doc, kind, rows = family
+    fam = Family(name, doc, kind)
+    for names, values, value in rows:
+        labels = labels_text(names, values) if names else ""
+        if kind == "histogram":
+            fam.add_histogram(labels, *value)
+        else:
+            fam.add(labels, value)
+    return fam
 
 
 def _info(labels: Labels) -> list[Family]:

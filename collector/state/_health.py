@@ -2,7 +2,9 @@
 runs (what every ack waits on top of its own work), each housekeeping tick, the CPU ingest uses
 (scrapes give way to it), the seconds scrapes slept doing so, the render process of /metrics,
 the batch interval acknowledgements ask agents for, and what ingest counted (``ingest``). Written by the collector's parts that
-measure each (the loop watch, housekeeping, the scrape handler, ingest), read by the export."""
+measure each (the loop watch, housekeeping, the scrape handler, ingest). Each declares its
+metric families (``families()``: ``(name, help, kind, [(label names, label values, value)])``, a
+histogram's value ``(cumulative [(le, count)], sum)``); the export renders them."""
 
 from __future__ import annotations
 
@@ -24,3 +26,22 @@ class CollectorHealth:
         self.load = LoadMeter()  # CPU outside scrapes (sampled by the loop watch; scrapes yield to it)
         self.scrape_yield_s = 0.0  # seconds scrapes slept giving way to ingest
         self.scrape_child: Optional[Any] = None  # the ForkRender of /metrics, when scrapes render in a child
+
+    def families(self) -> list[tuple]:
+        """Its own metric families, in the declared form (the ingest counters' and the render
+        process's are theirs)."""
+        out = [("stepwatch_collector_agent_batch_interval_ask_seconds", "Batch interval acknowledgements ask "
+                "agents for (0: none; more agents connected than max_batches_per_s).", "gauge",
+                [((), (), self.batch_interval_ask_s)]),
+               ("stepwatch_collector_ingest_cpu_ratio", "CPU the collector spent outside scrapes in the last "
+                "second, as a share of one core (scrapes give way to ingest above 0.3).", "gauge",
+                [((), (), self.load.share)]),
+               ("stepwatch_collector_scrape_yield_seconds", "Seconds scrapes slept to give way to a busy "
+                "ingest (a scrape takes that much longer).", "counter", [((), (), self.scrape_yield_s)])]
+        for name, doc, hist in (
+                ("stepwatch_collector_loop_lag_seconds", "How late the collector's event loop ran a 0.1 s "
+                 "timer (sampled 10 times a second): what every ack waits on top of its own work.", self.loop_lag),
+                ("stepwatch_collector_housekeeping_seconds", "Duration of each housekeeping tick (expiry and "
+                 "time-based detection over every rank; ingest and acks wait meanwhile).", self.housekeeping)):
+            out.append((name, doc, "histogram", [((), (), (hist.cumulative(), hist.sum))]))
+        return out

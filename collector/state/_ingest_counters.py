@@ -84,9 +84,10 @@ class IngestCounters:
             return {**self._n, **{k: dict(v) for k, v in self._by.items()}}
 
     def families(self) -> list[tuple]:
-        """Its metric families, all counters: ``(name, help, label name or None, [(label
-        value or None, count), ...])``, the by-reason ones sorted by reason."""
+        """Its metric families, all counters, in the collector's declared form ``(name, help,
+        kind, [(label names, label values, value), ...])``; the by-reason ones sorted by reason."""
         c = self.snapshot()
-        out = [(name, doc, None, [(None, c[what])]) for what, (name, doc) in _PLAIN.items()]
-        out += [(name, doc, label, sorted(c[what].items())) for what, (name, doc, label) in _BY.items()]
+        out = [(name, doc, "counter", [((), (), c[what])]) for what, (name, doc) in _PLAIN.items()]
+        out += [(name, doc, "counter", [((label,), (k,), n) for k, n in sorted(c[what].items())])
+                for what, (name, doc, label) in _BY.items()]
         return out
