@@ -20,9 +20,9 @@ step but sync) over the other ranks' medians, all pooled over its samples of the
 Where every rank of a block has such a pool, the block is also slow for a rank when
 ``1 + excess / the others' median step`` >= ``phase_ratio``, its z (as above) >= ``robust_z``,
 and the others' median sync exceeds its own by at least ``phase_wait_share`` x the excess. Such a
-block raises the condition only when the job's step time (the median of its last
-``window_blocks`` blocks) has grown by at least ``phase_cost_share`` x the excess over its level
-before (the blocks before the last two ``window_blocks``, up to eight times as far back): in a
+block counts only when the job's step time (the median of its last ``window_blocks`` blocks) has
+grown by at least ``phase_cost_share`` x the excess over its level before (the blocks before the
+last ``window_blocks``, up to eight times as far back): in a
 launch-bound job the ranks' device-clock phases differ by more than their hosts do (the rank
 that waited runs its queued kernels back to back), and which rank looks slower flips with no
 cost to the job, for seconds at a time. A rank slow in this way from the job's start is left to the step, wait and
@@ -84,8 +84,8 @@ class StragglerDetector:
         self._phase: dict[int, collections.deque] = {}  # rank -> (block, pre, own, sync) samples
         # (block, median step time of its ranks) of the last _LEVEL_REACH x window_blocks blocks
         self._levels: collections.deque = collections.deque()
-        # rank -> (its last window_blocks blocks' phase verdicts before the cost gate, how many
-        # were slow, data time since when at least half of min_blocks of them were)
+        # rank -> [its last window_blocks phase verdicts before the cost gate, how many were slow,
+        # data time since when at least half of min_blocks of them were]
         self._lag: dict[int, list] = {}
 
     def feed(self, rank: int, step: int, time: float, step_time: float, wait: float) -> bool:
@@ -322,8 +322,9 @@ class StragglerDetector:
             by_phase = None
             if split and not flag:
                 by_phase = self._by_own_work(own, (m_pre[i], m_own[i], m_sync[i]), mt, floor)
-                lag_s = self._lagging(rank, by_phase is not None, time)
-                if by_phase is not None and rank not in self._by_steps and lag_s < cfg.phase_persist_s and \
+                since = self._lagging(rank, by_phase is not None, time)
+                if by_phase is not None and rank not in self._by_steps and \
+                        (since is None or time - since < cfg.phase_persist_s) and \
                         (grown is None or grown < cfg.phase_cost_share * by_phase[0]):
                     by_phase = None  # it has neither made the job slower nor lasted: not counted
                 if by_phase is not None:
@@ -337,29 +338,30 @@ class StragglerDetector:
             changed |= self._update(rank, hist, slow, ratio, t, mt, w, mw, by_phase)
         return changed
 
-    def _lagging(self, rank: int, slow: bool, time: float) -> float:
-        """Record a block's phase verdict for ``rank``; return for how long (data seconds) at
-        least half of ``min_blocks`` of its last ``window_blocks`` verdicts have been slow."""
-        flags, count, since = self._lag.get(rank) or (collections.deque(maxlen=self.cfg.window_blocks), 0, None)
-        count += slow - (len(flags) == flags.maxlen and flags[0])
+    def _lagging(self, rank: int, slow: bool, time: float) -> Optional[float]:
+        """Record a block's phase verdict for ``rank``; the data time since when at least half
+        of ``min_blocks`` of its last ``window_blocks`` verdicts have been slow, or None."""
+        lag = self._lag.get(rank)
+        if lag is None:
+            lag = self._lag[rank] = [collections.deque(maxlen=self.cfg.window_blocks), 0, None]
+        flags = lag[0]
+        lag[1] += slow - (len(flags) == flags.maxlen and flags[0])
         flags.append(slow)
-        since = (since if since is not None else time) if count * 2 >= self.cfg.min_blocks else None
-        self._lag[rank] = [flags, count, since]
-        return time - since if since is not None else 0.0
+        lag[2] = (lag[2] if lag[2] is not None else time) if lag[1] * 2 >= self.cfg.min_blocks else None
+        return lag[2]
 
     def _level(self, vals: dict, times: list) -> Optional[float]:
         """Keep this block's median step time; return how much the median of the last
-        ``window_blocks`` blocks exceeds the median of the blocks before the last two
-        ``window_blocks`` (up to _LEVEL_REACH times as far back), or None with fewer than half
-        ``window_blocks`` of those."""
+        ``window_blocks`` blocks exceeds the median of the blocks before them (up to
+        _LEVEL_REACH times as far back), or None with fewer than 3 of those."""
         bid, size = next(iter(vals.values()))[2] // self.cfg.block_steps, self.cfg.window_blocks
         levels = self._levels
         levels.append((bid, median(times)))
         while levels[0][0] <= bid - _LEVEL_REACH * size:
             levels.popleft()
         now = [t for b, t in levels if b > bid - size]
-        before = [t for b, t in levels if b <= bid - 2 * size]
-        if len(before) < max(3, size // 2) or not now:
+        before = [t for b, t in levels if b <= bid - size]
+        if len(before) < 3 or not now:
             return None
         return median(now) - median(before)
 

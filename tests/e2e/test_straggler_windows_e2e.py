@@ -28,17 +28,17 @@ WINDOWS_ENV = dict(STEPWATCH_WINDOW_EVERY_STEPS=32, STEPWATCH_WINDOW_ACTIVE_STEP
                    STEPWATCH_PHASE_BUDGET=0)
 
 
-def _run(tmp_path, collector_factory, job, *extra, env=WINDOWS_ENV):
-    """The 2-rank gloo job ``ARGS + extra`` (260 steps) with the agents' ``env``, against its own
-    collector at DETECTION, every step of both ranks received."""
+def _run(tmp_path, collector_factory, job, *extra, env=WINDOWS_ENV, steps=260):
+    """The 2-rank gloo job ``ARGS + extra`` (``steps`` steps) with the agents' ``env``, against
+    its own collector at DETECTION, every step of both ranks received."""
     cfg = tmp_path / "collector.yml"
     cfg.write_text(yaml.safe_dump({"detection": DETECTION}))
     col = collector_factory("--config", str(cfg))
-    proc = start_trainer(trainer_env(tmp_path, col.grpc, job, **env), *ARGS, *extra, nproc=2)
+    proc = start_trainer(trainer_env(tmp_path, col.grpc, job, **env), *ARGS, "--steps", str(steps), *extra, nproc=2)
     out, _ = proc.communicate(timeout=240)
     assert proc.returncode == 0, out[-3000:]
     for rank in (0, 1):
-        col.wait_value("stepwatch_steps_total", 260, training_job=job, rank=str(rank))
+        col.wait_value("stepwatch_steps_total", steps, training_job=job, rank=str(rank))
     return col
 
 
