@@ -228,12 +228,13 @@ def promtool_check(text: str) -> str:
 
 def start_demo(tmp_path, *args: str, timeout_s: float = 180.0) -> tuple:
     """``stepwatch demo ARGS`` without a terminal and without the caller's STEPWATCH_*
-    settings, read until it says it keeps running: ``(process, output so far)``. The caller
-    stops the process."""
+    settings, read until it says it keeps running: ``(process, output so far)``. The demo runs
+    in a session of its own; the caller ends it with :func:`stop_demo` (its collector, trainer
+    and stack go with it, whatever state the demo is in)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("STEPWATCH_")}
     proc = subprocess.Popen([sys.executable, "-m", "stepwatch.collector.tools", "demo", *args],
                             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env=env, cwd=str(tmp_path))
+                            env=env, cwd=str(tmp_path), start_new_session=True)
     out = ""
     try:
         deadline = time.monotonic() + timeout_s
@@ -241,7 +242,16 @@ def start_demo(tmp_path, *args: str, timeout_s: float = 180.0) -> tuple:
             assert proc.poll() is None and time.monotonic() < deadline, out[-3000:]
             out += proc.stdout.readline()
     except BaseException:
-        proc.kill()
-        proc.wait()
+        stop_demo(proc)
         raise
     return proc, out
+
+
+def stop_demo(proc: subprocess.Popen) -> None:
+    """Kill whatever is left of a :func:`start_demo` demo's session (nothing after a clean
+    exit), then reap the demo."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    proc.wait()

@@ -53,7 +53,7 @@ def test_the_demos_slowdown_alert_reaches_its_alertmanager(tmp_path):
     import re
     import signal
 
-    from _procs import start_demo
+    from _procs import start_demo, stop_demo
 
     proc, out = start_demo(tmp_path, "--steps", "240", timeout_s=240)
     try:
@@ -70,6 +70,4 @@ def test_the_demos_slowdown_alert_reaches_its_alertmanager(tmp_path):
         proc.send_signal(signal.SIGINT)
         assert proc.wait(60) == 0
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        stop_demo(proc)

@@ -12,7 +12,7 @@ import tempfile
 import time
 import urllib.request
 
-from _procs import start_demo
+from _procs import start_demo, stop_demo
 
 
 def test_demo_without_a_tty_stays_up_until_sigint(tmp_path):
@@ -38,6 +38,4 @@ def test_demo_without_a_tty_stays_up_until_sigint(tmp_path):
         left = {d for d in before - set(os.listdir(tempfile.gettempdir())) if d.startswith("stepwatch-demo-")}
         assert left, "the demo's temporary directory was not removed"
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        stop_demo(proc)
