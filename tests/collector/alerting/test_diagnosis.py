@@ -207,3 +207,17 @@ def test_the_detection_cuts_the_evidence_with_the_straggler_rules_block():
 
     assert Detection(parse_detection({}), log_changes=False).evidence.block == 10
     assert Detection(parse_detection({"straggler": {"block_steps": 25}}), log_changes=False).evidence.block == 25
+
+
+def test_what_no_profiler_window_makes_is_churn_or_a_loader_wait_that_explains_the_change():
+    from stepwatch.collector.alerting._detection import _no_window_makes
+    from stepwatch.collector.alerting._diagnosis import Diagnosis
+
+    churn = Diagnosis("allocator churn: cudaMalloc/cudaFree 0.0 -> 42.1 per step (the cache ...); host CPU +10.6 ms/step",
+                      (("host CPU", 10.6, ""),), 6.0, True)
+    assert _no_window_makes(churn) == "allocator churn: cudaMalloc/cudaFree 0.0 -> 42.1 per step"
+    loader = Diagnosis("data +3.5 ms/step (...)", (("data", 3.5, "data-loader wait +4.7 ms"),), 6.0, True)
+    assert _no_window_makes(loader) == "a longer data-loader wait (data +3.5 ms/step)"
+    small = Diagnosis("data +1.0 ms/step (...)", (("data", 1.0, "data-loader wait +1.2 ms"),), 6.0, True)
+    gemm = Diagnosis("forward +6.0 ms/step", (("forward", 6.0, "host-bound: its host time +5.1 ms"),), 6.0, True)
+    assert _no_window_makes(small) == "" and _no_window_makes(gemm) == ""  # the profiler's own cost stays so
