@@ -229,12 +229,14 @@ def promtool_check(text: str) -> str:
 def start_demo(tmp_path, *args: str, timeout_s: float = 180.0) -> tuple:
     """``stepwatch demo ARGS`` without a terminal and without the caller's STEPWATCH_*
     settings, read until it says it keeps running: ``(process, output so far)``. The demo runs
-    in a session of its own; the caller ends it with :func:`stop_demo` (its collector, trainer
-    and stack go with it, whatever state the demo is in)."""
+    in a process group of its own (not a session: a session is its own scheduler autogroup,
+    which would give the demo one core's share against a CPU burner's); the caller ends it with
+    :func:`stop_demo` (its collector, trainer and stack go with it, whatever state the demo is
+    in)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("STEPWATCH_")}
     proc = subprocess.Popen([sys.executable, "-m", "stepwatch.collector.tools", "demo", *args],
                             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env=env, cwd=str(tmp_path), start_new_session=True)
+                            env=env, cwd=str(tmp_path), process_group=0)
     out = ""
     try:
         deadline = time.monotonic() + timeout_s
@@ -248,8 +250,8 @@ def start_demo(tmp_path, *args: str, timeout_s: float = 180.0) -> tuple:
 
 
 def stop_demo(proc: subprocess.Popen) -> None:
-    """Kill whatever is left of a :func:`start_demo` demo's session (nothing after a clean
-    exit), then reap the demo."""
+    """Kill whatever is left of a :func:`start_demo` demo's process group (nothing after a
+    clean exit), then reap the demo."""
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
