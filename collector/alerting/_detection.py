@@ -317,8 +317,8 @@ def _no_window_makes(d) -> str:
     """What in diagnosis ``d`` no profiler window makes, as a phrase ("" when nothing): the
     allocator's cudaMalloc/cudaFree churn, or a longer data-loader wait that explains at least
     half the step's change."""
-    if d.text.startswith("allocator churn"):
-        return d.text.split(";", 1)[0].split(" (", 1)[0]
+    if d.churn:
+        return d.churn
     for name, delta, detail in d.contributors[:1]:
         waited = name == "data-loader wait" or (name.startswith("data") and "data-loader wait +" in detail)
         if waited and d.step_delta_ms > 0 and delta >= 0.5 * d.step_delta_ms:

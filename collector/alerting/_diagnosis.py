@@ -200,6 +200,7 @@ class Diagnosis:
     contributors: tuple            # ((name, delta ms per step, detail), ...) ranked
     step_delta_ms: float
     complete: bool                 # a window after the onset was compared
+    churn: str = ""                # the allocator churn named first ("" when none)
 
 
 def _median(values) -> Optional[float]:
@@ -267,8 +268,9 @@ def diagnose(r: Optional[_Rank], since: float) -> Optional[Diagnosis]:
     if step_delta <= 0 or ranked[0][1] < _EXPLAINED * step_delta:
         text = f"no measured contributor explains the {step_delta:+.1f} ms/step; " + text
     tail = [*first, _clocks(gpu, since), _activity(gpu, since), _retries(alloc, since), *last]
-    text = "; ".join(t for t in [_churn(alloc, blocks, lo, since, after[-1][2]), text, *tail] if t)
-    return Diagnosis(text, tuple(ranked), step_delta, complete)
+    churn = _churn(alloc, blocks, lo, since, after[-1][2])
+    text = "; ".join(t for t in [churn, text, *tail] if t)
+    return Diagnosis(text, tuple(ranked), step_delta, complete, churn.split(" (", 1)[0])
 
 
 def _contributors(r: _Rank, since: float, lo: float, wait: float, cpu: Optional[float],

@@ -307,7 +307,7 @@ class StragglerDetector:
         split = all(vals[r][4] is not None for r in ranks)
         if split:
             m_pre, m_own, m_sync = (medians_without_each([vals[r][4][k] for r in ranks]) for k in range(3))
-        grown = self._level(vals, times)
+        self._keep_level(vals, times)
         for i, rank in enumerate(ranks):
             t, w, step, time, own = vals[rank]
             mt, mw = mts[i], mws[i]
@@ -325,7 +325,7 @@ class StragglerDetector:
                 since = self._lagging(rank, by_phase is not None, time)
                 if by_phase is not None and rank not in self._by_steps and \
                         (since is None or time - since < cfg.phase_persist_s) and \
-                        (grown is None or grown < cfg.phase_cost_share * by_phase[0]):
+                        not self._grown_by(cfg.phase_cost_share * by_phase[0]):
                     by_phase = None  # it has neither made the job slower nor lasted: not counted
                 if by_phase is not None:
                     flag, ratio = True, 1 + by_phase[0] / mt
@@ -350,20 +350,23 @@ class StragglerDetector:
         lag[2] = (lag[2] if lag[2] is not None else time) if lag[1] * 2 >= self.cfg.min_blocks else None
         return lag[2]
 
-    def _level(self, vals: dict, times: list) -> Optional[float]:
-        """Keep this block's median step time; return how much the median of the last
-        ``window_blocks`` blocks exceeds the median of the blocks before them (up to
-        _LEVEL_REACH times as far back), or None with fewer than 3 of those."""
-        bid, size = next(iter(vals.values()))[2] // self.cfg.block_steps, self.cfg.window_blocks
+    def _keep_level(self, vals: dict, times: list) -> None:
+        """Keep this block's median step time (the last _LEVEL_REACH x window_blocks blocks)."""
+        bid = next(iter(vals.values()))[2] // self.cfg.block_steps
         levels = self._levels
         levels.append((bid, median(times)))
-        while levels[0][0] <= bid - _LEVEL_REACH * size:
+        while levels[0][0] <= bid - _LEVEL_REACH * self.cfg.window_blocks:
             levels.popleft()
+
+    def _grown_by(self, seconds: float) -> bool:
+        """Whether the median of the last ``window_blocks`` blocks kept exceeds the median of
+        the blocks before them by ``seconds`` or more (False with fewer than 3 of those).
+        Computed only for a rank slow by its phases: most blocks have none."""
+        levels, size = self._levels, self.cfg.window_blocks
+        bid = levels[-1][0]
         now = [t for b, t in levels if b > bid - size]
         before = [t for b, t in levels if b <= bid - size]
-        if len(before) < 3 or not now:
-            return None
-        return median(now) - median(before)
+        return len(before) >= 3 and median(now) - median(before) >= seconds
 
     def _by_own_work(self, own: tuple, others: tuple, mt: float, floor: float) -> Optional[tuple]:
         """A rank's block judged by its phase times: ``own`` its (before the collectives, all

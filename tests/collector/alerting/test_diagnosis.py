@@ -214,7 +214,7 @@ def test_what_no_profiler_window_makes_is_churn_or_a_loader_wait_that_explains_t
     from stepwatch.collector.alerting._diagnosis import Diagnosis
 
     churn = Diagnosis("allocator churn: cudaMalloc/cudaFree 0.0 -> 42.1 per step (the cache ...); host CPU +10.6 ms/step",
-                      (("host CPU", 10.6, ""),), 6.0, True)
+                      (("host CPU", 10.6, ""),), 6.0, True, "allocator churn: cudaMalloc/cudaFree 0.0 -> 42.1 per step")
     assert _no_window_makes(churn) == "allocator churn: cudaMalloc/cudaFree 0.0 -> 42.1 per step"
     loader = Diagnosis("data +3.5 ms/step (...)", (("data", 3.5, "data-loader wait +4.7 ms"),), 6.0, True)
     assert _no_window_makes(loader) == "a longer data-loader wait (data +3.5 ms/step)"
