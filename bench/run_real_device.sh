@@ -16,9 +16,12 @@
 #   bash bench/run_real_device.sh phase-ab PORT GPU SIZE SECS    # phase times: none/off/default/every step
 #   bash bench/run_real_device.sh slots "CMDS" "CMDS" ...        # each a detached sequence of the above
 #                                                                # (';'-separated verbs), then wait-pack
+#   bash bench/run_real_device.sh rounds "V|V" "V" ...           # rounds one after the other, each its
+#                                                                # '|'-separated verbs side by side
+#   bash bench/run_real_device.sh gputests NAME GPUS PATHS...    # pytest on those GPUs (a verb for rounds)
 set -u
 source bench/device_install.sh
-W=/tmp/real; case $1 in *-start|live|slots) rm -rf $W ;; esac; mkdir -p $W
+W=/tmp/real; case $1 in *-start|live|slots|rounds) rm -rf $W ;; esac; mkdir -p $W
 nvidia-smi --query-gpu=index,name,driver_version --format=csv,noheader | tee $W/gpus.txt
 python3 -c "import torch, sys; print('torch', torch.__version__, 'python', sys.version.split()[0])" | tee -a $W/gpus.txt
 NCPU=$(nproc)
@@ -167,6 +170,17 @@ slots)  # each argument a ';'-separated sequence of verbs, run detached; wait-pa
             _ "$seq" "$W/slot$k.done" > $W/slot$k.run.log 2>&1 < /dev/null &
     done
     sleep 5; echo started $k slots ;;
+rounds)  # each argument a round of '|'-separated verbs run side by side; the rounds one after
+         # the other, detached (setsid); wait-pack collects them
+    setsid bash -c 'for round in "$@"; do
+            IFS="|"; for cmd in $round; do eval "bash bench/run_real_device.sh $cmd" & done; unset IFS; wait
+        done; touch /tmp/real/rounds.done' _ "$@" > $W/rounds.run.log 2>&1 < /dev/null &
+    sleep 5; echo started $# rounds ;;
+gputests)  # NAME GPUS PATHS...: pytest on those GPUs, its files under $W/NAME
+    name=$1 gpus=$2; shift 2; mkdir -p $W/$name
+    CUDA_VISIBLE_DEVICES=$gpus OUT=$W/$name python3 -m pytest -q -s -p no:cacheprovider -W ignore "$@" \
+        > $W/$name/gpu_tests.txt 2>&1
+    grep -E "passed|failed|^(FAILED|ERROR)" $W/$name/gpu_tests.txt | tail -15 ;;
 wait-pack)  # every detached job done (at most 9 minutes), then pack the files starting with $1
     for _ in $(seq 540); do
         n_runs=$(ls $W/*.run.log 2>/dev/null | wc -l); n_done=$(ls $W/*.done 2>/dev/null | wc -l)
