@@ -94,6 +94,9 @@ class StragglerConfig:
     phase_cost_share: float = _n(0.5, "... and, to raise, the job's step time has grown by at least this share "
                                  "of the excess over its level before (a healthy launch-bound NCCL job on two "
                                  "H100s showed 1.2x excesses that flipped between ranks and cost nothing) ...")
+    phase_cost_s: float = _n(6.0, "... in a run of slow blocks that has lasted this long (real H100 NCCL jobs: "
+                             "a healthy launch-bound one showed a 5.6 s run while its step grew 0.9 ms; "
+                             "a busy host's runs lasted 6.6 and 7.6 s) ...")
     phase_persist_s: float = _n(30.0, "... or the rank has shown the excess for this long (slow from the start; the healthy job above: 7 s at most, a rank on a shared H100: 38 s)")
     # 1.2, not 1.1: healthy CPU-only ranks on a loaded 2-core machine differed 1.14-1.26x in
     # host compute per window (GPU ranks: 1.00x, bench/results/straggler_gpu_h200.txt).

@@ -22,7 +22,8 @@ Where every rank of a block has such a pool, the block is also slow for a rank w
 and the others' median sync exceeds its own by at least ``phase_wait_share`` x the excess. Such a
 block counts only when the job's step time (the median of its last ``window_blocks`` blocks) has
 grown by at least ``phase_cost_share`` x the excess over its level before (the blocks before the
-last ``window_blocks``, up to eight times as far back): in a
+last ``window_blocks``, up to eight times as far back) and the rank has shown the excess for
+``phase_cost_s`` (a busy host's blip of a few seconds slows the job too): in a
 launch-bound job the ranks' device-clock phases differ by more than their hosts do (the rank
 that waited runs its queued kernels back to back), and which rank looks slower flips with no
 cost to the job, for seconds at a time. A rank slow in this way from the job's start is left to the step, wait and
@@ -319,36 +320,68 @@ class StragglerDetector:
             if hist is None:
                 hist = hists[rank] = collections.deque(maxlen=size)
             flag = ratio >= cfg.ratio and z >= cfg.robust_z
-            by_phase = None
+            by_phase, first = None, False
             if split and not flag:
                 by_phase = self._by_own_work(own, (m_pre[i], m_own[i], m_sync[i]), mt, floor)
-                since = self._lagging(rank, by_phase is not None, time)
-                if by_phase is not None and rank not in self._by_steps and \
-                        (since is None or time - since < cfg.phase_persist_s) and \
-                        not self._grown_by(cfg.phase_cost_share * by_phase[0]):
-                    by_phase = None  # it has neither made the job slower nor lasted: not counted
+                since = self._lagging(rank, by_phase is not None, step, time)
+                if by_phase is not None and rank not in self._by_steps:
+                    first = self._costly(rank, since, time, by_phase[0])
+                    if first is None:
+                        by_phase = None  # it has neither made the job slower for a while nor lasted
                 if by_phase is not None:
                     flag, ratio = True, 1 + by_phase[0] / mt
             # slow blocks among the last window_blocks, kept as a count (the oldest leaves)
             slow = counts.get(rank, 0) + flag - (len(hist) == size and hist[0][0])
             hist.append((flag, step, time))
+            if by_phase is not None and first:
+                slow = self._count_run(rank, hist)
             counts[rank] = slow
             if slow < cfg.min_blocks and rank not in self._by_steps:
                 continue  # the usual rank: not slow enough to flag, nothing held to clear
             changed |= self._update(rank, hist, slow, ratio, t, mt, w, mw, by_phase)
         return changed
 
-    def _lagging(self, rank: int, slow: bool, time: float) -> Optional[float]:
+    def _lagging(self, rank: int, slow: bool, step: int, time: float) -> Optional[float]:
         """Record a block's phase verdict for ``rank``; the data time since when at least half
         of ``min_blocks`` of its last ``window_blocks`` verdicts have been slow, or None."""
         lag = self._lag.get(rank)
         if lag is None:
-            lag = self._lag[rank] = [collections.deque(maxlen=self.cfg.window_blocks), 0, None]
+            lag = self._lag[rank] = [collections.deque(maxlen=self.cfg.window_blocks), 0, None, None, False]
         flags = lag[0]
-        lag[1] += slow - (len(flags) == flags.maxlen and flags[0])
-        flags.append(slow)
+        lag[1] += slow - (len(flags) == flags.maxlen and flags[0][0])
+        flags.append((slow, step))
         lag[2] = (lag[2] if lag[2] is not None else time) if lag[1] * 2 >= self.cfg.min_blocks else None
+        if lag[2] is None:
+            lag[3:] = [None, False]  # the run ended: its level before goes with it
         return lag[2]
+
+    def _count_run(self, rank: int, hist: collections.deque) -> int:
+        """Once a rank's phase run first counts, its earlier slow verdicts still in ``hist``
+        count too (they were held back only until the run proved costly); the new slow count."""
+        slow_steps = {step for slow, step in self._lag[rank][0] if slow}
+        for i, (flag, step, time) in enumerate(hist):
+            if not flag and step in slow_steps:
+                hist[i] = (True, step, time)
+        return sum(flag for flag, _, _ in hist)
+
+    def _costly(self, rank: int, since: Optional[float], time: float, excess: float) -> Optional[bool]:
+        """Whether a rank slow by its phases in this block counts: it has been for
+        ``phase_persist_s``, or for ``phase_cost_s`` and the job's step time (the median of the
+        last ``window_blocks`` blocks) now exceeds its level when the run began by
+        ``phase_cost_share`` x ``excess``. None: not counted; True: counted by its cost, the
+        first block of its run that is (the run's earlier slow blocks then count too); False:
+        counted (by its length, the blocks from then on only)."""
+        cfg, lag = self.cfg, self._lag[rank]
+        lasted = time - since if since is not None else -1.0
+        if since is not None and lag[3] is None:
+            lag[3] = self._level_before()
+        if lasted >= cfg.phase_persist_s:
+            return False
+        if lasted < cfg.phase_cost_s or lag[3] is None or \
+                self._level_now() - lag[3] < cfg.phase_cost_share * excess:
+            return None
+        first, lag[4] = not lag[4], True
+        return first
 
     def _keep_level(self, vals: dict, times: list) -> None:
         """Keep this block's median step time (the last _LEVEL_REACH x window_blocks blocks)."""
@@ -358,15 +391,18 @@ class StragglerDetector:
         while levels[0][0] <= bid - _LEVEL_REACH * self.cfg.window_blocks:
             levels.popleft()
 
-    def _grown_by(self, seconds: float) -> bool:
-        """Whether the median of the last ``window_blocks`` blocks kept exceeds the median of
-        the blocks before them by ``seconds`` or more (False with fewer than 3 of those).
+    def _level_now(self) -> float:
+        """The median step time of the last ``window_blocks`` blocks kept."""
+        bid = self._levels[-1][0]
+        return median([t for b, t in self._levels if b > bid - self.cfg.window_blocks])
+
+    def _level_before(self) -> Optional[float]:
+        """The median step time of the blocks kept before the last ``window_blocks`` (None
+        with fewer than 3): the job's level before a run of slow blocks that began within them.
         Computed only for a rank slow by its phases: most blocks have none."""
-        levels, size = self._levels, self.cfg.window_blocks
-        bid = levels[-1][0]
-        now = [t for b, t in levels if b > bid - size]
-        before = [t for b, t in levels if b <= bid - size]
-        return len(before) >= 3 and median(now) - median(before) >= seconds
+        bid = self._levels[-1][0]
+        before = [t for b, t in self._levels if b <= bid - self.cfg.window_blocks]
+        return median(before) if len(before) >= 3 else None
 
     def _by_own_work(self, own: tuple, others: tuple, mt: float, floor: float) -> Optional[tuple]:
         """A rank's block judged by its phase times: ``own`` its (before the collectives, all

@@ -87,3 +87,26 @@ def test_gemms_that_fill_a_launch_bound_gpus_idle_time_are_not_a_straggler():
     9.22 -> 9.47 ms (+3%), so nobody waits for rank 1 in a way that costs the job."""
     alerts = _replay("h100g_2gpu_tiny_gemm.jsonl.gz")
     assert _stragglers(alerts) == {}, [(a.alertname, a.rank, a.fired_summary) for a in alerts]
+
+
+# h100h: TinyLM at d_model 512, 4 layers, batch 16 x 256 (GPU-bound, 14-16 ms steps) under NCCL
+# on 4 and on 2 H100s, agents and collector at their defaults (tests/gpu/test_nccl_straggler_gpu.py,
+# 2026-11-27); the change on rank 1 at its step 1,000 (the times below)
+def test_four_gpus_name_gemms_a_slow_loader_and_a_busy_host_on_rank_1_and_a_healthy_job_nothing():
+    assert _replay("h100h_4gpu_512_healthy.jsonl.gz") == []
+    for name, changed in (("gemm", 1795764955.81), ("loader", 1795765028.75), ("host", 1795765111.64)):
+        alerts = _replay(f"h100h_4gpu_512_{name}.jsonl.gz")
+        strag = _stragglers(alerts)
+        assert set(strag) == {1}, (name, [(a.alertname, a.rank, a.fired_summary) for a in alerts])
+        assert 0 < strag[1].fired_at - changed <= 60, (name, strag[1].fired_at - changed)
+
+
+def test_a_rank_that_looks_slow_for_three_seconds_of_a_healthy_job_is_not_named():
+    """2 x H100, healthy: from step 1,930 rank 1's phases were 1.15x the other's for about 3 s
+    while the job's step grew 4 ms (the host busy with a neighbouring job): named live by the
+    rule without ``phase_cost_s``. The job's own GEMM variant next to it (4 ms on rank 1, the
+    step 18.2 -> 17.9 ms: no cost) names nobody; its slow loader is named in seconds."""
+    assert _replay("h100h_2gpu_512_healthy.jsonl.gz") == []
+    assert _stragglers(_replay("h100h_2gpu_512_gemm.jsonl.gz")) == {}
+    strag = _stragglers(_replay("h100h_2gpu_512_loader.jsonl.gz"))
+    assert set(strag) == {1} and 0 < strag[1].fired_at - 1795764328.04 <= 60, strag

@@ -12,6 +12,7 @@ import torch
 
 from stepwatch import agent
 from stepwatch.collector.tools.train import transformer_step
+from stepwatch.core.contract import normalize_uuid
 
 out_path, steps = sys.argv[1], int(sys.argv[2])
 window = (steps // 2, steps - 10)  # synchronized measurement from end of step a to end of b
@@ -44,7 +45,9 @@ truth["memory_stats"] = {k: stats[k] for k in ("allocated_bytes.all.current", "r
 import pynvml  # noqa: E402
 
 pynvml.nvmlInit()
-handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+# the trainer's own device by its UUID: NVML's indices ignore CUDA_VISIBLE_DEVICES (index 0 was
+# another job's GPU when this ran on GPU 2 of a 4-GPU machine: "315% apart")
+handle = pynvml.nvmlDeviceGetHandleByUUID(normalize_uuid(torch.cuda.get_device_properties(0).uuid))
 truth["nvml_used_bytes"] = pynvml.nvmlDeviceGetMemoryInfo(handle).used
 truth["uuid"] = pynvml.nvmlDeviceGetUUID(handle)
 truth["uuid"] = truth["uuid"].decode() if isinstance(truth["uuid"], bytes) else truth["uuid"]
