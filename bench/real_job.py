@@ -219,13 +219,14 @@ def main() -> None:
         for _ in range(3):  # the batch that gives the size's step length on this card
             took = timed(batch, 15)
             new = max(1, min(512, round(batch * target / took)))
+            if ddp:  # every rank follows rank 0's choice: a rank that stopped calibrating
+                # while another ran more DDP steps left both waiting in a collective for good
+                t = torch.tensor([new], device=device)
+                torch.distributed.broadcast(t, 0)
+                new = int(t.item())
             if abs(new - batch) <= max(1, batch // 20):
                 break
             batch = new
-        if ddp:
-            t = torch.tensor([batch], device=device)
-            torch.distributed.broadcast(t, 0)
-            batch = int(t.item())
     loader = DataLoader(Tokens(seq, vocab), batch_size=batch, num_workers=2, pin_memory=cuda,
                         persistent_workers=True)
     if a.agent == "attach":
