@@ -315,10 +315,13 @@ class Detection:
 
 def _no_window_makes(d) -> str:
     """What in diagnosis ``d`` no profiler window makes, as a phrase ("" when nothing): the
-    allocator's cudaMalloc/cudaFree churn, or a longer data-loader wait that explains at least
-    half the step's change."""
+    allocator's cudaMalloc/cudaFree churn, more tensor work on the device (a profiler adds
+    none), or a longer data-loader wait that explains at least half the step's change."""
     if d.churn:
         return d.churn
+    tensor = [b for b in d.busier if b.startswith("tensor")]
+    if tensor:
+        return f"more tensor work on the device ({tensor[0]})"
     for name, delta, detail in d.contributors[:1]:
         waited = name == "data-loader wait" or (name.startswith("data") and "data-loader wait +" in detail)
         if waited and d.step_delta_ms > 0 and delta >= 0.5 * d.step_delta_ms:

@@ -16,8 +16,11 @@ With the agents' always-on phase times (data, forward, backward, sync, optimizer
 steps, on the device's timeline) the contributors are those phases, in ms/step before -> after,
 with no window needed: a phase whose host time grew as much as its device time (and is as
 long) kept the device waiting for the host's launches, and only then is the host named
-("host-bound"); the host's CPU time that grew while it waited for a busier device is said to be
-that wait, never ranked as a cause. A window on each side adds the kernel or operator that grew.
+("host-bound"), never when the device's SM or tensor activity rose across the onset (its
+launches then waited on a full queue); the host's CPU time that grew while it waited for a
+busier device is said to be that wait, never ranked as a cause. "Before" ends a guard band
+ahead of the onset (30 s, at most a quarter of the data): a change that grows in is dated
+where it stands out, and the blocks just ahead of that already hold part of it. A window on each side adds the kernel or operator that grew.
 Without phase times the phases come from profiler windows (forward, backward, optimizer,
 communication, other), which need one on each side of the onset; until one exists after it the
 diagnosis says so and is refreshed when it arrives. Memory per rank is bounded: about 130 KB of
@@ -55,6 +58,10 @@ _PHASE_BLOCKS_KEPT = 400  # 3,200 sampled steps
 # a phase is host-bound when its host time grew by this share of its device time's growth
 # and is at least _HOST_LONG of its device time after the onset
 _HOST_GREW, _HOST_LONG = 0.6, 0.8
+# the diagnosis's "before" ends this long ahead of the onset (at most this share of the data)
+_GUARD_S, _GUARD_SHARE = 30.0, 0.25
+# device activity (SM or tensor, GPM) up by this much across the onset: the device got busier
+_BUSIER = 0.05
 # allocator churn is named when its cudaMalloc + cudaFree calls per step rose by this many, to
 # this many times the rate before
 _CHURN_MORE, _CHURN_TIMES = 1.0, 3.0
@@ -201,6 +208,7 @@ class Diagnosis:
     step_delta_ms: float
     complete: bool                 # a window after the onset was compared
     churn: str = ""                # the allocator churn named first ("" when none)
+    busier: tuple = ()             # device activities that rose ("tensor activity 16% -> 22%", ...)
 
 
 def _median(values) -> Optional[float]:
@@ -249,37 +257,44 @@ def diagnose(r: Optional[_Rank], since: float) -> Optional[Diagnosis]:
         return None
     # each ring made into rows once (they are read several times below)
     blocks, host, gpu, alloc = list(r.blocks), list(r.host), list(r.gpu), list(r.alloc)
-    before = [b for b in blocks if b[2] < since]
     after = [b for b in blocks if b[2] >= since]
+    if not blocks:
+        return None
+    # "before" ends a guard band ahead of the onset: a change that grows in is dated where it
+    # stands out (an H100 job's GEMMs in backward: dated 23 s late, the blocks between holding
+    # most of the change)
+    edge = since - min(_GUARD_S, _GUARD_SHARE * (since - blocks[0][2]))
+    before = [b for b in blocks if b[2] < edge]
     if len(before) < 3 or len(after) < 3:
         return None
     step_delta = (_median(b[3] for b in after) - _median(b[3] for b in before)) * 1e3
     wait = (_median(b[4] for b in after) - _median(b[4] for b in before)) * 1e3
     lo = before[max(0, len(before) - 60)][2]
-    cpu_b = _cpu_per_step(host, blocks, lo, since)
+    cpu_b = _cpu_per_step(host, blocks, lo, edge)
     cpu_a = _cpu_per_step(host, blocks, since, after[-1][2])
     cpu = (cpu_a - cpu_b) * 1e3 if cpu_b is not None and cpu_a is not None else None
-    w_before = [w for w in r.windows if w.start_time_s < since]
+    w_before = [w for w in r.windows if w.start_time_s < since]  # (a window is whole: no guard)
     w_after = [w for w in r.windows if w.start_time_s >= since]
     complete = bool(w_before and w_after)
-    found, first, last = _contributors(r, since, lo, wait, cpu, w_before, w_after)
+    busier = _busier(gpu, lo, edge, since)
+    found, first, last = _contributors(r, (lo, edge, since), wait, cpu, w_before, w_after, bool(busier))
     ranked = sorted(found, key=lambda c: -_rank_key(c, step_delta))
     text = "; ".join(fmt(c) for c in ranked[:3])
     if step_delta <= 0 or ranked[0][1] < _EXPLAINED * step_delta:
         text = f"no measured contributor explains the {step_delta:+.1f} ms/step; " + text
     tail = [*first, _clocks(gpu, since), _activity(gpu, since), _retries(alloc, since), *last]
-    churn = _churn(alloc, blocks, lo, since, after[-1][2])
+    churn = _churn(alloc, blocks, lo, edge, since, after[-1][2])
     text = "; ".join(t for t in [churn, text, *tail] if t)
-    return Diagnosis(text, tuple(ranked), step_delta, complete, churn.split(" (", 1)[0])
+    return Diagnosis(text, tuple(ranked), step_delta, complete, churn.split(" (", 1)[0], busier)
 
 
-def _contributors(r: _Rank, since: float, lo: float, wait: float, cpu: Optional[float],
-                  w_before: list, w_after: list) -> tuple[list, list, list]:
+def _contributors(r: _Rank, span: tuple, wait: float, cpu: Optional[float],
+                  w_before: list, w_after: list, busier: bool) -> tuple[list, list, list]:
     """The candidate causes (name, ms/step, detail) and the notes that go before and after the
     clock, activity and retry notes: from the phase times when the rank sent enough of them on
     both sides (a window on each side adds the kernel), else the data-loader wait, host CPU and
     the windows' comparison."""
-    phased = _phase_contributors(list(r.phases), since, lo, wait, cpu)
+    phased = _phase_contributors(list(r.phases), span, wait, cpu, busier)
     if phased is not None:
         found, note = phased
         if w_before and w_after:
@@ -296,16 +311,19 @@ def _contributors(r: _Rank, since: float, lo: float, wait: float, cpu: Optional[
                    else "phases: no profiler window after the onset yet"]
 
 
-def _phase_contributors(rows: list, since: float, lo: float, wait: float,
-                        cpu: Optional[float]) -> Optional[tuple[list, str]]:
-    """The phases' changes (ms/step) across ``since`` from phase-time blocks, and a note on the
-    host's CPU time; None without 3 blocks on each side of one kind of points seen."""
+def _phase_contributors(rows: list, span: tuple, wait: float, cpu: Optional[float],
+                        busier: bool) -> Optional[tuple[list, str]]:
+    """The phases' changes (ms/step) from phase-time blocks in ``lo..edge`` to those from
+    ``since`` on (``span``), and a note on the host's CPU time; None without 3 blocks on each
+    side of one kind of points seen. ``busier``: the device's activity rose across the onset,
+    so a phase's longer host time is its launches waiting on a full queue, never host-bound."""
+    lo, edge, since = span
     after = [p for p in rows if p[2] >= since]
     if len(after) < 3:
         return None
     points = after[-1][3]
     after = [p for p in after if p[3] == points]
-    before = [p for p in rows if lo <= p[2] < since and p[3] == points][-60:]
+    before = [p for p in rows if lo <= p[2] < edge and p[3] == points][-60:]
     if len(before) < 3 or len(after) < 3:
         return None
     med = [(_median(p[4 + k] for p in before), _median(p[4 + k] for p in after)) for k in range(10)]
@@ -324,7 +342,7 @@ def _phase_contributors(rows: list, since: float, lo: float, wait: float,
         if name == "sync" and d >= 0.1:
             parts.append("after backward, before the optimizer step: all-reduce wait, clipping")
         # (on the host clock, CPU-only jobs, device and host time are one: nothing to tell apart)
-        if not points & _HOST_CLOCK and d > 0 and h >= _HOST_GREW * d and ha >= _HOST_LONG * da:
+        if not points & _HOST_CLOCK and not busier and d > 0 and h >= _HOST_GREW * d and ha >= _HOST_LONG * da:
             parts.append(f"host-bound: its host time {h:+.1f} ms")
             bound += d
         out.append((label, d, ", ".join(parts)))
@@ -465,17 +483,31 @@ def _activity(gpu, since: float) -> str:
     return "; ".join(out)
 
 
-def _churn(alloc, blocks, lo: float, since: float, hi: float) -> str:
+def _churn(alloc, blocks, lo: float, edge: float, since: float, hi: float) -> str:
     """The caching allocator's cudaMalloc/cudaFree calls per step, before -> after the onset,
     when they rose by at least _CHURN_MORE per step to _CHURN_TIMES the rate before: a named
     cause, put first (each call synchronous on the host; ``torch.cuda.empty_cache()`` each step,
     or memory pressure, makes them). A steady job makes almost none."""
-    before = _counter_per_step([(a[0], a[2]) for a in alloc if lo <= a[0] < since], blocks, lo, since)
+    before = _counter_per_step([(a[0], a[2]) for a in alloc if lo <= a[0] < edge], blocks, lo, edge)
     after = _counter_per_step([(a[0], a[2]) for a in alloc if since <= a[0] <= hi], blocks, since, hi)
     if before is None or after is None or after - before < _CHURN_MORE or after < _CHURN_TIMES * before:
         return ""
     return (f"allocator churn: cudaMalloc/cudaFree {before:.1f} -> {after:.1f} per step (the cache emptied "
             f"or under memory pressure; each call waits on the host)")
+
+
+def _busier(gpu, lo: float, edge: float, since: float) -> tuple[str, ...]:
+    """The device's activities (GPM) that rose by _BUSIER or more across the onset, as
+    ("tensor activity 16% -> 22%", ...): more device work, which a host waiting on a full
+    launch queue also shows as host time."""
+    before = [g for g in gpu if lo <= g[0] < edge]
+    after = [g for g in gpu if g[0] >= since]
+    out = []
+    for i, label in ((4, "SM activity"), (5, "tensor activity")):
+        b, a = _median(g[i] for g in before), _median(g[i] for g in after)
+        if b is not None and a is not None and a - b >= _BUSIER:
+            out.append(f"{label} {b:.0%} -> {a:.0%}")
+    return tuple(out)
 
 
 def _retries(alloc, since: float) -> str:

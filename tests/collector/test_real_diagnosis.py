@@ -74,7 +74,7 @@ def test_an_optimizer_that_lost_its_fused_kernels_is_named_first():
                                            ("gemm_backward", 1795764035.98)])
 def test_nothing_is_raised_before_the_change(name, changed):
     """(+5% changes with 90 s after them raise nothing yet; the GEMMs in backward are raised
-    45 s after, led by "host CPU": a miss, bench/results/diagnosis_real_h100.md)"""
+    45 s after, named in tests/collector/alerting/test_diagnosis.py)"""
     assert all(a.fired_at > changed for a in _h100h(name)), [(a.alertname, a.fired_at - changed) for a in _h100h(name)]
 
 

@@ -209,7 +209,7 @@ def test_the_detection_cuts_the_evidence_with_the_straggler_rules_block():
     assert Detection(parse_detection({"straggler": {"block_steps": 25}}), log_changes=False).evidence.block == 25
 
 
-def test_what_no_profiler_window_makes_is_churn_or_a_loader_wait_that_explains_the_change():
+def test_what_no_profiler_window_makes_is_churn_tensor_work_or_a_loader_wait_that_explains_the_change():
     from stepwatch.collector.alerting._detection import _no_window_makes
     from stepwatch.collector.alerting._diagnosis import Diagnosis
 
@@ -221,3 +221,29 @@ def test_what_no_profiler_window_makes_is_churn_or_a_loader_wait_that_explains_t
     small = Diagnosis("data +1.0 ms/step (...)", (("data", 1.0, "data-loader wait +1.2 ms"),), 6.0, True)
     gemm = Diagnosis("forward +6.0 ms/step", (("forward", 6.0, "host-bound: its host time +5.1 ms"),), 6.0, True)
     assert _no_window_makes(small) == "" and _no_window_makes(gemm) == ""  # the profiler's own cost stays so
+    # more tensor work on the device: a profiler adds none (SM activity alone can rise with
+    # slower kernels, so it does not count)
+    tensor = Diagnosis("backward +5.9 ms/step", (("backward", 5.9, ""),), 5.0, True, "",
+                       ("tensor activity 16% -> 22%",))
+    assert _no_window_makes(tensor) == "more tensor work on the device (tensor activity 16% -> 22%)"
+    sm = Diagnosis("backward +5.9 ms/step", (("backward", 5.9, ""),), 5.0, True, "", ("SM activity 50% -> 61%",))
+    assert _no_window_makes(sm) == ""
+
+
+def test_a_change_that_grows_in_is_compared_with_the_level_before_it_and_a_busier_device_is_not_host_bound():
+    """The real H100 job with GEMMs at the top of backward (tests/data/real/diag): the drift
+    onset was dated 23 s after the change, which grew in. The guard band ahead of the onset keeps
+    the grown-in blocks out of "before", and the device's tensor activity rose, so the host's
+    longer launches are its wait on a full queue, not a cause."""
+    import pathlib
+
+    from stepwatch.collector._replay import replay
+    from stepwatch.collector.detect import DetectionConfig
+    from stepwatch.collector.tools.corpus import events, load
+
+    path = pathlib.Path(__file__).resolve().parents[2] / "data" / "real" / "diag" / "h100h_1gpu_m_gemm_backward.jsonl.gz"
+    drift = [a for a in replay(events(load(str(path))), DetectionConfig()) if a.alertname == "StepwatchThroughputDrift"]
+    assert len(drift) == 1 and "since step 4,445" in drift[0].fired_summary, [a.fired_summary for a in drift]
+    why = drift[0].diagnosis
+    assert why.startswith("backward +5."), why
+    assert "host-bound" not in why and "host CPU +8.4 ms/step (the host waiting for the device, not a cause)" in why, why
