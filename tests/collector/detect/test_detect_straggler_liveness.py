@@ -228,7 +228,7 @@ def test_step_and_window_evidence_share_one_alert_per_rank():
 
 
 def run_phased_job(engine, steps, ranks=2, step_s=0.045, own_extra_s=0.0, slow_rank=None, slow_from=0,
-                   jitter=0.01, seed=0, others_wait=True, every=1, costs=True, flip_every=0):
+                   jitter=0.01, seed=0, others_wait=True, every=1, costs=True, flip_every=0, slow_to=None):
     """Lockstep DDP job with phase times: the slow rank's own work grows by ``own_extra_s``
     and (``others_wait``) the others wait that much longer in sync; every step period equal.
     ``costs`` False: the step period does not grow (the others' own work shrinks by what they
@@ -239,7 +239,7 @@ def run_phased_job(engine, steps, ranks=2, step_s=0.045, own_extra_s=0.0, slow_r
     for s in range(1, steps + 1):
         if flip_every:
             slow_rank = (s // flip_every) % 2
-        slow = slow_rank is not None and s >= slow_from
+        slow = slow_rank is not None and s >= slow_from and (slow_to is None or s < slow_to)
         period = step_s + (own_extra_s if slow and costs else 0.0)
         t += period
         for r in range(ranks):
@@ -271,6 +271,16 @@ def test_a_rank_slower_in_its_own_work_is_named_from_phase_times():
     assert 200 + 70 + 133 <= first <= 200 + 260, first
     assert "its own work takes +6." in got[1].summary, got[1].summary
     assert "they wait +6." in got[1].summary and "ms/step longer in sync" in got[1].summary, got[1].summary
+
+
+def test_a_costly_phase_excess_of_a_few_seconds_names_nobody():
+    """A busy host's blip: rank 1's own work +15% for 4 s (89 steps), the job's step with it
+    (a real 2 x H100 job showed 3 s): shorter than ``phase_cost_s`` (6 s), nobody is named; the
+    same excess kept is named."""
+    e = DetectionEngine(parse_detection({"warmup_steps": 0}))
+    assert run_phased_job(e, 800, own_extra_s=0.0068, slow_rank=1, slow_from=200, slow_to=289) is None, stragglers(e)
+    e = DetectionEngine(parse_detection({"warmup_steps": 0}))
+    assert run_phased_job(e, 800, own_extra_s=0.0068, slow_rank=1, slow_from=200) is not None
 
 
 def test_phase_excesses_that_flip_between_ranks_and_cost_nothing_name_nobody():
