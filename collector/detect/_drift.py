@@ -148,6 +148,7 @@ class DriftDetector:
         self._ref_text = ""
         self._raised = 0.0  # log shift the episode was raised on
         self._alertname, self._window_note = "StepwatchThroughputDrift", ""
+        self._window_step: Optional[int] = None  # the profiler window an overhead episode names
         self._onset: Optional[tuple[int, float]] = None
         self._change = 0  # further changes in the open episode
         self._peak = 0.0  # largest log shift measured in the open episode
@@ -204,7 +205,8 @@ class DriftDetector:
         if c is not None:
             out["episode"] = {"alertname": c.alertname, "severity": c.severity, "ref": self._ref,
                               "ref_text": self._ref_text, "onset": list(self._onset), "raised": self._raised,
-                              "note": self._window_note, "ratio": c.ratio, "change": self._change,
+                              "note": self._window_note, "window": self._window_step,
+                              "ratio": c.ratio, "change": self._change,
                               "began": list(self._began) if self._began else None}
         return out
 
@@ -229,6 +231,7 @@ class DriftDetector:
                 self._ref, self._raised = float(ep["ref"]), float(ep["raised"])
                 self._onset = (int(ep["onset"][0]), float(ep["onset"][1]))
                 self._ref_text, self._window_note = str(ep["ref_text"]), str(ep.get("note", ""))
+                self._window_step = int(ep["window"]) if ep.get("window") is not None else None
                 self._alertname = str(ep.get("alertname", "StepwatchThroughputDrift"))
                 self._change = int(ep.get("change", 0))
                 began = ep.get("began")
@@ -462,7 +465,7 @@ class DriftDetector:
         self._onset = (int(rows[k][0]), rows[k][1] - self.cfg.bucket_s)
         self._ref, self._raised = ref, shift
         self._alertname, self._window_note = "StepwatchThroughputDrift", ""
-        window = self._window_at(self._onset[1], shift)
+        window = self._window_step = self._window_at(self._onset[1], shift)
         if window is not None:
             self._alertname = "StepwatchProfilerOverhead"
             self._window_note = (f"; it began when the agent's profiler window ending at step {window:,} "
@@ -514,9 +517,10 @@ class DriftDetector:
         its summary says what it was first taken for. True when it changed."""
         if self.condition is None or self._alertname != "StepwatchProfilerOverhead":
             return False
-        window = self._window_note.split("ending at step ", 1)[-1].split(" ", 1)[0]
+        window = (f"profiler window ending at step {self._window_step:,}" if self._window_step is not None
+                  else "profiler window")  # (a state saved before the step was kept)
         self._alertname = "StepwatchThroughputDrift"
-        self._window_note = (f"; first taken for the agent's profiler window ending at step {window} "
+        self._window_note = (f"; first taken for the agent's {window} "
                              f"(it closed as the step time rose), but {evidence[:160]} is the job's own")
         return self._set(self.condition.severity, math.log(self.condition.ratio))
 

@@ -111,11 +111,13 @@ def test_fast_steps_a_burst_of_seconds_is_no_drift(seed, noise, shift):
     assert _run(seed, noise, lambda t: 1 + shift if 400 <= t < 403 else 1.0, 500, step_s=0.008) == []
 
 
-def _with_windows(shift_at: float, shift: float, seconds: float = 700, seed: int = 1, own_at: float = 0.0):
+def _with_windows(shift_at: float, shift: float, seconds: float = 700, seed: int = 1, own_at: float = 0.0,
+                  engine=None):
     """40 ms steps with a profiler window (5 profiled steps of 3x) every 60 s, the level
     ``1 + shift`` from ``shift_at`` on; the drift-family conditions seen, in order. From
     ``own_at`` on (when set) the diagnosis is said to have found allocator churn."""
-    rng, engine, now, s, seen, next_window = random.Random(seed), DetectionEngine(CFG), T0, 0, [], 60.0
+    rng, now, s, seen, next_window = random.Random(seed), T0, 0, [], 60.0
+    engine = engine or DetectionEngine(CFG)
     while now - T0 < seconds:
         t = now - T0
         steps, times, durs, profiled = [], [], [], []
@@ -151,6 +153,23 @@ def test_a_shift_that_starts_where_a_profiler_window_ends_is_the_agents_cost_not
     assert "profiler window ending at step" in at_window[0][2], at_window
     elsewhere = _with_windows(445.0, 0.08)
     assert elsewhere and {a for a, _, _ in elsewhere} == {"StepwatchThroughputDrift"}, elsewhere
+
+
+def test_an_overhead_episode_keeps_the_window_it_names_across_a_collector_restart():
+    """The window's step is kept with the episode (not read back out of its text), so after a
+    restart the episode turned into the job's own still names it."""
+    from stepwatch.collector.detect._drift import DriftDetector
+
+    engine = DetectionEngine(CFG)
+    seen = _with_windows(420.0, 0.08, seconds=500, engine=engine)
+    assert seen and seen[-1][0] == "StepwatchProfilerOverhead", seen
+    window = seen[-1][2].split("ending at step ", 1)[1].split(" ", 1)[0]
+    again = DriftDetector(CFG.drift, "j", 0)
+    again.restore(engine._ranks[("j", 0)].drift.state())
+    assert again.condition is not None and again.condition.alertname == "StepwatchProfilerOverhead"
+    assert again.the_jobs_own("allocator churn: cudaMalloc/cudaFree 0.0 -> 42.1 per step")
+    assert f"first taken for the agent's profiler window ending at step {window} " in again.condition.summary, \
+        again.condition.summary
 
 
 def test_an_overhead_episode_the_diagnosis_finds_to_be_the_jobs_own_becomes_drift():
