@@ -20,7 +20,8 @@ long) kept the device waiting for the host's launches, and only then is the host
 launches then waited on a full queue); the host's CPU time that grew while it waited for a
 busier device is said to be that wait, never ranked as a cause. "Before" ends a guard band
 ahead of the onset (30 s, at most a quarter of the data): a change that grows in is dated
-where it stands out, and the blocks just ahead of that already hold part of it. A window on each side adds the kernel or operator that grew.
+where it stands out, and the blocks just ahead of that already hold part of it. A window on
+each side adds the kernel or operator that grew.
 Without phase times the phases come from profiler windows (forward, backward, optimizer,
 communication, other), which need one on each side of the onset; until one exists after it the
 diagnosis says so and is refreshed when it arrives. Memory per rank is bounded: about 130 KB of
@@ -257,9 +258,9 @@ def diagnose(r: Optional[_Rank], since: float) -> Optional[Diagnosis]:
         return None
     # each ring made into rows once (they are read several times below)
     blocks, host, gpu, alloc = list(r.blocks), list(r.host), list(r.gpu), list(r.alloc)
-    after = [b for b in blocks if b[2] >= since]
     if not blocks:
         return None
+    after = [b for b in blocks if b[2] >= since]
     # "before" ends a guard band ahead of the onset: a change that grows in is dated where it
     # stands out (an H100 job's GEMMs in backward: dated 23 s late, the blocks between holding
     # most of the change)
@@ -473,14 +474,19 @@ def _clocks(gpu, since: float) -> str:
 
 def _activity(gpu, since: float) -> str:
     """GPM activity that moved by >= 5 points across the onset ("tensor activity 78% -> 61%")."""
-    before = [g for g in gpu if g[0] < since]
-    after = [g for g in gpu if g[0] >= since]
+    moved = _gpm_moves([g for g in gpu if g[0] < since], [g for g in gpu if g[0] >= since])
+    return "; ".join(f"{label} {b:.0%} -> {a:.0%}" for label, b, a in moved if abs(a - b) >= 0.05)
+
+
+def _gpm_moves(before: list, after: list) -> list[tuple[str, float, float]]:
+    """(label, median before, median after) of the GPM activities (SM, tensor, DRAM) sampled on
+    both sides."""
     out = []
     for i, label in ((4, "SM activity"), (5, "tensor activity"), (6, "DRAM bandwidth")):
         b, a = _median(g[i] for g in before), _median(g[i] for g in after)
-        if b is not None and a is not None and abs(a - b) >= 0.05:
-            out.append(f"{label} {b:.0%} -> {a:.0%}")
-    return "; ".join(out)
+        if b is not None and a is not None:
+            out.append((label, b, a))
+    return out
 
 
 def _churn(alloc, blocks, lo: float, edge: float, since: float, hi: float) -> str:
@@ -500,14 +506,9 @@ def _busier(gpu, lo: float, edge: float, since: float) -> tuple[str, ...]:
     """The device's activities (GPM) that rose by _BUSIER or more across the onset, as
     ("tensor activity 16% -> 22%", ...): more device work, which a host waiting on a full
     launch queue also shows as host time."""
-    before = [g for g in gpu if lo <= g[0] < edge]
-    after = [g for g in gpu if g[0] >= since]
-    out = []
-    for i, label in ((4, "SM activity"), (5, "tensor activity")):
-        b, a = _median(g[i] for g in before), _median(g[i] for g in after)
-        if b is not None and a is not None and a - b >= _BUSIER:
-            out.append(f"{label} {b:.0%} -> {a:.0%}")
-    return tuple(out)
+    moved = _gpm_moves([g for g in gpu if lo <= g[0] < edge], [g for g in gpu if g[0] >= since])
+    return tuple(f"{label} {b:.0%} -> {a:.0%}" for label, b, a in moved
+                 if label != "DRAM bandwidth" and a - b >= _BUSIER)
 
 
 def _retries(alloc, since: float) -> str:

@@ -20,10 +20,11 @@ step but sync) over the other ranks' medians, all pooled over its samples of the
 Where every rank of a block has such a pool, the block is also slow for a rank when
 ``1 + excess / the others' median step`` >= ``phase_ratio``, its z (as above) >= ``robust_z``,
 and the others' median sync exceeds its own by at least ``phase_wait_share`` x the excess. Such a
-block counts only when the job's step time (the median of its last ``window_blocks`` blocks) has
-grown by at least ``phase_cost_share`` x the excess over its level before (the blocks before the
-last ``window_blocks``, up to eight times as far back) and the rank has shown the excess for
-``phase_cost_s`` (a busy host's blip of a few seconds slows the job too): in a
+block counts only once the rank's run of such blocks has lasted ``phase_cost_s`` while the job's
+step time (the median of its last ``window_blocks`` blocks) stands ``phase_cost_share`` x the
+excess above its level when the run began (the blocks before the last ``window_blocks`` then, up
+to eight times as far back); the run's earlier slow blocks then count too (a busy host's blip of
+a few seconds slows the job as well): in a
 launch-bound job the ranks' device-clock phases differ by more than their hosts do (the rank
 that waited runs its queued kernels back to back), and which rank looks slower flips with no
 cost to the job, for seconds at a time. A rank slow in this way from the job's start is left to the step, wait and
@@ -65,6 +66,17 @@ _MAX_OPEN_GROUPS = 4
 _LEVEL_REACH = 8          # the job's step-time level before reaches back this many times window_blocks blocks
 
 
+@dataclasses.dataclass
+class _PhaseRun:
+    """A rank's last ``window_blocks`` phase verdicts before the cost gate, and the run of slow
+    ones they are in."""
+    flags: collections.deque     # (slow, step) per block
+    slow: int = 0                # how many of ``flags`` are slow
+    since: Optional[float] = None  # data time since when at least half of min_blocks were
+    level: Optional[float] = None  # the job's step level when the run began
+    counted: bool = False        # the run has counted by its cost
+
+
 class StragglerDetector:
     """``feed`` returns True when ``conditions`` ({rank: Condition}) changed."""
 
@@ -85,9 +97,7 @@ class StragglerDetector:
         self._phase: dict[int, collections.deque] = {}  # rank -> (block, pre, own, sync) samples
         # (block, median step time of its ranks) of the last _LEVEL_REACH x window_blocks blocks
         self._levels: collections.deque = collections.deque()
-        # rank -> [its last window_blocks phase verdicts before the cost gate, how many were slow,
-        # data time since when at least half of min_blocks of them were]
-        self._lag: dict[int, list] = {}
+        self._lag: dict[int, _PhaseRun] = {}  # rank -> its phase verdicts before the cost gate
 
     def feed(self, rank: int, step: int, time: float, step_time: float, wait: float) -> bool:
         if not finite_positive(step_time):
@@ -344,21 +354,22 @@ class StragglerDetector:
     def _lagging(self, rank: int, slow: bool, step: int, time: float) -> Optional[float]:
         """Record a block's phase verdict for ``rank``; the data time since when at least half
         of ``min_blocks`` of its last ``window_blocks`` verdicts have been slow, or None."""
-        lag = self._lag.get(rank)
-        if lag is None:
-            lag = self._lag[rank] = [collections.deque(maxlen=self.cfg.window_blocks), 0, None, None, False]
-        flags = lag[0]
-        lag[1] += slow - (len(flags) == flags.maxlen and flags[0][0])
+        run = self._lag.get(rank)
+        if run is None:
+            run = self._lag[rank] = _PhaseRun(collections.deque(maxlen=self.cfg.window_blocks))
+        flags = run.flags
+        run.slow += slow - (len(flags) == flags.maxlen and flags[0][0])
         flags.append((slow, step))
-        lag[2] = (lag[2] if lag[2] is not None else time) if lag[1] * 2 >= self.cfg.min_blocks else None
-        if lag[2] is None:
-            lag[3:] = [None, False]  # the run ended: its level before goes with it
-        return lag[2]
+        if run.slow * 2 >= self.cfg.min_blocks:
+            run.since = run.since if run.since is not None else time
+        else:  # the run ended: its level before goes with it
+            run.since, run.level, run.counted = None, None, False
+        return run.since
 
     def _count_run(self, rank: int, hist: collections.deque) -> int:
         """Once a rank's phase run first counts, its earlier slow verdicts still in ``hist``
         count too (they were held back only until the run proved costly); the new slow count."""
-        slow_steps = {step for slow, step in self._lag[rank][0] if slow}
+        slow_steps = {step for slow, step in self._lag[rank].flags if slow}
         for i, (flag, step, time) in enumerate(hist):
             if not flag and step in slow_steps:
                 hist[i] = (True, step, time)
@@ -371,16 +382,16 @@ class StragglerDetector:
         ``phase_cost_share`` x ``excess``. None: not counted; True: counted by its cost, the
         first block of its run that is (the run's earlier slow blocks then count too); False:
         counted (by its length, the blocks from then on only)."""
-        cfg, lag = self.cfg, self._lag[rank]
+        cfg, run = self.cfg, self._lag[rank]
         lasted = time - since if since is not None else -1.0
-        if since is not None and lag[3] is None:
-            lag[3] = self._level_before()
+        if since is not None and run.level is None:
+            run.level = self._level_before()
         if lasted >= cfg.phase_persist_s:
             return False
-        if lasted < cfg.phase_cost_s or lag[3] is None or \
-                self._level_now() - lag[3] < cfg.phase_cost_share * excess:
+        if lasted < cfg.phase_cost_s or run.level is None or \
+                self._level_now() - run.level < cfg.phase_cost_share * excess:
             return None
-        first, lag[4] = not lag[4], True
+        first, run.counted = not run.counted, True
         return first
 
     def _keep_level(self, vals: dict, times: list) -> None:
