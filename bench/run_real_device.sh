@@ -21,7 +21,7 @@
 #   bash bench/run_real_device.sh gputests NAME GPUS PATHS...    # pytest on those GPUs (a verb for rounds)
 set -u
 source bench/device_install.sh
-W=/tmp/real; case $1 in *-start|live|slots|rounds) rm -rf $W ;; esac; mkdir -p $W
+W=/tmp/real; case $1 in *-start|live|slots|rounds) rm -rf $W ;; esac  # ('after' keeps it); mkdir -p $W
 nvidia-smi --query-gpu=index,name,driver_version --format=csv,noheader | tee $W/gpus.txt
 python3 -c "import torch, sys; print('torch', torch.__version__, 'python', sys.version.split()[0])" | tee -a $W/gpus.txt
 NCPU=$(nproc)
@@ -131,6 +131,26 @@ inject1)  # NAME PORT GPU SIZE SECS CAUSE AT [RATIO]: a 1-GPU job, CAUSE from AT
     collector $1 $2
     job1 $1 $2 $3 $4 $5 --inject $6 --inject-after-s $7 --inject-ratio ${8:-0.15}
     finish $1 $2 ;;
+ddp-arms)  # NAME PORT GPUS SIZE SECS ARMS...: 2-GPU DDP healthy arms one after the other
+           # (none: no agent; default; off: windows off), each its own collector; BATCH=N
+           # fixes the batch (calibration chose 6 for one arm and 8 for the others on an H200)
+    name=$1 port=$2 gpus=$3 size=$4 secs=$5; shift 5; i=0
+    for arm in "$@"; do
+        i=$((i + 1)); n=${name}_${i}_$arm
+        collector $n $port
+        (
+            extra=()
+            case $arm in none) extra=(--agent none) ;; off) export STEPWATCH_WINDOWS=0 ;; esac
+            [ -n "${BATCH:-}" ] && extra+=(--batch $BATCH)
+            job2 $n $port $gpus $size $secs "${extra[@]}"
+        )
+        finish $n $port
+    done ;;
+after)  # FILE "V|V": once FILE exists, the verbs side by side, detached; then after.done
+    setsid bash -c 'while [ ! -f "$1" ]; do sleep 2; done
+        IFS="|"; for cmd in $2; do eval "bash bench/run_real_device.sh $cmd" & done; unset IFS; wait
+        touch /tmp/real/after.done' _ "$1" "$2" > $W/after.run.log 2>&1 < /dev/null &
+    sleep 2; echo queued after $1 ;;
 phase-ab)  # PORT GPU SIZE SECS: no agent / phase times off / default / every step, windows off,
            # in the order A B C D D C B A (each arm its own collector)
     port=$1 gpu=$2 size=$3 secs=$4; i=0

@@ -110,3 +110,14 @@ def test_a_rank_that_looks_slow_for_three_seconds_of_a_healthy_job_is_not_named(
     assert _stragglers(_replay("h100h_2gpu_512_gemm.jsonl.gz")) == {}
     strag = _stragglers(_replay("h100h_2gpu_512_loader.jsonl.gz"))
     assert set(strag) == {1} and 0 < strag[1].fired_at - 1795764328.04 <= 60, strag
+
+
+# h200e: the same test on 2 x NVIDIA H200 (a 4-GPU machine, GPUs 2 and 3, beside four 1-GPU jobs),
+# 2026-11-27; the change on rank 1 at its step 1,000 (the times below, from the live alerts)
+def test_two_h200s_name_gemms_a_slow_loader_and_a_busy_host_on_rank_1_and_a_healthy_job_nothing():
+    assert _replay("h200e_2gpu_512_healthy.jsonl.gz") == []
+    for name, changed in (("gemm", 1795776087.95), ("loader", 1795776157.32), ("host", 1795776231.12)):
+        alerts = _replay(f"h200e_2gpu_512_{name}.jsonl.gz")
+        strag = _stragglers(alerts)
+        assert set(strag) == {1}, (name, [(a.alertname, a.rank, a.fired_summary) for a in alerts])
+        assert 0 < strag[1].fired_at - changed <= 60, (name, strag[1].fired_at - changed)
