@@ -22,7 +22,7 @@ from ..wire._columns import SampleColumns, StepColumns
 from ..detect import SEVERITIES, DetectionConfig, DetectionEngine, WindowPoint
 from ._alertmanager import AlertmanagerClient
 from ._book import Alert, AlertBook
-from ._diagnosis import Evidence, diagnose
+from ._diagnosis import Evidence, against_others, diagnose
 
 __all__ = ["Detection", "feed_batch"]
 
@@ -290,6 +290,11 @@ class Detection:
                 if own:
                     self.engine.the_jobs_own(a.job, a.rank, own)
             text = d.text
+            if a.alertname == STRAGGLER:
+                versus = against_others(self.evidence.rank(a.job, a.rank),
+                                        self.evidence.others(a.job, a.rank), since)
+                if versus:
+                    text = f"{versus}; before -> after: {text}"
             top = d.contributors[0] if d.contributors else None
             if (a.alertname != STRAGGLER and top is not None and top[0].startswith("sync")
                     and top[1] > 0 and top[1] >= 0.3 * d.step_delta_ms):

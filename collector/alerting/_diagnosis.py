@@ -42,7 +42,7 @@ from .._ring import Ring
 from ..state._state import own
 from ..detect._types import median
 
-__all__ = ["Evidence", "Diagnosis", "diagnose", "compare_windows", "fmt"]
+__all__ = ["Evidence", "Diagnosis", "diagnose", "against_others", "compare_windows", "fmt"]
 
 _BLOCKS_KEPT = 600        # step-time blocks kept (6,000 steps at the default 10 a block)
 _SAMPLES_KEPT = 900       # 15 min of 1 Hz host / NVML / allocator samples
@@ -61,6 +61,9 @@ _PHASE_BLOCKS_KEPT = 400  # 3,200 sampled steps
 _HOST_GREW, _HOST_LONG = 0.6, 0.8
 # the diagnosis's "before" ends this long ahead of the onset (at most this share of the data)
 _GUARD_S, _GUARD_SHARE = 30.0, 0.25
+# a straggler's phases are compared with at most this many other ranks', over its newest this
+# many phase blocks after its onset
+_OTHERS, _PHASE_BLOCKS_COMPARED = 64, 30
 # the host's time before the optimizer step grew this much more than the device's: it waits there
 _HOST_WAITED_MS = 2.0
 # device activity (SM or tensor, GPM) up by this much across the onset: the device got busier
@@ -98,16 +101,23 @@ class Evidence:
 
     def __init__(self, block: int = 10) -> None:
         self._ranks: dict[tuple, _Rank] = {}
+        self._jobs: dict[str, set] = {}  # job -> its ranks here
         self.block = block  # steps per step-time block (by step number)
 
     def rank(self, job: str, rank: int) -> Optional[_Rank]:
         return self._ranks.get((job, rank))
+
+    def others(self, job: str, rank: int, limit: int = _OTHERS) -> list[_Rank]:
+        """Up to ``limit`` other ranks of ``job`` (the lowest numbers), for a comparison."""
+        mine = sorted(r for r in self._jobs.get(job, ()) if r != rank)[:limit]
+        return [self._ranks[job, r] for r in mine]
 
     def on_batch(self, hello: agent_pb2.Hello, batch: agent_pb2.Batch, now: float,
                  steps: StepColumns, samples: SampleColumns) -> None:
         r = self._ranks.get((hello.job, hello.rank))
         if r is None:
             r = self._ranks[hello.job, hello.rank] = _Rank()
+            self._jobs.setdefault(hello.job, set()).add(hello.rank)
         c = steps
         if len(c):
             cols = (c.step, c.end_time_s, c.duration_s, c.dataloader_wait_s)
@@ -135,7 +145,11 @@ class Evidence:
 
     def forget(self, keys) -> None:
         for key in keys:
-            self._ranks.pop(key, None)
+            if self._ranks.pop(key, None) is not None:
+                ranks = self._jobs.get(key[0])
+                ranks.discard(key[1])
+                if not ranks:
+                    del self._jobs[key[0]]
 
 
 _HOST_CLOCK = 1 << 8  # in a phase block's points: timed on the host clock (no GPU)
@@ -370,6 +384,56 @@ def _phase_contributors(rows: list, span: tuple, wait: float, cpu: Optional[floa
         else:
             note = f"host CPU {cpu:+.1f} ms/step (the host waiting for the device, not a cause)"
     return out, note
+
+
+def against_others(r: Optional[_Rank], others: list, since: float) -> str:
+    """A slow rank's own phases against the other ranks' since ``since`` (the straggler's onset),
+    as a clause: the phases where it spends longer than the median of the others' medians,
+    largest first (sync left out: the others wait there for it), with the host named where its
+    host time is longer by as much ("host-bound", as in :func:`diagnose`). The comparison is in
+    the same seconds, so a host that wanders under all ranks cancels out, where before -> after
+    on the slow rank alone did not: 2 x H200, GEMMs in rank 1's backward, read "no measured
+    contributor" before -> after and "backward +1.5 ms/step (11.8 vs 10.4 ms)" against rank 0.
+    "" without 3 phase blocks after ``since`` on the rank and on some other rank."""
+    mine = _phase_medians(r, since)
+    if mine is None:
+        return ""
+    theirs = [m for m in (_phase_medians(o, since, mine[0]) for o in others) if m is not None]
+    if not theirs:
+        return ""
+    points, own = mine
+    found = []
+    for k, name in enumerate(PHASES):
+        if name == "sync" or (k < 4 and not points >> k & 1):
+            continue
+        other_d = _median(t[1][k] for t in theirs)
+        other_h = _median(t[1][5 + k] for t in theirs)
+        d, h = (own[k] - other_d) * 1e3, (own[5 + k] - other_h) * 1e3
+        if d < 0.1:
+            continue
+        label = f"{name} {d:+.1f} ms/step ({own[k] * 1e3:.1f} vs {other_d * 1e3:.1f} ms"
+        if not points & _HOST_CLOCK and h >= _HOST_GREW * d and own[5 + k] >= _HOST_LONG * own[k]:
+            label += f", host-bound: its host time {h:+.1f} ms"
+        found.append((d, label + ")"))
+    if not found:
+        return ""
+    found.sort(key=lambda f: -f[0])
+    return "against the other ranks: " + "; ".join(label for _, label in found[:2])
+
+
+def _phase_medians(r: Optional[_Rank], since: float, points: Optional[int] = None):
+    """(points, medians of the 10 phase columns) of ``r``'s phase blocks from ``since`` on, of one
+    kind of points seen (the newest block's, or ``points``); None under 3 such blocks."""
+    if r is None:
+        return None
+    rows = [p for p in r.phases if p[2] >= since]
+    if not rows:
+        return None
+    points = rows[-1][3] if points is None else points
+    rows = [p for p in rows if p[3] == points][-_PHASE_BLOCKS_COMPARED:]
+    if len(rows) < 3:
+        return None
+    return points, [_median(p[4 + k] for p in rows) for k in range(10)]
 
 
 def _host_waits_before_optimizer(grew: list, points: int) -> bool:

@@ -30,9 +30,9 @@ def test_a_busy_host_on_rank_1_is_named_within_a_minute():
     assert set(strag) == {1}, [(a.alertname, a.rank, a.fired_summary) for a in alerts]
     assert 0 < strag[1].fired_at - 1795732052.59 <= 60, strag[1].fired_at
     assert "its own work takes +" in strag[1].fired_summary, strag[1].fired_summary
-    # the host did more work: named first, as the forward pass it delayed
-    assert strag[1].diagnosis.startswith("forward +") and "(host-bound: its host time +" in strag[1].diagnosis, \
-        strag[1].diagnosis
+    # the host did more work: named first, as the forward pass it delayed, against rank 0's
+    assert strag[1].diagnosis.startswith("against the other ranks: forward +") \
+        and "host-bound: its host time +" in strag[1].diagnosis.split(";")[0], strag[1].diagnosis
     assert {a.alertname for a in alerts} == {"StepwatchStragglerRank"}  # (drift arms after 3 minutes)
 
 
@@ -41,7 +41,9 @@ def test_a_slow_data_loader_on_rank_1_is_named_and_rank_0s_slowdown_points_at_it
     strag = _stragglers(alerts)
     assert set(strag) == {1}, [(a.alertname, a.rank, a.fired_summary) for a in alerts]
     assert 0 < strag[1].fired_at - 1795731887.55 <= 60, strag[1].fired_at
-    assert strag[1].diagnosis.startswith("data +") and "data-loader wait +" in strag[1].diagnosis, strag[1].diagnosis
+    assert strag[1].diagnosis.startswith("against the other ranks: data +"), strag[1].diagnosis
+    assert "before -> after: data +" in strag[1].diagnosis and "data-loader wait +" in strag[1].diagnosis, \
+        strag[1].diagnosis
     drift = {a.rank: a for a in alerts if a.alertname == "StepwatchThroughputDrift"}
     assert drift[0].diagnosis.startswith("waiting for rank 1 (straggler): sync +"), drift[0].diagnosis
     assert drift[1].diagnosis.startswith("data +") and "data-loader wait +" in drift[1].diagnosis, \
@@ -121,3 +123,14 @@ def test_two_h200s_name_gemms_a_slow_loader_and_a_busy_host_on_rank_1_and_a_heal
         strag = _stragglers(alerts)
         assert set(strag) == {1}, (name, [(a.alertname, a.rank, a.fired_summary) for a in alerts])
         assert 0 < strag[1].fired_at - changed <= 60, (name, strag[1].fired_at - changed)
+
+
+def test_gemms_on_the_slow_rank_are_named_in_backward_against_the_other_rank():
+    """2 x H200, GEMMs in rank 1's backward: before -> after on rank 1 alone found "no measured
+    contributor" (its "before" already held the change); against rank 0 in the same seconds,
+    backward +1.4 ms/step comes first. The loader and the busy host likewise name their phase."""
+    why = {name: _stragglers(_replay(f"h200e_2gpu_512_{name}.jsonl.gz"))[1].diagnosis
+           for name in ("gemm", "loader", "host")}
+    assert why["gemm"].startswith("against the other ranks: backward +1."), why["gemm"]
+    assert why["loader"].startswith("against the other ranks: data +8."), why["loader"]
+    assert why["host"].startswith("against the other ranks: forward +3."), why["host"]
