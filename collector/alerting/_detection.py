@@ -282,7 +282,9 @@ class Detection:
             if a.alertname == STRAGGLER and a.earlier:
                 # the same rank flagged again within the episode: what changed is from its first onset
                 since = min(since, _unix(a.earlier[0]["onset_at"]))
-            d = diagnose(self.evidence.rank(a.job, a.rank), since)
+            reference = (self.engine.drift_reference(a.job, a.rank)
+                         if a.alertname in ("StepwatchThroughputDrift", OVERHEAD) else None)
+            d = diagnose(self.evidence.rank(a.job, a.rank), since, reference)
             if d is None:
                 continue
             if a.alertname == OVERHEAD:

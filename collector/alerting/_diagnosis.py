@@ -268,8 +268,11 @@ def _counter_per_step(pts: list, blocks, lo: float, hi: float) -> Optional[float
     return growth / steps if steps > 0 else None
 
 
-def diagnose(r: Optional[_Rank], since: float) -> Optional[Diagnosis]:
-    """Compare before and after data time ``since``; None without step data on both sides."""
+def diagnose(r: Optional[_Rank], since: float, reference: Optional[tuple] = None) -> Optional[Diagnosis]:
+    """Compare before and after data time ``since``; None without step data on both sides.
+    ``reference``: (start, end) data times of the level the alert compares against (a drift
+    episode raised against the job's settled level): "before" is those times when the rings
+    still hold 3 blocks of them."""
     if r is None:
         return None
     # each ring made into rows once (they are read several times below)
@@ -282,6 +285,10 @@ def diagnose(r: Optional[_Rank], since: float) -> Optional[Diagnosis]:
     # most of the change)
     edge = since - min(_GUARD_S, _GUARD_SHARE * (since - blocks[0][2]))
     before = [b for b in blocks if b[2] < edge]
+    if reference is not None and reference[1] < edge:
+        settled = [b for b in before if reference[0] <= b[2] < reference[1]]
+        if len(settled) >= 3:
+            before, edge = settled, reference[1]
     if len(before) < 3 or len(after) < 3:
         return None
     step_delta = (_median(b[3] for b in after) - _median(b[3] for b in before)) * 1e3

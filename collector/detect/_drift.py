@@ -511,6 +511,17 @@ class DriftDetector:
                     return int(step)
         return None
 
+    def reference_span(self) -> Optional[tuple[float, float]]:
+        """The data times the open episode's reference level was learnt over, when that is the
+        job's settled level (the settle window after warm-up); None otherwise. A diagnosis of an
+        episode raised against it compares with those times: a change that grew in, or was dated
+        late on a wandering host, then still has its "before" (2026-11-27, a synchronize before
+        the optimizer step on an H200, +2-4%: dated 76 s late, the blocks just ahead of the onset
+        already held it)."""
+        if self.condition is None or self._settled_at is None or self._ref != self._settled:
+            return None
+        return (self._settled_at - self.cfg.settle_s, self._settled_at)
+
     def the_jobs_own(self, evidence: str) -> bool:
         """The open episode, raised as the profiler's after-effect, is the job's own
         (``evidence`` says why: a cause no profiler window makes): it becomes throughput drift,

@@ -342,6 +342,11 @@ class DetectionEngine:
         live.connected = connected
         live.disconnected_at = None if connected else disconnected_at
 
+    def drift_reference(self, job: str, rank: int) -> Optional[tuple[float, float]]:
+        """:meth:`DriftDetector.reference_span` of the rank's drift detector (None without one)."""
+        r = self._ranks.get((job, rank))
+        return r.drift.reference_span() if r is not None else None
+
     def the_jobs_own(self, job: str, rank: int, evidence: str) -> None:
         """The rank's open drift episode, raised as the profiler's after-effect, is the job's
         own (:meth:`DriftDetector.the_jobs_own`)."""

@@ -116,3 +116,18 @@ def test_on_the_host_clock_host_cpu_stays_a_contributor():
     d = diagnose(ev.rank("j", 1), T0 + 500 * 0.04)
     assert d.text.startswith("host CPU +9.0 ms/step; backward +2.0 ms/step"), d.text
     assert "host-bound" not in d.text and "not a cause" not in d.text, d.text
+
+
+def test_an_onset_dated_late_is_explained_against_the_settled_level_the_alert_compares_with():
+    """The change at step 150 (6 s), the onset dated at step 560 (22.4 s): "before", ending a
+    guard band ahead of the onset, is mostly after the change and finds nothing; given the times
+    of the level the episode was raised against (steps 20-140), it names the phase."""
+    ev = Evidence()
+    feed(ev, device_extra={"backward": 5.0}, onset_step=150)
+    late = T0 + 560 * 0.04
+    assert not diagnose(ev.rank("j", 1), late).text.startswith("backward +5.0")
+    d = diagnose(ev.rank("j", 1), late, (T0 + 20 * 0.04, T0 + 140 * 0.04))
+    assert d.text.startswith("backward +5.0 ms/step"), d.text
+    # a reference the rings no longer hold (or that ends after the guard band) is not used
+    far = diagnose(ev.rank("j", 1), late, (T0 - 500.0, T0 - 400.0))
+    assert far.text == diagnose(ev.rank("j", 1), late).text
