@@ -400,7 +400,7 @@ def against_others(r: Optional[_Rank], others: list, since: float) -> str:
     host time is longer by as much ("host-bound", as in :func:`diagnose`). The comparison is in
     the same seconds, so a host that wanders under all ranks cancels out, where before -> after
     on the slow rank alone did not: 2 x H200, GEMMs in rank 1's backward, read "no measured
-    contributor" before -> after and "backward +1.5 ms/step (11.8 vs 10.4 ms)" against rank 0.
+    contributor" before -> after and "backward +1.4 ms/step (11.8 vs 10.4 ms)" against rank 0.
     "" without 3 phase blocks after ``since`` on the rank and on some other rank."""
     mine = _phase_medians(r, since)
     if mine is None:
