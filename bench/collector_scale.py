@@ -341,6 +341,7 @@ def page_poller(http, jobs, every_s, start, stop, out, page_jobs=12):
     collector/api/_page.py's script fetches: ``/``, ``/api``, ``/api/jobs?summary=1``,
     ``/api/alerts``, then for the first ``page_jobs`` jobs (0: every job, as the page before the
     summary did, with the full ``/api/jobs`` as its list) ``/api/jobs?job=NAME``, ``/api/steps``
+    (its 32 drawn ranks'; 0: every rank's)
     and ``/api/jobs/{job}/windows`` over six connections (a browser's per-host limit), then
     ``/api/traces``. ``out["refresh"]``: (start, seconds, bytes); ``out["api_jobs"]``: the full
     ``/api/jobs`` (start, seconds, bytes)."""
@@ -362,7 +363,8 @@ def page_poller(http, jobs, every_s, start, stop, out, page_jobs=12):
             total += get(base + "/api/alerts")[1]
             drawn = jobs[:page_jobs] if page_jobs else jobs
             urls = ([f"{base}/api/jobs?job={j}" for j in drawn] if page_jobs else []) + \
-                [f"{base}/api/steps?job={j}" for j in drawn] + [f"{base}/api/jobs/{j}/windows" for j in drawn]
+                [f"{base}/api/steps?job={j}" + ("&ranks=32" if page_jobs else "") for j in drawn] + \
+                [f"{base}/api/jobs/{j}/windows" for j in drawn]
             total += sum(size for _, size in pool.map(get, urls)) + get(base + "/api/traces")[1]
             out["refresh"].append((t0, time.time() - t0, total))
             time.sleep(max(0.0, t0 + every_s - time.time()))

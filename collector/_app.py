@@ -350,16 +350,24 @@ class Collector:
         if query.get("job") is None:  # the whole fleet: one answer shared while it is fresh
             return 200, "application/json", self._shared.get(
                 "jobs", lambda: jobs_json(self.state, None, self.detection.engine.armed()))
-        return 200, "application/json", jobs_json(self.state, query.get("job"), self.detection.engine.armed())
+        job = query.get("job")
+        return 200, "application/json", jobs_json(self.state, job, self.detection.engine.armed(job))
 
     def _index(self):
         """``{"routes": [path, ...]}``: the page fetches only what is listed (a 404 is a console error)."""
         return 200, "application/json", json.dumps({"routes": self._http.paths}).encode()
 
     def _steps(self, query):
+        """``/api/steps?job=NAME``: the job's ranks' step-time trend; ``&ranks=N``: the lowest N
+        ranks only (the page asks for the 32 it draws)."""
         if "job" not in query:
             return 400, "text/plain; charset=utf-8", b"missing ?job=\n"
-        return 200, "application/json", steps_json(self.state, query["job"])
+        ranks = query.get("ranks")
+        if ranks is not None:
+            if not (ranks.isascii() and ranks.isdigit() and 0 < int(ranks) <= 1_000_000):
+                return 400, "text/plain; charset=utf-8", b"ranks= must be a whole number from 1 to 1000000\n"
+            ranks = int(ranks)
+        return 200, "application/json", steps_json(self.state, query["job"], ranks)
 
     def _windows(self, params):
         status, body = windows_json(self.state, params["job"])

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import collections.abc
+import contextlib
+import gc
 import json
 import math
 import threading
@@ -93,6 +95,23 @@ def jobs_summary(state: CollectorState) -> dict[str, Any]:
     return {"jobs": out}
 
 
+@contextlib.contextmanager
+def _gc_paused():
+    """No automatic garbage collection while a large answer is built: its tens of thousands of
+    short-lived dicts (freed by their reference counts, no cycles) otherwise set off full
+    collections of the whole state, each holding ingest and acks (10,000 ranks, one core: 56-79
+    full collections in 60 s with /api/jobs polled, none unpolled; collector_scale_polled.md).
+    Explicit collections (``_gcstats.GcFreezer``) still run. Process-wide: callers are serial
+    (one lock)."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
 class SharedRender:
     """One slow answer shared by the requests that come while it is fresh: an answer that took
     ``t`` seconds to build, ``t`` at least ``slow_s``, is served again for ``share * t`` seconds
@@ -114,7 +133,8 @@ class SharedRender:
             kept = self._kept.get(key)
             if kept is not None and now < kept[0]:
                 return kept[1]
-            body = render()
+            with _gc_paused():
+                body = render()
             took = self._clock() - now
             self.renders += 1
             if took >= self.slow_s:
@@ -135,24 +155,42 @@ def _finite(value: Any) -> Any:
     return value
 
 
+_ENCODE_RANKS = 64  # ranks per json.dumps call of a jobs answer
+
+
 def jobs_json(state: CollectorState, job: Optional[str] = None,
               armed: Optional[Mapping[tuple, bool]] = None) -> bytes:
-    return json.dumps(_finite(jobs_document(state, job, armed)), allow_nan=False).encode()
+    """:func:`jobs_document` as JSON, the same bytes as one ``json.dumps`` of it, encoded
+    ``_ENCODE_RANKS`` ranks at a time: the C encoder holds the GIL for the whole of one call,
+    and the whole fleet's 21 MB in one call held ingest and acks for it (10,000 ranks on one
+    core: late acks every time the list was built; collector_scale_polled.md)."""
+    parts = []
+    for i, entry in enumerate(jobs_document(state, job, armed)["jobs"]):
+        parts.append(f'{", " if i else ""}{{"job": {json.dumps(entry["job"])}, "ranks": [')
+        ranks = entry["ranks"]
+        for k in range(0, len(ranks), _ENCODE_RANKS):
+            chunk = json.dumps(_finite(ranks[k:k + _ENCODE_RANKS]), allow_nan=False)
+            parts.append((", " if k else "") + chunk[1:-1])
+        parts.append("]}")
+    return ('{"jobs": [' + "".join(parts) + "]}").encode()
 
 
 def jobs_summary_json(state: CollectorState) -> bytes:
     return json.dumps(_finite(jobs_summary(state)), allow_nan=False).encode()
 
 
-def steps_document(state: CollectorState, job: str) -> dict[str, Any]:
+def steps_document(state: CollectorState, job: str, ranks: Optional[int] = None) -> dict[str, Any]:
     """``{"job", "ranks": [{"rank", "points": [[step, end_time_s, duration_s], ...]}]}``.
 
     Points are the rank's last ``TREND_POINTS`` steps in arrival order (seconds); an unknown
-    job has no ranks.
+    job has no ranks. ``ranks``: only the lowest this many ranks (the page draws 32 lines; a
+    64-rank job's whole answer is about 1 MB, a 1,024-rank job's 16 MB).
     """
-    return {"job": job, "ranks": [{"rank": st.rank, "points": [list(p) for p in st.trend]}
-                                  for st in state.snapshot(job=job)]}
+    out = []
+    state.read_ranks(lambda chunk: out.extend({"rank": st.rank, "points": [list(p) for p in st.trend]}
+                                              for st in chunk), job, limit=ranks)
+    return {"job": job, "ranks": out}
 
 
-def steps_json(state: CollectorState, job: str) -> bytes:
-    return json.dumps(_finite(steps_document(state, job)), allow_nan=False).encode()
+def steps_json(state: CollectorState, job: str, ranks: Optional[int] = None) -> bytes:
+    return json.dumps(_finite(steps_document(state, job, ranks)), allow_nan=False).encode()

@@ -116,7 +116,7 @@ function trend(series) {
   return box;
 }
 
-function rankRow(r, points) {
+function rankRow(r) {
   const gpu = r.gpu_sample || {}, alloc = r.allocator;
   const mem = alloc ? alloc.allocated_bytes : gpu.memory_used_bytes;
   const num = (v) => h("td", {class: "num"}, v);
@@ -124,7 +124,7 @@ function rankRow(r, points) {
     num(r.rank), h("td", {}, r.host), num(r.pid), h("td", {}, r.gpu ? r.gpu.name : "—"),
     h("td", {class: r.connected ? "ok" : "gone"}, r.connected ? "connected" : `gone ${ago(r.disconnected_at)}`),
     h("td", {class: "detector"}, r.drift_armed === true ? "armed" : r.drift_armed === false ? "warming up" : "—"),
-    num(r.steps_total), num(ms(median(points.slice(-50).map((p) => p[2])))), num(ago(r.last_step_time)),
+    num(r.steps_total), num(ms(r.step_median_s)), num(ago(r.last_step_time)),
     num(pct(r.dataloader_wait_ratio)), num(pct(gpu.utilization_ratio)), num(gib(mem)));
 }
 
@@ -182,7 +182,7 @@ function jobCard(job, steps, alerts) {
       return h("span", {}, dot, `rank ${s.rank}`);
     }), job.ranks.length > MAX_SERIES ? `(first ${MAX_SERIES} ranks drawn)` : null),
     h("table", {class: "ranks"}, h("thead", {}, h("tr", {}, cols.map((c) => h("th", {}, c)))),
-      h("tbody", {}, job.ranks.map((r) => rankRow(r, byRank.get(r.rank) || [])))));
+      h("tbody", {}, job.ranks.map((r) => rankRow(r)))));
 }
 
 const PHASES = ["forward", "backward", "optimizer", "communication", "other"];
@@ -259,7 +259,7 @@ async function refresh() {
     const jobs = await Promise.all(shown.map((j) => getJSON("api/jobs?job=" + encodeURIComponent(j.job))
       .then((d) => d.jobs[0] || {job: j.job, ranks: []})));
     const steps = has("/api/steps") ? await Promise.all(
-      jobs.map((j) => getJSON("api/steps?job=" + encodeURIComponent(j.job)))) : [];
+      jobs.map((j) => getJSON("api/steps?job=" + encodeURIComponent(j.job) + "&ranks=" + MAX_SERIES))) : [];
     const more = rest.length ? [h("p", {class: "muted more-jobs"},
       `${rest.length} more jobs not drawn (${rest.reduce((n, j) => n + j.ranks, 0)} ranks; /api/jobs has them all): `
       + rest.slice(0, 50).map((j) => j.job).join(", ") + (rest.length > 50 ? ", ..." : ""))] : [];

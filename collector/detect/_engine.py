@@ -426,10 +426,10 @@ class DetectionEngine:
             conds = [c for c in (r.live.stalled(now), r.live.gone(now, others)) if c is not None]
             self._sync(("live", job, rank), conds)
 
-    def armed(self) -> dict[tuple, bool]:
+    def armed(self, job: Optional[str] = None) -> dict[tuple, bool]:
         """``{(job, rank): armed}``: whether the rank's drift detector has its settled level
-        (warm-up and settling over; before, nothing is judged)."""
-        return {key: r.drift.armed for key, r in list(self._ranks.items())}
+        (warm-up and settling over; before, nothing is judged); ``job``: that job's ranks only."""
+        return {key: r.drift.armed for key, r in list(self._ranks.items()) if job is None or key[0] == job}
 
     def pauses(self) -> dict[tuple, dict[str, int]]:
         """``{(job, rank): {kind: count}}``: pause episodes the drift detector left out

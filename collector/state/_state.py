@@ -396,8 +396,10 @@ class CollectorState:
         return out
 
     def read_ranks(self, read: Callable[[list[RankState]], Any], job: Optional[str] = None,
-                   pause: Callable[[], None] = no_pause, frozen: bool = False, chunk: int = _SNAPSHOT_CHUNK) -> None:
-        """``read(states)`` for every rank (``job``: that job's only) in (job, rank) order, a
+                   pause: Callable[[], None] = no_pause, frozen: bool = False, chunk: int = _SNAPSHOT_CHUNK,
+                   limit: Optional[int] = None) -> None:
+        """``read(states)`` for every rank (``job``: that job's only; ``limit``: the first this
+        many) in (job, rank) order, a
         chunk at a time with the lock held: each rank consistent in itself, ingest going on
         between chunks, a rank gone meanwhile left out. ``read`` keeps what ingest replaces
         (protobuf samples, the Hello) by reference and copies what it changes in place.
@@ -405,7 +407,7 @@ class CollectorState:
         call over the states without the lock, for a reader nothing writes beside (a forked
         render process). ``chunk``: ranks per hold of the lock."""
         with self._lock:
-            keys = sorted(k for k in self._ranks if job is None or k[0] == job)
+            keys = sorted(k for k in self._ranks if job is None or k[0] == job)[:limit]
         if frozen:
             read([self._ranks[k] for k in keys])
             return

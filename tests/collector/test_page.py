@@ -83,3 +83,36 @@ def test_jobs_summary_is_one_line_per_job_whatever_its_ranks(collector):
          "slowest_step_median_s": None}]}
     full = json.loads(collector.get("/api/jobs")[2])
     assert sum(len(j["ranks"]) for j in full["jobs"]) == 4 and len(full["jobs"]) == 2
+
+
+def test_steps_can_be_asked_for_the_lowest_ranks_only(collector):
+    """The page draws 32 lines: it asks for those ranks' trends, not a whole big job's (a 64-rank
+    job's answer was about 1 MB a refresh at 10,000 ranks, bench/results/collector_scale_polled.md)."""
+    for rank in (3, 0, 2, 1):
+        stream(collector, hello(job="big", rank=rank), batch(1, steps=[step(1, duration=0.1 + rank)]))
+    doc = json.loads(collector.get("/api/steps?job=big&ranks=2")[2])
+    assert [r["rank"] for r in doc["ranks"]] == [0, 1], doc
+    assert [r["rank"] for r in json.loads(collector.get("/api/steps?job=big")[2])["ranks"]] == [0, 1, 2, 3]
+    for bad in ("0", "-1", "x", "1e3", "²"):
+        status, _, body = collector.get("/api/steps?job=big&ranks=" + quote(bad))
+        assert status == 400 and b"ranks= must be a whole number" in body, (bad, status, body)
+
+
+def test_the_jobs_answer_encoded_in_chunks_is_the_bytes_of_one_encoding():
+    """/api/jobs is encoded 64 ranks per call (one call held the GIL for a whole fleet's 21 MB):
+    the bytes are exactly those of one json.dumps of the document, NaN mapped to null, odd job
+    names escaped, across chunk edges, for the whole list and for one job."""
+    from stepwatch.collector.api import _json_routes as routes
+
+    state = CollectorState(60.0)
+    pipe = Pipeline(state, [])
+    for job, ranks in (('a "quoted"\n job', 3), ("big", 150), ("small", 1)):
+        for rank in range(ranks):
+            h = hello(job=job, rank=rank).hello
+            key = pipe.connect(h, T0)
+            pipe.batch(key, h, agent_pb2.Batch(seq=1, steps=[step(1, duration=0.1 + rank / 1e3)]), T0)
+    for job in (None, "big", "nope"):
+        doc = routes.jobs_document(state, job)
+        one = json.dumps(routes._finite(doc), allow_nan=False).encode()
+        assert routes.jobs_json(state, job) == one, job
+    assert sum(len(j["ranks"]) for j in json.loads(routes.jobs_json(state))["jobs"]) == 154
