@@ -3,7 +3,10 @@ it cannot take more than a quarter of the core ingest needs; small answers are a
 
 from __future__ import annotations
 
+import gc
 import json
+
+import pytest
 
 from collector_testlib import batch, hello, step
 from stepwatch.collector.api._json_routes import SharedRender
@@ -64,3 +67,20 @@ def test_a_small_fleet_sees_its_new_rank_at_once(collector):
     doc = json.loads(collector.get("/api/jobs")[2])
     assert [j["job"] for j in doc["jobs"]] == ["fresh"]
     assert json.loads(collector.get("/api/jobs?summary=1")[2])["jobs"][0]["ranks"] == 1
+
+
+def test_no_automatic_collection_runs_while_an_answer_builds_and_it_is_back_after():
+    """A build's short-lived dicts set off full collections of the whole state otherwise; a
+    build that raises gives collection back too."""
+    seen = []
+    shared = SharedRender()
+    assert gc.isenabled()
+    assert shared.get("jobs", lambda: seen.append(gc.isenabled()) or b"{}") == b"{}"
+    assert seen == [False] and gc.isenabled()
+
+    def broken():
+        raise RuntimeError("render failed")
+
+    with pytest.raises(RuntimeError):
+        shared.get("jobs2", broken)
+    assert gc.isenabled()
