@@ -91,16 +91,22 @@ def test_gemms_that_fill_a_launch_bound_gpus_idle_time_are_not_a_straggler():
     assert _stragglers(alerts) == {}, [(a.alertname, a.rank, a.fired_summary) for a in alerts]
 
 
+def _rank_1_named_within_a_minute(prefix: str, **changed: float) -> None:
+    """Each ``PREFIX_NAME`` recording names rank 1 alone, within 60 s of its change (Unix s)."""
+    for name, at in changed.items():
+        alerts = _replay(f"{prefix}_{name}.jsonl.gz")
+        strag = _stragglers(alerts)
+        assert set(strag) == {1}, (name, [(a.alertname, a.rank, a.fired_summary) for a in alerts])
+        assert 0 < strag[1].fired_at - at <= 60, (name, strag[1].fired_at - at)
+
+
 # h100h: TinyLM at d_model 512, 4 layers, batch 16 x 256 (GPU-bound, 14-16 ms steps) under NCCL
 # on 4 and on 2 H100s, agents and collector at their defaults (tests/gpu/test_nccl_straggler_gpu.py,
 # 2026-11-27); the change on rank 1 at its step 1,000 (the times below)
 def test_four_gpus_name_gemms_a_slow_loader_and_a_busy_host_on_rank_1_and_a_healthy_job_nothing():
     assert _replay("h100h_4gpu_512_healthy.jsonl.gz") == []
-    for name, changed in (("gemm", 1795764955.81), ("loader", 1795765028.75), ("host", 1795765111.64)):
-        alerts = _replay(f"h100h_4gpu_512_{name}.jsonl.gz")
-        strag = _stragglers(alerts)
-        assert set(strag) == {1}, (name, [(a.alertname, a.rank, a.fired_summary) for a in alerts])
-        assert 0 < strag[1].fired_at - changed <= 60, (name, strag[1].fired_at - changed)
+    _rank_1_named_within_a_minute("h100h_4gpu_512", gemm=1795764955.81, loader=1795765028.75,
+                                  host=1795765111.64)
 
 
 def test_a_rank_that_looks_slow_for_three_seconds_of_a_healthy_job_is_not_named():
@@ -118,11 +124,8 @@ def test_a_rank_that_looks_slow_for_three_seconds_of_a_healthy_job_is_not_named(
 # 2026-11-27; the change on rank 1 at its step 1,000 (the times below, from the live alerts)
 def test_two_h200s_name_gemms_a_slow_loader_and_a_busy_host_on_rank_1_and_a_healthy_job_nothing():
     assert _replay("h200e_2gpu_512_healthy.jsonl.gz") == []
-    for name, changed in (("gemm", 1795776087.95), ("loader", 1795776157.32), ("host", 1795776231.12)):
-        alerts = _replay(f"h200e_2gpu_512_{name}.jsonl.gz")
-        strag = _stragglers(alerts)
-        assert set(strag) == {1}, (name, [(a.alertname, a.rank, a.fired_summary) for a in alerts])
-        assert 0 < strag[1].fired_at - changed <= 60, (name, strag[1].fired_at - changed)
+    _rank_1_named_within_a_minute("h200e_2gpu_512", gemm=1795776087.95, loader=1795776157.32,
+                                  host=1795776231.12)
 
 
 def test_gemms_on_the_slow_rank_are_named_in_backward_against_the_other_rank():
