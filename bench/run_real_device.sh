@@ -131,7 +131,8 @@ inject1)  # NAME PORT GPU SIZE SECS CAUSE AT [RATIO]: a 1-GPU job, CAUSE from AT
     collector $1 $2
     job1 $1 $2 $3 $4 $5 --inject $6 --inject-after-s $7 --inject-ratio ${8:-0.15}
     finish $1 $2 ;;
-ddp-arms)  # NAME PORT GPUS SIZE SECS ARMS...: 2-GPU DDP healthy arms one after the other
+ddp-arms)  # NAME PORT GPUS SIZE SECS ARMS...: healthy arms one after the other, a 2-GPU DDP
+           # job where GPUS is a pair ("2,3"), a 1-GPU job where it is one GPU ("0")
            # (none: no agent; default; off: windows off), each its own collector; BATCH=N
            # fixes the batch (calibration chose 6 for one arm and 8 for the others on an H200)
     name=$1 port=$2 gpus=$3 size=$4 secs=$5; shift 5; i=0
@@ -142,7 +143,10 @@ ddp-arms)  # NAME PORT GPUS SIZE SECS ARMS...: 2-GPU DDP healthy arms one after 
             extra=()
             case $arm in none) extra=(--agent none) ;; off) export STEPWATCH_WINDOWS=0 ;; esac
             [ -n "${BATCH:-}" ] && extra+=(--batch $BATCH)
-            job2 $n $port $gpus $size $secs "${extra[@]}"
+            case $gpus in
+                *,*) job2 $n $port $gpus $size $secs "${extra[@]}" ;;
+                *) job1 $n $port $gpus $size $secs "${extra[@]}" ;;
+            esac
         )
         finish $n $port
     done ;;
