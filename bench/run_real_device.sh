@@ -21,7 +21,8 @@
 #   bash bench/run_real_device.sh gputests NAME GPUS PATHS...    # pytest on those GPUs (a verb for rounds)
 set -u
 source bench/device_install.sh
-W=/tmp/real; case $1 in *-start|live|slots|rounds) rm -rf $W ;; esac  # ('after' keeps it); mkdir -p $W
+W=/tmp/real; case $1 in *-start|live|slots|rounds|latin) rm -rf $W ;; esac  # ('after' keeps it)
+mkdir -p $W
 nvidia-smi --query-gpu=index,name,driver_version --format=csv,noheader | tee $W/gpus.txt
 python3 -c "import torch, sys; print('torch', torch.__version__, 'python', sys.version.split()[0])" | tee -a $W/gpus.txt
 NCPU=$(nproc)
@@ -133,7 +134,8 @@ inject1)  # NAME PORT GPU SIZE SECS CAUSE AT [RATIO]: a 1-GPU job, CAUSE from AT
     finish $1 $2 ;;
 ddp-arms)  # NAME PORT GPUS SIZE SECS ARMS...: healthy arms one after the other, a 2-GPU DDP
            # job where GPUS is a pair ("2,3"), a 1-GPU job where it is one GPU ("0")
-           # (none: no agent; default; off: windows off), each its own collector; BATCH=N
+           # (none: no agent; default; off: windows off; nophase: phase times off; nogpm: no GPM
+           # counters; bare: the step hook, IPC and sidecar only), each its own collector; BATCH=N
            # fixes the batch (calibration chose 6 for one arm and 8 for the others on an H200)
     name=$1 port=$2 gpus=$3 size=$4 secs=$5; shift 5; i=0
     for arm in "$@"; do
@@ -141,7 +143,12 @@ ddp-arms)  # NAME PORT GPUS SIZE SECS ARMS...: healthy arms one after the other,
         collector $n $port
         (
             extra=()
-            case $arm in none) extra=(--agent none) ;; off) export STEPWATCH_WINDOWS=0 ;; esac
+            case $arm in
+                none) extra=(--agent none) ;; off) export STEPWATCH_WINDOWS=0 ;;
+                nophase) export STEPWATCH_PHASE_BUDGET=0 ;; nogpm) export STEPWATCH_NVML_GPM=0 ;;
+                bare) export STEPWATCH_WINDOWS=0 STEPWATCH_PHASE_BUDGET=0 STEPWATCH_NVML_GPM=0 \
+                          STEPWATCH_NVML_INTERVAL_S=3600 STEPWATCH_HOST_INTERVAL_S=3600 ;;
+            esac
             [ -n "${BATCH:-}" ] && extra+=(--batch $BATCH)
             case $gpus in
                 *,*) job2 $n $port $gpus $size $secs "${extra[@]}" ;;
@@ -150,6 +157,18 @@ ddp-arms)  # NAME PORT GPUS SIZE SECS ARMS...: healthy arms one after the other,
         )
         finish $n $port
     done ;;
+latin)  # NAME SECS A B C D: four rounds of SECS on GPUs 0-3, 1-GPU size m jobs, arm (g + r) % 4
+         # on GPU g in round r: every GPU runs every arm once and every round holds every arm
+         # (bench/agent_ab_real.py fits round + GPU + arm); detached like rounds, then wait-pack
+    name=$1 secs=$2; shift 2; arms=("$@"); all=()
+    for r in 0 1 2 3; do
+        round=""; letter=$(printf "\\$(printf %o $((97 + r)))")
+        for g in 0 1 2 3; do
+            round+="${round:+|}ddp-arms ${name}_${letter}${g} $g $g m $secs ${arms[$(((g + r) % 4))]}"
+        done
+        all+=("$round")
+    done
+    exec bash bench/run_real_device.sh rounds "${all[@]}" ;;
 after)  # FILE "V|V": once FILE exists, the verbs side by side, detached; then after.done
     setsid bash -c 'while [ ! -f "$1" ]; do sleep 2; done
         IFS="|"; for cmd in $2; do eval "bash bench/run_real_device.sh $cmd" & done; unset IFS; wait

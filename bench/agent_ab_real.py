@@ -1,0 +1,115 @@
+"""The agent's cost on real jobs: concurrent 1-GPU arms on one machine, GPUs crossed with arms.
+
+    python bench/agent_ab_real.py bench/results/real_h100g --md bench/results/agent_ab_h100g.md
+
+Reads the jobs' own step clocks (bench/real_job.py ``--steps-out``: host time after
+``loss.item()``, the same measurement with or without the agent) named
+``<anything>_<round letter><gpu digit>_<n>_<arm>.steps.json``, as
+``run_real_device.sh ddp-arms`` and ``latin`` write them. Per job: the median step after its
+first 30 s. Then log(median) = round + GPU + arm, fitted by least squares, so a GPU that is a
+little faster, or a round when the host was slower, does not read as the agent's cost: each
+arm's effect against ``none`` (no agent) in percent, with a standard error from the residuals
+when the design leaves any. Per round, the arms' medians side by side (same minutes, same host).
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import math
+import os
+import re
+import statistics
+
+import numpy as np
+
+_NAME = re.compile(r"_(?P<round>[a-z]+)(?P<gpu>\d)_\d+_(?P<arm>[a-z0-9]+)\.steps\.json$")
+SETTLE_S = 30.0
+
+
+def job_median(path: str) -> tuple[float, int]:
+    """Median step (s) after the first SETTLE_S seconds of the job's own clock, and the count."""
+    steps = json.load(open(path))["step_s"]
+    t, kept = 0.0, []
+    for s in steps:
+        t += s
+        if t >= SETTLE_S:
+            kept.append(s)
+    return statistics.median(kept), len(kept)
+
+
+def load(folder: str) -> list[dict]:
+    rows = []
+    for path in sorted(glob.glob(os.path.join(folder, "*.steps.json"))):
+        m = _NAME.search(os.path.basename(path))
+        if not m:
+            continue
+        med, n = job_median(path)
+        rows.append({"round": m["round"], "gpu": int(m["gpu"]), "arm": m["arm"], "median_ms": med * 1e3,
+                     "steps": n, "file": os.path.basename(path)})
+    return rows
+
+
+def fit(rows: list[dict]) -> dict:
+    """Arm effects against 'none' (percent) from log(median) = round + gpu + arm."""
+    rounds = sorted({r["round"] for r in rows})
+    gpus = sorted({r["gpu"] for r in rows})
+    arms = ["none"] + sorted({r["arm"] for r in rows} - {"none"})
+    cols = ["mean"] + [f"round {x}" for x in rounds[1:]] + [f"gpu {g}" for g in gpus[1:]] + arms[1:]
+    X = np.zeros((len(rows), len(cols)))
+    y = np.array([math.log(r["median_ms"]) for r in rows])
+    for i, r in enumerate(rows):
+        X[i, 0] = 1
+        if r["round"] != rounds[0]:
+            X[i, cols.index(f"round {r['round']}")] = 1
+        if r["gpu"] != gpus[0]:
+            X[i, cols.index(f"gpu {r['gpu']}")] = 1
+        if r["arm"] != "none":
+            X[i, cols.index(r["arm"])] = 1
+    beta, *_ = np.linalg.lstsq(X, y, rcond=None)
+    resid = y - X @ beta
+    dof = len(rows) - np.linalg.matrix_rank(X)
+    se = None
+    if dof > 0:
+        sigma2 = float(resid @ resid) / dof
+        cov = sigma2 * np.linalg.pinv(X.T @ X)
+        se = {c: 100 * math.sqrt(max(cov[k, k], 0.0)) for k, c in enumerate(cols)}
+    effects = {c: 100 * (math.exp(beta[k]) - 1) for k, c in enumerate(cols) if k > 0}
+    return {"effects_pct": effects, "se_pct": se, "dof": int(dof), "arms": arms}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("folder")
+    p.add_argument("--md", help="write the tables here too")
+    a = p.parse_args()
+    rows = load(a.folder)
+    if not rows:
+        raise SystemExit(f"no <name>_<round><gpu>_<n>_<arm>.steps.json files in {a.folder}")
+    out = fit(rows)
+    lines = ["| round | GPU | arm | steps after 30 s | median step (ms) |", "|---|---:|---|---:|---:|"]
+    for r in sorted(rows, key=lambda r: (r["round"], r["gpu"])):
+        lines.append(f"| {r['round']} | {r['gpu']} | {r['arm']} | {r['steps']} | {r['median_ms']:.2f} |")
+    lines += ["", "Per round (same minutes, same host), mean of the arms' medians:", "",
+              "| round | " + " | ".join(out["arms"]) + " |", "|---|" + "---:|" * len(out["arms"])]
+    for rd in sorted({r["round"] for r in rows}):
+        cells = []
+        for arm in out["arms"]:
+            v = [r["median_ms"] for r in rows if r["round"] == rd and r["arm"] == arm]
+            cells.append(f"{statistics.mean(v):.2f}" if v else "-")
+        lines.append(f"| {rd} | " + " | ".join(cells) + " |")
+    lines += ["", f"Fit log(median) = round + GPU + arm ({len(rows)} jobs, {out['dof']} degrees of freedom left):", "",
+              "| term | effect | standard error |", "|---|---:|---:|"]
+    for c, v in out["effects_pct"].items():
+        se = out["se_pct"][c] if out["se_pct"] else None
+        lines.append(f"| {c} | {v:+.2f}% | {'-' if se is None else f'{se:.2f}%'} |")
+    text = "\n".join(lines)
+    print(text)
+    if a.md:
+        with open(a.md, "w") as fh:
+            fh.write(text + "\n")
+
+
+if __name__ == "__main__":
+    main()
