@@ -185,6 +185,16 @@ def _teardown_abort(run: subprocess.CompletedProcess, ranks: int, marker: str) -
     return aborted
 
 
+def assert_finished(proc: subprocess.Popen, out: str, ranks: int = 1) -> None:
+    """A trainer started with :func:`start_trainer` (its output ``out``, from communicate())
+    exited 0, or, with several ranks, only by torch's teardown abort after every rank printed
+    its last line (TEARDOWN_ABORT): the steps were all taken, and the test checks what
+    stepwatch made of them."""
+    run = subprocess.CompletedProcess(proc.args, proc.returncode, out or "", "")
+    assert proc.returncode == 0 or (ranks > 1 and _teardown_abort(run, ranks, "trainer rank {rank}: ")), \
+        (out or "")[-3000:]
+
+
 def run_gloo_job(cmd: list, env: dict, *, ranks: int, restart=None, timeout: float = 240,
                  cwd=None) -> subprocess.CompletedProcess:
     """Run a multi-process gloo job that prints ``done <rank>`` per rank; it must exit 0, except

@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from _alertmanager import AM, AMTOOL, Alertmanager
-from _procs import Collector, start_trainer, trainer_env
+from _procs import Collector, assert_finished, start_trainer, trainer_env
 
 pytestmark = pytest.mark.skipif(not (AM and AMTOOL), reason="needs prometheus-alertmanager and amtool")
 
@@ -54,7 +54,7 @@ def stack(tmp_path_factory):
     try:
         for name, proc in jobs.items():
             out, _ = proc.communicate(timeout=120)
-            assert proc.returncode == 0, f"{name}: {out[-3000:]}"
+            assert_finished(proc, f"{name}: {out}", ranks=2 if name == "strag" else 1)
         yield am, col, tmp
     finally:
         for proc in jobs.values():
