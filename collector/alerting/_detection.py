@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import datetime
 import logging
-from typing import Callable, Iterable, Optional
+from typing import Callable, Iterable, Iterator, Optional
 
 from stepwatch.core.contract import phase_name
 from stepwatch.core.support import OnceLog
@@ -20,6 +20,7 @@ from stepwatch.proto.stepwatch.v1 import agent_pb2
 
 from ..wire._columns import SampleColumns, StepColumns
 from ..detect import SEVERITIES, DetectionConfig, DetectionEngine, WindowPoint
+from ..detect._engine import TICK_SLICE
 from ._alertmanager import AlertmanagerClient
 from ._book import Alert, AlertBook
 from ._diagnosis import Evidence, against_others, diagnose
@@ -181,10 +182,18 @@ class Detection:
     def tick(self, now: float, connections: Iterable[tuple]) -> None:
         """Time-based rules, `for` durations, periodic resend of firing alerts.
         ``connections``: ``(job, rank, connected, disconnected_at)`` of every rank held."""
+        for _ in self.tick_slices(now, connections):
+            pass
+
+    def tick_slices(self, now: float, connections: Iterable[tuple]) -> Iterator[None]:
+        """:meth:`tick` as a generator that yields between slices of ``TICK_SLICE`` ranks (the
+        event loop acks other agents in between); the alert book is updated once, at the end."""
         try:
-            for job, rank, connected, since in connections:
+            for i, (job, rank, connected, since) in enumerate(connections):
                 self.engine.connection(job, rank, connected, since)
-            self.engine.tick(now)
+                if i % TICK_SLICE == TICK_SLICE - 1:
+                    yield
+            yield from self.engine.tick_slices(now)
             self.engine.save(now)
             self._update(now, full=True)
             if self.client is not None and now - self._last_resend >= self.client.resend_s:

@@ -159,18 +159,43 @@ _ENCODE_RANKS = 64  # ranks per json.dumps call of a jobs answer
 
 
 def jobs_json(state: CollectorState, job: Optional[str] = None,
-              armed: Optional[Mapping[tuple, bool]] = None) -> bytes:
-    """:func:`jobs_document` as JSON, the same bytes as one ``json.dumps`` of it, encoded
-    ``_ENCODE_RANKS`` ranks at a time: the C encoder holds the GIL for the whole of one call,
-    and the whole fleet's 21 MB in one call held ingest and acks for it (10,000 ranks on one
-    core: late acks every time the list was built; collector_scale_polled.md)."""
-    parts = []
-    for i, entry in enumerate(jobs_document(state, job, armed)["jobs"]):
-        parts.append(f'{", " if i else ""}{{"job": {json.dumps(entry["job"])}, "ranks": [')
-        ranks = entry["ranks"]
-        for k in range(0, len(ranks), _ENCODE_RANKS):
-            chunk = json.dumps(_finite(ranks[k:k + _ENCODE_RANKS]), allow_nan=False)
-            parts.append((", " if k else "") + chunk[1:-1])
+              armed: Optional[Mapping[tuple, bool]] = None, chunk: Optional[int] = None) -> bytes:
+    """:func:`jobs_document` as JSON, the same bytes as one ``json.dumps`` of it, built and
+    encoded ``_ENCODE_RANKS`` ranks at a time from a snapshot taken a chunk at a time
+    (:meth:`CollectorState.snapshot_chunks`; ``chunk`` ranks, its default when None): the C
+    encoder holds the GIL for the whole of one call (the whole fleet's 21 MB in one call held
+    ingest and acks for it), and the whole document of 10,000 ranks alive at once was hundreds
+    of thousands of young objects for the event loop's young-generation collection to walk
+    (80-120 ms each time it was built; collector_scale_polled.md). Only the encoded text is
+    kept."""
+    armed = armed or {}
+    parts: list[str] = []
+    pending: list[dict] = []  # ranks of the current job not yet encoded
+    current: Optional[str] = None
+    ranks_out = 0  # ranks of the current job already encoded
+
+    def encode() -> None:
+        nonlocal ranks_out
+        if pending:
+            text = json.dumps(_finite(pending), allow_nan=False)
+            parts.append((", " if ranks_out else "") + text[1:-1])
+            ranks_out += len(pending)
+            pending.clear()
+
+    kwargs = {} if chunk is None else {"chunk": chunk}
+    for copies in state.snapshot_chunks(light=job is None, job=job, median=True, **kwargs):
+        for st in copies:
+            if st.job != current:
+                encode()
+                if current is not None:
+                    parts.append("]}")
+                parts.append(f'{", " if current is not None else ""}{{"job": {json.dumps(st.job)}, "ranks": [')
+                current, ranks_out = st.job, 0
+            pending.append(_rank(st, events=job is not None, armed=armed.get((st.job, st.rank))))
+            if len(pending) >= _ENCODE_RANKS:
+                encode()
+    encode()
+    if current is not None:
         parts.append("]}")
     return ('{"jobs": [' + "".join(parts) + "]}").encode()
 

@@ -5,7 +5,8 @@
            far times (each counted)
         -> CollectorState.apply_batch (duplicates and sequence jumps stop here, counted)
         -> listeners, in order: Detection (alerting), Recorder (optional)
-    housekeeping(now): expire gone ranks -> listeners forget them -> Detection.tick
+    housekeeping(now): expire gone ranks -> listeners forget them -> Detection.tick (live: in
+        slices, the event loop acking other agents between them: housekeeping_slices)
 
 The live collector and ``stepwatch replay`` build the same Pipeline; live, ``now`` is the
 collector's clock, in replay the recording's. One caller at a time (the event loop thread, or
@@ -21,7 +22,7 @@ its refusals into the same one.
 from __future__ import annotations
 
 import logging
-from typing import Optional, Sequence
+from typing import Generator, Optional, Sequence
 
 from stepwatch.proto.stepwatch.v1 import agent_pb2
 
@@ -95,6 +96,17 @@ class Pipeline:
     def housekeeping(self, now: float) -> list[RankKey]:
         """One tick: expire ranks gone longer than the grace period, let listeners forget
         them, then run the time-based rules. Returns the expired keys."""
+        slices = self.housekeeping_slices(now)
+        while True:
+            try:
+                next(slices)
+            except StopIteration as done:
+                return done.value
+
+    def housekeeping_slices(self, now: float) -> Generator[None, None, list[RankKey]]:
+        """:meth:`housekeeping` as a generator that yields between slices of the listeners'
+        ``tick_slices`` (a listener with only ``tick`` runs whole); its return value is the
+        expired keys. The live collector lets the event loop take other work at each yield."""
         gone = self.state.expire(now)
         for job, rank in gone:
             log.info("stepwatch collector: expired series of job=%s rank=%d", job, rank)
@@ -102,6 +114,9 @@ class Pipeline:
             for call in self._each("forget"):
                 call(gone)
         connections = self.state.connections()
-        for call in self._each("tick"):
-            call(now, connections)
+        for listener in self.listeners:
+            if hasattr(listener, "tick_slices"):
+                yield from listener.tick_slices(now, connections)
+            elif hasattr(listener, "tick"):
+                listener.tick(now, connections)
         return gone

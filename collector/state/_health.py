@@ -41,7 +41,8 @@ class CollectorHealth:
         for name, doc, hist in (
                 ("stepwatch_collector_loop_lag_seconds", "How late the collector's event loop ran a 0.1 s "
                  "timer (sampled 10 times a second): what every ack waits on top of its own work.", self.loop_lag),
-                ("stepwatch_collector_housekeeping_seconds", "Duration of each housekeeping tick (expiry and "
-                 "time-based detection over every rank; ingest and acks wait meanwhile).", self.housekeeping)):
+                ("stepwatch_collector_housekeeping_seconds", "Time each housekeeping tick (expiry and "
+                 "time-based detection over every rank) held the event loop: its slices of 1,000 ranks "
+                 "together, ingest and acks going on between them.", self.housekeeping)):
             out.append((name, doc, "histogram", [((), (), (hist.cumulative(), hist.sum))]))
         return out

@@ -15,7 +15,7 @@ import itertools
 import math
 import statistics
 import threading
-from typing import Any, Callable, Iterable, Optional
+from typing import Any, Callable, Iterable, Iterator, Optional
 
 from stepwatch.proto.stepwatch.v1 import agent_pb2
 
@@ -394,6 +394,21 @@ class CollectorState:
         else:
             self.read_ranks(lambda chunk: out.extend(_copy(st, light, median) for st in chunk), job, pause)
         return out
+
+    def snapshot_chunks(self, light: bool = False, job: Optional[str] = None, median: bool = False,
+                        chunk: int = _SNAPSHOT_CHUNK) -> Iterator[list[RankState]]:
+        """:meth:`snapshot` a chunk of ``chunk`` ranks at a time, in (job, rank) order, the lock
+        held only while a chunk is copied: a reader done with each chunk before it takes the
+        next holds one chunk's copies, not the fleet's (the whole list of 10,000 ranks made
+        hundreds of thousands of young objects at once, which the collector's 1 s young-generation
+        collection on the event loop then walked: 80-120 ms a time)."""
+        with self._lock:
+            keys = sorted(k for k in self._ranks if job is None or k[0] == job)
+        for i in range(0, len(keys), chunk):
+            with self._lock:
+                got = self._ranks.get
+                out = [_copy(st, light, median) for key in keys[i:i + chunk] if (st := got(key)) is not None]
+            yield out
 
     def read_ranks(self, read: Callable[[list[RankState]], Any], job: Optional[str] = None,
                    pause: Callable[[], None] = no_pause, frozen: bool = False, chunk: int = _SNAPSHOT_CHUNK,

@@ -327,3 +327,32 @@ def test_phase_times_of_a_short_step_job_are_pooled_over_more_blocks():
     for seed in range(3):
         e = DetectionEngine(parse_detection({"warmup_steps": 0}))
         assert run_phased_job(e, 1600, ranks=2 + seed, step_s=0.008, jitter=0.05, seed=seed, every=40) is None
+
+
+def test_a_tick_in_slices_judges_what_the_whole_tick_judges_and_skips_a_rank_forgotten_between():
+    """tick_slices yields every `per` ranks (the live collector acks other agents there): every
+    stalled rank is raised as by one whole tick, a rank forgotten between two slices is not."""
+    def stalled_engine():
+        e = DetectionEngine()
+        for r in range(25):
+            for s in range(1, 21):
+                e.step("j", r, s, T0 + s * 0.5, 0.5)
+        return e
+
+    whole, sliced = stalled_engine(), stalled_engine()
+    whole.tick(T0 + 10 + 301)
+    slices = sliced.tick_slices(T0 + 10 + 301, per=10)
+    yields = sum(1 for _ in slices)
+    assert yields == 4, yields  # 25 ranks: 2 in the first pass (counts per job), 2 in the second
+    key = lambda c: (c.alertname, c.job, c.rank, c.severity, c.step, c.since)  # noqa: E731
+    assert sorted(map(key, sliced.conditions())) == sorted(map(key, whole.conditions()))
+    assert len(whole.conditions()) == 25 and {c.alertname for c in whole.conditions()} == {"StepwatchJobStalled"}
+
+    e = stalled_engine()
+    slices = e.tick_slices(T0 + 10 + 301, per=10)
+    for _ in range(3):  # the counting pass and the second pass's first slice (ranks 0-9)
+        next(slices)
+    e.forget("j", 24)
+    for _ in slices:
+        pass
+    assert sorted(c.rank for c in e.conditions()) == list(range(24))
