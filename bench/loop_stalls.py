@@ -10,6 +10,11 @@ the loop thread was runnable but not running: another thread of the collector he
 (the HTTP worker's rendering, a garbage collection there) or the core was busy with gRPC's own
 threads. Written at exit (SIGTERM included): the stalls, and per kind their count, total and
 largest wall and CPU milliseconds. Costs two clock reads per callback.
+
+Lags that no one callback explains (the loop waiting between callbacks) are caught by a watch
+thread: a marker posted to the loop every 20 ms; while one has waited over 80 ms, every
+thread's innermost frames are sampled every 20 ms (``while_lagging``: thread, stack, samples)
+and each such lag's length is kept (``lags_ms``).
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ import json
 import re
 import signal
 import sys
+import threading
 import time
 
 
@@ -36,13 +42,61 @@ def _what(handle) -> str:
     return re.sub(r" at 0x[0-9a-f]+", "", str(text))[:160]
 
 
-def install(out: str, over_s: float) -> None:
+def _stack(frame, depth: int = 5) -> str:
+    """The innermost ``depth`` frames of a thread, innermost first: 'file:function:line'."""
+    out = []
+    while frame is not None and len(out) < depth:
+        code = frame.f_code
+        out.append(f"{code.co_filename.rsplit('/', 1)[-1]}:{code.co_name}:{frame.f_lineno}")
+        frame = frame.f_back
+    return " < ".join(out)
+
+
+def _watch(state: dict, over_s: float, every_s: float = 0.02) -> None:
+    """Every ``every_s`` a marker is posted to the loop (call_soon_threadsafe); while one has
+    waited more than ``over_s``, every thread's innermost frames are sampled: what each thread
+    was doing while the loop lagged (the loop thread itself shown in select() means it was
+    waiting for the core or the GIL, the others show who had them)."""
+    me = threading.get_ident()
+    pending = [None]
+
+    def ran(t):
+        lag = time.perf_counter() - t
+        if lag > over_s:
+            state["lags"].append(round(lag * 1e3, 1))
+        if pending[0] == t:
+            pending[0] = None
+
+    while True:
+        time.sleep(every_s)
+        loop = state.get("loop")
+        if loop is None or loop.is_closed():
+            continue
+        now = time.perf_counter()
+        if pending[0] is None:
+            pending[0] = now
+            try:
+                loop.call_soon_threadsafe(ran, now)
+            except RuntimeError:
+                return
+        elif now - pending[0] > over_s:
+            names = {t.ident: t.name for t in threading.enumerate()}
+            for ident, frame in sys._current_frames().items():
+                if ident != me:
+                    state["samples"][(names.get(ident, str(ident)), _stack(frame))] += 1
+
+
+def install(out: str, over_s: float, lag_s: float = 0.08) -> None:
     stalls: list = []
     original = asyncio.events.Handle._run
     wall, cpu = time.perf_counter, time.thread_time
     t0 = time.time()
+    watched = {"loop": None, "lags": [], "samples": collections.Counter()}
+    threading.Thread(target=_watch, args=(watched, lag_s), name="loop-stall-watch", daemon=True).start()
 
     def _run(self):
+        if watched["loop"] is None:
+            watched["loop"] = self._loop
         w, c = wall(), cpu()
         try:
             return original(self)
@@ -65,7 +119,10 @@ def install(out: str, over_s: float) -> None:
                            "cpu_ms_total": round(k[3], 1)} for what, k in kinds.items()),
                          key=lambda r: -r["wall_ms_total"])
         with open(out, "w") as fh:
+            top = [{"thread": name, "stack": stack, "samples": n}
+                   for (name, stack), n in watched["samples"].most_common(40)]
             json.dump({"over_ms": over_s * 1e3, "summary": summary,
+                       "lag_over_ms": lag_s * 1e3, "lags_ms": watched["lags"], "while_lagging": top,
                        "stalls": [{"t_s": t, "wall_ms": w, "cpu_ms": c, "what": what} for t, w, c, what in stalls]},
                       fh, indent=1)
 
