@@ -9,9 +9,10 @@ import json
 import math
 import threading
 import time
-from typing import Any, Mapping, Optional
+from typing import Any, Callable, Mapping, Optional
 
 from ..state._state import CollectorState, RankState
+from ..state._yield import no_pause
 
 __all__ = ["SharedRender", "jobs_document", "jobs_json", "jobs_summary", "jobs_summary_json", "steps_document", "steps_json"]
 
@@ -72,14 +73,14 @@ def jobs_document(state: CollectorState, job: Optional[str] = None,
     return {"jobs": [{"job": name, "ranks": ranks} for name, ranks in jobs.items()]}
 
 
-def jobs_summary(state: CollectorState) -> dict[str, Any]:
+def jobs_summary(state: CollectorState, pause: Callable[[], None] = no_pause) -> dict[str, Any]:
     """``{"jobs": [{"job", "ranks", "connected", "step_median_s", "slowest_rank",
     "slowest_step_median_s"}]}``, jobs sorted: one line per job, however many ranks it has
     (the page's fleet overview; ``/api/jobs?job=NAME`` gives one job's ranks). ``step_median_s``
     is the median of the ranks' step medians, the slowest rank the one with the largest; both
     None before a rank has steps."""
     jobs: dict[str, list] = {}
-    for st in state.snapshot(light=True, median=True):
+    for st in state.snapshot(light=True, median=True, pause=pause):
         row = jobs.setdefault(st.job, [0, 0, []])
         row[0] += 1
         row[1] += bool(st.connected)
@@ -159,7 +160,8 @@ _ENCODE_RANKS = 64  # ranks per json.dumps call of a jobs answer
 
 
 def jobs_json(state: CollectorState, job: Optional[str] = None,
-              armed: Optional[Mapping[tuple, bool]] = None, chunk: Optional[int] = None) -> bytes:
+              armed: Optional[Mapping[tuple, bool]] = None, chunk: Optional[int] = None,
+              pause: Callable[[], None] = no_pause) -> bytes:
     """:func:`jobs_document` as JSON, the same bytes as one ``json.dumps`` of it, built and
     encoded ``_ENCODE_RANKS`` ranks at a time from a snapshot taken a chunk at a time
     (:meth:`CollectorState.snapshot_chunks`; ``chunk`` ranks, its default when None): the C
@@ -167,7 +169,8 @@ def jobs_json(state: CollectorState, job: Optional[str] = None,
     ingest and acks for it), and the whole document of 10,000 ranks alive at once was hundreds
     of thousands of young objects for the event loop's young-generation collection to walk
     (80-120 ms each time it was built; collector_scale_polled.md). Only the encoded text is
-    kept."""
+    kept. ``pause()`` is called after each chunk (a :class:`~..state._yield.ScrapeYield`'s: the
+    build gives way to a busy ingest as a scrape does)."""
     armed = armed or {}
     parts: list[str] = []
     pending: list[dict] = []  # ranks of the current job not yet encoded
@@ -184,6 +187,7 @@ def jobs_json(state: CollectorState, job: Optional[str] = None,
 
     kwargs = {} if chunk is None else {"chunk": chunk}
     for copies in state.snapshot_chunks(light=job is None, job=job, median=True, **kwargs):
+        pause()
         for st in copies:
             if st.job != current:
                 encode()
@@ -200,8 +204,8 @@ def jobs_json(state: CollectorState, job: Optional[str] = None,
     return ('{"jobs": [' + "".join(parts) + "]}").encode()
 
 
-def jobs_summary_json(state: CollectorState) -> bytes:
-    return json.dumps(_finite(jobs_summary(state)), allow_nan=False).encode()
+def jobs_summary_json(state: CollectorState, pause: Callable[[], None] = no_pause) -> bytes:
+    return json.dumps(_finite(jobs_summary(state, pause)), allow_nan=False).encode()
 
 
 def steps_document(state: CollectorState, job: str, ranks: Optional[int] = None) -> dict[str, Any]:

@@ -36,8 +36,8 @@ class CollectorHealth:
                ("stepwatch_collector_ingest_cpu_ratio", "CPU the collector spent outside scrapes in the last "
                 "second, as a share of one core (scrapes give way to ingest above 0.3).", "gauge",
                 [((), (), self.load.share)]),
-               ("stepwatch_collector_scrape_yield_seconds", "Seconds scrapes slept to give way to a busy "
-                "ingest (a scrape takes that much longer).", "counter", [((), (), self.scrape_yield_s)])]
+               ("stepwatch_collector_scrape_yield_seconds", "Seconds scrapes and whole-fleet /api/jobs "
+                "builds slept to give way to a busy ingest (they take that much longer).", "counter", [((), (), self.scrape_yield_s)])]
         for name, doc, hist in (
                 ("stepwatch_collector_loop_lag_seconds", "How late the collector's event loop ran a 0.1 s "
                  "timer (sampled 10 times a second): what every ack waits on top of its own work.", self.loop_lag),

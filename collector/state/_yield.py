@@ -1,4 +1,4 @@
-"""A scrape gives way to ingest when ingest is busy.
+"""A scrape (and a whole-fleet ``/api/jobs`` build) gives way to ingest when ingest is busy.
 
 /metrics renders on the HTTP worker thread. Python runs one thread at a time (the GIL), and two
 runnable threads get about half each: at 10,000 ranks a 2-2.6 s render left the event loop half
@@ -98,11 +98,14 @@ class ScrapeYield:
     ``timeout_s``: the scraper's timeout (:func:`scrape_timeout`), None for the default."""
 
     def __init__(self, meter: LoadMeter, timeout_s: Optional[float] = None, sleep=time.sleep,
-                 thread_cpu=time.thread_time, clock=time.monotonic):
+                 thread_cpu=time.thread_time, clock=time.monotonic, expect_s: Optional[float] = None):
         self._meter, self._sleep, self._thread_cpu, self._clock = meter, sleep, thread_cpu, clock
         span = DEADLINE_SHARE * (timeout_s or DEFAULT_TIMEOUT_S)
         self._deadline = clock() + span
-        self._expect = SPARE * meter.last_scrape_s
+        # ``expect_s``: the CPU a render of another kind took last time (a whole-fleet
+        # /api/jobs build); it then leaves the scrapes' own expectation alone
+        self._own = expect_s is not None
+        self._expect = SPARE * (expect_s if self._own else meter.last_scrape_s)
         # with no scrape before to go by, sleeps stop at half the span (the rest is for the render)
         self._sleep_cap = span if self._expect else span / 2
         self._last = thread_cpu()
@@ -129,10 +132,13 @@ class ScrapeYield:
         self._sleep(nap)
         self._last = self._thread_cpu()
 
-    def done(self) -> None:
-        """Count the render CPU since the last pause; the scrape's CPU is what the next expects."""
+    def done(self) -> float:
+        """Count the render CPU since the last pause and return the render's CPU; a scrape's is
+        what the next scrape expects (with ``expect_s`` the caller keeps its own)."""
         cpu = self._thread_cpu()
         self._used += cpu - self._last
         self._meter.add_render(cpu - self._last)
         self._last = cpu
-        self._meter.last_scrape_s = self._used
+        if not self._own:
+            self._meter.last_scrape_s = self._used
+        return self._used

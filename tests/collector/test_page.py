@@ -116,5 +116,8 @@ def test_the_jobs_answer_encoded_in_chunks_is_the_bytes_of_one_encoding():
         one = json.dumps(routes._finite(doc), allow_nan=False).encode()
         assert routes.jobs_json(state, job) == one, job
         for chunk in (1, 7, 64, 100):  # snapshot chunks that end inside a job, at its edge, past it
-            assert routes.jobs_json(state, job, chunk=chunk) == one, (job, chunk)
+            pauses = []
+            assert routes.jobs_json(state, job, chunk=chunk, pause=lambda: pauses.append(1)) == one, (job, chunk)
+            held = sum(len(j["ranks"]) for j in doc["jobs"])
+            assert len(pauses) == -(-held // chunk), (job, chunk, len(pauses))  # a pause per chunk
     assert sum(len(j["ranks"]) for j in json.loads(routes.jobs_json(state))["jobs"]) == 154

@@ -89,6 +89,30 @@ def test_with_no_scrape_before_a_scrape_sleeps_at_most_half_its_span():
     assert meter.last_scrape_s == pytest.approx(1.0)  # what the next scrape expects
 
 
+def test_a_build_of_another_kind_expects_its_own_cpu_and_leaves_the_scrapes_alone():
+    """A whole-fleet /api/jobs build paces itself as a scrape does, from the CPU its own kind
+    took last time (``expect_s``); the scrapes' expectation stays theirs."""
+    meter = LoadMeter()
+    meter.share, meter.last_scrape_s = 0.9, 0.3
+    cpu, naps, clock = [0.0], [], [1000.0]
+
+    def sleep(s):
+        naps.append(s)
+        clock[0] += s
+
+    pacer = ScrapeYield(meter, None, sleep=sleep, thread_cpu=lambda: cpu[0], clock=lambda: clock[0], expect_s=1.0)
+    for _ in range(100):
+        cpu[0] += 0.01
+        clock[0] += 0.01
+        pacer.pause()
+    assert pacer.done() == pytest.approx(1.0)
+    assert meter.last_scrape_s == 0.3  # the scrapes' own, untouched
+    span = _yield.DEADLINE_SHARE * _yield.DEFAULT_TIMEOUT_S
+    # it expected 1.25 s of CPU (not half the span's cap of a first render): it slept until only
+    # its rest fitted at half the core, and gave way at every pause before that
+    assert naps and sum(naps) < span and clock[0] - 1000.0 <= span + 1e-6
+
+
 @pytest.mark.parametrize("timeout_s", [None, 10.0, 4.0, 30.0])
 def test_a_scrape_keeps_ingests_share_until_only_its_rest_fits_before_the_deadline(timeout_s):
     """Ingest at 0.9 of the core, 1 s of render CPU (as the last scrape): the render keeps
