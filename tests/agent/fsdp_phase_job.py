@@ -48,6 +48,7 @@ def main() -> None:
     dl.uninstall()
     with open(out_path, "w") as fh:
         json.dump([r for r in out if r["t"] in ("phase_times", "step")], fh, default=str)
+    print(f"done {rank}", flush=True)  # its work is done (torch's gloo teardown may still abort)
 
 
 if __name__ == "__main__":
