@@ -28,14 +28,19 @@ _NAME = re.compile(r"_(?P<round>[a-z]+)(?P<gpu>\d)_\d+_(?P<arm>[a-z0-9]+)\.steps
 SETTLE_S = 30.0
 
 
+def settled_steps(step_s: list, settle_s: float = SETTLE_S) -> list:
+    """The steps that end after the first ``settle_s`` seconds of the job's own clock."""
+    t, kept = 0.0, []
+    for s in step_s:
+        t += s
+        if t > settle_s:
+            kept.append(s)
+    return kept
+
+
 def job_median(path: str) -> tuple[float, int]:
     """Median step (s) after the first SETTLE_S seconds of the job's own clock, and the count."""
-    steps = json.load(open(path))["step_s"]
-    t, kept = 0.0, []
-    for s in steps:
-        t += s
-        if t >= SETTLE_S:
-            kept.append(s)
+    kept = settled_steps(json.load(open(path))["step_s"])
     return statistics.median(kept), len(kept)
 
 

@@ -160,9 +160,9 @@ ddp-arms)  # NAME PORT GPUS SIZE SECS ARMS...: healthy arms one after the other,
 latin)  # NAME SECS A B C D: four rounds of SECS on GPUs 0-3, 1-GPU size m jobs, arm (g + r) % 4
          # on GPU g in round r: every GPU runs every arm once and every round holds every arm
          # (bench/agent_ab_real.py fits round + GPU + arm); detached like rounds, then wait-pack
-    name=$1 secs=$2; shift 2; arms=("$@"); all=()
+    name=$1 secs=$2; shift 2; arms=("$@"); all=(); letters=abcd
     for r in 0 1 2 3; do
-        round=""; letter=$(printf "\\$(printf %o $((97 + r)))")
+        round=""; letter=${letters:r:1}
         for g in 0 1 2 3; do
             round+="${round:+|}ddp-arms ${name}_${letter}${g} $g $g m $secs ${arms[$(((g + r) % 4))]}"
         done

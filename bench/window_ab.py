@@ -20,6 +20,8 @@ import json
 import os
 import statistics
 
+from agent_ab_real import settled_steps  # (run from bench/: its folder is on the path)
+
 
 def windows(recording: str) -> list[tuple[int, int]]:
     """(first, last) step of each run of rank 0's profiled steps."""
@@ -70,11 +72,7 @@ def main() -> None:
             "same spans without the agent |", "|---|---|---|---:|---:|---|---|"]
     for name, job in sorted(jobs.items()):
         s = job["step_s"]
-        t, kept = 0.0, []
-        for d in s:
-            t += d
-            if t > 30:
-                kept.append(d)
+        kept = settled_steps(s, 30.0)
         rec = recs.get(name) or recs.get(name.replace("live_l", "h100_1gpu_l"))
         ratios, refs = [], []
         for first, last in (windows(rec) if rec else []):
