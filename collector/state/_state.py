@@ -402,13 +402,17 @@ class CollectorState:
         next holds one chunk's copies, not the fleet's (the whole list of 10,000 ranks made
         hundreds of thousands of young objects at once, which the collector's 1 s young-generation
         collection on the event loop then walked: 80-120 ms a time)."""
-        with self._lock:
-            keys = sorted(k for k in self._ranks if job is None or k[0] == job)
+        keys = self._keys(job)
         for i in range(0, len(keys), chunk):
             with self._lock:
                 got = self._ranks.get
                 out = [_copy(st, light, median) for key in keys[i:i + chunk] if (st := got(key)) is not None]
             yield out
+
+    def _keys(self, job: Optional[str] = None, limit: Optional[int] = None) -> list[RankKey]:
+        """The ranks held now (``job``'s only), sorted, the first ``limit`` of them."""
+        with self._lock:
+            return sorted(k for k in self._ranks if job is None or k[0] == job)[:limit]
 
     def read_ranks(self, read: Callable[[list[RankState]], Any], job: Optional[str] = None,
                    pause: Callable[[], None] = no_pause, frozen: bool = False, chunk: int = _SNAPSHOT_CHUNK,
@@ -421,8 +425,7 @@ class CollectorState:
         ``pause``: called between chunks, without the lock (a scrape's yield). ``frozen``: one
         call over the states without the lock, for a reader nothing writes beside (a forked
         render process). ``chunk``: ranks per hold of the lock."""
-        with self._lock:
-            keys = sorted(k for k in self._ranks if job is None or k[0] == job)[:limit]
+        keys = self._keys(job, limit)
         if frozen:
             read([self._ranks[k] for k in keys])
             return
