@@ -10,6 +10,13 @@ first 30 s. Then log(median) = round + GPU + arm, fitted by least squares, so a 
 little faster, or a round when the host was slower, does not read as the agent's cost: each
 arm's effect against ``none`` (no agent) in percent, with a standard error from the residuals
 when the design leaves any. Per round, the arms' medians side by side (same minutes, same host).
+
+``--blocks 200:2000,2100:4050`` fits the same model on each range of steps (0-based, end
+excluded) instead of the whole job: when in the job an arm's cost appears (before the first
+analysed window, after it). ``--around 2050,4098`` prints, per arm, each job's median of the
+~1,000 steps after that step over the ~500 before it: the before/after check the agent makes
+around its own windows, computed the same way for the arms that had no window there, so a
+ratio that the host's own wander gives every arm is not read as a window's after-effect.
 """
 
 from __future__ import annotations
@@ -44,13 +51,21 @@ def job_median(path: str) -> tuple[float, int]:
     return statistics.median(kept), len(kept)
 
 
-def load(folder: str) -> list[dict]:
+def load(folder: str, steps: tuple | None = None) -> list[dict]:
+    """One row per job; ``steps`` (start, end): the median of those steps instead (every job
+    must hold them)."""
     rows = []
     for path in sorted(glob.glob(os.path.join(folder, "*.steps.json"))):
         m = _NAME.search(os.path.basename(path))
         if not m:
             continue
-        med, n = job_median(path)
+        if steps is None:
+            med, n = job_median(path)
+        else:
+            step_s = json.load(open(path))["step_s"]
+            if len(step_s) < steps[1]:
+                raise SystemExit(f"{os.path.basename(path)} has {len(step_s)} steps, fewer than {steps[1]}")
+            med, n = statistics.median(step_s[steps[0]:steps[1]]), steps[1] - steps[0]
         rows.append({"round": m["round"], "gpu": int(m["gpu"]), "arm": m["arm"], "median_ms": med * 1e3,
                      "steps": n, "file": os.path.basename(path)})
     return rows
@@ -84,10 +99,41 @@ def fit(rows: list[dict]) -> dict:
     return {"effects_pct": effects, "se_pct": se, "dof": int(dof), "arms": arms}
 
 
+def around(folder: str, at: int, before: int = 500, after: int = 1000, gap: int = 20,
+           skip: int = 30) -> dict:
+    """Per arm, each job's median of steps [at+skip, at+after) over [at-before, at-gap)."""
+    out: dict = {}
+    for row in load(folder):
+        s = json.load(open(os.path.join(folder, row["file"])))["step_s"]
+        if len(s) < at + after or at < before:
+            continue
+        ratio = statistics.median(s[at + skip:at + after]) / statistics.median(s[at - before:at - gap])
+        out.setdefault(row["arm"], []).append(ratio)
+    return out
+
+
+def _ranges(text: str) -> list:
+    try:
+        return [tuple(int(x) for x in part.split(":")) for part in text.split(",")]
+    except ValueError:
+        raise SystemExit(f"--blocks wants START:END[,START:END...] step ranges, got {text!r}")
+
+
+def fit_table(rows: list[dict], out: dict, what: str) -> list:
+    lines = [f"Fit log(median) = round + GPU + arm ({what}, {len(rows)} jobs, {out['dof']} degrees of freedom left):", "",
+             "| term | effect | standard error |", "|---|---:|---:|"]
+    for c, v in out["effects_pct"].items():
+        se = out["se_pct"][c] if out["se_pct"] else None
+        lines.append(f"| {c} | {v:+.2f}% | {'-' if se is None else f'{se:.2f}%'} |")
+    return lines
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("folder")
     p.add_argument("--md", help="write the tables here too")
+    p.add_argument("--blocks", help="also fit each START:END range of steps, comma-separated")
+    p.add_argument("--around", help="also the after/before ratio at these steps, comma-separated")
     a = p.parse_args()
     rows = load(a.folder)
     if not rows:
@@ -104,11 +150,17 @@ def main() -> None:
             v = [r["median_ms"] for r in rows if r["round"] == rd and r["arm"] == arm]
             cells.append(f"{statistics.mean(v):.2f}" if v else "-")
         lines.append(f"| {rd} | " + " | ".join(cells) + " |")
-    lines += ["", f"Fit log(median) = round + GPU + arm ({len(rows)} jobs, {out['dof']} degrees of freedom left):", "",
-              "| term | effect | standard error |", "|---|---:|---:|"]
-    for c, v in out["effects_pct"].items():
-        se = out["se_pct"][c] if out["se_pct"] else None
-        lines.append(f"| {c} | {v:+.2f}% | {'-' if se is None else f'{se:.2f}%'} |")
+    lines += [""] + fit_table(rows, out, "steps after 30 s")
+    for lo, hi in _ranges(a.blocks) if a.blocks else []:
+        block = load(a.folder, (lo, hi))
+        lines += [""] + fit_table(block, fit(block), f"steps {lo} to {hi}")
+    if a.around:
+        lines += ["", "Median of the ~1,000 steps after a step over the ~500 before it, per job:", "",
+                  "| step | arm | ratios | mean |", "|---:|---|---|---:|"]
+        for at in (int(x) for x in a.around.split(",")):
+            for arm, ratios in sorted(around(a.folder, at).items()):
+                lines.append(f"| {at} | {arm} | {', '.join(f'{r:.4f}' for r in ratios)} | "
+                             f"{100 * (statistics.mean(ratios) - 1):+.2f}% |")
     text = "\n".join(lines)
     print(text)
     if a.md:

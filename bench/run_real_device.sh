@@ -66,6 +66,14 @@ job2() {  # NAME PORT GPUS SIZE SECONDS [job args...]: 2-GPU NCCL DDP under torc
         --steps-out $W/$name.steps.r{rank}.json "$@" > $W/$name.log 2>&1
 }
 
+armed() {  # AT: a cause injected before the collector's drift detector is armed (warmup_s 60 +
+           # settle_s 120 of job time) is learnt as the job's level and never raised: refused
+    if [ "${1%.*}" -lt 190 ]; then
+        echo "inject at $1 s: the drift detector arms at 180 s of job time; inject at 190 s or later" >&2
+        exit 2
+    fi
+}
+
 what=$1; shift
 case $what in
 corpus-start)
@@ -125,10 +133,12 @@ ddp-start)  # one 2-GPU NCCL DDP job of SIZE for SECONDS
     (job2 $n 2 0,1 $1 $2; finish $n 2; touch $W/$n.done) > $W/$n.run.log 2>&1 &
     sleep 5; echo started $n ;;
 inject2)  # NAME PORT GPUS SIZE SECS CAUSE RANK AT [RATIO]: a DDP job, CAUSE on RANK from AT s
+    armed $8
     collector $1 $2
     job2 $1 $2 $3 $4 $5 --inject $6 --inject-rank $7 --inject-after-s $8 --inject-ratio ${9:-0.15}
     finish $1 $2 ;;
 inject1)  # NAME PORT GPU SIZE SECS CAUSE AT [RATIO]: a 1-GPU job, CAUSE from AT s
+    armed $7
     collector $1 $2
     job1 $1 $2 $3 $4 $5 --inject $6 --inject-after-s $7 --inject-ratio ${8:-0.15}
     finish $1 $2 ;;
@@ -197,7 +207,7 @@ phase-ab4)  # SECS: phase-ab on four GPUs at once, sizes s, m, s, m
     done
     wait ;;
 inject1x4)  # SECS AT CAUSE CAUSE CAUSE CAUSE: four 1-GPU jobs at once, one cause each (size m)
-    secs=$1 at=$2; shift 2; g=0
+    secs=$1 at=$2; shift 2; g=0; armed $at
     for c in "$@"; do
         bash bench/run_real_device.sh inject1 d1_$c $((4 + g)) $g m $secs $c $at &
         g=$((g + 1))
