@@ -148,8 +148,8 @@ def run_trainer(env: dict, *args: str, nproc: int = 1, timeout: float = 240,
     if nproc > 1:
         env = dict(env, PYTHONFAULTHANDLER="1")
     run = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
-    if check and not (nproc > 1 and _teardown_abort(run, nproc, "trainer rank {rank}: ")):
-        assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    if check:
+        assert_done(run, nproc, "trainer rank {rank}: ", tolerate=nproc > 1)
     return run
 
 
@@ -185,14 +185,21 @@ def _teardown_abort(run: subprocess.CompletedProcess, ranks: int, marker: str) -
     return aborted
 
 
+def assert_done(run: subprocess.CompletedProcess, ranks: int, marker: str = "done {rank}", *,
+                tolerate: bool = True) -> bool:
+    """``run`` exited 0, or (``tolerate``) only by torch's teardown abort after every rank
+    printed ``marker`` (TEARDOWN_ABORT): then the steps were all taken and the test goes on with
+    what stepwatch made of them. Returns whether it ended by that abort."""
+    aborted = tolerate and _teardown_abort(run, ranks, marker)
+    assert run.returncode == 0 or aborted, run.stdout[-3000:] + run.stderr[-3000:]
+    return aborted
+
+
 def assert_finished(proc: subprocess.Popen, out: str, ranks: int = 1) -> None:
-    """A trainer started with :func:`start_trainer` (its output ``out``, from communicate())
-    exited 0, or, with several ranks, only by torch's teardown abort after every rank printed
-    its last line (TEARDOWN_ABORT): the steps were all taken, and the test checks what
-    stepwatch made of them."""
+    """:func:`assert_done` for a trainer started with :func:`start_trainer` (its output ``out``,
+    from communicate()): the abort is tolerated only with several ranks."""
     run = subprocess.CompletedProcess(proc.args, proc.returncode, out or "", "")
-    assert proc.returncode == 0 or (ranks > 1 and _teardown_abort(run, ranks, "trainer rank {rank}: ")), \
-        (out or "")[-3000:]
+    assert_done(run, ranks, "trainer rank {rank}: ", tolerate=ranks > 1)
 
 
 def run_gloo_job(cmd: list, env: dict, *, ranks: int, restart=None, timeout: float = 240,
@@ -210,10 +217,7 @@ def run_gloo_job(cmd: list, env: dict, *, ranks: int, restart=None, timeout: flo
 
     def run_once():
         run = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout, cwd=cwd)
-        aborted = _teardown_abort(run, ranks, "done {rank}")
-        if not aborted:
-            assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-3000:]
-        return run, aborted
+        return run, assert_done(run, ranks)
 
     run, aborted = run_once()
     if aborted:

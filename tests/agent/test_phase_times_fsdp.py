@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from _procs import _teardown_abort
+from _procs import assert_done
 
 pytest.importorskip("torch.distributed.fsdp")
 JOB = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fsdp_phase_job.py")
@@ -32,8 +32,7 @@ def test_fsdp2_ranks_see_every_phase_point_and_the_phases_sum_to_the_step(tmp_pa
              for r in range(2)]
     outs = [p.communicate(timeout=240)[0] for p in procs]
     for r, (p, out) in enumerate(zip(procs, outs)):  # (torch's gloo teardown abort after "done" is not ours)
-        run = subprocess.CompletedProcess(p.args, p.returncode, out, "")
-        assert p.returncode == 0 or _teardown_abort(run, 1, f"done {r}"), outs
+        assert_done(subprocess.CompletedProcess(p.args, p.returncode, out, ""), 1, f"done {r}")
     for r in range(2):
         records = json.loads((tmp_path / f"r{r}.json").read_text())
         phases = [x for x in records if x["t"] == "phase_times"]
