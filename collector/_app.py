@@ -181,7 +181,8 @@ class Collector:
                                 query_routes={"/api/jobs": self._jobs, "/api/steps": self._steps},
                                 path_routes={"/api/jobs/{job}/windows": self._windows, "/api/traces": self._traces,
                                              "/api/traces/{trace_id}": self._trace_file},
-                                threaded_routes={"/metrics": self._metrics}, token=self.settings.http_token)
+                                threaded_routes={"/metrics": self._metrics}, token=self.settings.http_token,
+                                nice=self.settings.http_nice if self.process_wide else 0)
         self.http_address = f"{http_host}:{await self._http.start(http_host, http_port, self._ssl_context())}"
 
     def _start_tasks(self) -> None:

@@ -126,6 +126,10 @@ class CollectorSettings:
         "default 0.005 s a busy loop let events wait; at 10,000 agents acks came 0.5 s later "
         "(median) with it. 0: Python's default", env="STEPWATCH_GIL_SWITCH_INTERVAL_S",
         check=between(0.0, 1.0))
+    http_nice: int = option(
+        10, "niceness added to the thread that builds /metrics and the fleet-sized /api answers "
+        "(Linux): on a saturated core the event loop (acks, /healthz) runs ahead of it; 0: "
+        "as the process", env="STEPWATCH_HTTP_NICE", check=between(0, 19))
     max_jobs: int = option(
         1000, "jobs held at once; an agent of a further job is refused (RESOURCE_EXHAUSTED, "
         "counted as streams_rejected{reason=\"too_many_jobs\"})", env="STEPWATCH_MAX_JOBS",

@@ -25,8 +25,11 @@ import concurrent.futures
 import functools
 import hmac
 import logging
+import os
 import re
 import ssl
+import sys
+import threading
 import urllib.parse
 from typing import Callable, Mapping, Optional
 
@@ -61,11 +64,15 @@ class HttpServer:
     def __init__(self, routes: Mapping[str, Route], query_routes: Optional[Mapping[str, QueryRoute]] = None,
                  path_routes: Optional[Mapping[str, PathRoute]] = None,
                  threaded_routes: Optional[Mapping[str, ThreadedRoute]] = None,
-                 token: str = "", open_paths: frozenset = frozenset({"/healthz"})):
+                 token: str = "", open_paths: frozenset = frozenset({"/healthz"}), nice: int = 0):
+        """``nice``: added to the worker thread's niceness (Linux; 0: left as it is), so on a
+        saturated core the event loop (``/healthz``, acks) is scheduled ahead of a large answer
+        being built."""
         self._routes = dict(routes)
         self._token, self._open = token, open_paths
         self._threaded = dict(threaded_routes or {})
-        self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="stepwatch-http")
+        self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="stepwatch-http",
+                                                           initializer=lower_thread_priority, initargs=(nice,))
         self._query_routes = dict(query_routes or {})
         self._path_routes = [(pattern, _compile(pattern), fn) for pattern, fn in (path_routes or {}).items()]
         self._server: Optional[asyncio.base_events.Server] = None
@@ -165,6 +172,19 @@ class HttpServer:
             if m:
                 return functools.partial(fn, {k: urllib.parse.unquote(v) for k, v in m.groupdict().items()})
         return None
+
+
+def lower_thread_priority(by: int) -> None:
+    """Raise the calling thread's niceness by ``by`` (at most to 19). Linux only, where
+    setpriority on a thread id names that one thread (elsewhere it would name a process).
+    Never raises: a thread that cannot be lowered runs as it was (logged at debug)."""
+    if by <= 0 or not sys.platform.startswith("linux"):
+        return
+    try:
+        tid = threading.get_native_id()
+        os.setpriority(os.PRIO_PROCESS, tid, min(19, os.getpriority(os.PRIO_PROCESS, tid) + by))
+    except Exception as exc:  # noqa: BLE001 - an initializer that raises breaks the pool
+        log.debug("stepwatch collector: HTTP worker priority left as it is: %s", exc)
 
 
 def accepts(header: str, token: str) -> bool:
