@@ -145,7 +145,9 @@ inject1)  # NAME PORT GPU SIZE SECS CAUSE AT [RATIO]: a 1-GPU job, CAUSE from AT
 ddp-arms)  # NAME PORT GPUS SIZE SECS ARMS...: healthy arms one after the other, a 2-GPU DDP
            # job where GPUS is a pair ("2,3"), a 1-GPU job where it is one GPU ("0")
            # (none: no agent; default; off: windows off; nophase: phase times off; nogpm: no GPM
-           # counters; bare: the step hook, IPC and sidecar only), each its own collector; BATCH=N
+           # counters; warmonly: the warm-up profiler session and no window after it; cpuwin:
+           # windows with CPU activity only; bare: the step hook, IPC and sidecar only), each its
+           # own collector; BATCH=N
            # fixes the batch (calibration chose 6 for one arm and 8 for the others on an H200)
     name=$1 port=$2 gpus=$3 size=$4 secs=$5; shift 5; i=0
     for arm in "$@"; do
@@ -156,6 +158,8 @@ ddp-arms)  # NAME PORT GPUS SIZE SECS ARMS...: healthy arms one after the other,
             case $arm in
                 none) extra=(--agent none) ;; off) export STEPWATCH_WINDOWS=0 ;;
                 nophase) export STEPWATCH_PHASE_BUDGET=0 ;; nogpm) export STEPWATCH_NVML_GPM=0 ;;
+                warmonly) export STEPWATCH_WINDOW_INTERVAL_S=86400 ;;  # the warm-up session, no window after
+                cpuwin) export STEPWATCH_WINDOW_ACTIVITIES=cpu ;;      # windows without CUDA activity
                 bare) export STEPWATCH_WINDOWS=0 STEPWATCH_PHASE_BUDGET=0 STEPWATCH_NVML_GPM=0 \
                           STEPWATCH_NVML_INTERVAL_S=3600 STEPWATCH_HOST_INTERVAL_S=3600 ;;
             esac
