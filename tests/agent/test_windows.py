@@ -254,3 +254,14 @@ def test_compile_health_counts_graph_breaks_and_new_graphs_between_windows(tmp_p
     assert got[0]["graph_breaks"] >= 1 and got[0]["recompiles"] >= 1
     assert (got[1]["graph_breaks"], got[1]["recompiles"]) == (0, 0)
     assert got[2]["recompiles"] >= 1
+
+
+def test_a_long_interval_leaves_the_warm_up_session_alone(tmp_path):
+    """window_interval_s of a day: the warm-up session still comes early (at the shortest
+    period), and no window after it in a job of 40 s; the device A/B's ``warmonly`` arm relies on
+    this to measure one profiler session's lasting cost."""
+    sched, out, clock = make(tmp_path, window_interval_s=86400, overhead_budget=0.9)
+    run_steps(sched, clock, 1, 4000, work=lambda: None)
+    got = windows(out)
+    assert [(w["first_step"], w["discard"]) for w in got] == [(34, True)]
+    assert sched.period() >= 86400 / 0.01
