@@ -128,8 +128,9 @@ class CollectorSettings:
         check=between(0.0, 1.0))
     http_nice: int = option(
         10, "niceness added to the thread that builds /metrics and the fleet-sized /api answers "
-        "(Linux): on a saturated core the event loop (acks, /healthz) runs ahead of it; 0: "
-        "as the process", env="STEPWATCH_HTTP_NICE", check=between(0, 19))
+        "(Linux; a forked /metrics child inherits it): on a saturated core the event loop (acks, "
+        "/healthz) runs ahead of it; 0: as the process", env="STEPWATCH_HTTP_NICE",
+        check=between(0, 19))
     max_jobs: int = option(
         1000, "jobs held at once; an agent of a further job is refused (RESOURCE_EXHAUSTED, "
         "counted as streams_rejected{reason=\"too_many_jobs\"})", env="STEPWATCH_MAX_JOBS",
