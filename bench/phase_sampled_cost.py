@@ -1,0 +1,82 @@
+"""The always-on phase times' cost on real jobs, from within each job: the median step of the
+steps that carried phase times against the median of the steps that did not, on the job's own
+clock (bench/real_job.py ``--steps-out``), the sampled steps read from the collector's recording
+of the same job (``phase_times`` in its batches).
+
+    python bench/phase_sampled_cost.py DIR [DIR...]
+
+For every ``<name>.steps.json`` with a ``<name>.jsonl.gz`` beside it: steps after the first
+30 s, profiled steps (windows) left out of both groups; a step is sampled when a phase_times
+record names it. Prints per job: sampled steps, their median, the others' median, the
+difference in percent of a step, and that difference times the share of steps sampled (the
+cost to the job's median, about). Same machine, same minutes, same GPU: no arm to cross.
+"""
+
+from __future__ import annotations
+
+import glob
+import gzip
+import json
+import os
+import statistics
+import sys
+
+SETTLE_S = 30.0
+
+
+def sampled_and_profiled(recording: str) -> tuple[set, set]:
+    sampled, profiled = set(), set()
+    with gzip.open(recording, "rt") as fh:
+        for line in fh:
+            rec = json.loads(line)
+            if rec.get("kind") != "batch":
+                continue
+            batch = rec["batch"]
+            sampled.update(int(p["step"]) for p in batch.get("phase_times", ()))
+            profiled.update(int(s["step"]) for s in batch.get("steps", ()) if s.get("profiled"))
+    return sampled, profiled
+
+
+def job(steps_path: str) -> dict | None:
+    recording = steps_path[:-len(".steps.json")] + ".jsonl.gz"
+    if not os.path.exists(recording):
+        return None
+    step_s = json.load(open(steps_path))["step_s"]
+    sampled, profiled = sampled_and_profiled(recording)
+    if not sampled:
+        return None
+    t, on, off = 0.0, [], []
+    for i, s in enumerate(step_s):
+        t += s
+        step = i + 1  # the job's own clock lists steps 1, 2, ... in order
+        if t <= SETTLE_S or step in profiled:
+            continue
+        (on if step in sampled else off).append(s)
+    if len(on) < 20 or len(off) < 20:
+        return None
+    m_on, m_off = statistics.median(on), statistics.median(off)
+    diff = m_on / m_off - 1
+    share = len(on) / (len(on) + len(off))
+    return {"job": os.path.basename(steps_path)[:-len(".steps.json")], "sampled": len(on),
+            "others": len(off), "sampled_ms": 1e3 * m_on, "others_ms": 1e3 * m_off,
+            "diff_pct": 100 * diff, "share": share, "cost_pct": 100 * diff * share}
+
+
+def main(argv: list[str]) -> None:
+    if not argv:
+        raise SystemExit("usage: phase_sampled_cost.py DIR [DIR...] (folders of <name>.steps.json "
+                         "with <name>.jsonl.gz recordings beside them)")
+    rows = [r for d in argv for p in sorted(glob.glob(os.path.join(d, "*.steps.json"))) if (r := job(p))]
+    if not rows:
+        raise SystemExit(f"no job with both its steps file and a recording holding phase times in {argv}")
+    print("| job | sampled steps | others | median sampled (ms) | median others (ms) | difference | x share sampled |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    for r in rows:
+        print(f"| {r['job']} | {r['sampled']} | {r['others']} | {r['sampled_ms']:.2f} | {r['others_ms']:.2f} | "
+              f"{r['diff_pct']:+.2f}% | {r['cost_pct']:+.3f}% |")
+    print(f"\nmean cost to the median: {statistics.mean(r['cost_pct'] for r in rows):+.3f}% of a step "
+          f"({len(rows)} jobs)")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
