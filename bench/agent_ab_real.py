@@ -14,9 +14,10 @@ when the design leaves any. Per round, the arms' medians side by side (same minu
 ``--blocks 200:2000,2100:4050`` fits the same model on each range of steps (0-based, end
 excluded) instead of the whole job: when in the job an arm's cost appears (before the first
 analysed window, after it). ``--around 2050,4098`` prints, per arm, each job's median of the
-~1,000 steps after that step over the ~500 before it: the before/after check the agent makes
-around its own windows, computed the same way for the arms that had no window there, so a
-ratio that the host's own wander gives every arm is not read as a window's after-effect.
+~1,000 steps after that step over the ~500 before it: a before/after check like the one the
+agent makes around its own windows (counted in steps here, not seconds), computed for the arms
+that had no window there too, so a ratio that the host's own wander gives every arm is not read
+as a window's after-effect.
 """
 
 from __future__ import annotations
@@ -45,30 +46,30 @@ def settled_steps(step_s: list, settle_s: float = SETTLE_S) -> list:
     return kept
 
 
-def job_median(path: str) -> tuple[float, int]:
-    """Median step (s) after the first SETTLE_S seconds of the job's own clock, and the count."""
-    kept = settled_steps(json.load(open(path))["step_s"])
-    return statistics.median(kept), len(kept)
-
-
-def load(folder: str, steps: tuple | None = None) -> list[dict]:
-    """One row per job; ``steps`` (start, end): the median of those steps instead (every job
-    must hold them)."""
+def load(folder: str) -> list[dict]:
+    """One row per job, each file read once: its step clock (``step_s``) and the median step
+    after its first SETTLE_S seconds."""
     rows = []
     for path in sorted(glob.glob(os.path.join(folder, "*.steps.json"))):
         m = _NAME.search(os.path.basename(path))
         if not m:
             continue
-        if steps is None:
-            med, n = job_median(path)
-        else:
-            step_s = json.load(open(path))["step_s"]
-            if len(step_s) < steps[1]:
-                raise SystemExit(f"{os.path.basename(path)} has {len(step_s)} steps, fewer than {steps[1]}")
-            med, n = statistics.median(step_s[steps[0]:steps[1]]), steps[1] - steps[0]
-        rows.append({"round": m["round"], "gpu": int(m["gpu"]), "arm": m["arm"], "median_ms": med * 1e3,
-                     "steps": n, "file": os.path.basename(path)})
+        step_s = json.load(open(path))["step_s"]
+        kept = settled_steps(step_s)
+        rows.append({"round": m["round"], "gpu": int(m["gpu"]), "arm": m["arm"],
+                     "median_ms": statistics.median(kept) * 1e3, "steps": len(kept),
+                     "file": os.path.basename(path), "step_s": step_s})
     return rows
+
+
+def block(rows: list[dict], lo: int, hi: int) -> list[dict]:
+    """The same rows with the median of steps [lo, hi) instead (every job must hold them)."""
+    out = []
+    for r in rows:
+        if len(r["step_s"]) < hi:
+            raise SystemExit(f"{r['file']} has {len(r['step_s'])} steps, fewer than {hi}")
+        out.append(dict(r, median_ms=statistics.median(r["step_s"][lo:hi]) * 1e3, steps=hi - lo))
+    return out
 
 
 def fit(rows: list[dict]) -> dict:
@@ -99,12 +100,12 @@ def fit(rows: list[dict]) -> dict:
     return {"effects_pct": effects, "se_pct": se, "dof": int(dof), "arms": arms}
 
 
-def around(folder: str, at: int, before: int = 500, after: int = 1000, gap: int = 20,
+def around(rows: list[dict], at: int, before: int = 500, after: int = 1000, gap: int = 20,
            skip: int = 30) -> dict:
     """Per arm, each job's median of steps [at+skip, at+after) over [at-before, at-gap)."""
     out: dict = {}
-    for row in load(folder):
-        s = json.load(open(os.path.join(folder, row["file"])))["step_s"]
+    for row in rows:
+        s = row["step_s"]
         if len(s) < at + after or at < before:
             continue
         ratio = statistics.median(s[at + skip:at + after]) / statistics.median(s[at - before:at - gap])
@@ -152,13 +153,13 @@ def main() -> None:
         lines.append(f"| {rd} | " + " | ".join(cells) + " |")
     lines += [""] + fit_table(rows, out, "steps after 30 s")
     for lo, hi in _ranges(a.blocks) if a.blocks else []:
-        block = load(a.folder, (lo, hi))
-        lines += [""] + fit_table(block, fit(block), f"steps {lo} to {hi}")
+        part = block(rows, lo, hi)
+        lines += [""] + fit_table(part, fit(part), f"steps {lo} to {hi}")
     if a.around:
         lines += ["", "Median of the ~1,000 steps after a step over the ~500 before it, per job:", "",
                   "| step | arm | ratios | mean |", "|---:|---|---|---:|"]
         for at in (int(x) for x in a.around.split(",")):
-            for arm, ratios in sorted(around(a.folder, at).items()):
+            for arm, ratios in sorted(around(rows, at).items()):
                 lines.append(f"| {at} | {arm} | {', '.join(f'{r:.4f}' for r in ratios)} | "
                              f"{100 * (statistics.mean(ratios) - 1):+.2f}% |")
     text = "\n".join(lines)

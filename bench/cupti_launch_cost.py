@@ -32,6 +32,7 @@ import time
 ARMS = {"none": ("", "1"), "cuda_teardown1": ("cpu,cuda", "1"), "cuda_teardown0": ("cpu,cuda", "0"),
         "cpu": ("cpu", "1"), "cpu_empty": ("empty", "1"), "cpu_prepare": ("prepare", "1")}
 CPU_ARMS = ("none", "cpu", "cpu_empty", "cpu_prepare")
+GPU_ARMS = ("none", "cuda_teardown1", "cuda_teardown0", "cpu")
 
 
 def child(activities: str, device: str) -> dict:
@@ -95,8 +96,7 @@ def main() -> None:
     cpu = "--cpu" in sys.argv
     device = "cpu" if cpu else "cuda"
     print(json.dumps({"device": "cpu" if cpu else torch.cuda.get_device_name(0), "torch": torch.__version__}))
-    arms = {k: v for k, v in ARMS.items() if k in CPU_ARMS} if cpu else \
-        {k: v for k, v in ARMS.items() if k not in ("cpu_empty", "cpu_prepare")}
+    arms = {k: ARMS[k] for k in (CPU_ARMS if cpu else GPU_ARMS)}
     repeat = int(sys.argv[sys.argv.index("--repeat") + 1]) if "--repeat" in sys.argv else 1
     changes: dict = {}
     for _ in range(repeat):

@@ -15,25 +15,24 @@ cost to the job's median, about). Same machine, same minutes, same GPU: no arm t
 from __future__ import annotations
 
 import glob
-import gzip
 import json
 import os
 import statistics
 import sys
 
-SETTLE_S = 30.0
+from stepwatch.collector.tools.corpus import load
+
+from agent_ab_real import settled_steps  # (run from bench/: its folder is on the path)
 
 
 def sampled_and_profiled(recording: str) -> tuple[set, set]:
     sampled, profiled = set(), set()
-    with gzip.open(recording, "rt") as fh:
-        for line in fh:
-            rec = json.loads(line)
-            if rec.get("kind") != "batch":
-                continue
-            batch = rec["batch"]
-            sampled.update(int(p["step"]) for p in batch.get("phase_times", ()))
-            profiled.update(int(s["step"]) for s in batch.get("steps", ()) if s.get("profiled"))
+    for rec in load(recording):
+        if rec.get("kind") != "batch":
+            continue
+        batch = rec["batch"]
+        sampled.update(int(p["step"]) for p in batch.get("phase_times", ()))
+        profiled.update(int(s["step"]) for s in batch.get("steps", ()) if s.get("profiled"))
     return sampled, profiled
 
 
@@ -45,13 +44,12 @@ def job(steps_path: str) -> dict | None:
     sampled, profiled = sampled_and_profiled(recording)
     if not sampled:
         return None
-    t, on, off = 0.0, [], []
-    for i, s in enumerate(step_s):
-        t += s
+    on, off = [], []
+    first = len(step_s) - len(settled_steps(step_s))  # the settled steps are the clock's last ones
+    for i in range(first, len(step_s)):
         step = i + 1  # the job's own clock lists steps 1, 2, ... in order
-        if t <= SETTLE_S or step in profiled:
-            continue
-        (on if step in sampled else off).append(s)
+        if step not in profiled:
+            (on if step in sampled else off).append(step_s[i])
     if len(on) < 20 or len(off) < 20:
         return None
     m_on, m_off = statistics.median(on), statistics.median(off)

@@ -55,11 +55,12 @@ def test_blocks_and_around_show_when_in_the_job_an_arm_slows(tmp_path, monkeypat
             late = base * (1.02 if arm == "default" else 1.0)
             steps = [base] * 1000 + [late] * 1500
             json.dump({"step_s": steps}, open(tmp_path / f"x_{r}{g}_1_{arm}.steps.json", "w"))
-    early = ab.fit(ab.load(str(tmp_path), (200, 900)))
-    later = ab.fit(ab.load(str(tmp_path), (1100, 2400)))
+    rows = ab.load(str(tmp_path))
+    early = ab.fit(ab.block(rows, 200, 900))
+    later = ab.fit(ab.block(rows, 1100, 2400))
     assert early["effects_pct"]["default"] == pytest.approx(0.0, abs=1e-6)
     assert later["effects_pct"]["default"] == pytest.approx(2.0, abs=1e-6)
-    ratios = ab.around(str(tmp_path), 1000)
+    ratios = ab.around(rows, 1000)
     assert ratios["default"] == pytest.approx([1.02, 1.02]) and ratios["none"] == pytest.approx([1.0, 1.0])
     monkeypatch.setattr("sys.argv", ["agent_ab_real.py", str(tmp_path), "--blocks", "200:900,1100:2400",
                                      "--around", "1000"])
@@ -67,7 +68,7 @@ def test_blocks_and_around_show_when_in_the_job_an_arm_slows(tmp_path, monkeypat
     text = capsys.readouterr().out
     assert "(steps 1100 to 2400, 4 jobs" in text and "| 1000 | default | 1.0200, 1.0200 | +2.00% |" in text
     with pytest.raises(SystemExit) as exc:
-        ab.load(str(tmp_path), (0, 9000))
+        ab.block(rows, 0, 9000)
     assert "fewer than 9000" in str(exc.value)
     monkeypatch.setattr("sys.argv", ["agent_ab_real.py", str(tmp_path), "--blocks", "200-900"])
     with pytest.raises(SystemExit) as exc:

@@ -9,9 +9,12 @@ import importlib.util
 import json
 import os
 
+import sys
+
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "bench"))  # as when run from bench/: its agent_ab_real
 spec = importlib.util.spec_from_file_location("phase_sampled_cost", os.path.join(ROOT, "bench", "phase_sampled_cost.py"))
 pc = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(pc)
