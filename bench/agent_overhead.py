@@ -70,7 +70,7 @@ ARMS = {
     "off": None,
     "base": {"windows": False},
     "base_nogpm": {"windows": False, "nvml_gpm": False},  # the base arm without GPM counters
-    "windows": {"overhead_budget": 0.5},  # window_every_steps is set from --every
+    "windows": {"windows": "scheduled", "overhead_budget": 0.5},  # window_every_steps is set from --every
 }
 
 

@@ -54,7 +54,7 @@ def start_collector(tmp: str) -> tuple[subprocess.Popen, dict]:
 
 
 def trainer(addr: str, tmp: str, job: str, cause: str, ms: float, a) -> subprocess.Popen:
-    env = dict(os.environ, STEPWATCH_COLLECTOR=addr, STEPWATCH_JOB=job, STEPWATCH_WINDOW_EVERY_STEPS="32",
+    env = dict(os.environ, STEPWATCH_COLLECTOR=addr, STEPWATCH_JOB=job, STEPWATCH_WINDOWS="scheduled", STEPWATCH_WINDOW_EVERY_STEPS="32",
                STEPWATCH_OVERHEAD_BUDGET="0.5", STEPWATCH_SPOOL_DIR=os.path.join(tmp, "spool"),
                STEPWATCH_FLUSH_INTERVAL_S="0.2", OMP_NUM_THREADS="1")
     cmd = [sys.executable, "-m", "stepwatch.collector.tools.train", "--steps", str(a.steps), "--device", a.device,

@@ -101,8 +101,9 @@ ab)
                 extra=()
                 case $arm in
                     none) extra=(--agent none) ;; off) export STEPWATCH_WINDOWS=0 ;;
-                    cuda) export STEPWATCH_WINDOW_ACTIVITIES=cuda ;;
-                    cpu) export STEPWATCH_WINDOW_ACTIVITIES=cpu ;; teardown0) export TEARDOWN_CUPTI=0 ;;
+                    cuda) export STEPWATCH_WINDOWS=scheduled STEPWATCH_WINDOW_ACTIVITIES=cuda ;;
+                    cpu) export STEPWATCH_WINDOWS=scheduled STEPWATCH_WINDOW_ACTIVITIES=cpu ;;
+                    teardown0) export STEPWATCH_WINDOWS=scheduled TEARDOWN_CUPTI=0 ;;
                 esac
                 if [ $s = A ]; then job2 $n $port $g m $secs "${extra[@]}"
                 else job1 $n $port $g m $secs "${extra[@]}"; fi
@@ -144,9 +145,9 @@ inject1)  # NAME PORT GPU SIZE SECS CAUSE AT [RATIO]: a 1-GPU job, CAUSE from AT
     finish $1 $2 ;;
 ddp-arms)  # NAME PORT GPUS SIZE SECS ARMS...: healthy arms one after the other, a 2-GPU DDP
            # job where GPUS is a pair ("2,3"), a 1-GPU job where it is one GPU ("0")
-           # (none: no agent; default; off: windows off; nophase: phase times off; nogpm: no GPM
-           # counters; warmonly: the warm-up profiler session and no window after it; cpuwin:
-           # windows with CPU activity only; bare: the step hook, IPC and sidecar only), each its
+           # (none: no agent; default (windows on demand); sched: windows on the schedule; off:
+           # windows off; nophase: phase times off; nogpm: no GPM counters; warmonly: the warm-up
+           # profiler session and no window after it; cpuwin: scheduled windows, CPU activity only; bare: the step hook, IPC and sidecar only), each its
            # own collector; BATCH=N
            # fixes the batch (calibration chose 6 for one arm and 8 for the others on an H200)
     name=$1 port=$2 gpus=$3 size=$4 secs=$5; shift 5; i=0
@@ -158,8 +159,9 @@ ddp-arms)  # NAME PORT GPUS SIZE SECS ARMS...: healthy arms one after the other,
             case $arm in
                 none) extra=(--agent none) ;; off) export STEPWATCH_WINDOWS=0 ;;
                 nophase) export STEPWATCH_PHASE_BUDGET=0 ;; nogpm) export STEPWATCH_NVML_GPM=0 ;;
-                warmonly) export STEPWATCH_WINDOW_INTERVAL_S=86400 ;;  # the warm-up session, no window after
-                cpuwin) export STEPWATCH_WINDOW_ACTIVITIES=cpu ;;      # windows without CUDA activity
+                sched) export STEPWATCH_WINDOWS=scheduled ;;           # windows on the schedule
+                warmonly) export STEPWATCH_WINDOWS=scheduled STEPWATCH_WINDOW_INTERVAL_S=86400 ;;  # the warm-up session, no window after
+                cpuwin) export STEPWATCH_WINDOWS=scheduled STEPWATCH_WINDOW_ACTIVITIES=cpu ;;      # scheduled windows without CUDA activity
                 bare) export STEPWATCH_WINDOWS=0 STEPWATCH_PHASE_BUDGET=0 STEPWATCH_NVML_GPM=0 \
                           STEPWATCH_NVML_INTERVAL_S=3600 STEPWATCH_HOST_INTERVAL_S=3600 ;;
             esac

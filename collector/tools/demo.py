@@ -150,7 +150,7 @@ def _run(args, steps: int, slow_from: int, job: str, workdir: str) -> int:
         # window). By steps, not seconds: on a loaded machine 10 s was 32 steps, a window
         # ended at step 165, and the slowdown from 160 was taken for the window's own cost.
         env = dict(os.environ, STEPWATCH_COLLECTOR=addrs["grpc"], STEPWATCH_JOB=job,
-                   STEPWATCH_SPOOL_DIR=os.path.join(workdir, "spool"), STEPWATCH_WINDOW_EVERY_STEPS="128",
+                   STEPWATCH_SPOOL_DIR=os.path.join(workdir, "spool"), STEPWATCH_WINDOWS="scheduled", STEPWATCH_WINDOW_EVERY_STEPS="128",
                    STEPWATCH_OVERHEAD_BUDGET="0.10")
         print(f"stepwatch demo: training a tiny transformer on CPU for {steps} steps"
               + (f"; its data loader gets 40% slower from step {slow_from}" if slow_from else "") + " ...",

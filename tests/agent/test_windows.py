@@ -22,6 +22,8 @@ class Clock:
 
 
 def make(tmp_path, **options):
+    """A scheduler on the schedule unless ``windows`` is given (the default is on demand)."""
+    options.setdefault("windows", "scheduled")
     settings = load(AgentSettings, options, environ={})
     out, clock = [], Clock()
     sched = WindowScheduler(out.append, torch, settings, str(tmp_path), clock=clock, wall=clock)
@@ -54,6 +56,36 @@ def test_windows_open_on_global_step_multiples_and_first_is_discarded(tmp_path):
         names = {e.get("name", "") for e in trace["traceEvents"]}
         assert any(n.startswith("ProfilerStep#") for n in names)
     assert sched.windows == 5 and sched.total_cost_s >= 0
+
+
+def test_on_demand_default_opens_only_asked_windows_and_keeps_the_first(tmp_path):
+    settings = load(AgentSettings, {"window_every_steps": 16, "overhead_budget": 0.9}, environ={})
+    assert settings.windows == "on_demand"
+    out, clock = [], Clock()
+    sched = WindowScheduler(out.append, torch, settings, str(tmp_path), clock=clock, wall=clock)
+    run_steps(sched, clock, 1, 200)
+    assert windows(out) == [] and sched._sessions == 0  # no profiler session on a healthy job
+    sched.on_message({"t": "window_now", "reason": "slowdown"})
+    run_steps(sched, clock, 201, 260)
+    got = windows(out)
+    assert [(w["first_step"], w["discard"]) for w in got] == [(203, False)]  # the asked one counts
+    sched.request_capture("r1", 2)
+    run_steps(sched, clock, 261, 300)
+    assert [t["request_id"] for t in out if t["t"] == "trace"] == ["r1"]
+    assert len(windows(out)) == 1  # still nothing on the schedule
+
+
+@pytest.mark.parametrize("raw, mode", [(True, "scheduled"), ("1", "scheduled"), ("scheduled", "scheduled"),
+                                       (False, "off"), ("0", "off"), ("off", "off"),
+                                       ("on-demand", "on_demand"), ("ON_DEMAND", "on_demand")])
+def test_windows_mode_parses_old_booleans_and_names(raw, mode):
+    assert load(AgentSettings, {"windows": raw}, environ={}).windows == mode
+    assert load(AgentSettings, {}, environ={"STEPWATCH_WINDOWS": str(raw)}).windows == mode
+
+
+def test_windows_mode_rejects_other_values_naming_the_option():
+    with pytest.raises(Exception, match="windows.*on_demand"):
+        load(AgentSettings, {"windows": "sometimes"}, environ={})
 
 
 def test_user_profiler_active_skips_and_counts(tmp_path):

@@ -19,7 +19,7 @@ from stepwatch.core.settings import load
 from stepwatch.agent._windows import WindowScheduler
 
 target = int(sys.argv[1])
-settings = load(AgentSettings, {"window_every_steps": 4, "window_warmup_steps": 0,
+settings = load(AgentSettings, {"windows": "scheduled", "window_every_steps": 4, "window_warmup_steps": 0,
                 "window_active_steps": 1, "overhead_budget": 0.5}, environ={})
 now = [0.0]
 

@@ -51,7 +51,7 @@ def test_stack_scrapes_collector_and_every_cpu_panel_has_data(stack, tmp_path):
     start = time.time()
     # Profiler windows every 32 steps (CPU activities), so the window panels have data: the first
     # window is discarded (warm-up), the ones at steps 64 and 96 feed the window gauges.
-    env = trainer_env(tmp_path, stack.collector_grpc, "paneljob", STEPWATCH_WINDOW_EVERY_STEPS=32,
+    env = trainer_env(tmp_path, stack.collector_grpc, "paneljob", STEPWATCH_WINDOWS="scheduled", STEPWATCH_WINDOW_EVERY_STEPS=32,
                       STEPWATCH_OVERHEAD_BUDGET=0.5)
     # An evaluation after every 40th step, marked with agent.pause("eval"): the "Marked phases"
     # annotation query must find them.

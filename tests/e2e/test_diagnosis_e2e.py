@@ -80,7 +80,7 @@ EARLY_FROM = 560
 
 def early_job(tmp, col, name):
     return start_trainer(
-        trainer_env(tmp, col.grpc, name, STEPWATCH_WINDOW_EVERY_STEPS=512, STEPWATCH_OVERHEAD_BUDGET=0.5),
+        trainer_env(tmp, col.grpc, name, STEPWATCH_WINDOWS="scheduled", STEPWATCH_WINDOW_EVERY_STEPS=512, STEPWATCH_OVERHEAD_BUDGET=0.5),
         "--steps", "900", *SMALL, "--cause", "backward", "--cause-from-step", str(EARLY_FROM), "--cause-ms", "12")
 
 

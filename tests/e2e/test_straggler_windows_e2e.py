@@ -24,7 +24,7 @@ CAUSE = ("--cause", "backward", "--cause-ms", "40", "--cause-rank", "1", "--caus
 
 
 # (phase times off: this is the windows rule's test; tests/e2e/test_straggler_phases_e2e.py is theirs)
-WINDOWS_ENV = dict(STEPWATCH_WINDOW_EVERY_STEPS=32, STEPWATCH_WINDOW_ACTIVE_STEPS=8, STEPWATCH_OVERHEAD_BUDGET=0.5,
+WINDOWS_ENV = dict(STEPWATCH_WINDOWS="scheduled", STEPWATCH_WINDOW_EVERY_STEPS=32, STEPWATCH_WINDOW_ACTIVE_STEPS=8, STEPWATCH_OVERHEAD_BUDGET=0.5,
                    STEPWATCH_PHASE_BUDGET=0)
 
 

@@ -23,7 +23,7 @@ def windows_of(col, job):
 def test_windows_produce_summaries_and_metrics(collector_factory, tmp_path):
     record = tmp_path / "record.jsonl"
     col = collector_factory("--record", str(record))
-    env = trainer_env(tmp_path, col.grpc, "win", STEPWATCH_WINDOW_EVERY_STEPS=32,
+    env = trainer_env(tmp_path, col.grpc, "win", STEPWATCH_WINDOWS="scheduled", STEPWATCH_WINDOW_EVERY_STEPS=32,
                       STEPWATCH_OVERHEAD_BUDGET=0.5)
     run_trainer(env, "--steps", "200")
     col.wait_value("stepwatch_steps_total", 200, training_job="win")
@@ -59,7 +59,7 @@ def test_user_profiler_window_is_skipped_and_counted(collector_factory, tmp_path
     script.write_text(
         "import torch\n"
         "from stepwatch import agent\n"
-        "agent.attach(window_every_steps=16, overhead_budget=0.5)\n"
+        "agent.attach(windows='scheduled', window_every_steps=16, overhead_budget=0.5)\n"
         "m = torch.nn.Linear(8, 8); opt = torch.optim.SGD(m.parameters(), lr=0.1)\n"
         "def step():\n"
         "    m(torch.randn(4, 8)).sum().backward(); opt.step(); opt.zero_grad()\n"
@@ -110,7 +110,7 @@ def test_windows_print_nothing_on_the_trainers_stderr(collector_factory, tmp_pat
     """Kineto's per-window "USDT ... profiler_start/stop" lines are silenced by the agent (it
     sets KINETO_LOG_LEVEL unless the user did); the windows are still taken."""
     col = collector_factory()
-    env = trainer_env(tmp_path, col.grpc, "quiet", STEPWATCH_WINDOW_EVERY_STEPS=16,
+    env = trainer_env(tmp_path, col.grpc, "quiet", STEPWATCH_WINDOWS="scheduled", STEPWATCH_WINDOW_EVERY_STEPS=16,
                       STEPWATCH_OVERHEAD_BUDGET=0.5)
     env.pop("KINETO_LOG_LEVEL", None)
     run = run_trainer(env, "--steps", "120", "--d-model", "16", "--layers", "1")
@@ -128,7 +128,7 @@ def test_the_trainers_temporary_directory_is_removed_after_the_job(collector_fac
     col = collector_factory()
     tmpdir = tmp_path / "tmpdir"
     tmpdir.mkdir()
-    env = trainer_env(tmp_path, col.grpc, "tmpclean", STEPWATCH_WINDOW_EVERY_STEPS=16,
+    env = trainer_env(tmp_path, col.grpc, "tmpclean", STEPWATCH_WINDOWS="scheduled", STEPWATCH_WINDOW_EVERY_STEPS=16,
                       STEPWATCH_OVERHEAD_BUDGET=0.5, TMPDIR=tmpdir)
     run_trainer(env, "--steps", "80")
     col.wait_value("stepwatch_steps_total", 80, training_job="tmpclean")

@@ -10,7 +10,7 @@ from stepwatch.collector.tools.train import transformer_step
 
 seconds = float(sys.argv[1])
 torch.cuda.set_device(0)
-agent.attach(window_interval_s=10)
+agent.attach(windows="scheduled", window_interval_s=10)
 step, _, _ = transformer_step(torch.device("cuda", 0))
 start = time.monotonic()
 while time.monotonic() - start < seconds:

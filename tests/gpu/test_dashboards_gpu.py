@@ -31,7 +31,7 @@ def test_every_gpu_panel_has_data(tmp_path):
     try:
         start = time.time()
         # Profiler windows every 32 steps feed the window panels (the first one is discarded).
-        env = trainer_env(tmp_path, stack.collector_grpc, "gpupanels", STEPWATCH_WINDOW_EVERY_STEPS=32,
+        env = trainer_env(tmp_path, stack.collector_grpc, "gpupanels", STEPWATCH_WINDOWS="scheduled", STEPWATCH_WINDOW_EVERY_STEPS=32,
                           STEPWATCH_OVERHEAD_BUDGET=0.5)
         # Long enough for several 1 s NVML and allocator samples and several windows to be scraped.
         run_trainer(env, "--device", "cuda", "--steps", "400", "--step-sleep-s", "0.02", timeout=240)

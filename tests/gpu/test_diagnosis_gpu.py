@@ -41,7 +41,7 @@ def alerts(tmp_path_factory):
     col = Collector(tmp, ["--config", str(cfg)]).start()
     try:
         for cause, (_, ms) in CAUSES.items():
-            env = trainer_env(tmp, col.grpc, f"gpu-{cause}", STEPWATCH_WINDOW_EVERY_STEPS="32",
+            env = trainer_env(tmp, col.grpc, f"gpu-{cause}", STEPWATCH_WINDOWS="scheduled", STEPWATCH_WINDOW_EVERY_STEPS="32",
                               STEPWATCH_OVERHEAD_BUDGET="0.5")
             run = subprocess.run([sys.executable, "-m", "stepwatch.collector.tools.train", "--steps", str(STEPS),
                                   *MODEL, "--cause", cause, "--cause-from-step", str(FROM), "--cause-ms", str(ms)],

@@ -35,7 +35,7 @@ def _run(tmp_path, collector_factory, job, *extra, base=ARGS):
     cfg = tmp_path / f"{job}.yml"
     cfg.write_text(yaml.safe_dump({"record": str(record), "detection": {"eval_interval_s": 0.5}}))
     col = collector_factory("--config", str(cfg))
-    env = trainer_env(tmp_path, col.grpc, job, STEPWATCH_WINDOW_EVERY_STEPS=64, STEPWATCH_OVERHEAD_BUDGET=0.5)
+    env = trainer_env(tmp_path, col.grpc, job, STEPWATCH_WINDOWS="scheduled", STEPWATCH_WINDOW_EVERY_STEPS=64, STEPWATCH_OVERHEAD_BUDGET=0.5)
     began = time.time()
     proc = start_trainer(env, *base, *extra, nproc=2)
     out, _ = proc.communicate(timeout=420)

@@ -12,7 +12,7 @@ steps = int(sys.argv[1])
 torch.distributed.init_process_group("nccl")
 torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
 dev = torch.device("cuda", torch.cuda.current_device())
-agent.attach(window_every_steps=64, overhead_budget=0.5, samples_per_step=16)
+agent.attach(windows="scheduled", window_every_steps=64, overhead_budget=0.5, samples_per_step=16)
 step, _, _ = transformer_step(dev, ddp=True)
 for _ in range(steps):
     step()
