@@ -87,8 +87,10 @@ class StragglerConfig:
     window_blocks: int = _count(10, "judged over the last this many blocks ...")
     min_blocks: int = _n(8, "... of which this many must be slow")
     jitter_floor_ratio: float = _n(0.02, "spread floor (share of step time) for the z score")
-    phase_ratio: float = _n(1.1, "phase times: 1 + (a rank's own time per step - the other ranks' "
-                            "median) / their step time at or above this (and the z score above) ...")
+    phase_ratio: float = _n(1.08, "phase times: 1 + (a rank's own time per step - the other ranks' "
+                            "median) / their step time at or above this (and the z score above) ... "
+                            "(two H100s, 4 ms of GEMMs in one rank's DDP backward: the job +12%, the "
+                            "rank's own excess 1.087, the rest of the wait hidden in the other's backward)")
     phase_wait_share: float = _n(0.2, "... while the others wait in sync at least this share of the excess "
                                  "longer (two H100s: a 6.5 ms wait showed 1.7 ms in sync, the rest in backward)")
     phase_cost_share: float = _n(0.5, "... and, to raise, the job's step time has grown by at least this share "
