@@ -148,6 +148,15 @@ class AgentSettings:
         0.02, "A capture asked by the collector (stepwatch trace, a slowdown alert) is refused, "
         "with the reason in its reply, while windows and captures have cost more than this share "
         "of the wall time since attach.", env="STEPWATCH_CAPTURE_BUDGET", check=between(0.0, 1.0))
+    aftereffect_span_s: float = option(
+        25.0, "After every profiler session the agent compares its wall time per step over two "
+        "spans this long (from a fifth of it after the session closed) with up to 60 s before; "
+        "a session that left both slower makes it drop that kind of session (at least 5 s: a "
+        "span's figure is the median of its runs of 1 s or more).",
+        env="STEPWATCH_AFTEREFFECT_SPAN_S", parse=parse_duration, check=at_least(5.0))
+    aftereffect_threshold: float = option(
+        0.02, "... slower by at least this share (or by the job's own wobble before the session, "
+        "whichever is larger).", env="STEPWATCH_AFTEREFFECT_THRESHOLD", check=between(0.0, 1.0))
     window_backoff_s: float = option(
         3 * 3600.0, "Pause after a window that saw no GPU events (another CUPTI subscriber).",
         env="STEPWATCH_WINDOW_BACKOFF_S", parse=parse_duration, check=non_negative())

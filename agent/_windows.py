@@ -108,7 +108,9 @@ class WindowScheduler:
         self._early: Optional[str] = None  # a window asked for ahead of the schedule (reason)
         # After-effect back-off: each level drops a kind of session (CUDA activity, then
         # windows and captures altogether) that left the job slower.
-        self._watch = AftereffectWatch()
+        self._watch = AftereffectWatch(span_s=settings.aftereffect_span_s,
+                                       settle_s=settings.aftereffect_span_s / 5,
+                                       threshold=settings.aftereffect_threshold)
         self._levels = self._backoff_levels(self._activities)
         self._level = 0
         self._retry_at = float("inf")
@@ -151,8 +153,8 @@ class WindowScheduler:
 
     @property
     def aftereffect_ratio(self) -> float:
-        """Wall time per step in the 50 s after the last checked session over the 25 s before
-        it (0 before any check)."""
+        """Wall time per step in the two spans after the last checked session over the time
+        before it (0 before any check)."""
         return self._watch.ratio or 0.0
 
     def profiling(self) -> bool:
@@ -341,8 +343,8 @@ class WindowScheduler:
         if not lasting:
             return
         self.aftereffects += 1
-        # The measured spell (the 50 s after the session) counts as the session's cost, so the
-        # reported overhead ratio carries it.
+        # The measured spell (the two spans after the session, 50 s by default) counts as the
+        # session's cost, so the reported overhead ratio carries it.
         spell = 2 * self._watch.span_s + self._watch.settle_s
         self.total_cost_s += (1 - 1 / ratio) * spell
         if self._levels[self._level] == "off":
@@ -351,7 +353,8 @@ class WindowScheduler:
         self._retry_at = now + _AFTEREFFECT_RETRY_S
         nxt = self._levels[self._level]
         what = "profiling is off in this process" if nxt == "off" else f"windows now take {nxt} activity only"
-        message = (f"a profiler session ({label}) left the job {ratio - 1:+.1%} slower per step for 50 s; "
+        message = (f"a profiler session ({label}) left the job {ratio - 1:+.1%} slower per step for "
+                   f"{2 * self._watch.span_s:.0f} s; "
                    f"{what}; retried in {_AFTEREFFECT_RETRY_S / 3600:.0f} h")
         _log.warning("stepwatch: %s", message)
         self._emit(contract.event(self._wall(), "window_aftereffect", message))

@@ -115,6 +115,11 @@ def parse(argv=None):
     p.add_argument("--item", action="store_true",
                    help="read loss.item() every step (a host sync, as most training loops log)")
     p.add_argument("--no-agent", action="store_true")
+    p.add_argument("--slow-after-session", type=int, default=0, metavar="N",
+                   help="test hook: from the end of the N-th profiler session in this process on "
+                        "(the agent's windows), --slow-after-session-s more host time per step: a "
+                        "lasting after-effect made on purpose")
+    p.add_argument("--slow-after-session-s", type=float, default=0.0)
     return p.parse_args(argv)
 
 
@@ -288,6 +293,7 @@ def main(argv=None) -> None:
     cause = _Cause(args, lambda: done, params, optimizers, loader, model, device)
     slow = _Slowdown(args, int(os.environ.get("RANK", "0")))
     loader = slow.wrap(loader)
+    sessions, profiling = 0, False  # profiler sessions seen to close (--slow-after-session)
     for tokens in loader:
         if args.cause == "host_busy" and cause.on():
             cause.busy()  # host work of the training thread before forward (no GPU work queued)
@@ -299,6 +305,10 @@ def main(argv=None) -> None:
         loss.backward()
         if args.step_sleep_s:
             time.sleep(args.step_sleep_s)
+        was, profiling = profiling, torch.autograd._profiler_enabled()
+        sessions += was and not profiling
+        if args.slow_after_session and sessions >= args.slow_after_session:
+            time.sleep(args.slow_after_session_s)
         if args.cause == "loop_sleep" and cause.on():
             time.sleep(cause.seconds)  # host work between backward and the optimizer step
         if args.manual_update:

@@ -60,6 +60,8 @@ def alerts(tmp_path_factory):
         print("\n" + table)
         if out:
             pathlib.Path(out, "diagnosis_gpu.txt").write_text(table + "\n")
+            # the recording, so a run that raised nothing can be replayed and read afterwards
+            pathlib.Path(out, "diagnosis_gpu_record.jsonl").write_bytes((tmp / "record.jsonl").read_bytes())
         yield got
     finally:
         col.kill()
