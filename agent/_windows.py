@@ -350,6 +350,10 @@ class WindowScheduler:
         if self._levels[self._level] == "off":
             return  # (a capture's check while profiling is off cannot happen; kept safe)
         self._level += 1
+        # a level that would run the same activities as the session that left the job slower
+        # (cpu,cuda on a job without CUDA runs cpu) is no back-off: skipped
+        while self._levels[self._level] != "off" and set(self._levels[self._level].split(",")) >= set(label.split(",")):
+            self._level += 1
         self._retry_at = now + _AFTEREFFECT_RETRY_S
         nxt = self._levels[self._level]
         what = "profiling is off in this process" if nxt == "off" else f"windows now take {nxt} activity only"

@@ -522,6 +522,17 @@ class DriftDetector:
             return None
         return (self._settled_at - self.cfg.settle_s, self._settled_at)
 
+    def backed_off(self, t: float, message: str) -> bool:
+        """The agent's ``window_aftereffect`` event (at ``t``): it found a session's lasting
+        after-effect and dropped that kind of session. An open StepwatchProfilerOverhead episode
+        says so; when the job then recovers it resolves with that in its summary, and when it
+        does not, the summary shows the back-off did not help. True when it changed."""
+        if self.condition is None or self._alertname != "StepwatchProfilerOverhead" or "backed off" in self._window_note:
+            return False
+        what = message.split("; ", 2)[1] if message.count("; ") >= 2 else "it dropped that kind of session"
+        self._window_note += f"; the agent backed off at {_clock(t)} ({what[:80]})"
+        return self._set(self.condition.severity, math.log(self.condition.ratio))
+
     def the_jobs_own(self, evidence: str) -> bool:
         """The open episode, raised as the profiler's after-effect, is the job's own
         (``evidence`` says why: a cause no profiler window makes): it becomes throughput drift,

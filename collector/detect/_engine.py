@@ -370,12 +370,19 @@ class DetectionEngine:
         self._sync(("dup", job, rank), conds)
 
     def agent_events(self, job: str, rank: int, events: Sequence[tuple]) -> None:
-        """The agent's events ``(time_s, kind, message)`` of one batch. A ``sidecar_restarted``
+        """The agent's events ``(time_s, kind, message)`` of one batch. A ``window_aftereffect``
+        event (the agent dropped a kind of profiler session that left the job slower) is noted
+        in the rank's open StepwatchProfilerOverhead episode. A ``sidecar_restarted``
         event at the agent's restart cap ("restart 5 of 5") raises StepwatchAgentRestartCap for
         the rank: one more death of its sidecar and the rank reports nothing more, which the
         collector could otherwise only see as a rank gone quiet. It lasts while the rank is known
         (until it expires, agent_grace_s after its last stream)."""
         for t, kind, message in events:
+            if kind == "window_aftereffect":
+                r = self._ranks.get((job, rank))
+                if r is not None and r.drift.backed_off(t, message):
+                    self._sync(r.drift, [r.drift.condition])
+                continue
             if kind != "sidecar_restarted":
                 continue
             m = _RESTART.search(message)

@@ -238,9 +238,10 @@ def test_zero_gpu_events_backs_off(tmp_path):
 def test_a_window_that_leaves_the_job_slower_makes_the_agent_back_off(tmp_path):
     """A test hook for the after-effect: from the end of a window on, steps take 5% longer.
     The check (25 s before the window, two 25 s spans after it) finds it: the event says so,
-    the ratio is exported, the measured spell counts in the overhead ratio, and the next
-    windows drop CUDA activity, then (a second lasting after-effect) profiling is off and a
-    capture is refused with the reason. A window after which nothing changed is no finding."""
+    the ratio is exported, the measured spell counts in the overhead ratio. The windows here
+    are CPU-only (no CUDA), so dropping CUDA activity would change nothing: profiling goes off
+    at once and a capture is refused with the reason. A window after which nothing changed is
+    no finding."""
     sched, out, clock = make(tmp_path, window_every_steps=8192, overhead_budget=0.9)
     run_steps(sched, clock, 1, 8196)  # the warm-up window at 32, the window at 8192 closes at 8196
     assert len(windows(out)) == 2
@@ -251,20 +252,32 @@ def test_a_window_that_leaves_the_job_slower_makes_the_agent_back_off(tmp_path):
     run_steps(sched, clock, 16389, 24575, step_s=0.0105)  # 5% slower from its end on
     events = [r for r in out if r["t"] == "event" and r["kind"] == "window_aftereffect"]
     assert len(events) == 1 and "+5.0% slower per step" in events[0]["message"], events
-    assert "windows now take cpu activity only" in events[0]["message"]
+    assert "a profiler session (cpu)" in events[0]["message"]
+    assert "profiling is off in this process" in events[0]["message"], events
     assert sched.aftereffect_ratio == pytest.approx(1.05, abs=0.005)
     assert sched.total_cost_s - cost_before > 50 * (1 - 1 / 1.05) * 0.9  # the spell counts
-    run_steps(sched, clock, 24576, 24580, step_s=0.0105)  # the window at 24576
-    run_steps(sched, clock, 24581, 32767, step_s=0.011)  # slower again after it
-    events = [r for r in out if r["t"] == "event" and r["kind"] == "window_aftereffect"]
-    assert len(events) == 2 and "profiling is off in this process" in events[1]["message"]
     n = len(windows(out))
-    run_steps(sched, clock, 32768, 40000, step_s=0.011)
+    run_steps(sched, clock, 24576, 40000, step_s=0.0105)
     assert len(windows(out)) == n  # no window while off
     sched.on_message({"t": "capture", "request_id": "asked", "steps": 2})
-    run_steps(sched, clock, 40001, 40003, step_s=0.011)
+    run_steps(sched, clock, 40001, 40003, step_s=0.0105)
     (trace,) = [r for r in out if r["t"] == "trace"]
     assert trace["path"] == "" and trace["error"].startswith("refused: a profiler session left this job slower")
+
+
+def test_back_off_drops_cuda_activity_first_then_profiling(tmp_path):
+    """With CUDA in the sessions the first finding drops CUDA activity, a second one (of a
+    CPU-only session) turns profiling off; the retry after 6 h steps back up one level."""
+    sched, out, clock = make(tmp_path)
+    assert sched._levels == ["cpu,cuda", "cpu", "off"]
+    sched._aftereffect("cpu,cuda", 1.05, True, clock())
+    sched._aftereffect("cpu", 1.04, True, clock())
+    messages = [r["message"] for r in out if r["t"] == "event" and r["kind"] == "window_aftereffect"]
+    assert "windows now take cpu activity only" in messages[0]
+    assert "profiling is off in this process" in messages[1]
+    clock.now += 6 * 3600
+    sched.on_boundary(1, 0.01, False)
+    assert sched._levels[sched._level] == "cpu"
 
 
 def test_compile_health_counts_graph_breaks_and_new_graphs_between_windows(tmp_path):

@@ -55,6 +55,11 @@ def test_a_window_that_leaves_the_job_slower_is_backed_off_and_raised_as_overhea
         alerts = [a for a in col.api("/api/alerts")["alerts"] if a["job"] == "aftereffect"]
         assert {a["alertname"] for a in alerts} == {"StepwatchProfilerOverhead"}, alerts
         assert "profiler window ending at step" in alerts[0]["summary"], alerts[0]
+        # the agent's back-off is in the episode (here the job stays slow: the hook is not the
+        # profiler's, so the episode stays open and says the back-off did not end it)
+        assert "; the agent backed off at " in alerts[0]["summary"] \
+            and "profiling is off in this process" in alerts[0]["summary"], alerts[0]
+        assert alerts[0]["state"] == "firing", alerts[0]
 
         # the job at the defaults: no profiler session, nothing raised
         assert not col.value("stepwatch_windows_total", training_job="defaults"), "a window ran on demand unasked"
