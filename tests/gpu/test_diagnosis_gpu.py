@@ -1,6 +1,8 @@
 """Explained alerts on a real GPU: a transformer job (d_model 512, 4 layers, batch 16 x 256
-tokens, loss.item() every step, 1,200 steps; the drift detector on horizons of seconds, armed
-after 8 s of steps) gets slower from step 400 for a known reason; the drift
+tokens, loss.item() every step, 2,000 steps; the drift detector on horizons of seconds, armed
+after 8 s of steps) gets slower from step 1,000 (~15 s in at ~15 ms steps: after the detector
+is armed; at step 400, ~6 s in, the H100 run of 2026-11-27 raised nothing for two of the three
+causes, their change learnt as the job's level) for a known reason; the drift
 alert's diagnosis names that reason first:
   backward    extra 2048^2 GEMMs queued in the backward pass (GPU work; the kernel is named)
   dataloader  a sleep in the DataLoader's collate (the trainer waits for data)
@@ -29,7 +31,7 @@ DETECTION = {"warmup_steps": 10, "resolve_hold_s": 600, "trace_steps": 0,
              "drift": {"bucket_s": 0.5, "min_bucket_steps": 3, "warmup_s": 2, "settle_s": 6, "critical_window_s": 2, "warning_window_s": 3, "info_window_s": 6, "clear_s": 1, "z": 3}}
 MODEL = ("--device", "cuda", "--d-model", "512", "--layers", "4", "--batch", "16", "--seq", "256", "--item")
 CAUSES = {"backward": ("backward", 6.0), "dataloader": ("data-loader wait", 6.0), "optimizer": ("optimizer", 6.0)}
-STEPS, FROM = 1200, 400
+STEPS, FROM = 2000, 1000
 GEMM_NAMES = ("gemm", "nvjet", "cutlass", "xmma", "sm90", "aten::mm")
 
 
