@@ -2,7 +2,7 @@
 tokens, loss.item() every step, 2,000 steps; the drift detector on horizons of seconds, armed
 after 8 s of steps) gets slower from step 1,000 (~15 s in at ~15 ms steps: after the detector
 is armed; at step 400, ~6 s in, the H100 run of 2026-11-27 raised nothing for two of the three
-causes, their change learnt as the job's level) for a known reason; the drift
+causes, most likely their change learnt as the job's level; not shown: the recording was not kept, it is now under $OUT) for a known reason; the drift
 alert's diagnosis names that reason first:
   backward    extra 2048^2 GEMMs queued in the backward pass (GPU work; the kernel is named)
   dataloader  a sleep in the DataLoader's collate (the trainer waits for data)
