@@ -352,7 +352,8 @@ class WindowScheduler:
         self._level += 1
         # a level that would run the same activities as the session that left the job slower
         # (cpu,cuda on a job without CUDA runs cpu) is no back-off: skipped
-        while self._levels[self._level] != "off" and set(self._levels[self._level].split(",")) >= set(label.split(",")):
+        ran = set(label.split(","))
+        while self._levels[self._level] != "off" and set(self._levels[self._level].split(",")) >= ran:
             self._level += 1
         self._retry_at = now + _AFTEREFFECT_RETRY_S
         nxt = self._levels[self._level]

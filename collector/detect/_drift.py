@@ -527,7 +527,8 @@ class DriftDetector:
         after-effect and dropped that kind of session. An open StepwatchProfilerOverhead episode
         says so; when the job then recovers it resolves with that in its summary, and when it
         does not, the summary shows the back-off did not help. True when it changed."""
-        if self.condition is None or self._alertname != "StepwatchProfilerOverhead" or "backed off" in self._window_note:
+        if (self.condition is None or self._alertname != "StepwatchProfilerOverhead"
+                or "backed off" in self._window_note):
             return False
         what = message.split("; ", 2)[1] if message.count("; ") >= 2 else "it dropped that kind of session"
         self._window_note += f"; the agent backed off at {_clock(t)} ({what[:80]})"
