@@ -17,10 +17,14 @@ from _procs import Collector, assert_finished, start_trainer, trainer_env
 
 # ~0.065 s steps: drift armed after ~5 s (warm-up 1 s + settle 4 s), the window at step 256
 # (~17 s), the agent's check over two 5-s spans from 1 s after it (~11 s, before step 512).
+# Levels far above a loaded CI host's wobble (a +2.2% drift of both jobs at the same seconds was
+# raised at the defaults' 3%, and the window the collector then asked for became the trainer's
+# second session) and far below the +60% under test.
 DETECTION = {"warmup_steps": 10, "eval_interval_s": 0.5,
              "drift": {"bucket_s": 0.8, "min_bucket_steps": 3, "warmup_s": 1, "settle_s": 4,
                        "critical_window_s": 2.4, "warning_window_s": 3, "info_window_s": 5,
-                       "clear_s": 1.6, "z": 3}}
+                       "clear_s": 1.6, "z": 3, "info_ratio": 0.15, "warning_ratio": 0.25,
+                       "critical_ratio": 0.35}}
 SMALL = ("--step-sleep-s", "0.06", "--d-model", "16", "--layers", "1", "--batch", "2", "--seq", "8")
 STEPS = 420
 
