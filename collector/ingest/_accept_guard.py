@@ -7,7 +7,9 @@ When the process has no file descriptor left, asyncio's accept loop reports ever
 handler for the collector's loop: an accept that failed for want of descriptors or memory
 (EMFILE, ENFILE, ENOBUFS, ENOMEM) counts in ``IngestCounters`` (``accepts_failed``) (exported as
 ``stepwatch_collector_accepts_failed_total{reason}``) and gives one log line per
-``interval_s`` with the count and the limit; anything else goes to asyncio's default handler.
+``interval_s`` with the count and the limit; the retry asyncio schedules after such a refusal,
+when it finds the listener closed by a shutdown meanwhile, logs at debug only; anything else
+goes to asyncio's default handler.
 The connections already open are served; idle ones close after their timeouts (HTTP read 10 s,
 gRPC Hello 30 s), which gives the descriptors back. :func:`raise_fd_limit` lifts the soft
 descriptor limit to the hard one (the CLI does it at start).
@@ -53,6 +55,12 @@ class AcceptGuard:
 
     def __call__(self, loop, context: dict) -> None:
         exc = context.get("exception")
+        if isinstance(exc, ValueError) and "_start_serving" in str(context.get("message", "")):
+            # asyncio retries a refused accept 1 s later; when the listener was closed meanwhile
+            # (shutdown) that retry finds its socket gone ("Invalid file descriptor: -1"): nothing
+            # is lost, and a traceback in the log at every such shutdown would say otherwise
+            log.debug("stepwatch collector: an accept retry after the listener closed: %s", exc)
+            return
         reason = _REASONS.get(getattr(exc, "errno", None)) if isinstance(exc, OSError) else None
         if reason is None or "accept" not in str(context.get("message", "")):
             loop.default_exception_handler(context)
