@@ -28,20 +28,22 @@ def test_a_refused_accept_is_counted_and_logged_once(caplog):
     assert len([r for r in caplog.records if "new connections refused" in r.getMessage()]) == 1
 
 
-def test_the_accept_retry_after_a_shutdown_closed_the_listener_is_not_a_traceback(caplog):
+def test_the_accept_retry_after_a_shutdown_closed_the_listener_is_not_a_traceback():
     """CI run 56: at shutdown, asyncio's retry of a refused accept (scheduled 1 s after it) ran
-    on the closed listener and its ValueError went to the default handler as an ERROR with a
-    traceback. It is logged at debug only; other callback errors still reach the default handler."""
+    on the closed listener and its ValueError went to the default handler, which logs it as an
+    ERROR with a traceback. The guard keeps that one case from the default handler (a debug line
+    only); other callback errors still reach it. Checked on the handler itself, not on the log
+    (other tests set the collector logger's level)."""
     guard, counted = _guard()
     loop = asyncio.new_event_loop()
+    reached = []
+    loop.default_exception_handler = reached.append
     try:
-        with caplog.at_level(logging.DEBUG):
-            guard(loop, {"message": "Exception in callback BaseSelectorEventLoop._start_serving(...)",
-                         "exception": ValueError("Invalid file descriptor: -1")})
-            assert [r.levelno for r in caplog.records] == [logging.DEBUG]
-            guard(loop, {"message": "Exception in callback something_else()",
-                         "exception": ValueError("boom")})
+        guard(loop, {"message": "Exception in callback BaseSelectorEventLoop._start_serving(...)",
+                     "exception": ValueError("Invalid file descriptor: -1")})
+        assert reached == []
+        other = {"message": "Exception in callback something_else()", "exception": ValueError("boom")}
+        guard(loop, other)
     finally:
         loop.close()
-    assert counted == []
-    assert any(r.levelno == logging.ERROR and "something_else" in r.getMessage() for r in caplog.records)
+    assert counted == [] and reached == [other]
