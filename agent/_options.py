@@ -14,8 +14,8 @@ from typing import Optional
 from stepwatch.core.contract import label_problem
 from stepwatch.core.placement import parse_collectors
 from stepwatch.core.support import user_tmp
-from stepwatch.core.settings import (at_least, between, non_negative, option, parse_duration, parse_log_level,
-                       parse_size, positive)
+from stepwatch.core.settings import (at_least, between, non_negative, option, parse_bool, parse_duration,
+                       parse_log_level, parse_size, positive)
 
 __all__ = ["AgentSettings"]
 
@@ -33,16 +33,13 @@ _WINDOW_MODES = {"scheduled": "scheduled", "on_demand": "on_demand", "on-demand"
 
 def _windows_mode(value) -> str:
     """'scheduled', 'on_demand' or 'off'; the booleans of earlier releases mean scheduled / off."""
-    if isinstance(value, bool):
-        return "scheduled" if value else "off"
     text = str(value).strip().lower()
-    if text in {"1", "true", "yes", "on"}:
-        return "scheduled"
-    if text in {"0", "false", "no", ""}:
-        return "off"
-    if text not in _WINDOW_MODES:
-        raise ValueError("expected 'on_demand', 'scheduled' or 'off' (or a boolean: scheduled / off)")
-    return _WINDOW_MODES[text]
+    if text in _WINDOW_MODES:
+        return _WINDOW_MODES[text]
+    try:
+        return "scheduled" if parse_bool(value) else "off"
+    except ValueError:
+        raise ValueError("expected 'on_demand', 'scheduled' or 'off' (or a boolean: scheduled / off)") from None
 
 
 def _job(value) -> str:
