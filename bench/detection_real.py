@@ -38,7 +38,8 @@ HELD_OUT = {"h100_1gpu_l.jsonl.gz", "h100_1gpu_m_short.jsonl.gz", "h100b_1gpu_s.
             "h100b_1gpu_m_pauses.jsonl.gz", "h100b_2gpu_m.jsonl.gz", "h100c_1gpu_s.jsonl.gz",
             "h100c_1gpu_l.jsonl.gz", "h100c_2gpu_m_off_short.jsonl.gz", "h100d_1gpu_s.jsonl.gz",
             "h100d_1gpu_m.jsonl.gz", "h100d_2gpu_m.jsonl.gz", "h200e_2gpu_m_a.jsonl.gz",
-            "h200e_2gpu_m_b.jsonl.gz", "h100g_1gpu_m.jsonl.gz", "h100g_1gpu_m2.jsonl.gz"}
+            "h200e_2gpu_m_b.jsonl.gz", "h100g_1gpu_m.jsonl.gz", "h100g_1gpu_m2.jsonl.gz",
+            "h200x_1gpu_m.jsonl.gz", "h200x_1gpu_m2.jsonl.gz", "h200x_2gpu_m.jsonl.gz"}
 # Recordings with a real change in them (tests/data/real/README.md): the host under all three
 # h100b jobs got slower at 12:46:00 UTC and stayed so. Episodes from 60 s before it on are that
 # change found (not false alarms); no change is injected into these.
@@ -82,7 +83,9 @@ def main() -> None:
     p.add_argument("--md")
     a = p.parse_args()
     cfg = parse_detection(a.detection)
-    paths = a.recordings or sorted(os.path.join(REAL, f) for f in os.listdir(REAL) if f.endswith(".jsonl.gz"))
+    # a recording named without a folder is one of tests/data/real
+    paths = [r if os.path.exists(r) else os.path.join(REAL, r) for r in a.recordings or
+             sorted(f for f in os.listdir(REAL) if f.endswith(".jsonl.gz"))]
     if a.memory:
         return memory_main(a, cfg, paths)
     doc = _new_doc()

@@ -7,8 +7,11 @@ the others' median). ``ratio = 1 + excess / others' median step time``; the robu
 the excess by max(1.4826*MAD of the others' step times, ``jitter_floor_ratio`` x median). A
 block is slow when ratio >= ``ratio`` and z >= ``robust_z``; the rank is flagged when at least
 ``min_blocks`` of its last ``window_blocks`` blocks were slow, and cleared below half that.
-A block is judged once every rank seen has finished it, or when some rank is two blocks
-ahead.
+A block is judged once every rank seen has finished it, or when some rank is further ahead
+than two of the ranks' batches span (plus two blocks): the agents send their steps in batches
+(one a second by default), so ranks' steps arrive a batch apart. (Judged when some rank was only
+two blocks ahead, a 4-GPU NCCL job of ~15 ms steps, 65 steps a batch, had most blocks judged with
+two or three of its four ranks, each block up to twice, and its slow rank was never named.)
 
 The agents' always-on phase times say where each sampled step went. A rank slower in its own
 work (more GEMMs, a slower data loader, a busy host) makes the others wait in the collectives:
@@ -58,7 +61,7 @@ from ._types import WARNING, Condition, WindowPoint, finite_positive, mads_witho
 
 __all__ = ["StragglerDetector"]
 
-_MAX_OPEN_BLOCKS = 8
+_MAX_OPEN_BLOCKS = 64     # blocks waiting for their ranks; past this the oldest is judged as it is
 _MAX_PHASE_SAMPLES = 512  # a rank's phase samples kept (its last _PHASE_REACH x window_blocks blocks at most)
 _MIN_PHASE_SAMPLES = 5    # a pool of fewer is not judged
 _PHASE_REACH = 8          # a sparse pool reaches back this many times window_blocks blocks at most
@@ -88,6 +91,11 @@ class StragglerDetector:
         self._hist: dict[int, collections.deque] = {}
         self._slow: dict[int, int] = {}  # rank -> slow blocks in its _hist
         self._max_block = -1
+        # rank -> (blocks in its previous run of closes, in its current one): a run is the
+        # blocks a rank closes with no other rank's close between, i.e. one batch of its steps
+        # (the same whether the batch is fed whole or step by step)
+        self._span: dict[int, tuple[int, int]] = {}
+        self._closer = -1  # the rank that closed the last block
         self._groups: "collections.OrderedDict[int, dict]" = collections.OrderedDict()
         self._whist: dict[int, collections.deque] = {}
         self._by_steps: dict[int, Condition] = {}
@@ -198,6 +206,7 @@ class StragglerDetector:
         self._slow.pop(rank, None)
         self._whist.pop(rank, None)
         self._phase.pop(rank, None)
+        self._span.pop(rank, None)
         self._lag.pop(rank, None)
         self._by_phases.discard(rank)
         self._by_steps.pop(rank, None)
@@ -266,6 +275,9 @@ class StragglerDetector:
 
     def _close(self, rank: int, cur) -> None:
         bid, times, waits, step, time = cur
+        prev, run = self._span.get(rank, (0, 0))
+        self._span[rank] = (prev, run + 1) if rank == self._closer else (run, 1)
+        self._closer = rank
         if len(times) * 2 < self.cfg.block_steps:
             return  # a partial block (first block, restart): not comparable
         self._blocks.setdefault(bid, {})[rank] = (median(times), median(waits), step, time,
@@ -297,12 +309,20 @@ class StragglerDetector:
         while self._blocks:
             bid, vals = next(iter(self._blocks.items()))
             complete = len(vals) >= len(self._ranks)
-            if not (complete or bid <= self._max_block - 2 or len(self._blocks) > _MAX_OPEN_BLOCKS):
+            if not (complete or bid <= self._max_block - self._lag_blocks()
+                    or len(self._blocks) > _MAX_OPEN_BLOCKS):
                 break
             del self._blocks[bid]
             if len(vals) >= 2:
                 changed |= self._judge(vals)
         return changed
+
+    def _lag_blocks(self) -> int:
+        """How far behind the newest block a block waits for its missing ranks: two of the
+        largest batch span among the ranks' last batches, plus two; at most _MAX_OPEN_BLOCKS
+        (a rank flushing a backlog after a reconnect would otherwise hold every block)."""
+        span = max((max(prev, cur) for prev, cur in self._span.values()), default=1)
+        return min(2 * span + 2, _MAX_OPEN_BLOCKS)
 
     def _judge(self, vals: dict) -> bool:
         cfg, changed = self.cfg, False

@@ -154,3 +154,25 @@ def test_gemms_on_the_slow_rank_are_named_in_backward_against_the_other_rank():
     assert why["gemm"].startswith("against the other ranks: backward +1."), why["gemm"]
     assert why["loader"].startswith("against the other ranks: data +8."), why["loader"]
     assert why["host"].startswith("against the other ranks: forward +3."), why["host"]
+
+
+# h200x: the same test on 4 x NVIDIA H200 and on 2 of them (GPUs 2 and 3, beside two 1-GPU
+# jobs), 2026-11-28, code of ab217d0; the change at rank 1's step 1,000 (the times below: that
+# step's end on rank 1's clock)
+def test_four_h200s_name_gemms_on_rank_1_now_that_blocks_wait_for_every_ranks_batch():
+    """Live, 4 x H200: the slow loader and the busy host were named in 3 and 5 s, but GEMMs in
+    rank 1's backward (the job 12.4 -> 16.1 ms) by nobody in 240 s: each rank's steps come a
+    batch at a time (65 steps), and a block was judged once some rank was two blocks ahead, so
+    most blocks held two or three of the four ranks (some judged twice) and rank 1's excess,
+    1.10x by its phases, never held 8 of 10. Blocks now wait for every rank's batch."""
+    assert _replay("h200x_4gpu_512_healthy.jsonl.gz") == []
+    _rank_1_named_within_a_minute("h200x_4gpu_512", gemm=1795897054.44, loader=1795897120.54,
+                                  host=1795897203.81)
+
+
+def test_two_h200s_beside_other_jobs_name_every_cause_on_rank_1_and_a_healthy_job_nothing():
+    """Held out: live (before the batch-aware wait) named rank 1 in 10.5 s (GEMMs), 3.9 s
+    (loader) and 8.3 s (busy host) and raised nothing on the healthy job; replayed, the same."""
+    assert _replay("h200x_2gpu_512_healthy.jsonl.gz") == []
+    _rank_1_named_within_a_minute("h200x_2gpu_512", gemm=1795896417.21, loader=1795896483.15,
+                                  host=1795896555.99)

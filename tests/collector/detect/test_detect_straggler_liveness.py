@@ -356,3 +356,63 @@ def test_a_tick_in_slices_judges_what_the_whole_tick_judges_and_skips_a_rank_for
     for _ in slices:
         pass
     assert sorted(c.rank for c in e.conditions()) == list(range(24))
+
+
+def _staggered_job(ranks: int, batch: int, slow_rank: int, slow_from: int, steps: int, seed: int = 0):
+    """A synchronous job whose ranks send their steps in batches of ``batch`` (as the agents do,
+    one a second), each rank's batch boundaries offset by a fraction of a batch from the last's,
+    so one rank's batch reaches the collector while the others' same steps are still on their
+    way; the slow rank's excess shows as data-loader wait. Yields (rank, steps, ends, durations,
+    waits) in arrival order."""
+    rng = random.Random(seed)
+    step_s = 0.015
+    rows = {r: [] for r in range(ranks)}
+    for s in range(1, steps + 1):
+        for r in range(ranks):
+            wait = 0.0003 * (1 + rng.uniform(-0.2, 0.2)) + (0.006 if r == slow_rank and s >= slow_from else 0.0)
+            rows[r].append((s, T0 + s * step_s, step_s * (1 + rng.uniform(-0.02, 0.02)), wait))
+    cuts = {r: list(range(r * batch // ranks, steps, batch)) for r in range(ranks)}
+    pending = []
+    for r in range(ranks):
+        bounds = [0] + [c for c in cuts[r] if c > 0] + [steps]
+        for lo, hi in zip(bounds, bounds[1:]):
+            pending.append((rows[r][hi - 1][1], r, rows[r][lo:hi]))
+    for _, r, part in sorted(pending, key=lambda p: (p[0], p[1])):  # arrival: when the batch's last step ended
+        yield r, [p[0] for p in part], [p[1] for p in part], [p[2] for p in part], [p[3] for p in part]
+
+
+def test_blocks_wait_for_every_ranks_batch_so_a_slow_rank_among_four_is_named():
+    """Four ranks, 65 steps a batch, each rank's batches arriving a quarter batch after the last
+    one's (4 x H200, ~15 ms steps, default 1 s batches: tests/data/real/phases/h200x_4gpu_*). A
+    block is judged only once every rank has sent it (or when some rank is more than two batch
+    spans ahead), so every block is judged with all four ranks and the slow one is named; judged
+    when some rank was two blocks ahead, most blocks held one rank and were dropped."""
+    from stepwatch.collector.detect._config import StragglerConfig
+    from stepwatch.collector.detect._straggler import StragglerDetector
+
+    det = StragglerDetector(StragglerConfig(), "j")
+    judged = []
+    original = det._judge
+    det._judge = lambda vals: judged.append(len(vals)) or original(vals)
+    for rank, steps, ends, durations, waits in _staggered_job(4, 65, slow_rank=2, slow_from=400, steps=1200):
+        det.feed_many(rank, steps, ends, durations, waits)
+    assert set(det.conditions) == {2}, det.conditions
+    assert det.conditions[2].step >= 400, det.conditions[2]
+    # every block once, with all four ranks (the first one before rank 3 had sent anything: three)
+    assert len(judged) >= 1200 // 10 - 5 and judged.count(4) >= len(judged) - 1, (len(judged), judged)
+
+
+def test_a_rank_that_stops_sending_does_not_hold_the_others_blocks_for_long():
+    """Rank 3 sends nothing after step 300: the blocks it never finishes are judged with the
+    three others once some rank is two batch spans (plus two blocks) ahead, so a slow rank among
+    them is still named."""
+    from stepwatch.collector.detect._config import StragglerConfig
+    from stepwatch.collector.detect._straggler import StragglerDetector
+
+    det = StragglerDetector(StragglerConfig(), "j")
+    for rank, steps, ends, durations, waits in _staggered_job(4, 65, slow_rank=1, slow_from=400, steps=1200):
+        if rank == 3 and steps[0] > 300:
+            continue
+        det.feed_many(rank, steps, ends, durations, waits)
+    assert set(det.conditions) == {1}, det.conditions
+    assert len(det._blocks) <= 2 * 7 + 2 + 1, len(det._blocks)
