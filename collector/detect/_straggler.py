@@ -9,9 +9,9 @@ block is slow when ratio >= ``ratio`` and z >= ``robust_z``; the rank is flagged
 ``min_blocks`` of its last ``window_blocks`` blocks were slow, and cleared below half that.
 A block is judged once every rank seen has finished it, or when some rank is further ahead
 than two of the ranks' batches span (plus two blocks): the agents send their steps in batches
-(one a second by default), so ranks' steps arrive a batch apart. (Judged when some rank was only
-two blocks ahead, a 4-GPU NCCL job of ~15 ms steps, 65 steps a batch, had most blocks judged with
-two or three of its four ranks, each block up to twice, and its slow rank was never named.)
+(one a second by default), so the same steps of different ranks arrive up to a batch apart (a
+4-GPU NCCL job of ~15 ms steps: 65 steps a batch, the ranks' batches staggered). A rank that
+stops sending holds the others' blocks that long at most.
 
 The agents' always-on phase times say where each sampled step went. A rank slower in its own
 work (more GEMMs, a slower data loader, a busy host) makes the others wait in the collectives:

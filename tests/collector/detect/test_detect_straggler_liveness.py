@@ -385,8 +385,9 @@ def test_blocks_wait_for_every_ranks_batch_so_a_slow_rank_among_four_is_named():
     """Four ranks, 65 steps a batch, each rank's batches arriving a quarter batch after the last
     one's (4 x H200, ~15 ms steps, default 1 s batches: tests/data/real/phases/h200x_4gpu_*). A
     block is judged only once every rank has sent it (or when some rank is more than two batch
-    spans ahead), so every block is judged with all four ranks and the slow one is named; judged
-    when some rank was two blocks ahead, most blocks held one rank and were dropped."""
+    spans ahead), so every block is judged once, with all four ranks, and the slow one is named.
+    (Judged once some rank was two blocks ahead, most blocks held two of the four ranks, and
+    some were judged twice.)"""
     from stepwatch.collector.detect._config import StragglerConfig
     from stepwatch.collector.detect._straggler import StragglerDetector
 
