@@ -147,7 +147,9 @@ ddp-arms)  # NAME PORT GPUS SIZE SECS ARMS...: healthy arms one after the other,
            # job where GPUS is a pair ("2,3"), a 1-GPU job where it is one GPU ("0")
            # (none: no agent; default (windows on demand); sched: windows on the schedule; off:
            # windows off; nophase: phase times off; nogpm: no GPM counters; warmonly: the warm-up
-           # profiler session and no window after it; cpuwin: scheduled windows, CPU activity only; bare: the step hook, IPC and sidecar only), each its
+           # profiler session and no window after it; cpuwin / cudawin: scheduled windows, CPU or
+           # CUDA activity only; td0 / td1: scheduled windows with TEARDOWN_CUPTI=0 / 1; bare:
+           # the step hook, IPC and sidecar only), each its
            # own collector; BATCH=N
            # fixes the batch (calibration chose 6 for one arm and 8 for the others on an H200)
     name=$1 port=$2 gpus=$3 size=$4 secs=$5; shift 5; i=0
@@ -162,6 +164,9 @@ ddp-arms)  # NAME PORT GPUS SIZE SECS ARMS...: healthy arms one after the other,
                 sched) export STEPWATCH_WINDOWS=scheduled ;;           # windows on the schedule
                 warmonly) export STEPWATCH_WINDOWS=scheduled STEPWATCH_WINDOW_INTERVAL_S=86400 ;;  # the warm-up session, no window after
                 cpuwin) export STEPWATCH_WINDOWS=scheduled STEPWATCH_WINDOW_ACTIVITIES=cpu ;;      # scheduled windows without CUDA activity
+                cudawin) export STEPWATCH_WINDOWS=scheduled STEPWATCH_WINDOW_ACTIVITIES=cuda ;;    # scheduled windows, CUDA activity only
+                td0) export STEPWATCH_WINDOWS=scheduled TEARDOWN_CUPTI=0 ;;   # Kineto keeps CUPTI set up after a session
+                td1) export STEPWATCH_WINDOWS=scheduled TEARDOWN_CUPTI=1 ;;   # ... or tears it down (set explicitly)
                 bare) export STEPWATCH_WINDOWS=0 STEPWATCH_PHASE_BUDGET=0 STEPWATCH_NVML_GPM=0 \
                           STEPWATCH_NVML_INTERVAL_S=3600 STEPWATCH_HOST_INTERVAL_S=3600 ;;
             esac
