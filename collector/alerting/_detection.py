@@ -85,6 +85,9 @@ def _unix(iso_time: str) -> float:
     return datetime.datetime.fromisoformat(iso_time.replace("Z", "+00:00")).timestamp()
 
 
+# A window asked of a rank serves every slowdown raised on it this soon after (a straggler and
+# the same rank's drift are raised a second apart): one profiler session, not one per alert
+_WINDOW_AGAIN_S = 30.0
 _SYNC_SEEN = 0b1110  # StepPhaseTimes.points: the first and last gradient (bits 1, 2), the optimizer start (3)
 
 
@@ -103,6 +106,7 @@ class Detection:
         # (job, rank, reason) -> sent: ask a rank for a window now (live only), so a slowdown
         # episode gets a profiler window after its onset soon
         self._request_window = request_window
+        self._window_asked: dict[tuple, float] = {}  # (job, rank) -> data time a window was last asked
         # (job, rank, steps) -> request id or None: a full trace of the next steps (live only)
         self._request_trace = request_trace
         self._traced_at: dict[str, float] = {}      # job -> data time of its last alert trace
@@ -177,6 +181,7 @@ class Detection:
             self.engine.forget(job, rank)
             self._incomplete.discard((job, rank))
             self._phase_blocks.pop((job, rank), None)
+            self._window_asked.pop((job, rank), None)
         self.evidence.forget(keys)
 
     def tick(self, now: float, connections: Iterable[tuple]) -> None:
@@ -239,11 +244,15 @@ class Detection:
             self.client.submit(changes)
 
     def _on_slowdown(self, a: Alert, now: float) -> None:
-        """A slowdown episode fired: ask the rank for a window now and, at most once per job per
-        ``trace_every_s``, for a full trace whose reference is attached to the alert."""
+        """A slowdown episode fired: ask the rank for a window now (unless one was asked of it in
+        the last ``_WINDOW_AGAIN_S``: that window serves this episode's diagnosis too) and, at
+        most once per job per ``trace_every_s``, for a full trace whose reference is attached to
+        the alert."""
         self._incomplete.add((a.job, a.rank))
-        if self._request_window is not None:
-            self._request_window(a.job, a.rank, a.alertname)
+        asked = self._window_asked.get((a.job, a.rank))
+        if self._request_window is not None and (asked is None or not 0 <= now - asked < _WINDOW_AGAIN_S):
+            if self._request_window(a.job, a.rank, a.alertname):
+                self._window_asked[(a.job, a.rank)] = now
         self._maybe_trace(a, now)
 
     def _maybe_trace(self, a: Alert, now: float) -> None:
