@@ -62,6 +62,7 @@ from ._types import WARNING, Condition, WindowPoint, finite_positive, mads_witho
 __all__ = ["StragglerDetector"]
 
 _MAX_OPEN_BLOCKS = 64     # blocks waiting for their ranks; past this the oldest is judged as it is
+_MAX_SPAN = (_MAX_OPEN_BLOCKS - 2) // 2  # a batch span past this waits no longer
 _MAX_PHASE_SAMPLES = 512  # a rank's phase samples kept (its last _PHASE_REACH x window_blocks blocks at most)
 _MIN_PHASE_SAMPLES = 5    # a pool of fewer is not judged
 _PHASE_REACH = 8          # a sparse pool reaches back this many times window_blocks blocks at most
@@ -96,6 +97,10 @@ class StragglerDetector:
         # (the same whether the batch is fed whole or step by step)
         self._span: dict[int, tuple[int, int]] = {}
         self._closer = -1  # the rank that closed the last block
+        # how many ranks have each batch span (max of the two above, capped): the largest is
+        # kept without a pass over every rank at each close
+        self._spans = [0] * (_MAX_SPAN + 1)
+        self._wait_blocks = 4  # blocks a block waits for its missing ranks (_lag_blocks)
         self._groups: "collections.OrderedDict[int, dict]" = collections.OrderedDict()
         self._whist: dict[int, collections.deque] = {}
         self._by_steps: dict[int, Condition] = {}
@@ -206,7 +211,10 @@ class StragglerDetector:
         self._slow.pop(rank, None)
         self._whist.pop(rank, None)
         self._phase.pop(rank, None)
-        self._span.pop(rank, None)
+        old = self._span.pop(rank, None)
+        if old is not None:
+            self._spans[min(max(old), _MAX_SPAN)] -= 1
+            self._wait_blocks = self._lag_blocks()
         self._lag.pop(rank, None)
         self._by_phases.discard(rank)
         self._by_steps.pop(rank, None)
@@ -275,9 +283,16 @@ class StragglerDetector:
 
     def _close(self, rank: int, cur) -> None:
         bid, times, waits, step, time = cur
-        prev, run = self._span.get(rank, (0, 0))
-        self._span[rank] = (prev, run + 1) if rank == self._closer else (run, 1)
+        old = self._span.get(rank)
+        prev, run = old or (0, 0)
+        new = self._span[rank] = (prev, run + 1) if rank == self._closer else (run, 1)
         self._closer = rank
+        a, b = min(max(old), _MAX_SPAN) if old else -1, min(max(new), _MAX_SPAN)
+        if a != b:
+            if a >= 0:
+                self._spans[a] -= 1
+            self._spans[b] += 1
+            self._wait_blocks = self._lag_blocks()
         if len(times) * 2 < self.cfg.block_steps:
             return  # a partial block (first block, restart): not comparable
         self._blocks.setdefault(bid, {})[rank] = (median(times), median(waits), step, time,
@@ -309,7 +324,7 @@ class StragglerDetector:
         while self._blocks:
             bid, vals = next(iter(self._blocks.items()))
             complete = len(vals) >= len(self._ranks)
-            if not (complete or bid <= self._max_block - self._lag_blocks()
+            if not (complete or bid <= self._max_block - self._wait_blocks
                     or len(self._blocks) > _MAX_OPEN_BLOCKS):
                 break
             del self._blocks[bid]
@@ -320,9 +335,10 @@ class StragglerDetector:
     def _lag_blocks(self) -> int:
         """How far behind the newest block a block waits for its missing ranks: two of the
         largest batch span among the ranks' last batches, plus two; at most _MAX_OPEN_BLOCKS
-        (a rank flushing a backlog after a reconnect would otherwise hold every block)."""
-        span = max((max(prev, cur) for prev, cur in self._span.values()), default=1)
-        return min(2 * span + 2, _MAX_OPEN_BLOCKS)
+        (a rank flushing a backlog after a reconnect would otherwise hold every block).
+        O(_MAX_SPAN), called only when some rank's span changed."""
+        span = next((k for k in range(_MAX_SPAN, 0, -1) if self._spans[k]), 1)
+        return 2 * span + 2
 
     def _judge(self, vals: dict) -> bool:
         cfg, changed = self.cfg, False
