@@ -42,11 +42,10 @@ def alerts(tmp_path_factory):
     col = Collector(tmp, ["--config", str(cfg)]).start()
     try:
         for cause, (_, ms) in CAUSES.items():
-            # windows at their default, on demand: the drift alert asks for the one that names the
-            # kernel. (Scheduled every 32 steps, as before 2026-11-28, every onset fell within two
-            # buckets of a window's end and was taken for the profiler's own cost: on an H200 the
-            # backward GEMMs, 2 steps after a window, raised StepwatchProfilerOverhead only.) The
-            # budget is raised for a 25 s job: one window in it is over the default budget.
+            # windows at their default, on demand: the diagnosis comes from the phase times (a
+            # window every 32 steps puts every onset within two buckets of a window's end, where
+            # it is taken for the profiler's own cost). The budget is raised for a 25 s job: the
+            # window the alert asks for would be over the default budget in it.
             env = trainer_env(tmp, col.grpc, f"gpu-{cause}", STEPWATCH_OVERHEAD_BUDGET="0.5")
             run = subprocess.run([sys.executable, "-m", "stepwatch.collector.tools.train", "--steps", str(STEPS),
                                   *MODEL, "--cause", cause, "--cause-from-step", str(FROM), "--cause-ms", str(ms)],
