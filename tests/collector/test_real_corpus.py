@@ -21,7 +21,14 @@ HOST_SHIFT_AT = 1795697160.0
 SHIFTED = [n for n in CORPUS if n.startswith("h100b_")]
 # A 2-GPU job whose host's speed wandered +-10% in waves of minutes (README): not quiet either.
 WANDERING = ["h100c_2gpu_m.jsonl.gz"]
-QUIET = [n for n in CORPUS if n not in SHIFTED + WANDERING]
+# Healthy recordings the detector is known to raise on (README): each must still raise, so the
+# miss stays visible here and this list is emptied when the detector is mended.
+# h200y_1gpu_s: a launch-bound 12.5 ms H200 job whose host's speed wandered (minute medians
+# 0.87-1.13x), slowest in its last minutes: a warning "+16.9% vs this job's level" at 9 min.
+# The warning window's spread is measured from adjacent 90 s medians (3.7% here), while the
+# settled level is minutes away: a slow wander is larger at that lag.
+KNOWN_MISSES = ["h200y_1gpu_s.jsonl.gz"]
+QUIET = [n for n in CORPUS if n not in SHIFTED + WANDERING + KNOWN_MISSES]
 
 
 @pytest.fixture(scope="module")
@@ -47,6 +54,15 @@ def test_the_corpus_is_there_with_its_readme():
 def test_a_healthy_real_recording_raises_nothing(name, lines):
     alerts = replay(events(lines(name)), DetectionConfig())
     assert alerts == [], [(a.alertname, a.rank, a.severity, a.fired_summary) for a in alerts]
+
+
+@pytest.mark.parametrize("name", KNOWN_MISSES)
+def test_a_known_miss_on_a_healthy_recording_still_raises(name, lines):
+    alerts = replay(events(lines(name)), DetectionConfig())
+    assert alerts, f"{name} raises nothing now: move it from KNOWN_MISSES to the quiet recordings"
+    for a in alerts:
+        assert a.alertname == "StepwatchThroughputDrift" and "vs this job's level" in a.fired_summary, \
+            (a.alertname, a.fired_summary)
 
 
 @pytest.mark.parametrize("name", SHIFTED)
