@@ -285,9 +285,11 @@ def diagnose(r: Optional[_Rank], since: float, reference: Optional[tuple] = None
     # most of the change)
     edge = since - min(_GUARD_S, _GUARD_SHARE * (since - blocks[0][2]))
     before = [b for b in blocks if b[2] < edge]
+    wide = None  # the phases' span when the settled level's times hold under 3 phase blocks
     if reference is not None and reference[1] < edge:
         settled = [b for b in before if reference[0] <= b[2] < reference[1]]
         if len(settled) >= 3:
+            wide = (before[max(0, len(before) - 60)][2], edge, since)
             before, edge = settled, reference[1]
     if len(before) < 3 or len(after) < 3:
         return None
@@ -301,7 +303,7 @@ def diagnose(r: Optional[_Rank], since: float, reference: Optional[tuple] = None
     w_after = [w for w in r.windows if w.start_time_s >= since]
     complete = bool(w_before and w_after)
     busier = _busier(gpu, lo, edge, since)
-    found, first, last = _contributors(r, (lo, edge, since), wait, cpu, w_before, w_after, bool(busier))
+    found, first, last = _contributors(r, (lo, edge, since), wait, cpu, w_before, w_after, bool(busier), wide)
     ranked = sorted(found, key=lambda c: -_rank_key(c, step_delta))
     text = "; ".join(fmt(c) for c in ranked[:3])
     if step_delta <= 0 or ranked[0][1] < _EXPLAINED * step_delta:
@@ -313,12 +315,19 @@ def diagnose(r: Optional[_Rank], since: float, reference: Optional[tuple] = None
 
 
 def _contributors(r: _Rank, span: tuple, wait: float, cpu: Optional[float],
-                  w_before: list, w_after: list, busier: bool) -> tuple[list, list, list]:
+                  w_before: list, w_after: list, busier: bool,
+                  wide: Optional[tuple] = None) -> tuple[list, list, list]:
     """The candidate causes (name, ms/step, detail) and the notes that go before and after the
     clock, activity and retry notes: from the phase times when the rank sent enough of them on
     both sides (a window on each side adds the kernel), else the data-loader wait, host CPU and
-    the windows' comparison."""
-    phased = _phase_contributors(list(r.phases), span, wait, cpu, busier)
+    the windows' comparison. ``wide``: a span for the phases when ``span`` (the settled
+    level's times) holds under 3 phase blocks: the phase sampler spends a share of wall time
+    since attach, so its first samples can come after a short settle window (a 30 s CPU test job
+    on a loaded 2-core machine: none in its 6 s of settling)."""
+    rows = list(r.phases)
+    phased = _phase_contributors(rows, span, wait, cpu, busier)
+    if phased is None and wide is not None:
+        phased = _phase_contributors(rows, wide, wait, cpu, busier)
     if phased is not None:
         found, note = phased
         if w_before and w_after:

@@ -14,9 +14,9 @@ HOST = {"data": 1.0, "forward": 3.0, "backward": 2.0, "sync": 0.2, "optimizer": 
 
 
 def feed(ev, device_extra=None, host_extra=None, wait_extra_ms=0.0, cpu_extra_ms=0.0, points=0b1111,
-         onset_step=500, every=1, clock=agent_pb2.STEP_CLOCK_CUDA_EVENT):
+         onset_step=500, every=1, clock=agent_pb2.STEP_CLOCK_CUDA_EVENT, phases_from=0):
     """600 steps; from ``onset_step`` on, the phases of ``device_extra`` / ``host_extra`` (ms)
-    longer; phase times on every ``every``-th step."""
+    longer; phase times on every ``every``-th step from ``phases_from`` on."""
     device_extra, host_extra = device_extra or {}, host_extra or {}
     for first in range(1, 601, 20):
         b = agent_pb2.Batch(seq=first)
@@ -25,7 +25,7 @@ def feed(ev, device_extra=None, host_extra=None, wait_extra_ms=0.0, cpu_extra_ms
             dev = {p: v + device_extra.get(p, 0.0) * slow for p, v in BASE.items()}
             host = {p: v + host_extra.get(p, 0.0) * slow for p, v in HOST.items()}
             end = T0 + s * 0.04
-            if s % every == 0:
+            if s % every == 0 and s >= phases_from:
                 b.phase_times.add(step=s, end_time_s=end, points=points, clock=clock,
                                   **{f"{p}_s": v / 1e3 for p, v in dev.items()},
                                   **{f"host_{p}_s": v / 1e3 for p, v in host.items()})
@@ -131,3 +131,19 @@ def test_an_onset_dated_late_is_explained_against_the_settled_level_the_alert_co
     # a reference the rings no longer hold (or that ends after the guard band) is not used
     far = diagnose(ev.rank("j", 1), late, (T0 - 500.0, T0 - 400.0))
     assert far.text == diagnose(ev.rank("j", 1), late).text
+
+
+def test_phases_that_began_after_the_settled_level_are_compared_over_what_came_before_the_onset():
+    """The episode was raised against the settled level (steps 20-140) but the rank's first
+    phase times came at step 200 (the sampler's budget accrues from attach): the phases are
+    compared over what came before the onset's guard band, not left out."""
+    ev = Evidence()
+    feed(ev, device_extra={"optimizer": 4.0}, onset_step=450, phases_from=200)
+    settled = (T0 + 20 * 0.04, T0 + 140 * 0.04)
+    d = diagnose(ev.rank("j", 1), T0 + 450 * 0.04, settled)
+    assert d.text.startswith("optimizer +4.0 ms/step"), d.text
+    assert "no profiler window" not in d.text, d.text
+    # with phase times in the settled span, that span is the one compared
+    ev = Evidence()
+    feed(ev, device_extra={"optimizer": 4.0}, onset_step=450, phases_from=0)
+    assert diagnose(ev.rank("j", 1), T0 + 450 * 0.04, settled).text.startswith("optimizer +4.0 ms/step")
