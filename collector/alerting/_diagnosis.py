@@ -45,6 +45,10 @@ from ..detect._types import median
 __all__ = ["Evidence", "Diagnosis", "diagnose", "against_others", "compare_windows", "fmt"]
 
 _BLOCKS_KEPT = 600        # step-time blocks kept (6,000 steps at the default 10 a block)
+# older blocks merged _OLD_MERGE at a time and kept _OLD_BLOCKS_KEPT more (72,000 steps: 15 min
+# of a 12.5 ms job, 48 min of 40 ms), so an onset or a settled level minutes back still has a
+# "before" (a real 12.5 ms H200 job: a warning raised 13,000 steps after its onset had none)
+_OLD_MERGE, _OLD_BLOCKS_KEPT = 20, 360
 _SAMPLES_KEPT = 900       # 15 min of 1 Hz host / NVML / allocator samples
 _WINDOWS_KEPT = 16
 _RECENT_WINDOWS = 8
@@ -79,6 +83,10 @@ class _Rank:
     # million objects for the garbage collector to walk (collector/_ring.py).
     # (first step, last step, end time, median step time, mean wait without its largest) per 10 steps
     blocks: Ring = dataclasses.field(default_factory=lambda: Ring("QQddd", _BLOCKS_KEPT))
+    # blocks that left ``blocks``, as the same rows, _OLD_MERGE merged into one (the median of
+    # their medians, the mean of their waits), and those not merged yet
+    old: Ring = dataclasses.field(default_factory=lambda: Ring("QQddd", _OLD_BLOCKS_KEPT))
+    leaving: list = dataclasses.field(default_factory=list)
     # steps not yet in a block, as columns: step, end time, step time, wait
     pending: tuple = dataclasses.field(default_factory=lambda: ([], [], [], []))
     host: Ring = dataclasses.field(default_factory=lambda: Ring("dd", _SAMPLES_KEPT))  # (time, cpu s)
@@ -185,10 +193,25 @@ def _cut_blocks(r: _Rank, size: int) -> None:
                          _trimmed_mean(_no_negative(waits[i:j]))))
         i = j
     if rows:
+        spill = len(r.blocks) + len(rows) - r.blocks.maxlen
+        if spill > 0:
+            kept = len(r.blocks)
+            _keep_old(r, [r.blocks[k] for k in range(min(spill, kept))] + rows[:max(0, spill - kept)])
         r.blocks.extend_columns(*map(list, zip(*rows)))
     if i:
         for col in r.pending:
             del col[:i]
+
+
+def _keep_old(r: _Rank, rows: list) -> None:
+    """Blocks leaving the ring of recent ones, merged ``_OLD_MERGE`` at a time into ``r.old``."""
+    leaving = r.leaving
+    leaving.extend(rows)
+    while len(leaving) >= _OLD_MERGE:
+        part = leaving[:_OLD_MERGE]
+        del leaving[:_OLD_MERGE]
+        r.old.append(part[0][0], part[-1][1], part[-1][2], median([b[3] for b in part]),
+                     sum(b[4] for b in part) / len(part))
 
 
 def _trimmed_mean(values: list) -> float:
@@ -276,7 +299,7 @@ def diagnose(r: Optional[_Rank], since: float, reference: Optional[tuple] = None
     if r is None:
         return None
     # each ring made into rows once (they are read several times below)
-    blocks, host, gpu, alloc = list(r.blocks), list(r.host), list(r.gpu), list(r.alloc)
+    blocks, host, gpu, alloc = [*r.old, *r.leaving, *r.blocks], list(r.host), list(r.gpu), list(r.alloc)
     if not blocks:
         return None
     after = [b for b in blocks if b[2] >= since]

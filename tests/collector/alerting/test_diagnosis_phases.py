@@ -14,11 +14,11 @@ HOST = {"data": 1.0, "forward": 3.0, "backward": 2.0, "sync": 0.2, "optimizer": 
 
 
 def feed(ev, device_extra=None, host_extra=None, wait_extra_ms=0.0, cpu_extra_ms=0.0, points=0b1111,
-         onset_step=500, every=1, clock=agent_pb2.STEP_CLOCK_CUDA_EVENT, phases_from=0):
-    """600 steps; from ``onset_step`` on, the phases of ``device_extra`` / ``host_extra`` (ms)
+         onset_step=500, every=1, clock=agent_pb2.STEP_CLOCK_CUDA_EVENT, phases_from=0, steps=600):
+    """``steps`` steps; from ``onset_step`` on, the phases of ``device_extra`` / ``host_extra`` (ms)
     longer; phase times on every ``every``-th step from ``phases_from`` on."""
     device_extra, host_extra = device_extra or {}, host_extra or {}
-    for first in range(1, 601, 20):
+    for first in range(1, steps + 1, 20):
         b = agent_pb2.Batch(seq=first)
         for s in range(first, first + 20):
             slow = s >= onset_step
@@ -147,3 +147,20 @@ def test_phases_that_began_after_the_settled_level_are_compared_over_what_came_b
     ev = Evidence()
     feed(ev, device_extra={"optimizer": 4.0}, onset_step=450, phases_from=0)
     assert diagnose(ev.rank("j", 1), T0 + 450 * 0.04, settled).text.startswith("optimizer +4.0 ms/step")
+
+
+def test_an_onset_older_than_the_recent_blocks_still_has_a_before():
+    """9,000 steps, the change at step 3,000, diagnosed at the end: the ring of recent step
+    blocks holds the last 6,000 steps; older blocks are kept merged, so the step-time change and
+    the phase that grew are still found (a real 12.5 ms H200 job: a warning raised 13,000 steps
+    after its onset had no diagnosis at all)."""
+    ev = Evidence()
+    feed(ev, device_extra={"backward": 5.0}, onset_step=3000, steps=9000, every=4)
+    r = ev.rank("j", 1)
+    assert r.blocks[0][0] >= 3000 and len(r.old) > 0  # the blocks before the onset left the recent ring
+    d = diagnose(r, T0 + 3000 * 0.04)
+    assert d is not None and d.text.startswith("backward +5.0 ms/step"), d and d.text
+    assert abs(d.step_delta_ms - 5.0) < 0.3, d.step_delta_ms
+    # and against a settled level far back (steps 100-2,000), as a long-run slowdown compares
+    d = diagnose(r, T0 + 8000 * 0.04, (T0 + 100 * 0.04, T0 + 2000 * 0.04))
+    assert d is not None and abs(d.step_delta_ms - 5.0) < 0.3, d and d.text
