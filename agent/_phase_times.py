@@ -24,7 +24,8 @@ Degrades, never fails: a point not seen in a step (no DataLoader, CUDA-graph rep
 gradient) leaves its phase at 0 and its time in the next phase seen, and the record says which
 points were seen; with gradient accumulation the
 forward phase is the first micro-batch's and backward spans the rest; with several optimizers
-the leading one's step is the optimizer phase. Hook bodies never raise.
+the leading one's step is the optimizer phase (the others' fall in the next step's data phase).
+Hook bodies never raise.
 """
 
 from __future__ import annotations

@@ -167,6 +167,37 @@ def test_gradient_accumulation_spans_the_micro_batches(loop):
     assert all(p["backward_s"] >= 3 * 0.003 for p in phases), [p["backward_s"] for p in phases]
 
 
+def test_several_optimizers_count_once_and_the_later_ones_fall_before_the_next_batch(loop):
+    """Two optimizers, each over half the model, stepped one after the other: one step per
+    iteration (the first to step leads and ends it); the leading one's step is the optimizer
+    phase, the other's (slowed here by 20 ms) falls in the next step's data phase, before its
+    first batch, as docs/agent.md says. Every point is seen and the phases sum to the step."""
+    out, timer, model, _, data = loop()
+    first = torch.optim.SGD(model[0].parameters(), lr=0.01)
+    second = torch.optim.SGD(model[2].parameters(), lr=0.01)
+    slow = second.register_step_pre_hook(lambda o, a, k: time.sleep(0.02))
+    try:
+        for i, x in enumerate(data):
+            if i >= 12:
+                break
+            model(x).pow(2).mean().backward()
+            first.step()
+            second.step()
+            first.zero_grad()
+            second.zero_grad()
+    finally:
+        slow.remove()
+    steps = {r["step"]: r for r in out if r["t"] == "step"}
+    assert len(steps) == 12, sorted(steps)
+    phases = phase_records(out)
+    assert len(phases) >= 8 and all(p["points"] == 0b1111 for p in phases), phases
+    for p in phases:
+        total = sum(p[f"{k}_s"] for k in ("data", "forward", "backward", "sync", "optimizer"))
+        assert total == pytest.approx(steps[p["step"]]["duration_s"], abs=1e-9)
+    assert min(p["data_s"] for p in phases) >= 0.02, [p["data_s"] for p in phases]
+    assert statistics.median(p["optimizer_s"] for p in phases) < 0.02, [p["optimizer_s"] for p in phases]
+
+
 def test_a_compiled_model_keeps_its_one_graph_and_gets_every_point(loop):
     """torch.compile (AOTAutograd, the eager backend: no C compiler in CI): the gradient hooks sit
     on the parameters, outside the compiled graphs, and coming and going each sampled step they
