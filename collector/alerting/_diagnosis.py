@@ -345,8 +345,9 @@ def _contributors(r: _Rank, span: tuple, wait: float, cpu: Optional[float],
     both sides (a window on each side adds the kernel), else the data-loader wait, host CPU and
     the windows' comparison. ``wide``: a span for the phases when ``span`` (the settled
     level's times) holds under 3 phase blocks: the phase sampler spends a share of wall time
-    since attach, so its first samples can come after a short settle window (a 30 s CPU test job
-    on a loaded 2-core machine: none in its 6 s of settling)."""
+    since attach, so its first samples can come late in a short settle window (the CPU test jobs
+    settle in 6 s; beside a CPU burner their first samples came 3.4-3.8 s after their first
+    step)."""
     rows = list(r.phases)
     phased = _phase_contributors(rows, span, wait, cpu, busier)
     if phased is None and wide is not None:
