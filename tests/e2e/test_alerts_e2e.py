@@ -46,11 +46,18 @@ def stack(tmp_path_factory):
                                    "record": str(tmp / "record.jsonl")}))
     col = Collector(tmp, ["--config", str(cfg)]).start()
     args = ("--steps", str(STEPS), *SMALL)
-    jobs = {"healthy": start_trainer(trainer_env(tmp, col.grpc, "healthy"), *args),
-            "slowed": start_trainer(trainer_env(tmp, col.grpc, "slowed"), *args,
-                                    "--slow-from-step", str(SLOW_FROM), "--slow-factor", "1.1"),
-            "strag": start_trainer(trainer_env(tmp, col.grpc, "strag"), *args, "--slow-from-step", "50",
+    # The two-rank job first, and the others once both its ranks are stepping: its start (torchrun,
+    # two interpreters importing torch, gloo) is CPU-heavy, and beside a CPU burner it slowed the
+    # single jobs' settle window (a fresh-clone run: "slowed" at 154-171 ms while settling, so its
+    # +10% stood under z spreads of that wobble and was not raised).
+    jobs = {"strag": start_trainer(trainer_env(tmp, col.grpc, "strag"), *args, "--slow-from-step", "50",
                                    "--slow-factor", "1.5", "--slow-rank", "1", nproc=2)}
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and _steps(col, "strag") < 2 * 5:
+        time.sleep(0.2)
+    jobs.update({"healthy": start_trainer(trainer_env(tmp, col.grpc, "healthy"), *args),
+                 "slowed": start_trainer(trainer_env(tmp, col.grpc, "slowed"), *args,
+                                         "--slow-from-step", str(SLOW_FROM), "--slow-factor", "1.1")})
     try:
         for name, proc in jobs.items():
             out, _ = proc.communicate(timeout=120)
@@ -63,6 +70,11 @@ def stack(tmp_path_factory):
                 proc.wait()
         col.kill()
         am.stop()
+
+
+def _steps(col, job: str) -> int:
+    """Steps the collector has of ``job`` over all its ranks (0 before it connected)."""
+    return sum(r["steps_total"] for j in col.api("/api/jobs")["jobs"] if j["job"] == job for r in j["ranks"])
 
 
 def test_slowed_job_raises_drift_and_healthy_job_none(stack):
