@@ -132,3 +132,16 @@ def test_an_extra_all_reduce_on_every_rank_is_named_as_the_sync_phase():
     assert alerts and all(a.alertname == "StepwatchThroughputDrift" and a.fired_at > 1795776205.74 for a in alerts), \
         [(a.alertname, a.fired_at) for a in alerts]
     assert alerts[0].diagnosis.startswith("sync +") and "all-reduce wait" in alerts[0].diagnosis, alerts[0].diagnosis
+
+
+def test_a_real_window_after_effect_is_raised_as_the_profilers_cost_not_the_jobs():
+    """A launch-bound H200 job ran ~20% slower after a scheduled profiler window closed at step
+    16,389 (nothing injected): the collector names the window and stepwatch, and raises no
+    throughput drift against the job."""
+    alerts = replay(events(load(str(DIAG / "h200z_1gpu_s_window_aftereffect.jsonl.gz"))), DetectionConfig())
+    assert [a.alertname for a in alerts] == ["StepwatchProfilerOverhead"], \
+        [(a.alertname, a.fired_summary) for a in alerts]
+    summary = alerts[0].fired_summary
+    assert "window ending at step 16,389" in summary and "stepwatch's own cost" in summary, summary
+    assert 16_389 < alerts[0].step <= 16_389 + 50, alerts[0].step
+    assert alerts[0].severity == "critical", alerts[0].severity
