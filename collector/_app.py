@@ -118,7 +118,8 @@ class Collector:
         self._fork = ForkRender() if self.render_mode == "process" else None
         self.health.scrape_child = self._fork
         AlertMetrics(self.detection.book, self.registry, client, pauses=self.detection.engine.pauses,
-                     per_rank=settings.metrics_per_rank == "full", armed=self.detection.engine.armed)
+                     per_rank=settings.metrics_per_rank == "full", armed=self.detection.engine.armed,
+                     reach=self.detection.engine.reach)
         self.grpc_address: Optional[str] = None
         self.http_address: Optional[str] = None
         self._recorder: Optional[Recorder] = None
@@ -364,9 +365,11 @@ class Collector:
                 "summary", lambda: self._paced("summary", lambda pause: jobs_summary_json(self.state, pause)))
         if query.get("job") is None:  # the whole fleet: one answer shared while it is fresh
             return 200, "application/json", self._shared.get("jobs", lambda: self._paced(
-                "jobs", lambda pause: jobs_json(self.state, None, self.detection.engine.armed(), pause=pause)))
+                "jobs", lambda pause: jobs_json(self.state, None, self.detection.engine.armed(), pause=pause,
+                                                 reach=self.detection.engine.reach())))
         job = query.get("job")
-        return 200, "application/json", jobs_json(self.state, job, self.detection.engine.armed(job))
+        return 200, "application/json", jobs_json(self.state, job, self.detection.engine.armed(job),
+                                                  reach=self.detection.engine.reach(job))
 
     def _paced(self, kind: str, build):
         """``build(pause)`` giving way to a busy ingest between its chunks as a scrape does

@@ -9,7 +9,7 @@ the data clock passes an ``eval_interval_s`` tick, as the live collector's timer
 from __future__ import annotations
 
 import math
-from typing import Iterable
+from typing import Iterable, Optional
 
 from .alerting import Alert, Detection
 from .detect import DetectionConfig
@@ -21,10 +21,12 @@ __all__ = ["replay"]
 
 
 def replay(events: Iterable[RecordEvent], cfg: DetectionConfig,
-           agent_grace_s: float = 300.0) -> list[Alert]:
+           agent_grace_s: float = 300.0, detection: Optional[Detection] = None) -> list[Alert]:
     """Every alert episode that fired, in firing order: its onset (``step``), raise and resolve
-    steps, severity history and the summary at raise (``fired_summary``) and at the end."""
-    detection = Detection(cfg, log_changes=False)
+    steps, severity history and the summary at raise (``fired_summary``) and at the end.
+    ``detection``: a fresh ``Detection(cfg, log_changes=False)`` to replay into, whose engine the
+    caller reads afterwards (one is made when None)."""
+    detection = detection or Detection(cfg, log_changes=False)
     detection.book.retention_s = math.inf  # keep every resolved episode of the recording
     pipeline = Pipeline(CollectorState(agent_grace_s), [detection])
     keys: dict[tuple, tuple] = {}

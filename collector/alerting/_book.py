@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import json
+import statistics
 import threading
 from typing import Iterable, Optional
 
@@ -229,16 +230,18 @@ def _copy(a: Alert) -> Alert:
 
 class AlertMetrics(Collector):
     """``stepwatch_alert_active``: 1 per firing alert; ``stepwatch_pauses_total`` and
-    ``stepwatch_drift_armed_ranks`` from the engine; with an Alertmanager ``client``,
+    ``stepwatch_drift_armed_ranks`` and ``stepwatch_drift_reach_ratio`` from the engine; with an
+    Alertmanager ``client``,
     ``stepwatch_collector_alertmanager_alerts_total{outcome}`` (sent, failed, dropped).
     Registers itself on ``registry``."""
 
     def __init__(self, book: AlertBook, registry, client=None, pauses=None, per_rank: bool = True,
-                 armed=None):
+                 armed=None, reach=None):
         self._book, self._per_rank = book, per_rank
         self._client = client
         self._pauses = pauses  # () -> {(job, rank): {kind: count}}
         self._armed = armed  # () -> {(job, rank): bool}
+        self._reach = reach  # () -> {(job, rank): {severity: ratio}}, armed ranks only
         registry.register(self)
 
     def collect(self):
@@ -277,6 +280,20 @@ class AlertMetrics(Collector):
             for job, n in sorted(counts.items()):
                 armed.add_metric((job,), n)
             yield armed
+        if self._reach is not None:
+            reach = GaugeMetricFamily(
+                "stepwatch_drift_reach_ratio", "The smallest sustained step-time shift the drift "
+                "detector raises at each severity at the job's own noise, as a ratio (0.08: +8%), "
+                "over that severity's window (detection.drift.critical_window_s, ...): the median "
+                "over the job's armed ranks. A shift under it is not raised; on a host whose speed "
+                "wanders it can stand far above the severity's ratio.", labels=("training_job", "severity"))
+            by_job: dict = {}
+            for (job, _rank), sevs in sorted(self._reach().items()):
+                for sev, ratio in sevs.items():
+                    by_job.setdefault((job, sev), []).append(ratio)
+            for key, ratios in sorted(by_job.items()):
+                reach.add_metric(key, statistics.median(ratios))
+            yield reach
         if self._client is not None:
             sent = CounterMetricFamily(
                 "stepwatch_collector_alertmanager_alerts",

@@ -34,7 +34,8 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def _rank(st: RankState, events: bool, armed: Optional[bool] = None) -> dict[str, Any]:
+def _rank(st: RankState, events: bool, armed: Optional[bool] = None,
+          reach: Optional[Mapping[str, float]] = None) -> dict[str, Any]:
     h = st.hello
     out = {
         "rank": st.rank, "local_rank": h.local_rank, "world_size": h.world_size, "host": h.host,
@@ -50,6 +51,7 @@ def _rank(st: RankState, events: bool, armed: Optional[bool] = None) -> dict[str
         "allocator": _fields(st.allocator), "gpu_sample": _fields(st.gpu_sample), "host_sample": _fields(st.host),
         "agent_stats": _fields(st.stats), "event_counts": dict(st.event_counts),
         "drift_armed": armed,
+        "drift_reach": dict(reach) if reach else None,
     }
     if events:
         out["events"] = [_fields(ev) for ev in st.events]
@@ -57,19 +59,24 @@ def _rank(st: RankState, events: bool, armed: Optional[bool] = None) -> dict[str
 
 
 def jobs_document(state: CollectorState, job: Optional[str] = None,
-                  armed: Optional[Mapping[tuple, bool]] = None) -> dict[str, Any]:
+                  armed: Optional[Mapping[tuple, bool]] = None,
+                  reach: Optional[Mapping[tuple, Mapping[str, float]]] = None) -> dict[str, Any]:
     """``{"jobs": [{"job": name, "ranks": [rank, ...]}]}``, jobs and ranks sorted.
 
     Every job: each rank's identity, counters, latest samples, ``step_median_s`` (the median
     of its last 100 steps) and ``drift_armed`` (``armed``: whether the rank's drift detector has
     its settled level and judges; false while it warms up and settles, None where detection does
-    not know the rank or is off), copied without its step
+    not know the rank or is off) and ``drift_reach`` (``reach``: once armed, the smallest
+    sustained step-time shift each severity can raise at the rank's own noise, as a ratio,
+    ``{"critical": 0.08, "warning": 0.04, "info": 0.021}``, each over its window
+    ``detection.drift.*_window_s``; None before), copied without its step
     lists and events (a fleet of 10,000 ranks holds 500,000 event messages). One
     ``job``: that job's ranks only, with their last events."""
     jobs: dict[str, list] = {}
     for st in state.snapshot(light=job is None, job=job, median=True):
         jobs.setdefault(st.job, []).append(_rank(st, events=job is not None,
-                                                 armed=(armed or {}).get((st.job, st.rank))))
+                                                 armed=(armed or {}).get((st.job, st.rank)),
+                                                 reach=(reach or {}).get((st.job, st.rank))))
     return {"jobs": [{"job": name, "ranks": ranks} for name, ranks in jobs.items()]}
 
 
@@ -161,6 +168,7 @@ _ENCODE_RANKS = 64  # ranks per json.dumps call of a jobs answer
 
 def jobs_json(state: CollectorState, job: Optional[str] = None,
               armed: Optional[Mapping[tuple, bool]] = None, chunk: Optional[int] = None,
+              reach: Optional[Mapping[tuple, Mapping[str, float]]] = None,
               pause: Callable[[], None] = no_pause) -> bytes:
     """:func:`jobs_document` as JSON, the same bytes as one ``json.dumps`` of it, built and
     encoded ``_ENCODE_RANKS`` ranks at a time from a snapshot taken a chunk at a time
@@ -171,7 +179,7 @@ def jobs_json(state: CollectorState, job: Optional[str] = None,
     (80-120 ms each time it was built; collector_scale_polled.md). Only the encoded text is
     kept. ``pause()`` is called after each chunk (a :class:`~..state._yield.ScrapeYield`'s: the
     build gives way to a busy ingest as a scrape does)."""
-    armed = armed or {}
+    armed, reach = armed or {}, reach or {}
     parts: list[str] = []
     pending: list[dict] = []  # ranks of the current job not yet encoded
     current: Optional[str] = None
@@ -195,7 +203,8 @@ def jobs_json(state: CollectorState, job: Optional[str] = None,
                     parts.append("]}")
                 parts.append(f'{", " if current is not None else ""}{{"job": {json.dumps(st.job)}, "ranks": [')
                 current, ranks_out = st.job, 0
-            pending.append(_rank(st, events=job is not None, armed=armed.get((st.job, st.rank))))
+            pending.append(_rank(st, events=job is not None, armed=armed.get((st.job, st.rank)),
+                                 reach=reach.get((st.job, st.rank))))
             if len(pending) >= _ENCODE_RANKS:
                 encode()
     encode()

@@ -116,6 +116,16 @@ function trend(series) {
   return box;
 }
 
+// "armed · +2.1% / +4.0% / +8.0%": the smallest sustained shift each severity raises now
+// (info / warning / critical, drift_reach), at this rank's own noise
+function detectorCell(r) {
+  const reach = r.drift_reach;
+  const sev = (k) => reach && typeof reach[k] === "number" ? `+${(100 * reach[k]).toFixed(1)}%` : "?";
+  const text = r.drift_armed === true ? (reach ? `armed · ${sev("info")} / ${sev("warning")} / ${sev("critical")}` : "armed")
+    : r.drift_armed === false ? "warming up" : "—";
+  return h("td", {class: "detector", title: "smallest sustained step-time shift raised as info / warning / critical"}, text);
+}
+
 function rankRow(r) {
   const gpu = r.gpu_sample || {}, alloc = r.allocator;
   const mem = alloc ? alloc.allocated_bytes : gpu.memory_used_bytes;
@@ -123,7 +133,7 @@ function rankRow(r) {
   return h("tr", {},
     num(r.rank), h("td", {}, r.host), num(r.pid), h("td", {}, r.gpu ? r.gpu.name : "—"),
     h("td", {class: r.connected ? "ok" : "gone"}, r.connected ? "connected" : `gone ${ago(r.disconnected_at)}`),
-    h("td", {class: "detector"}, r.drift_armed === true ? "armed" : r.drift_armed === false ? "warming up" : "—"),
+    detectorCell(r),
     num(r.steps_total), num(ms(r.step_median_s)), num(ago(r.last_step_time)),
     num(pct(r.dataloader_wait_ratio)), num(pct(gpu.utilization_ratio)), num(gib(mem)));
 }

@@ -455,6 +455,18 @@ class DetectionEngine:
         (warm-up and settling over; before, nothing is judged); ``job``: that job's ranks only."""
         return {key: r.drift.armed for key, r in list(self._ranks.items()) if job is None or key[0] == job}
 
+    def reach(self, job: Optional[str] = None) -> dict[tuple, dict[str, float]]:
+        """``{(job, rank): {severity: ratio}}`` for the armed ranks: the smallest sustained
+        step-time shift each severity can raise now at the rank's own noise
+        (:meth:`DriftDetector.reach`); ``job``: that job's ranks only."""
+        out = {}
+        for key, r in list(self._ranks.items()):
+            if job is None or key[0] == job:
+                got = r.drift.reach()
+                if got is not None:
+                    out[key] = got
+        return out
+
     def pauses(self) -> dict[tuple, dict[str, int]]:
         """``{(job, rank): {kind: count}}``: pause episodes the drift detector left out
         ("stall": one step, "pause": several), steps the agent profiled ("profiler") and

@@ -36,9 +36,10 @@ STEP_MEAN = (f"rate(stepwatch_step_duration_seconds_sum{{{R}}}[{RI}]) "
 
 
 _METRIC = re.compile(r"\bstepwatch_[a-z0-9_]+")
-# Families that are not per rank: per-job aggregates, the collector's own, alerts, and pauses
-# (summed per job unless per-rank series are full).
-_NOT_PER_RANK = ("stepwatch_job_", "stepwatch_collector_", "stepwatch_alert_active", "stepwatch_pauses")
+# Families that are not per rank: per-job aggregates, the collector's own, alerts, pauses
+# (summed per job unless per-rank series are full) and the drift detectors' per-job readings.
+_NOT_PER_RANK = ("stepwatch_job_", "stepwatch_collector_", "stepwatch_alert_active", "stepwatch_pauses",
+                 "stepwatch_drift_")
 NO_VALUE = {"full": "Per-rank detail: needs the collector's metrics_per_rank: full (see Per-rank series on the "
                     "job overview); /api/jobs/<job>/windows has it in every mode",
             "summary": "No per-rank series: the collector's metrics_per_rank is off (see Per-rank series on the "
@@ -247,6 +248,14 @@ def alerts():
               [(f"stepwatch_agent_connected{{{J}}}", "rank {{rank}}")], defaults={"min": 0, "max": 1}),
         panel("Collectors up", "Prometheus scrape health of each collector.", "any",
               [('up{job="stepwatch-collector"}', "{{instance}}")], defaults={"min": 0, "max": 1}),
+        panel("Drift detector reach", "The smallest sustained step-time shift the collector's drift "
+              "detector raises at each severity at the job's own noise (median over its armed ranks). "
+              "A slowdown under it is not raised; on a host whose speed wanders it stands far above "
+              "the severity's ratio (+3%, +5%, +10%). Empty until a rank is armed.", "events",
+              [(f"stepwatch_drift_reach_ratio{{{J}}}", "{{training_job}} {{severity}}")], "percentunit"),
+        panel("Drift detector armed", "Ranks of each job whose drift detector judges (past warm-up and "
+              "settling, about 3 minutes).", "any",
+              [(f"stepwatch_drift_armed_ranks{{{J}}}", "{{training_job}}")]),
     ], rank=False)
 
 

@@ -1,6 +1,7 @@
 """Whether a rank's drift detector judges yet, where a user looks: ``drift_armed`` per rank in
 /api/jobs (false while it warms up and settles, true after), the page's "detector" column,
-and ``stepwatch_drift_armed_ranks`` (tests/collector/detect/test_detect_trust.py)."""
+and ``stepwatch_drift_armed_ranks`` (tests/collector/detect/test_detect_trust.py); once armed,
+``drift_reach`` and ``stepwatch_drift_reach_ratio``: what it can raise at the job's noise."""
 
 from __future__ import annotations
 
@@ -36,5 +37,13 @@ def test_api_jobs_says_when_the_drift_detector_is_armed(start_collector):
         while armed(col) != [True]:
             assert time.monotonic() < deadline, armed(col)
             time.sleep(0.1)
+    (rank,) = [r for j in json.loads(col.get("/api/jobs")[2])["jobs"] for r in j["ranks"]]
+    # what it can raise now, at this job's noise (perfectly steady steps: each severity's threshold)
+    assert {k: round(v, 6) for k, v in rank["drift_reach"].items()} == \
+        {"critical": 0.08, "warning": 0.04, "info": 0.021}, rank["drift_reach"]
+    metrics = col.get("/metrics")[2].decode()
+    assert 'stepwatch_drift_reach_ratio{severity="critical",training_job="a"} 0.08' in metrics \
+        or 'stepwatch_drift_reach_ratio{training_job="a",severity="critical"} 0.08' in metrics, \
+        [ln for ln in metrics.splitlines() if "reach" in ln]
     page = col.get("/")[2].decode()
     assert '"detector"' in page and "warming up" in page

@@ -32,7 +32,8 @@ def _rank_lines(body: bytes) -> list:
     """Every series but the collector's own (those move between two renders) and the alert
     registry's (rendered beside the state's, not by it)."""
     return [line for line in body.decode().splitlines()
-            if not line.startswith(("stepwatch_collector_", "stepwatch_drift_armed_ranks", "#"))]
+            if not line.startswith(("stepwatch_collector_", "stepwatch_drift_armed_ranks",
+                                    "stepwatch_drift_reach_ratio", "#"))]
 
 
 def _children() -> set:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import re
 import select
 import shutil
 import subprocess
@@ -161,7 +162,8 @@ LAYOUT = """(() => {
   return {height: window.innerHeight,
           alerts: alerts.map((e) => ({job: e.dataset.job, text: e.textContent, top: e.getBoundingClientRect().top})),
           jobs: [...document.querySelectorAll("#jobs .job")].map((e) => ({job: e.dataset.job,
-            alerting: e.classList.contains("alerting"), text: e.querySelector("h3").textContent})),
+            alerting: e.classList.contains("alerting"), text: e.querySelector("h3").textContent,
+            detector: [...e.querySelectorAll("td.detector")].map((t) => t.textContent)})),
           more: (document.querySelector("#jobs .more-jobs") || {}).textContent || ""};
 })()"""
 
@@ -216,6 +218,8 @@ def test_the_alerting_job_among_fourteen_is_in_the_first_screen(collector_factor
     assert "ThroughputDrift +" in first["text"] and "slowed-job rank 0" in first["text"], first
     assert "since step" in first["text"], first  # the summary
     assert layout["jobs"][0]["job"] == "slowed-job" and layout["jobs"][0]["alerting"], layout["jobs"][:2]
+    # armed, with what it can raise at this job's noise (drift_reach): info / warning / critical
+    assert re.fullmatch(r"armed · (\+\d+\.\d% / ){2}\+\d+\.\d%", layout["jobs"][0]["detector"][0]), layout["jobs"][0]
     assert not any(j["alerting"] for j in layout["jobs"][1:])
     assert all("finished" in j["text"] for j in layout["jobs"][1:]), layout["jobs"]
     assert layout["more"].startswith("2 more jobs not drawn (2 ranks;"), layout["more"]

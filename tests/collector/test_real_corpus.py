@@ -144,3 +144,28 @@ def test_a_slow_gpu_memory_leak_on_a_large_allocation_is_warned_within_two_hours
                   if a.alertname in memory]
         assert raised and raised[0].fired_at - at <= within_s, (per_h, [(a.fired_at - at, a.summary) for a in raised])
         assert raised[0].alertname == "StepwatchGpuMemoryLeak" and window in raised[0].fired_summary, raised[0]
+
+
+@pytest.mark.parametrize("name, blind", [("h200x_2gpu_m.jsonl.gz", True), ("h200y_1gpu_l.jsonl.gz", False)])
+def test_the_reach_read_before_a_change_says_whether_it_will_be_raised(name, blind, lines):
+    """Each rank's reach (the smallest shift each severity raises at the job's own noise),
+    read 240 s into the recording, against a +10% change injected there: on the H200 2-GPU job
+    whose speed wandered it reads above 10% and the change is not raised critical within 60 s;
+    on the steady 148 ms job it reads under 10% and the change is. All recordings:
+    bench/results/detection_reach_real.md (20 of 23 foretold)."""
+    from stepwatch.collector.alerting import Detection
+    series = lines(name)
+    at = first_step_time(series) + 240
+    cfg = DetectionConfig()
+    detection = Detection(cfg, log_changes=False)
+    replay(events([ln for ln in series if ln.get("time", 0.0) <= at]), cfg, detection=detection)
+    reach = detection.engine.reach()
+    assert reach, "not armed at 240 s"
+    critical = [r["critical"] for r in reach.values()]
+    alerts = replay(events(inject(series, "step", 0.10, at, 0)), DetectionConfig())
+    raised = [t - at for a in alerts if a.alertname == "StepwatchThroughputDrift" and a.starts_at >= at - 30
+              for t, sev in a.history if sev == "critical"]
+    if blind:
+        assert min(critical) > 0.10 and not [t for t in raised if t <= 60], (critical, raised)
+    else:
+        assert max(critical) <= 0.10 and [t for t in raised if t <= 60], (critical, raised)
