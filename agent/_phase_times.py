@@ -24,7 +24,9 @@ Degrades, never fails: a point not seen in a step (no DataLoader, CUDA-graph rep
 gradient) leaves its phase at 0 and its time in the next phase seen, and the record says which
 points were seen; with gradient accumulation the
 forward phase is the first micro-batch's and backward spans the rest; with several optimizers
-the leading one's step is the optimizer phase (the others' fall in the next step's data phase).
+stepped once each per iteration the optimizer phase runs from the leading one's step to the end
+of the last one's (which ends the step once learnt, agent/_steps.py); where the pattern is
+irregular the leader ends the step and the others' steps fall in the next step's data phase.
 Hook bodies never raise.
 """
 

@@ -11,12 +11,21 @@ from __future__ import annotations
 
 import collections
 import time
+import weakref
 from typing import Callable, Optional
 
 from stepwatch.core import contract
 from ._phase_times import split
 
 __all__ = ["StepTracker"]
+
+
+def _weak(obj):
+    """A weak reference to ``obj``, or a strong one where it takes none (the tests' stand-ins)."""
+    try:
+        return weakref.ref(obj)
+    except TypeError:
+        return lambda: obj
 
 _MAX_PENDING_EVENTS = 512
 
@@ -58,7 +67,11 @@ class StepTracker:
         self.steps = 0
         self.explicit = False
         self._leader: Optional[int] = None
+        self._leader_ref = None  # weakref of the leading optimizer (its parameters give the gradient points)
         self._others_since_leader: set[int] = set()
+        self._cycle: list[int] = []   # the other optimizers stepped since the leader's last step, in order
+        self._last_cycle: Optional[tuple] = None
+        self._trailer: Optional[int] = None  # the optimizer whose step ends the iteration, once learnt
         self._last_host = clock()
         self._device: Optional[int] = None
         self._pending: collections.deque = collections.deque()
@@ -74,8 +87,16 @@ class StepTracker:
     def on_optimizer_step(self, optimizer) -> None:
         """Post-hook of every optimizer: one boundary per step whatever the optimizer count.
 
-        The first optimizer seen leads; others are ignored. If a non-leader fires twice with
-        no leader call between, the leader is gone (re-created optimizer) and it takes over.
+        The first optimizer seen leads. Others stepped after it in the same iteration are
+        learnt: once two iterations in a row step the same others in the same order (each
+        once), the last of them (the trailer) ends the step, so every optimizer's step falls in
+        the optimizer phase and the next step starts clean; until then, or when the pattern is
+        irregular (a GAN's discriminator stepped k times per generator step), the leader ends it.
+        The iteration where the trailer is learnt ends at the trailer, not at the leader just
+        before it (one step that much longer, instead of one of a single optimizer's step). A
+        trailer that misses an iteration is forgotten (the leader ends steps again). If a
+        non-leader fires twice with no leader call between, the leader is gone (re-created
+        optimizer) and it takes over.
         """
         if self.explicit:
             return
@@ -85,9 +106,27 @@ class StepTracker:
         if oid != self._leader:
             if oid not in self._others_since_leader:
                 self._others_since_leader.add(oid)
+                self._cycle.append(oid)
+                if oid == self._trailer:
+                    self._end_step(self._leader_ref() if self._leader_ref is not None else None)
                 return
-            self._leader = oid
+            self._leader, self._trailer, self._last_cycle = oid, None, None  # the leader is gone
         self._others_since_leader.clear()
+        cycle, self._cycle = tuple(self._cycle), []
+        self._leader_ref = _weak(optimizer)
+        if self._trailer is not None:
+            if cycle and cycle[-1] == self._trailer:
+                return  # the trailer ended the last step; this leader's step is in the next one
+            self._trailer, self._last_cycle = None, None  # the trailer missed an iteration
+            self._end_step(optimizer)
+            return
+        if cycle and cycle == self._last_cycle:
+            self._trailer = cycle[-1]  # this iteration ends at the trailer, after this call
+            return
+        self._last_cycle = cycle
+        self._end_step(optimizer)
+
+    def _end_step(self, optimizer) -> None:
         self._optimizer = optimizer
         self.boundary()
         self._optimizer = None

@@ -89,6 +89,10 @@ class Collector:
         with urllib.request.urlopen(self.url(path), timeout=10, context=self.ssl) as resp:
             return json.loads(resp.read())
 
+    def job_steps(self) -> dict:
+        """``{job: steps}``: the steps the collector has of each job, over all its ranks."""
+        return {j["job"]: sum(r["steps_total"] for r in j["ranks"]) for j in self.api("/api/jobs")["jobs"]}
+
     def wait_value(self, name: str, expected: float, timeout_s: float = 45.0, **labels) -> float:
         deadline = time.monotonic() + timeout_s
         got = None

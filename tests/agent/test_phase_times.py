@@ -167,11 +167,12 @@ def test_gradient_accumulation_spans_the_micro_batches(loop):
     assert all(p["backward_s"] >= 3 * 0.003 for p in phases), [p["backward_s"] for p in phases]
 
 
-def test_several_optimizers_count_once_and_the_later_ones_fall_before_the_next_batch(loop):
+def test_several_optimizers_count_once_and_every_optimizers_step_is_in_the_optimizer_phase(loop):
     """Two optimizers, each over half the model, stepped one after the other: one step per
-    iteration (the first to step leads and ends it); the leading one's step is the optimizer
-    phase, the other's (slowed here by 20 ms) falls in the next step's data phase, before its
-    first batch, as docs/agent.md says. Every point is seen and the phases sum to the step."""
+    iteration. From the third iteration the tracker knows the second optimizer ends each
+    iteration (agent/_steps.py), so its step (slowed here by 20 ms) is in the optimizer phase of
+    its own step, not in the next step's data phase. Every point is seen and the phases sum to
+    the step."""
     out, timer, model, _, data = loop()
     first = torch.optim.SGD(model[0].parameters(), lr=0.01)
     second = torch.optim.SGD(model[2].parameters(), lr=0.01)
@@ -194,8 +195,10 @@ def test_several_optimizers_count_once_and_the_later_ones_fall_before_the_next_b
     for p in phases:
         total = sum(p[f"{k}_s"] for k in ("data", "forward", "backward", "sync", "optimizer"))
         assert total == pytest.approx(steps[p["step"]]["duration_s"], abs=1e-9)
-    assert min(p["data_s"] for p in phases) >= 0.02, [p["data_s"] for p in phases]
-    assert statistics.median(p["optimizer_s"] for p in phases) < 0.02, [p["optimizer_s"] for p in phases]
+    late = [p for p in phases if p["step"] >= 4]
+    assert len(late) >= 6, phases
+    assert all(p["optimizer_s"] >= 0.02 for p in late), [p["optimizer_s"] for p in late]
+    assert all(p["data_s"] < 0.01 for p in late), [p["data_s"] for p in late]
 
 
 def test_a_compiled_model_keeps_its_one_graph_and_gets_every_point(loop):

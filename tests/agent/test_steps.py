@@ -109,6 +109,46 @@ def test_several_optimizers_count_one_step_each_iteration():
     assert [r["step"] for r in steps(out)] == [1, 2, 3, 4, 5]
 
 
+def test_with_several_optimizers_the_last_of_the_iteration_ends_the_step_once_learnt():
+    """Each iteration: 1.0 s of forward/backward, the leader's step 0.1 s, the other's 0.3 s.
+    The leader ends the first two steps; from the iteration where the same other optimizer is
+    seen the second time, the step ends after it, so its 0.3 s is in the step it belongs to."""
+    tracker, out, clock, _ = make()
+    lead, other = object(), object()
+    for _ in range(6):
+        clock.now += 1.1
+        tracker.on_optimizer_step(lead)
+        clock.now += 0.3
+        tracker.on_optimizer_step(other)
+    durations = [round(r["duration_s"], 6) for r in steps(out)]
+    # leader-ended: 1.1, 1.4; the learning iteration ends at the trailer (1.4 + 0.3); then 1.4 each
+    assert durations == [1.1, 1.4, 1.7, 1.4, 1.4, 1.4], durations
+
+
+def test_a_trailer_that_misses_an_iteration_is_forgotten():
+    tracker, out, clock, _ = make()
+    lead, other = object(), object()
+    for _ in range(3):
+        tracker.on_optimizer_step(lead)
+        tracker.on_optimizer_step(other)
+    n = tracker.steps
+    for _ in range(4):  # the other optimizer is no longer stepped: from the second leader call
+        tracker.on_optimizer_step(lead)  # on (the first cannot know yet), the leader ends steps
+    assert tracker.steps == n + 3
+
+
+def test_an_irregular_pattern_keeps_the_leader_ending_steps():
+    """A discriminator stepped three times per generator step: the first seen (the
+    discriminator) leads and every one of its steps ends a step, as before."""
+    tracker, out, clock, _ = make()
+    disc, gen = object(), object()
+    for _ in range(5):
+        for _ in range(3):
+            tracker.on_optimizer_step(disc)
+        tracker.on_optimizer_step(gen)
+    assert tracker.steps == 15
+
+
 def test_replaced_leader_optimizer_hands_over():
     tracker, out, clock, _ = make()
     old, new = object(), object()

@@ -53,7 +53,7 @@ def stack(tmp_path_factory):
     jobs = {"strag": start_trainer(trainer_env(tmp, col.grpc, "strag"), *args, "--slow-from-step", "50",
                                    "--slow-factor", "1.5", "--slow-rank", "1", nproc=2)}
     deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and _steps(col, "strag") < 2 * 5:
+    while time.monotonic() < deadline and col.job_steps().get("strag", 0) < 2 * 5:
         time.sleep(0.2)
     jobs.update({"healthy": start_trainer(trainer_env(tmp, col.grpc, "healthy"), *args),
                  "slowed": start_trainer(trainer_env(tmp, col.grpc, "slowed"), *args,
@@ -70,11 +70,6 @@ def stack(tmp_path_factory):
                 proc.wait()
         col.kill()
         am.stop()
-
-
-def _steps(col, job: str) -> int:
-    """Steps the collector has of ``job`` over all its ranks (0 before it connected)."""
-    return sum(r["steps_total"] for j in col.api("/api/jobs")["jobs"] if j["job"] == job for r in j["ranks"])
 
 
 def test_slowed_job_raises_drift_and_healthy_job_none(stack):

@@ -43,10 +43,6 @@ def _steps_in(record) -> dict:
     return out
 
 
-def _jobs(col) -> dict:
-    return {j["job"]: sum(r["steps_total"] for r in j["ranks"]) for j in col.api("/api/jobs")["jobs"]}
-
-
 def test_jobs_are_sharded_and_move_to_the_surviving_replica(collector_factory, tmp_path):
     records = [tmp_path / "a.jsonl", tmp_path / "b.jsonl"]
     cols = [collector_factory("--record", str(r), "--metrics-per-rank", "summary") for r in records]
@@ -64,7 +60,7 @@ def test_jobs_are_sharded_and_move_to_the_surviving_replica(collector_factory, t
     # Each job on exactly one replica: the one every rank computes.
     deadline = time.monotonic() + 120
     while True:
-        seen = [_jobs(c) for c in cols]
+        seen = [c.job_steps() for c in cols]
         if all(seen[cols.index(owner_of[expect[j]])].get(j, 0) >= 30 for j in JOBS):
             break
         assert time.monotonic() < deadline, (seen, [t.poll() for t in trainers])
@@ -82,8 +78,8 @@ def test_jobs_are_sharded_and_move_to_the_surviving_replica(collector_factory, t
 
     # The moved jobs go on on the survivor; every step of every job was applied somewhere.
     deadline = time.monotonic() + 60
-    while any(_jobs(survivor).get(j, 0) < STEPS for j in JOBS):
-        assert time.monotonic() < deadline, _jobs(survivor)
+    while any(survivor.job_steps().get(j, 0) < STEPS for j in JOBS):
+        assert time.monotonic() < deadline, survivor.job_steps()
         time.sleep(0.2)
     before, after = _steps_in(records[0]), _steps_in(records[1])
     for job in JOBS:
