@@ -24,8 +24,10 @@ def test_demo_without_a_tty_stays_up_until_sigint(tmp_path):
         assert alert, out[-3000:]
         # The data loader made 40% slower: the step's share of it, and so the ratio raised,
         # depends on how busy the machine is (+23% to +49% seen with a CPU burner beside it), so
-        # only what the alert itself says is checked: critical (10% or more) from its onset.
-        assert 10 <= float(alert.group(2)) <= 200 and 150 <= int(alert.group(3)) <= 170, alert.group(0)
+        # only what the alert itself says is checked: critical (10% or more) from its onset, the
+        # onset from 10 steps before to 30 steps (6 s of the demo's 200 ms steps) after the change
+        # at step 160 (2/3 of 240; 172 in CI run 65 on a loaded machine).
+        assert 10 <= float(alert.group(2)) <= 200 and 150 <= int(alert.group(3)) <= 190, alert.group(0)
         windows = json.loads(urllib.request.urlopen(page + "api/jobs/stepwatch-demo/windows", timeout=10).read())
         assert windows["ranks"][0]["windows"], windows  # the page's window section is not empty
         time.sleep(2)
