@@ -144,6 +144,7 @@ class DriftDetector:
         self._settled_at: Optional[float] = None
         self._level: Optional[float] = None  # log seconds: the current level (pause reference)
         self._noise: dict[str, float] = {}
+        self._reach: Optional[dict[str, float]] = None  # reach() for the spreads in _noise
         self._since_noise = 0
         self._held: list[tuple[int, float, float]] = []
         self._level_moved = False
@@ -189,14 +190,16 @@ class DriftDetector:
         (0.108: +10.8%), over its window (``critical_window_s``, ...): the larger of the
         severity's raise threshold and ``z`` times the job's spread at that window, as the tests
         require. None before the rank is armed. A shift no larger than one of the job's recent
-        waves must also outlast it (not counted here). Read by the scrape and API threads: a
-        read of a few floats the event loop replaces whole."""
-        if self._settled is None:
-            return None
-        noise = self._noise
-        return {sev: math.expm1(max(math.log1p(_RAISE[sev] * self._ratio[sev]),
-                                    self.cfg.z * noise.get(sev, _SIGMA_FLOOR)))
-                for sev in (CRITICAL, WARNING, INFO)}
+        waves must also outlast it (not counted here). Read by the scrape and API threads: a dict
+        the event loop replaces whole when it measures the spreads (once a minute)."""
+        return self._reach if self._settled is not None else None
+
+    def _measure_reach(self) -> None:
+        """Keep :meth:`reach` for the spreads just measured (a scrape of 10,000 ranks then
+        reads a kept dict per rank instead of computing it)."""
+        self._reach = {sev: math.expm1(max(math.log1p(_RAISE[sev] * self._ratio[sev]),
+                                           self.cfg.z * self._noise.get(sev, _SIGMA_FLOOR)))
+                       for sev in (CRITICAL, WARNING, INFO)}
 
     def end_episode(self) -> None:
         """The open episode, if any, ends: its level came back, or the job ended (every rank
@@ -239,6 +242,7 @@ class DriftDetector:
         if not (math.isfinite(settled) and math.isfinite(at)):
             return
         self._settled, self._settled_at, self._noise = settled, at, noise
+        self._measure_reach()
         self._level, self.baseline_s = settled, math.exp(settled)
         self._first_time = at - self.cfg.warmup_s - self.cfg.settle_s
         self.pauses.update({str(k): int(v) for k, v in state.get("pauses", {}).items()})
@@ -382,6 +386,7 @@ class DriftDetector:
             last = self._noise.setdefault(CRITICAL, _SIGMA_FLOOR)
             for sev in (WARNING, INFO):  # a longer window's spread never exceeds a shorter one's
                 last = self._noise[sev] = min(self._noise.get(sev, last), last)
+        self._measure_reach()
 
     # -- judging --------------------------------------------------------------------------------
     def _shift(self, sev: str, ref: float, n: int = 0) -> Optional[float]:
