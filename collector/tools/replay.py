@@ -50,20 +50,32 @@ def _open(path: str) -> IO[str]:
     return gzip.open(path, "rt", encoding="utf-8") if gz else open(path, encoding="utf-8")
 
 
+def _reach(job: str, rank: int, reach: dict, fmt: str) -> str:
+    if fmt == "json":
+        return json.dumps({"kind": "reach", "job": job, "rank": rank, "reach": reach})
+    return (f"drift reach at the end  job={job} rank={rank}  " +
+            " / ".join(f"{sev} +{100 * reach[sev]:.1f}%" for sev in ("info", "warning", "critical")))
+
+
 def _run(args: argparse.Namespace, out: Optional[IO[str]] = None) -> int:
     from .._replay import replay
+    from ..alerting import Detection
 
     out = out or sys.stdout  # looked up per call: the default is not bound at import
     try:
         settings = load_settings({"detection": args.detection}, environ={}, config_file=args.config)
+        detection = Detection(settings.detection, log_changes=False)
         with _open(args.file) as fh:
-            alerts = replay(read_record(fh), settings.detection, settings.agent_grace_s)
+            alerts = replay(read_record(fh), settings.detection, settings.agent_grace_s, detection=detection)
     except (OSError, ValueError) as exc:
         print(f"stepwatch replay: error: {exc}", file=sys.stderr)
         return 2
     try:
         for a in alerts:
             print(_json(a) if args.format == "json" else _text(a), file=out)
+        if args.reach:
+            for (job, rank), reach in sorted(detection.engine.reach().items()):
+                print(_reach(job, rank, reach, args.format), file=out)
         count = len(alerts)
         print(json.dumps({"kind": "count", "episodes": count}) if args.format == "json"
               else f"{count} alert episode{'' if count == 1 else 's'}", file=out)
@@ -85,4 +97,8 @@ def add_parser(sub) -> None:
     p.add_argument("--format", choices=("text", "json"), default="text",
                    help="text (default) or json: one JSON object per alert episode, then "
                         "{\"kind\": \"count\", \"episodes\": N}")
+    p.add_argument("--reach", action="store_true",
+                   help="also print each armed rank's drift reach at the end of the recording: the "
+                        "smallest sustained step-time shift each severity would raise at the job's "
+                        "own noise (json: {\"kind\": \"reach\", ...} lines before the count)")
     p.set_defaults(func=_run)
