@@ -68,7 +68,6 @@ class StepTracker:
         self.explicit = False
         self._leader: Optional[int] = None
         self._leader_ref = None  # weakref of the leading optimizer (its parameters give the gradient points)
-        self._others_since_leader: set[int] = set()
         self._cycle: list[int] = []   # the other optimizers stepped since the leader's last step, in order
         self._last_cycle: Optional[tuple] = None
         self._trailer: Optional[int] = None  # the optimizer whose step ends the iteration, once learnt
@@ -104,14 +103,12 @@ class StepTracker:
         if self._leader is None:
             self._leader = oid
         if oid != self._leader:
-            if oid not in self._others_since_leader:
-                self._others_since_leader.add(oid)
+            if oid not in self._cycle:  # (a few optimizers at most)
                 self._cycle.append(oid)
                 if oid == self._trailer:
                     self._end_step(self._leader_ref() if self._leader_ref is not None else None)
                 return
             self._leader, self._trailer, self._last_cycle = oid, None, None  # the leader is gone
-        self._others_since_leader.clear()
         cycle, self._cycle = tuple(self._cycle), []
         self._leader_ref = _weak(optimizer)
         if self._trailer is not None:

@@ -22,18 +22,6 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 REAL = ROOT / "tests" / "data" / "real"
 
 
-def reach_at(lines: list, at: float) -> dict:
-    """``{(job, rank): {severity: ratio}}`` of the armed ranks after the recording up to ``at``."""
-    from stepwatch.collector._replay import replay
-    from stepwatch.collector.alerting import Detection
-    from stepwatch.collector.detect import DetectionConfig
-    from stepwatch.collector.tools.corpus import events
-    cfg = DetectionConfig()
-    detection = Detection(cfg, log_changes=False)
-    replay(events([ln for ln in lines if ln.get("time", 0.0) <= at]), cfg, detection=detection)
-    return detection.engine.reach()
-
-
 def outcome(lines: list, at: float, ratio: float) -> list:
     """(first severity, seconds after ``at``, severity history) of each drift episode whose
     onset is at most 30 s before ``at``, with ``ratio`` injected from ``at``."""
@@ -52,7 +40,7 @@ def main() -> int:
     p.add_argument("--within", type=float, default=60.0)
     p.add_argument("--md", help="write the table here too")
     a = p.parse_args()
-    from stepwatch.collector.tools.corpus import first_step_time, load
+    from stepwatch.collector.tools.corpus import first_step_time, load, reach_at
     rows, agree, judged = [], 0, 0
     for path in sorted(REAL.glob("*.jsonl.gz")):
         lines = load(str(path))

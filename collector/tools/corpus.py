@@ -1,6 +1,7 @@
 """Real recordings as test material: load a collector record file (``--record``) as JSON
 objects, play it several times in a row as one longer job, and inject a change into its real
-step series. Used by bench/detection_real.py and tests/collector/test_real_corpus.py.
+step series, or read the drift reach part-way. Used by bench/detection_real.py,
+bench/detection_reach_real.py and tests/collector/test_real_corpus.py.
 
 An injected change multiplies a step's duration by the change at its end time, and every later
 time of that rank (steps, samples, the collector's clock) moves by the time added, so the
@@ -14,7 +15,7 @@ import json
 
 from ..ingest._record import read_record
 
-__all__ = ["load", "first_step_time", "inject", "slow_loader", "grow", "repeat", "events"]
+__all__ = ["load", "first_step_time", "inject", "slow_loader", "grow", "repeat", "events", "reach_at"]
 
 
 def load(path: str) -> list[dict]:
@@ -152,3 +153,15 @@ def repeat(lines: list[dict], times: int) -> list[dict]:
 
 def events(lines: list[dict]):
     return read_record(json.dumps(o) for o in lines)
+
+
+def reach_at(lines: list[dict], at: float) -> dict:
+    """``{(job, rank): {severity: ratio}}``: each armed rank's drift reach after the recording
+    up to Unix time ``at``, replayed at the default detection settings."""
+    from .._replay import replay
+    from ..alerting import Detection
+    from ..detect import DetectionConfig
+    cfg = DetectionConfig()
+    detection = Detection(cfg, log_changes=False)
+    replay(events([ln for ln in lines if ln.get("time", 0.0) <= at]), cfg, detection=detection)
+    return detection.engine.reach()

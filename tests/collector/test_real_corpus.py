@@ -12,7 +12,8 @@ import pytest
 
 from stepwatch.collector._replay import replay
 from stepwatch.collector.detect import DetectionConfig
-from stepwatch.collector.tools.corpus import events, first_step_time, grow, inject, load, repeat, slow_loader
+from stepwatch.collector.tools.corpus import (events, first_step_time, grow, inject, load, reach_at, repeat,
+                                              slow_loader)
 
 REAL = pathlib.Path(__file__).resolve().parents[1] / "data" / "real"
 CORPUS = sorted(p.name for p in REAL.glob("*.jsonl.gz"))
@@ -153,13 +154,9 @@ def test_the_reach_read_before_a_change_says_whether_it_will_be_raised(name, bli
     whose speed wandered it reads above 10% and the change is not raised critical within 60 s;
     on the steady 148 ms job it reads under 10% and the change is. All recordings:
     bench/results/detection_reach_real.md (20 of 23 foretold)."""
-    from stepwatch.collector.alerting import Detection
     series = lines(name)
     at = first_step_time(series) + 240
-    cfg = DetectionConfig()
-    detection = Detection(cfg, log_changes=False)
-    replay(events([ln for ln in series if ln.get("time", 0.0) <= at]), cfg, detection=detection)
-    reach = detection.engine.reach()
+    reach = reach_at(series, at)
     assert reach, "not armed at 240 s"
     critical = [r["critical"] for r in reach.values()]
     alerts = replay(events(inject(series, "step", 0.10, at, 0)), DetectionConfig())
