@@ -134,6 +134,12 @@ class AgentSettings:
     window_activities: str = option(
         "cpu,cuda", "Profiler activities: 'cpu,cuda' (phases and top ops) or 'cuda' (cheaper).",
         env="STEPWATCH_WINDOW_ACTIVITIES", parse=_activities)
+    window_export: bool = option(
+        True, "Export each window's trace (natively, on the training thread at the window's last "
+        "step) for the sidecar to summarise. Off: windows still run and are timed, their traces "
+        "are dropped unwritten and nothing is analysed or sent: only for measuring the export's "
+        "own share of a window's cost and after-effect (an A/B arm, bench/run_real_device.sh "
+        "noexport). Captures asked for are always exported.", env="STEPWATCH_WINDOW_EXPORT")
     overhead_budget: float = option(
         0.005, "Largest share of wall time the windows may cost (0.005 = 0.5%).",
         env="STEPWATCH_OVERHEAD_BUDGET", check=(lambda v: 0 < v < 1, "between 0 and 1"))

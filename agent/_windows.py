@@ -88,6 +88,7 @@ class WindowScheduler:
         self._every = settings.window_every_steps
         self._warmup, self._active = settings.window_warmup_steps, settings.window_active_steps
         self._activities = settings.window_activities
+        self._export = settings.window_export
         self._budget = settings.overhead_budget
         self._capture_budget = settings.capture_budget
         self._backoff_s = settings.window_backoff_s
@@ -270,7 +271,8 @@ class WindowScheduler:
 
         def ready(prof):
             t0 = self._clock()
-            prof.export_chrome_trace(path)  # native (Kineto) export
+            if kind == "trace" or self._export:
+                prof.export_chrome_trace(path)  # native (Kineto) export
             window.export_s, window.done = self._clock() - t0, True
 
         window.prof = torch.profiler.profile(
@@ -386,6 +388,8 @@ class WindowScheduler:
                                       error))
             return
         self.windows += 1
+        if not self._export:
+            return  # nothing written, nothing to summarise (window_export off: an A/B arm)
         self._emit(contract.window(window.wid, window.path, window.first_step, last,
                                    window.start_wall, window.activities, cost, window.export_s,
                                    # on the schedule the first window is the warm-up (CUPTI and

@@ -5,7 +5,8 @@
 
 A GPT-style bf16 transformer (causal mask, embedding and head), AdamW, a DataLoader over random
 tokens with two workers and pinned memory, ``loss.item()`` every step (as most loops log).
-``--size`` picks the model and the step length it aims at (s ~8 ms, m ~40 ms, l ~150 ms); the
+``--size`` picks the model and the step length it aims at (xs ~8 ms of few large kernels, s ~8 ms
+of many small ones (launch-bound: 9-14 ms measured), m ~40 ms, l ~150 ms); the
 batch is calibrated to that length on the card before the agent attaches (rank 0's choice is
 broadcast under DDP), so H100 and H200 runs have comparable steps.
 
@@ -40,6 +41,7 @@ from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
 SIZES = {  # d_model, layers, heads, seq, vocab, first batch, target step seconds
+    "xs": (2048, 2, 16, 1024, 32000, 2, 0.008),  # ~8 ms of few large kernels (s is launch-bound)
     "s": (512, 4, 8, 512, 8192, 8, 0.008),
     "m": (1024, 12, 16, 1024, 32000, 8, 0.040),
     "l": (2048, 16, 16, 1024, 32000, 8, 0.150),

@@ -148,9 +148,10 @@ ddp-arms)  # NAME PORT GPUS SIZE SECS ARMS...: healthy arms one after the other,
            # (none: no agent; default (windows on demand); sched: windows on the schedule; off:
            # windows off; nophase: phase times off; nogpm: no GPM counters; warmonly: the warm-up
            # profiler session and no window after it; cpuwin / cudawin: scheduled windows, CPU or
-           # CUDA activity only; td0 / td1: scheduled windows with TEARDOWN_CUPTI=0 / 1; bare:
+           # CUDA activity only; td0 / td1: scheduled windows with TEARDOWN_CUPTI=0 / 1; noexport:
+           # scheduled windows whose traces are not exported (nor analysed); bare:
            # the step hook, IPC and sidecar only), each its
-           # own collector; BATCH=N
+           # own collector; BATCH=N (or BATCH_<size>=N for one size)
            # fixes the batch (calibration chose 6 for one arm and 8 for the others on an H200)
     name=$1 port=$2 gpus=$3 size=$4 secs=$5; shift 5; i=0
     for arm in "$@"; do
@@ -167,10 +168,12 @@ ddp-arms)  # NAME PORT GPUS SIZE SECS ARMS...: healthy arms one after the other,
                 cudawin) export STEPWATCH_WINDOWS=scheduled STEPWATCH_WINDOW_ACTIVITIES=cuda ;;    # scheduled windows, CUDA activity only
                 td0) export STEPWATCH_WINDOWS=scheduled TEARDOWN_CUPTI=0 ;;   # Kineto keeps CUPTI set up after a session
                 td1) export STEPWATCH_WINDOWS=scheduled TEARDOWN_CUPTI=1 ;;   # ... or tears it down (set explicitly)
+                noexport) export STEPWATCH_WINDOWS=scheduled STEPWATCH_WINDOW_EXPORT=0 ;;  # scheduled windows, traces dropped unwritten
                 bare) export STEPWATCH_WINDOWS=0 STEPWATCH_PHASE_BUDGET=0 STEPWATCH_NVML_GPM=0 \
                           STEPWATCH_NVML_INTERVAL_S=3600 STEPWATCH_HOST_INTERVAL_S=3600 ;;
             esac
-            [ -n "${BATCH:-}" ] && extra+=(--batch $BATCH)
+            b=$(eval echo "\${BATCH_${size}:-${BATCH:-}}")  # BATCH_<size> (e.g. BATCH_s=8) over BATCH
+            [ -n "$b" ] && extra+=(--batch $b)
             case $gpus in
                 *,*) job2 $n $port $gpus $size $secs "${extra[@]}" ;;
                 *) job1 $n $port $gpus $size $secs "${extra[@]}" ;;

@@ -310,3 +310,32 @@ def test_a_long_interval_leaves_the_warm_up_session_alone(tmp_path):
     got = windows(out)
     assert [(w["first_step"], w["discard"]) for w in got] == [(34, True)]
     assert sched.period() >= 86400 / 0.01
+
+
+def test_export_off_runs_and_times_windows_but_writes_and_sends_none(tmp_path):
+    """window_export off (an A/B arm measuring the export's own cost): the same windows open at
+    the same steps and are costed, no trace file is written and no window record is sent;
+    a capture asked for is still exported."""
+    on, out_on, clock_on = make(tmp_path / "on", window_every_steps=16, overhead_budget=0.9)
+    off, out_off, clock_off = make(tmp_path / "off", window_every_steps=16, overhead_budget=0.9,
+                                   window_export=False)
+    for d in ("on", "off"):
+        (tmp_path / d).mkdir()
+    run_steps(on, clock_on, 1, 100)
+    run_steps(off, clock_off, 1, 100)
+    assert len(windows(out_on)) == 5 and on.windows == 5
+    assert windows(out_off) == [] and off.windows == 5 and off._sessions == 5
+    assert sorted(os.listdir(tmp_path / "off")) == []
+    assert len(os.listdir(tmp_path / "on")) == 5
+    off.request_capture("r1", 2)
+    run_steps(off, clock_off, 101, 140)
+    traces = [t for t in out_off if t["t"] == "trace"]
+    assert [t["request_id"] for t in traces] == ["r1"] and traces[0]["error"] == ""
+    assert os.path.exists(traces[0]["path"])
+
+
+def test_export_option_reads_the_environment():
+    assert load(AgentSettings, {}, environ={"STEPWATCH_WINDOW_EXPORT": "0"}).window_export is False
+    assert load(AgentSettings, {}, environ={}).window_export is True
+    with pytest.raises(ValueError, match="STEPWATCH_WINDOW_EXPORT|window_export"):
+        load(AgentSettings, {}, environ={"STEPWATCH_WINDOW_EXPORT": "maybe"})
