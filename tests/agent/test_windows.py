@@ -339,3 +339,27 @@ def test_export_option_reads_the_environment():
     assert load(AgentSettings, {}, environ={}).window_export is True
     with pytest.raises(ValueError, match="STEPWATCH_WINDOW_EXPORT|window_export"):
         load(AgentSettings, {}, environ={"STEPWATCH_WINDOW_EXPORT": "maybe"})
+
+
+@pytest.mark.parametrize("ask", ["capture", "window_now"])
+def test_a_session_asked_for_goes_through_the_same_after_effect_check(tmp_path, ask):
+    """Sessions the collector asks for (a trace capture for an alert or `stepwatch trace`, a
+    slowdown alert's WindowNow) are checked like scheduled windows: one that leaves the job 5%
+    slower is found, said once, and profiling goes off (CPU-only sessions here)."""
+    sched, out, clock = make(tmp_path, windows="on_demand", overhead_budget=0.9)
+    run_steps(sched, clock, 1, 3000)
+    assert sched._sessions == 0
+    if ask == "capture":
+        sched.on_message({"t": "capture", "request_id": "alert-1", "steps": 3})
+    else:
+        sched.on_message({"t": "window_now", "reason": "slowdown"})
+    run_steps(sched, clock, 3001, 3010)
+    assert sched._sessions == 1
+    run_steps(sched, clock, 3011, 12000, step_s=0.0105)  # 5% slower from its end on
+    events = [r for r in out if r["t"] == "event" and r["kind"] == "window_aftereffect"]
+    assert len(events) == 1 and "+5.0% slower per step" in events[0]["message"], events
+    assert "profiling is off in this process" in events[0]["message"]
+    sched.on_message({"t": "capture", "request_id": "later", "steps": 2})
+    run_steps(sched, clock, 12001, 12005, step_s=0.0105)
+    refused = [r for r in out if r["t"] == "trace" and r["request_id"] == "later"]
+    assert refused and refused[0]["error"].startswith("refused: a profiler session left this job slower")
