@@ -117,7 +117,7 @@ def main() -> None:
     torch.manual_seed(0)
     model = GPT(d, layers, heads, seq, vocab).to(device)
     if ddp:
-        model = nn.parallel.DistributedDataParallel(model, device_ids=[local])
+        model = nn.parallel.DistributedDataParallel(model, device_ids=[local] if cuda else None)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
     loss_fn = nn.CrossEntropyLoss()
     cause = {"on": None, "gemms": 0, "ms": 0.0}  # what is injected now
