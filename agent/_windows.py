@@ -13,7 +13,8 @@ On the schedule, at a step boundary ``s`` with ``s % period == 0`` a new ``torch
 (schedule: ``warmup`` then ``active`` steps); each later boundary calls ``prof.step()``; when
 the active steps end the trace is exported natively (no ``key_averages()``, no parsing here),
 the profiler is stopped and dropped, ``gc.collect(1)`` runs, and the sidecar is told where the
-file is. ``period`` is a power of two computed from the interval, the measured step time and
+file is (with ``window_export`` off, an A/B arm, a window's trace is neither written nor sent;
+the window is still timed, costed and followed by the after-effect check). ``period`` is a power of two computed from the interval, the measured step time and
 the measured window cost, so every rank of a data-parallel job lands on the same steps.
 
 Every method runs on the training thread; the sidecar's replies arrive through
