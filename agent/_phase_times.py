@@ -22,7 +22,8 @@ H100; fewer of a shorter one).
 
 Degrades, never fails: a point not seen in a step (no DataLoader, CUDA-graph replay, no
 gradient) leaves its phase at 0 and its time in the next phase seen, and the record says which
-points were seen; with gradient accumulation the
+points were seen; a point reached while the stream is capturing a CUDA graph drops the step's
+sampling (nothing is recorded into the user's graph); with gradient accumulation the
 forward phase is the first micro-batch's and backward spans the rest; with several optimizers
 stepped once each per iteration the optimizer phase runs from the leading one's step to the end
 of the last one's (which ends the step once learnt, agent/_steps.py); where the pattern is
@@ -140,6 +141,11 @@ class PhaseTimer:
         t0 = self._clock()
         event = None
         if self._cuda is not None:
+            if self._cuda.is_current_stream_capturing():
+                # inside a CUDA-graph capture: a record would go into the user's graph (and a
+                # later query break the capture); this step is not sampled
+                self._points = None
+                return
             old = points[index]
             event = old[0] if old is not None else (self._events.pop() if self._events else
                                                     self._cuda.Event(enable_timing=True))

@@ -65,6 +65,7 @@ class StepTracker:
         self._phase: Optional[str] = None     # a phase marked during the step now running
         self._open_phases: list[str] = []     # pause() blocks now open, innermost last
         self.steps = 0
+        self.graph_captures = 0  # boundaries seen inside a CUDA-graph capture (not steps)
         self.explicit = False
         self._leader: Optional[int] = None
         self._leader_ref = None  # weakref of the leading optimizer (its parameters give the gradient points)
@@ -134,6 +135,9 @@ class StepTracker:
         self.boundary(samples, tokens)
 
     def boundary(self, samples: Optional[int] = None, tokens: Optional[int] = None) -> None:
+        if self._capturing():
+            self._captured()
+            return
         now, wall = self._clock(), self._wall()
         phases = self._phases
         points = self._phase_call(phases.close) if phases is not None else None
@@ -203,6 +207,29 @@ class StepTracker:
             self._open_phases.pop()
 
     # -- CUDA -------------------------------------------------------------------------------
+    def _capturing(self) -> bool:
+        """True while the training thread's current stream is capturing a CUDA graph: a
+        boundary then is an optimizer step being recorded into the graph, not one being run.
+        Recording or querying an event then would invalidate the user's capture (CUDA forbids
+        event queries while a global-mode capture is under way). Before CUDA is initialised one
+        Python check (0.1 us on this 2-core machine); after it, one cudaStreamIsCapturing call a
+        boundary (not timed on a GPU yet)."""
+        cuda = self._cuda
+        try:
+            return cuda is not None and cuda.is_initialized() and bool(cuda.is_current_stream_capturing())
+        except Exception:
+            return False
+
+    def _captured(self) -> None:
+        """A boundary inside a CUDA-graph capture: no step, no event, no query. Said once: the
+        optimizer hook does not fire when the graph is replayed."""
+        self.graph_captures += 1
+        if self.graph_captures == 1:
+            self._emit(contract.event(self._wall(), "cuda_graph_capture", (
+                "an optimizer step was captured into a CUDA graph; the graph's replays do not "
+                "call the optimizer step hook, so stepwatch counts a step per replay only where "
+                "the loop calls agent.step() after it")))
+
     def _find_device(self) -> None:
         cuda = self._cuda
         if cuda is None or not cuda.is_available() or not cuda.is_initialized():

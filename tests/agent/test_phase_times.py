@@ -266,3 +266,27 @@ def test_backward_run_without_tensor_backward_still_has_its_point(loop):
         opt.zero_grad()
     phases = phase_records(out)
     assert phases and all(p["points"] == 0b1111 for p in phases), phases
+
+
+def test_a_point_reached_inside_a_cuda_graph_capture_drops_the_sample(loop):
+    """The fourth iteration runs while the stream "captures a CUDA graph" (a whole-step capture):
+    none of its points records an event (it would go into the user's graph), its boundary is
+    no step, the step after it reports no phases (its sampling was dropped) and the ones after
+    that are sampled again."""
+    cuda = FakeCuda()
+    out, timer, model, opt, data = loop(cuda=cuda)
+    for i, x in enumerate(data):
+        if i >= 9:
+            break
+        cuda.capturing = i == 3
+        model(x).pow(2).mean().backward()
+        opt.step()
+        opt.zero_grad()
+        cuda.capturing = False
+        cuda.complete(float(i))
+    assert cuda.violations == []
+    steps = sorted(r["step"] for r in out if r["t"] == "step")
+    assert steps == list(range(1, len(steps) + 1)) and len(steps) >= 6, steps  # 8 steps run, the last pending
+    sampled = sorted(p["step"] for p in phase_records(out))
+    assert 4 not in sampled and [s for s in sampled if s > 4], sampled
+    assert [s for s in sampled if s < 4], sampled

@@ -31,9 +31,14 @@ class FakeEvent:
         self.gpu, self.t_ms, self.done = gpu, None, False
 
     def record(self, stream=None):
+        if self.gpu.capturing:  # a record during a capture goes into the user's graph
+            self.gpu.violations.append("record")
         self.gpu.events.append(self)
 
     def query(self):
+        if self.gpu.capturing:  # a query during a CUDA-graph capture breaks it
+            self.gpu.violations.append("query")
+        self.gpu.queries += 1
         return self.done
 
     def elapsed_time(self, other):
@@ -43,7 +48,12 @@ class FakeEvent:
 
 class FakeCuda:
     def __init__(self):
-        self.events, self.stats_calls = [], []
+        self.events, self.stats_calls, self.queries = [], [], 0
+        self.capturing = False  # the current stream is capturing a CUDA graph
+        self.violations = []    # event calls made while capturing (hooks swallow exceptions)
+
+    def is_current_stream_capturing(self):
+        return self.capturing
 
     def is_available(self):
         return True
@@ -247,3 +257,29 @@ def test_phase_marks_reach_the_steps_they_overlap():
     tracker.close_phase()                    # an unmatched close is harmless
     tracker.boundary()
     assert "phase" not in steps(out)[-1]
+
+
+def test_a_boundary_inside_a_cuda_graph_capture_is_no_step_and_touches_no_event():
+    """Whole-step CUDA graphs: the optimizer step hook fires while the step is captured. That
+    boundary records no event, queries none (either would break the user's capture), samples
+    no memory and counts no step; it is said once in an event. Steps before and after count."""
+    cuda = FakeCuda()
+    tracker, out, clock, _ = make(cuda)
+    for _ in range(3):  # warm-up iterations, as before any capture
+        clock.now += 0.05
+        tracker.boundary()
+    recorded, queried, stats = len(cuda.events), cuda.queries, len(cuda.stats_calls)
+    cuda.capturing = True
+    clock.now += 0.05
+    tracker.boundary()
+    tracker.boundary()
+    assert (len(cuda.events), cuda.queries, len(cuda.stats_calls)) == (recorded, queried, stats)
+    assert cuda.violations == []
+    assert tracker.steps == 3 and tracker.graph_captures == 2
+    events = [r for r in out if r["t"] == "event"]
+    assert [e["kind"] for e in events] == ["cuda_graph_capture"] and "agent.step()" in events[0]["message"]
+    cuda.capturing = False
+    cuda.complete(500.0)
+    clock.now += 2
+    tracker.boundary()  # an explicit agent.step() after a replay: a step again
+    assert tracker.steps == 4 and len(cuda.events) == recorded + 1
