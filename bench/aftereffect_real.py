@@ -16,7 +16,6 @@ Two figures per rule:
 from __future__ import annotations
 
 import argparse
-import gzip
 import json
 import os
 import sys
@@ -24,19 +23,14 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from stepwatch.agent._aftereffect import AftereffectWatch  # noqa: E402
+from stepwatch.collector.tools.corpus import load, rank_steps  # noqa: E402
 
 INJECT = (0.02, 0.03, 0.05, 0.13)
 
 
 def boundaries(path: str) -> tuple[list[float], list[bool]]:
     """Rank 0's step end times and whether each step was profiled, in step order."""
-    steps = {}
-    with gzip.open(path, "rt") as fh:
-        for line in fh:
-            o = json.loads(line)
-            if o.get("kind") == "batch" and int(o.get("rank", 0)) == 0:
-                for s in o["batch"].get("steps", ()):
-                    steps[int(s["step"])] = (float(s["end_time_s"]), bool(s.get("profiled")))
+    steps = rank_steps(load(path))
     ordered = [steps[k] for k in sorted(steps)]
     return [t for t, _ in ordered], [p for _, p in ordered]
 

@@ -15,26 +15,24 @@ from __future__ import annotations
 
 import argparse
 import glob
-import gzip
 import json
 import os
 import statistics
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from stepwatch.collector.tools.corpus import load, rank_steps  # noqa: E402
 
 
 def profiled_runs(path: str) -> list:
     """(first, last) step of each run of profiled steps of rank 0."""
-    steps = {}
-    with gzip.open(path, "rt") as fh:
-        for line in fh:
-            o = json.loads(line)
-            if o.get("kind") == "batch" and int(o.get("rank", 0)) == 0:
-                for s in o["batch"].get("steps", ()):
-                    steps[int(s["step"])] = bool(s.get("profiled"))
+    steps = rank_steps(load(path))
     runs: list = []
     for k in sorted(steps):
-        if steps[k] and runs and runs[-1][1] == k - 1:
+        if steps[k][1] and runs and runs[-1][1] == k - 1:
             runs[-1][1] = k
-        elif steps[k]:
+        elif steps[k][1]:
             runs.append([k, k])
     return [tuple(r) for r in runs]
 

@@ -1,7 +1,8 @@
 """Real recordings as test material: load a collector record file (``--record``) as JSON
 objects, play it several times in a row as one longer job, and inject a change into its real
-step series, or read the drift reach part-way. Used by bench/detection_real.py,
-bench/detection_reach_real.py and tests/collector/test_real_corpus.py.
+step series, or read the drift reach part-way, or one rank's steps. Used by
+bench/detection_real.py, bench/detection_reach_real.py, bench/aftereffect_real.py,
+bench/window_arms_real.py and tests/collector/test_real_corpus.py.
 
 An injected change multiplies a step's duration by the change at its end time, and every later
 time of that rank (steps, samples, the collector's clock) moves by the time added, so the
@@ -15,7 +16,8 @@ import json
 
 from ..ingest._record import read_record
 
-__all__ = ["load", "first_step_time", "inject", "slow_loader", "grow", "repeat", "events", "reach_at"]
+__all__ = ["load", "first_step_time", "rank_steps", "inject", "slow_loader", "grow", "repeat", "events",
+           "reach_at"]
 
 
 def load(path: str) -> list[dict]:
@@ -26,6 +28,13 @@ def load(path: str) -> list[dict]:
 def first_step_time(lines: list[dict]) -> float:
     return min(float(s["end_time_s"]) - float(s["duration_s"]) for o in lines if o["kind"] == "batch"
                for s in o["batch"].get("steps", ())[:1])
+
+
+def rank_steps(lines: list[dict], rank: int = 0) -> dict[int, tuple[float, bool]]:
+    """``{step: (end time, profiled)}`` of one rank's steps."""
+    return {int(s["step"]): (float(s["end_time_s"]), bool(s.get("profiled")))
+            for o in lines if o["kind"] == "batch" and int(o.get("rank", 0)) == rank
+            for s in o["batch"].get("steps", ())}
 
 
 def inject(lines: list[dict], kind: str, ratio: float, at: float, span: float) -> list[dict]:
