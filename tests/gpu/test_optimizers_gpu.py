@@ -5,12 +5,9 @@ events), not in the next step's data phase."""
 
 from __future__ import annotations
 
-import json
 import os
 import pathlib
 import statistics
-import subprocess
-import sys
 
 import pytest
 
@@ -18,26 +15,18 @@ torch = pytest.importorskip("torch")
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
 
-from _procs import trainer_env  # noqa: E402
+from _recorded_job import run_recorded_job  # noqa: E402
 
-from stepwatch.collector.ingest._record import read_record  # noqa: E402
 from stepwatch.proto.stepwatch.v1 import agent_pb2  # noqa: E402
 
 ITERATIONS = 400
 
 
 def test_the_last_optimizer_of_the_iteration_ends_the_step_on_cuda(collector_factory, tmp_path):
-    record = tmp_path / "record.jsonl"
-    col = collector_factory("--record", str(record))
-    env = trainer_env(tmp_path, col.grpc, "optimizers", STEPWATCH_PHASE_BUDGET="0.01")
-    truth_path = tmp_path / "truth.json"
-    run = subprocess.run([sys.executable, str(pathlib.Path(__file__).with_name("optimizers_job.py")),
-                          str(truth_path), str(ITERATIONS)], env=env, capture_output=True, text=True,
-                         timeout=300)
-    assert run.returncode == 0, run.stderr[-4000:]
-    truth = json.loads(truth_path.read_text())
+    col, truth, read = run_recorded_job(collector_factory, tmp_path, "optimizers_job.py", "optimizers",
+                                        str(ITERATIONS), STEPWATCH_PHASE_BUDGET="0.01")
     col.wait_value("stepwatch_steps_total", ITERATIONS, training_job="optimizers", rank=0)
-    batches = [ev.batch for ev in read_record(record.read_text().splitlines()) if ev.kind == "batch"]
+    batches = read()
     steps = {s.step: s for b in batches for s in b.steps}
     phases = [p for b in batches for p in b.phase_times if p.step > 20]
     trail = truth["trail_step_s"]
