@@ -242,11 +242,10 @@ class WindowScheduler:
 
     def _skip_reason(self) -> str:
         torch = self._torch
+        # (no CUDA-graph check: a boundary inside a capture never reaches on_boundary, the step
+        # tracker stops it, agent/_steps.py)
         if torch.autograd._profiler_enabled():
             return "user_profiler"
-        if torch.cuda.is_available() and torch.cuda.is_initialized() \
-                and torch.cuda.is_current_stream_capturing():
-            return "cuda_graph_capture"
         if self._clock() < self._backoff_until:
             return "no_gpu_events_backoff"
         return ""

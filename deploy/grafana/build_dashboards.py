@@ -334,7 +334,7 @@ def windows():
         panel("Windows taken", "Profiler windows taken since attach (warm-up window included).", "any",
               [(f"stepwatch_windows_total{{{R}}}", lg)]),
         panel("Window skips by reason", "Windows the agent did not take since attach, by reason "
-              "(user_profiler, cuda_graph_capture, no_gpu_events_backoff...), summed over the selected ranks.",
+              "(user_profiler, no_gpu_events_backoff, over_budget...), summed over the selected ranks.",
               "events", [(f"sum by (reason) (stepwatch_window_skips_total{{{R}}})", "{{reason}}")]),
     ])
 
