@@ -19,6 +19,7 @@
 #   bash bench/run_real_device.sh rounds "V|V" "V" ...           # rounds one after the other, each its
 #                                                                # '|'-separated verbs side by side
 #   bash bench/run_real_device.sh gputests NAME GPUS PATHS...    # pytest on those GPUs (a verb for rounds)
+#   bash bench/run_real_device.sh probe NAME GPU SIZE [ARGS...]  # bench/collective_timing_probe.py, one rank
 set -u
 source bench/device_install.sh
 W=/tmp/real; case $1 in *-start|live|slots|rounds|latin) rm -rf $W ;; esac  # ('after' keeps it)
@@ -169,6 +170,10 @@ ddp-arms)  # NAME PORT GPUS SIZE SECS ARMS...: healthy arms one after the other,
                 td0) export STEPWATCH_WINDOWS=scheduled TEARDOWN_CUPTI=0 ;;   # Kineto keeps CUPTI set up after a session
                 td1) export STEPWATCH_WINDOWS=scheduled TEARDOWN_CUPTI=1 ;;   # ... or tears it down (set explicitly)
                 noexport) export STEPWATCH_WINDOWS=scheduled STEPWATCH_WINDOW_EXPORT=0 ;;  # scheduled windows, traces dropped unwritten
+                sched45|noexp45)  # a window every 45 s, never backed off (threshold 100%):
+                    # many windows with and without their export for the after-effect study
+                    export STEPWATCH_WINDOWS=scheduled STEPWATCH_WINDOW_INTERVAL_S=45 STEPWATCH_AFTEREFFECT_THRESHOLD=1.0
+                    [ $arm = noexp45 ] && export STEPWATCH_WINDOW_EXPORT=0 ;;
                 bare) export STEPWATCH_WINDOWS=0 STEPWATCH_PHASE_BUDGET=0 STEPWATCH_NVML_GPM=0 \
                           STEPWATCH_NVML_INTERVAL_S=3600 STEPWATCH_HOST_INTERVAL_S=3600 ;;
             esac
@@ -243,6 +248,13 @@ rounds)  # each argument a round of '|'-separated verbs run side by side; the ro
             IFS="|"; for cmd in $round; do eval "bash bench/run_real_device.sh $cmd" & done; unset IFS; wait
         done; touch /tmp/real/rounds.done' _ "$@" > $W/rounds.run.log 2>&1 < /dev/null &
     sleep 5; echo started $# rounds ;;
+probe)  # NAME GPU SIZE [ARGS...]: bench/collective_timing_probe.py as a one-rank NCCL job on
+        # GPU, its result in $W/NAME.json (--flight: c10d's flight recorder with timing on)
+    name=$1 gpu=$2 size=$3; shift 3
+    case " $* " in *" --flight "*) export TORCH_NCCL_TRACE_BUFFER_SIZE=2000 ;; esac
+    CUDA_VISIBLE_DEVICES=$gpu python3 -m torch.distributed.run --nproc_per_node 1 --master_port 29590 \
+        bench/collective_timing_probe.py --size $size --out $W/$name.json "$@" > $W/$name.log 2>&1
+    tail -2 $W/$name.log ;;
 gputests)  # NAME GPUS PATHS...: pytest on those GPUs, its files under $W/NAME
     name=$1 gpus=$2; shift 2; mkdir -p $W/$name
     CUDA_VISIBLE_DEVICES=$gpus OUT=$W/$name python3 -m pytest -q -s -p no:cacheprovider -W ignore "$@" \
