@@ -121,6 +121,21 @@ def test_a_doubling_is_no_pause():
     assert 1.9 <= episode.ratio <= 2.1
 
 
+def test_a_change_wobbling_around_the_pause_limit_is_no_pause():
+    """+55% whose steps dip under the pause run's limit now and then (one step in 25 at +15%,
+    as on an H200 whose +6 ms came with a host sleep): the runs between the dips are the change,
+    not pauses. Before, each run was dropped as a "pause" when a dip ended it, so only the dips
+    reached the buckets: the change read +15% and its onset came late."""
+    rng = __import__("random").Random(3)
+    steps = [0.040 * (1 + rng.gauss(0, 0.01)) for _ in range(AT)]
+    steps += [0.040 * (1.15 if i % 25 == 24 else 1.55 + rng.gauss(0, 0.01)) for i in range(4000)]
+    engine, episodes = run(steps)
+    (episode,) = drift(episodes)
+    assert episode.severity == "critical" and 1.4 <= episode.ratio <= 1.6, episode
+    assert abs(episode.step - AT) <= 125, episode  # within one 5 s bucket of 40 ms steps
+    assert engine.pauses().get(("j", 0), {}).get("pause", 0) == 0
+
+
 def test_every_drift_option_is_validated():
     with pytest.raises(ValueError, match="info_ratio <= warning_ratio"):
         parse_detection({"drift": {"info_ratio": 0.08}})
