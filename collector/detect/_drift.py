@@ -27,7 +27,9 @@ recordings: bench/results/detection_reach_real.md).
 
 **Pauses.** A step at least ``pause_ratio`` x the current level is a pause step (evaluation,
 checkpoint, stall): counted (a run of one is a "stall", longer runs a "pause") and left out of
-every bucket. A run of ``max_pause_steps`` is a level change: its steps are then kept.
+every bucket. A run of ``max_pause_steps`` is a level change: its steps are then kept. So is a
+run of at least ``min_bucket_steps`` that began under ``pause_ratio`` squared (2.25x) and that one
+quicker step ended: a change wobbling around the limit, not a pause.
 
 **Tests.** For each severity, from the highest: over its window (``critical_window_s``,
 ``warning_window_s``, ``info_window_s``) the median of the buckets against two references —

@@ -145,3 +145,26 @@ def test_a_real_window_after_effect_is_raised_as_the_profilers_cost_not_the_jobs
     assert "window ending at step 16,389" in summary and "stepwatch's own cost" in summary, summary
     assert 16_389 < alerts[0].step <= 16_389 + 50, alerts[0].step
     assert alerts[0].severity == "critical", alerts[0].severity
+
+
+H200W = DIAG.parents[1] / "replay" / "h200w_diagnosis_gpu.jsonl.gz"
+# tests/gpu/test_diagnosis_gpu.py's recording on an H200 (2026-11-29, bench/results/real_h200w):
+# three ~11-13 ms jobs, each 6 ms/step slower from step 1,000, detection on horizons of seconds
+GPU_TEST_DETECTION = {"warmup_steps": 10, "resolve_hold_s": 600, "trace_steps": 0,
+                      "drift": {"bucket_s": 0.5, "min_bucket_steps": 3, "warmup_s": 2, "settle_s": 6,
+                                "critical_window_s": 2, "warning_window_s": 3, "info_window_s": 6,
+                                "clear_s": 1, "z": 3}}
+
+
+def test_an_h200_change_near_the_pause_limit_is_dated_at_its_step():
+    """The optimizer job's +5 ms (11.0 -> 15.9 ms, +44%: steps of 1.3-1.8x the level, around the
+    pause limit) was dated at step 1,082 live, its first 81 steps dropped as a "pause"; each
+    of the three changes is dated within 60 steps of step 1,000 and named first."""
+    from stepwatch.collector.detect import parse_detection
+    alerts = replay(events(load(str(H200W))), parse_detection(GPU_TEST_DETECTION))
+    drift = {a.job: a for a in alerts if a.alertname == "StepwatchThroughputDrift"}
+    assert sorted(drift) == ["gpu-backward", "gpu-dataloader", "gpu-optimizer"], sorted(drift)
+    for job, first in (("gpu-backward", "backward +"), ("gpu-dataloader", "data +"),
+                       ("gpu-optimizer", "optimizer +")):
+        assert abs(drift[job].step - 1000) <= 60, (job, drift[job].step)
+        assert drift[job].diagnosis.startswith(first), (job, drift[job].diagnosis)
