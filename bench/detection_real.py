@@ -46,6 +46,9 @@ HELD_OUT = {"h100_1gpu_l.jsonl.gz", "h100_1gpu_m_short.jsonl.gz", "h100b_1gpu_s.
 # change found (not false alarms); no change is injected into these.
 HOST_SHIFT = {name: 1795697160.0 for name in ("h100b_1gpu_s.jsonl.gz", "h100b_1gpu_m_pauses.jsonl.gz",
                                                "h100b_2gpu_m.jsonl.gz")}
+# ... and the host under h200y_1gpu_s got slower from ~6 minutes in (minute medians 11.2-12.9 ms,
+# then 13.4-14.2 ms; SM clock flat, every phase's host time up): from 5 minutes in on
+HOST_SHIFT["h200y_1gpu_s.jsonl.gz"] = 1795906482.59 + 300
 CHANGES = {"+3%": ("step", 0.03, 0), "+5%": ("step", 0.05, 0), "+10%": ("step", 0.10, 0),
            "ramp +5%/15min": ("ramp", 0.05, 900), "ramp +5%/30min": ("ramp", 0.05, 1800),
            # rank 1's data loader +40% of a step on a job of 2 ranks or more: every rank's step

@@ -22,14 +22,13 @@ HOST_SHIFT_AT = 1795697160.0
 SHIFTED = [n for n in CORPUS if n.startswith("h100b_")]
 # A 2-GPU job whose host's speed wandered +-10% in waves of minutes (README): not quiet either.
 WANDERING = ["h100c_2gpu_m.jsonl.gz"]
-# Healthy recordings the detector is known to raise on (README): each must still raise, so the
-# miss stays visible here and this list is emptied when the detector is mended.
-# h200y_1gpu_s: a launch-bound 12.5 ms H200 job whose host's speed wandered (minute medians
-# 0.87-1.13x), slowest in its last minutes: a warning "+16.9% vs this job's level" at 9 min.
-# The warning window's spread is measured from adjacent 90 s medians (3.7% here), while the
-# settled level is minutes away: a slow wander is larger at that lag.
-KNOWN_MISSES = ["h200y_1gpu_s.jsonl.gz"]
-QUIET = [n for n in CORPUS if n not in SHIFTED + WANDERING + KNOWN_MISSES]
+# A launch-bound H200 job whose host got slower in its last minutes and stayed so (README): 20 s
+# medians 10.2 ms at 280 s, 13.9-15.3 ms from 480 s, the SM clock flat at 1,980 MHz and every
+# phase's host time grown with it; the same machine kind slowed a launch-bound job 10.9 ->
+# 16.4 ms over 12 minutes across fresh processes (bench/results/agent_ab_h200w.md). Counted as
+# healthy until 2026-11-29 (its warning a "known miss"); a real +17% for minutes is raised.
+HOST_SLOWED = ["h200y_1gpu_s.jsonl.gz"]
+QUIET = [n for n in CORPUS if n not in SHIFTED + WANDERING + HOST_SLOWED]
 
 
 @pytest.fixture(scope="module")
@@ -57,13 +56,18 @@ def test_a_healthy_real_recording_raises_nothing(name, lines):
     assert alerts == [], [(a.alertname, a.rank, a.severity, a.fired_summary) for a in alerts]
 
 
-@pytest.mark.parametrize("name", KNOWN_MISSES)
-def test_a_known_miss_on_a_healthy_recording_still_raises(name, lines):
-    alerts = replay(events(lines(name)), DetectionConfig())
-    assert alerts, f"{name} raises nothing now: move it from KNOWN_MISSES to the quiet recordings"
-    for a in alerts:
-        assert a.alertname == "StepwatchThroughputDrift" and "vs this job's level" in a.fired_summary, \
-            (a.alertname, a.fired_summary)
+@pytest.mark.parametrize("name", HOST_SLOWED)
+def test_a_host_that_slowed_for_minutes_is_raised_as_the_host(name, lines):
+    """One episode, against the job's settled level, its onset after the first 5 minutes (the
+    host at its level until then: nothing before), the phases that grew all host-bound and the
+    GPU's clocks unchanged: the host, not the job's code or the GPU."""
+    start = first_step_time(lines(name))
+    (a,) = replay(events(lines(name)), DetectionConfig())
+    assert a.alertname == "StepwatchThroughputDrift" and "vs this job's level" in a.fired_summary, a
+    assert a.starts_at - start >= 300, a.starts_at - start
+    named = [c for c in a.diagnosis.split("; ") if " ms/step" in c and not c.startswith("host CPU")]
+    assert named and all("host-bound" in c for c in named), a.diagnosis
+    assert "clocks unchanged" in a.diagnosis, a.diagnosis
 
 
 @pytest.mark.parametrize("name", SHIFTED)
