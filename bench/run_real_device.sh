@@ -10,7 +10,9 @@
 #   bash bench/run_real_device.sh pack [PREFIX] # $OUT/real.tgz: recordings, the jobs' own step
 #                                               # clocks, /api/alerts and /api/jobs, logs
 # Carried: .whl/ (grpcio, grpcio-health-checking, protobuf). Software only: no GPU setting is
-# touched. Collectors run on their own cores (taskset), trainers on the rest.
+# touched. The device call copies the working tree (64 MiB at most): with the recordings under
+# bench/results the tracked files are ~65 MB, so move bench/results aside for the call (nothing
+# here reads it) and back after, before any commit. Collectors run on their own cores (taskset), trainers on the rest.
 #   bash bench/run_real_device.sh inject2 NAME PORT GPUS SIZE SECS CAUSE RANK AT [RATIO]  # DDP, a cause on RANK at AT s
 #   bash bench/run_real_device.sh inject1 NAME PORT GPU SIZE SECS CAUSE AT [RATIO]        # 1 GPU, a cause at AT s
 #   bash bench/run_real_device.sh phase-ab PORT GPU SIZE SECS    # phase times: none/off/default/every step
