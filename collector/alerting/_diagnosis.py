@@ -63,6 +63,14 @@ _PHASE_BLOCKS_KEPT = 400  # 3,200 sampled steps
 # a phase is host-bound when its host time grew by this share of its device time's growth
 # and is at least _HOST_LONG of its device time after the onset
 _HOST_GREW, _HOST_LONG = 0.6, 0.8
+# the host is the change when at least two phases grew host-bound, by shares of their own time
+# within _HOST_EVEN of each other, and hold _HOST_ALL of all the phases' growth (a launch-bound
+# H200 job whose host slowed: backward +1.0, forward +0.6, optimizer +0.2 ms, each 14-18% of
+# its time, the GPU's clock flat; a slow data loader on an H100 grew data +4.1 ms and forward
+# +0.5: host-bound both, by 8x and 3% of their time: the loader, not the host), none of them
+# over _HOST_ONE of their sum (GEMMs in an H100 job's forward: forward +7.3 and data +0.2 ms,
+# even shares but one phase: the forward)
+_HOST_ALL, _HOST_EVEN, _HOST_ONE = 0.8, 2.0, 0.75
 # the diagnosis's "before" ends this long ahead of the onset (at most this share of the data)
 _GUARD_S, _GUARD_SHARE = 30.0, 0.25
 # a straggler's phases are compared with at most this many other ranks', over its newest this
@@ -387,6 +395,7 @@ def _phase_contributors(rows: list, span: tuple, wait: float, cpu: Optional[floa
     grew = [((da - db) * 1e3, (ha - hb) * 1e3) for (db, da), (hb, ha) in zip(med[:5], med[5:])]
     waits = _host_waits_before_optimizer(grew, points)
     out, bound, skipped = [], 0.0, []
+    shares: dict = {}  # a host-bound phase's growth over its time before
     for k, name in enumerate(PHASES):
         (db, da), (hb, ha) = med[k], med[5 + k]
         d, h = grew[k]
@@ -412,7 +421,9 @@ def _phase_contributors(rows: list, span: tuple, wait: float, cpu: Optional[floa
         if not points & _HOST_CLOCK and not busier and d >= 0.1 and h >= _HOST_GREW * d and ha >= _HOST_LONG * da:
             parts.append(f"host-bound: its host time {h:+.1f} ms")
             bound += d
+            shares[label] = d / max(db * 1e3, 1e-6)
         out.append((label, d, ", ".join(parts)))
+    out = _host_slower(out, shares)
     note = ""
     if cpu is not None and abs(cpu) >= 0.5:
         if points & _HOST_CLOCK:
@@ -424,6 +435,26 @@ def _phase_contributors(rows: list, span: tuple, wait: float, cpu: Optional[floa
         else:
             note = f"host CPU {cpu:+.1f} ms/step (the host waiting for the device, not a cause)"
     return out, note
+
+
+def _host_slower(out: list, shares: dict) -> list:
+    """``out`` with its host-bound phases made one "host" contributor (their sum, each named in
+    its detail) when there are at least two, each grew by a share of its own time within
+    ``_HOST_EVEN`` of the others', none over ``_HOST_ONE`` of their sum, and together they hold
+    ``_HOST_ALL`` of the phases' growth:
+    the host launches more slowly (or does more per launch) in every phase alike and the GPU
+    waits for it; no one phase of the job's code is the cause."""
+    bound = [c for c in out if c[1] >= 0.1 and c[0] in shares]
+    grew = sum(c[1] for c in out if c[1] > 0)
+    total = sum(c[1] for c in bound)
+    even = [shares[c[0]] for c in bound]
+    if (len(bound) < 2 or total < _HOST_ALL * grew or max(even) > _HOST_EVEN * min(even)
+            or max(c[1] for c in bound) > _HOST_ONE * total):
+        return out
+    each = ", ".join(f"{name} {d:+.1f}" for name, d, _ in sorted(bound, key=lambda c: -c[1]))
+    host = ("host", total, f"slower in every phase that grew ({each} ms/step), each host-bound: the "
+                           "GPU waits for the host's launches, not for its own work")
+    return [host] + [c for c in out if c not in bound]
 
 
 def against_others(r: Optional[_Rank], others: list, since: float) -> str:
