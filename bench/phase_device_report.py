@@ -26,7 +26,8 @@ STEPS = "{name}.steps.json"
 # what a right diagnosis names first, per injected cause (bench/real_job.py --inject): the start
 # of its first contributor
 EXPECTED = {"gemm_backward": ("backward",), "gemm_forward": ("forward",), "dataloader": ("data",),
-            "host": ("host CPU", "data (", "forward (host-bound", "data+forward (host-bound"),
+            # (a busy training thread: its phase, or "host" where every phase grew alike)
+            "host": ("host CPU", "host +", "data (", "forward (host-bound", "data+forward (host-bound"),
             "optimizer_loop": ("optimizer",), "sync": ("sync",), "d2h": ("sync",),
             "empty_cache": ("allocator churn",), "small_ops": ("forward", "data+forward"),
             "allreduce": ("sync",)}
