@@ -441,9 +441,8 @@ def _host_slower(out: list, shares: dict) -> list:
     """``out`` with its host-bound phases made one "host" contributor (their sum, each named in
     its detail) when there are at least two, each grew by a share of its own time within
     ``_HOST_EVEN`` of the others', none over ``_HOST_ONE`` of their sum, and together they hold
-    ``_HOST_ALL`` of the phases' growth:
-    the host launches more slowly (or does more per launch) in every phase alike and the GPU
-    waits for it; no one phase of the job's code is the cause."""
+    ``_HOST_ALL`` of the phases' growth: the host launches more slowly (or does more per launch)
+    in every phase alike and the GPU waits for it; no one phase of the job's code is the cause."""
     bound = [c for c in out if c[1] >= 0.1 and c[0] in shares]
     grew = sum(c[1] for c in out if c[1] > 0)
     total = sum(c[1] for c in bound)

@@ -277,8 +277,8 @@ class DriftDetector:
             self._level_moved = False
             if moderate and len(self._held) >= self.cfg.min_bucket_steps:
                 # a run of moderately slower steps that one quicker step broke is a change
-                # wobbling around the pause limit (+55% on an H200: its first 81 steps were
-                # dropped as a "pause" and the onset dated 82 steps late), not a pause: kept
+                # wobbling around the pause limit (an H200 job 11 -> 16 ms: its first 81 steps
+                # were dropped as a "pause" and the onset dated 82 steps late), not a pause: kept
                 held, self._held = self._held, []
                 changed = any([self._add(*h) for h in held])
                 return self._add(step, time, value) or changed
