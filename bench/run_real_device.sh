@@ -21,7 +21,7 @@
 #   bash bench/run_real_device.sh rounds "V|V" "V" ...           # rounds one after the other, each its
 #                                                                # '|'-separated verbs side by side
 #   bash bench/run_real_device.sh gputests NAME GPUS PATHS...    # pytest on those GPUs (a verb for rounds)
-#   bash bench/run_real_device.sh probe NAME GPU SIZE [ARGS...]  # bench/collective_timing_probe.py, one rank
+#   bash bench/run_real_device.sh probe NAME GPUS SIZE [ARGS...] # bench/collective_timing_probe.py, a rank a GPU
 set -u
 source bench/device_install.sh
 W=/tmp/real; case $1 in *-start|live|slots|rounds|latin) rm -rf $W ;; esac  # ('after' keeps it)
@@ -250,12 +250,14 @@ rounds)  # each argument a round of '|'-separated verbs run side by side; the ro
             IFS="|"; for cmd in $round; do eval "bash bench/run_real_device.sh $cmd" & done; unset IFS; wait
         done; touch /tmp/real/rounds.done' _ "$@" > $W/rounds.run.log 2>&1 < /dev/null &
     sleep 5; echo started $# rounds ;;
-probe)  # NAME GPU SIZE [ARGS...]: bench/collective_timing_probe.py as a one-rank NCCL job on
-        # GPU, its result in $W/NAME.json (--flight: c10d's flight recorder with timing on)
-    name=$1 gpu=$2 size=$3; shift 3
-    case " $* " in *" --flight "*) export TORCH_NCCL_TRACE_BUFFER_SIZE=2000 ;; esac
-    CUDA_VISIBLE_DEVICES=$gpu python3 -m torch.distributed.run --nproc_per_node 1 --master_port 29590 \
-        bench/collective_timing_probe.py --size $size --out $W/$name.json "$@" > $W/$name.log 2>&1
+probe)  # NAME GPUS SIZE [ARGS...]: bench/collective_timing_probe.py as an NCCL job of one rank
+        # per GPU in GPUS ("0" or "0,1"), rank r's result in $W/NAME.r.json (--flight: c10d's
+        # flight recorder with timing on; both buffer variables set, the older and the newer)
+    name=$1 gpus=$2 size=$3; shift 3
+    case " $* " in *" --flight "*) export TORCH_NCCL_TRACE_BUFFER_SIZE=2000 TORCH_FR_BUFFER_SIZE=2000 ;; esac
+    CUDA_VISIBLE_DEVICES=$gpus python3 -m torch.distributed.run --nproc_per_node $(echo $gpus | tr ',' '\n' | wc -l) \
+        --master_port 29590 bench/collective_timing_probe.py --size $size --out "$W/$name.{rank}.json" "$@" \
+        > $W/$name.log 2>&1
     tail -2 $W/$name.log ;;
 gputests)  # NAME GPUS PATHS...: pytest on those GPUs, its files under $W/NAME
     name=$1 gpus=$2; shift 2; mkdir -p $W/$name
