@@ -443,17 +443,17 @@ def _host_slower(out: list, shares: dict) -> list:
     ``_HOST_EVEN`` of the others', none over ``_HOST_ONE`` of their sum, and together they hold
     ``_HOST_ALL`` of the phases' growth: the host launches more slowly (or does more per launch)
     in every phase alike and the GPU waits for it; no one phase of the job's code is the cause."""
-    bound = [c for c in out if c[1] >= 0.1 and c[0] in shares]
+    bound = [c for c in out if c[0] in shares]  # (a phase is host-bound only when it grew)
     grew = sum(c[1] for c in out if c[1] > 0)
     total = sum(c[1] for c in bound)
-    even = [shares[c[0]] for c in bound]
+    even = shares.values()
     if (len(bound) < 2 or total < _HOST_ALL * grew or max(even) > _HOST_EVEN * min(even)
             or max(c[1] for c in bound) > _HOST_ONE * total):
         return out
     each = ", ".join(f"{name} {d:+.1f}" for name, d, _ in sorted(bound, key=lambda c: -c[1]))
     host = ("host", total, f"slower in every phase that grew ({each} ms/step), each host-bound: the "
                            "GPU waits for the host's launches, not for its own work")
-    return [host] + [c for c in out if c not in bound]
+    return [host] + [c for c in out if c[0] not in shares]
 
 
 def against_others(r: Optional[_Rank], others: list, since: float) -> str:

@@ -279,8 +279,7 @@ class DriftDetector:
                 # a run of moderately slower steps that one quicker step broke is a change
                 # wobbling around the pause limit (an H200 job 11 -> 16 ms: its first 81 steps
                 # were dropped as a "pause" and the onset dated 82 steps late), not a pause: kept
-                held, self._held = self._held, []
-                changed = any([self._add(*h) for h in held])
+                changed = self._keep_held()
                 return self._add(step, time, value) or changed
             self._end_pause()
         elif not self._level_moved:
@@ -288,9 +287,13 @@ class DriftDetector:
             if len(self._held) < self.cfg.max_pause_steps:
                 return False
             self._level_moved = True  # no pause lasts this long: the level moved
-            held, self._held = self._held, []
-            return any([self._add(*h) for h in held])
+            return self._keep_held()
         return self._add(step, time, value)
+
+    def _keep_held(self) -> bool:
+        """The held run's steps into the buckets after all (a level change, not a pause)."""
+        held, self._held = self._held, []
+        return any([self._add(*h) for h in held])
 
     def feed_many(self, step: list, end_time_s: list, duration_s: list) -> bool:
         """:meth:`feed` for each (a batch, as columns); True when ``condition`` changed. A run

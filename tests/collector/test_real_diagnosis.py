@@ -9,7 +9,7 @@ import pathlib
 import pytest
 
 from stepwatch.collector._replay import replay
-from stepwatch.collector.detect import DetectionConfig
+from stepwatch.collector.detect import DetectionConfig, parse_detection
 from stepwatch.collector.tools.corpus import events, load
 
 DIAG = pathlib.Path(__file__).resolve().parents[1] / "data" / "real" / "diag"
@@ -149,7 +149,8 @@ def test_a_real_window_after_effect_is_raised_as_the_profilers_cost_not_the_jobs
 
 H200W = DIAG.parents[1] / "replay" / "h200w_diagnosis_gpu.jsonl.gz"
 # tests/gpu/test_diagnosis_gpu.py's recording on an H200 (2026-11-29, bench/results/real_h200w):
-# three ~11-13 ms jobs, each 6 ms/step slower from step 1,000, detection on horizons of seconds
+# three ~11-13 ms jobs, each 6 ms/step slower from step 1,000, detection on horizons of seconds:
+# that test's settings when it was recorded (a copy: it stays as it is if that test's settings change)
 GPU_TEST_DETECTION = {"warmup_steps": 10, "resolve_hold_s": 600, "trace_steps": 0,
                       "drift": {"bucket_s": 0.5, "min_bucket_steps": 3, "warmup_s": 2, "settle_s": 6,
                                 "critical_window_s": 2, "warning_window_s": 3, "info_window_s": 6,
@@ -160,7 +161,6 @@ def test_an_h200_change_near_the_pause_limit_is_dated_at_its_step():
     """The optimizer job's +5 ms (11.0 -> 15.9 ms, +44%: steps of 1.3-1.8x the level, around the
     pause limit) was dated at step 1,082 live, its first 81 steps dropped as a "pause"; each
     of the three changes is dated within 60 steps of step 1,000 and named first."""
-    from stepwatch.collector.detect import parse_detection
     alerts = replay(events(load(str(H200W))), parse_detection(GPU_TEST_DETECTION))
     drift = {a.job: a for a in alerts if a.alertname == "StepwatchThroughputDrift"}
     assert sorted(drift) == ["gpu-backward", "gpu-dataloader", "gpu-optimizer"], sorted(drift)
