@@ -13,6 +13,9 @@
 # touched. The device call copies the working tree (64 MiB at most): with the recordings under
 # bench/results the tracked files are ~65 MB, so move bench/results aside for the call (nothing
 # here reads it) and back after, before any commit. Collectors run on their own cores (taskset), trainers on the rest.
+# Detached jobs live only while the machine is held: it goes back about 30 s after a device
+# call returns, and a fresh machine has no /tmp/real. Make the wait calls back to back, with
+# nothing slow between them (a 4-minute step between two waits lost three finished jobs).
 #   bash bench/run_real_device.sh inject2 NAME PORT GPUS SIZE SECS CAUSE RANK AT [RATIO]  # DDP, a cause on RANK at AT s
 #   bash bench/run_real_device.sh inject1 NAME PORT GPU SIZE SECS CAUSE AT [RATIO]        # 1 GPU, a cause at AT s
 #   bash bench/run_real_device.sh phase-ab PORT GPU SIZE SECS    # phase times: none/off/default/every step

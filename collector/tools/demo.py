@@ -34,8 +34,11 @@ DEMO_DETECTION = {"warmup_steps": 10, "eval_interval_s": 0.5,
                   "drift": {"bucket_s": 0.8, "min_bucket_steps": 2, "warmup_s": 8, "settle_s": 8,
                             "critical_window_s": 2.4, "warning_window_s": 3, "info_window_s": 5,
                             "clear_s": 1.6, "z": 4, "pause_ratio": 3.0, "max_pause_steps": 20}}
-# A small model whose step is mostly a fixed sleep: steady on a busy 2-core machine.
-DEMO_JOB = ("--step-sleep-s", "0.1", "--d-model", "32", "--layers", "2", "--batch", "4", "--seq", "16")
+# A small model whose step is mostly a fixed sleep, on one CPU thread: steady on a busy machine.
+# With torch's two threads on a 2-core machine beside three CPU burners its 10-step medians
+# wandered 127-242 ms before the slowdown (a false raise at step 121); on one thread 110-117 ms.
+DEMO_JOB = ("--step-sleep-s", "0.1", "--d-model", "32", "--layers", "2", "--batch", "4", "--seq", "16",
+            "--threads", "1")
 
 
 def _wait_ready(path: str, proc: subprocess.Popen, timeout_s: float = 30.0) -> dict:

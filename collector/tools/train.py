@@ -84,6 +84,9 @@ def parse(argv=None):
     p.add_argument("--step-sleep-s", type=float, default=0.0, help="extra host time per step")
     p.add_argument("--two-optimizers", action="store_true", help="head on its own optimizer")
     p.add_argument("--device", default="cpu")
+    p.add_argument("--threads", type=int, default=0,
+                   help="torch's intra-op CPU threads (0: torch's own choice); 1 keeps a tiny model's "
+                        "steps steady on a machine whose cores are busy")
     p.add_argument("--slow-from-step", type=int, default=0,
                    help="from this step on, slow steps down by --slow-factor (0: never)")
     p.add_argument("--slow-factor", type=float, default=1.1,
@@ -266,6 +269,8 @@ def _evaluate(model, tokens, seconds: float, agent) -> None:
 
 def main(argv=None) -> None:
     args = parse(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
     distributed = "RANK" in os.environ and int(os.environ.get("WORLD_SIZE", "1")) > 1
     if distributed:
         torch.distributed.init_process_group(args.backend or ("nccl" if args.device == "cuda" else "gloo"))
