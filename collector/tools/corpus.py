@@ -125,14 +125,15 @@ def _grown(sample: dict, fields: tuple, more: float) -> dict:
 
 
 def repeat(lines: list[dict], times: int) -> list[dict]:
-    """The recording played ``times`` times in a row as one longer job (the same sessions; each
-    copy's times moved by the recording's span and its step numbers by its last step): real
-    noise for changes longer than one recording (ramps over 15 and 30 minutes). The copies leave
-    out the first three minutes (warm-up)."""
+    """The recording played ``times`` times in a row as one longer job (the same sessions; the
+    copies after the first leave out the first three minutes (warm-up) and follow on without a
+    gap: each copy's times moved so that its first batch comes 1 s after the copy before it
+    ended, its step numbers by the recording's last step): real noise for changes longer than
+    one recording (ramps over 15 and 30 minutes). A seam joins the recording's end to its third
+    minute, so a level that differs between those is a step in the longer job."""
     if times <= 1:
         return lines
-    t_first = min(float(o["time"]) for o in lines)
-    span = max(float(o["time"]) for o in lines) - t_first + 1.0
+    t_last = max(float(o["time"]) for o in lines)
     last = max(int(s["step"]) for o in lines if o["kind"] == "batch" for s in o["batch"].get("steps", ()))
     body = [o for o in lines if o["kind"] == "batch"]
     # copies after the first leave out the job's first three minutes (its warm-up would be a
@@ -141,6 +142,11 @@ def repeat(lines: list[dict], times: int) -> list[dict]:
     body = [o for o in body if float(o["time"]) >= start]
     if not body:  # a recording of three minutes or less is played once
         return lines
+    # one copy's body and the second to the next, over batch times and step end times both
+    # (a batch's steps end up to its flush interval before it is sent)
+    ends = [float(st["end_time_s"]) for o in lines if o["kind"] == "batch" for st in o["batch"].get("steps", ())]
+    body_ends = [float(st["end_time_s"]) for o in body for st in o["batch"].get("steps", ())]
+    span = max([t_last, *ends]) - min([float(body[0]["time"]), *body_ends]) + 1.0
     seq = max(int(o["batch"].get("seq", 0)) for o in body)
     out = [o for o in lines if o["kind"] != "disconnect"]
     for k in range(1, times):
