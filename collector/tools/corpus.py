@@ -146,7 +146,7 @@ def repeat(lines: list[dict], times: int) -> list[dict]:
     # (a batch's steps end up to its flush interval before it is sent)
     ends = [float(st["end_time_s"]) for o in lines if o["kind"] == "batch" for st in o["batch"].get("steps", ())]
     body_ends = [float(st["end_time_s"]) for o in body for st in o["batch"].get("steps", ())]
-    span = max([t_last, *ends]) - min([float(body[0]["time"]), *body_ends]) + 1.0
+    span = max([t_last, *ends]) - min([*(float(o["time"]) for o in body), *body_ends]) + 1.0
     seq = max(int(o["batch"].get("seq", 0)) for o in body)
     out = [o for o in lines if o["kind"] != "disconnect"]
     for k in range(1, times):

@@ -123,7 +123,10 @@ def parse(argv=None):
                         "(the agent's windows), --slow-after-session-s more host time per step: a "
                         "lasting after-effect made on purpose")
     p.add_argument("--slow-after-session-s", type=float, default=0.0)
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    if args.threads < 0:
+        p.error(f"--threads must be 0 (torch's choice) or more, got {args.threads}")
+    return args
 
 
 class _Slowdown:

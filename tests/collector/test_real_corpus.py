@@ -110,6 +110,25 @@ def test_a_shift_injected_into_a_real_series_is_raised_in_time(ratio, severity, 
     assert abs(a.starts_at - at) <= 30, a.starts_at - at
 
 
+def test_a_repeated_recording_is_one_job_without_gaps(lines):
+    """Three copies of a real recording play as one job: step numbers and end times rise, and
+    no seam leaves a longer silence than the recording's own longest (its 4 s evaluations)
+    plus the second between copies; the copies after the first leave out the warm-up."""
+    def steps(series):
+        return sorted((int(s["step"]), float(s["end_time_s"])) for o in series if o["kind"] == "batch"
+                      for s in o["batch"].get("steps", ()))
+
+    one = steps(lines("h100_1gpu_m_pauses.jsonl.gz"))
+    three = steps(repeat(lines("h100_1gpu_m_pauses.jsonl.gz"), 3))
+    gaps = [b[1] - a[1] for a, b in zip(three, three[1:])]
+    longest = max(b[1] - a[1] for a, b in zip(one, one[1:]))
+    assert min(gaps) > 0 and max(gaps) <= longest + 1.0 + 0.5, (min(gaps), max(gaps), longest)
+    body = [t for t in one if t[1] >= one[0][1] + 180.0]  # the copies: batches sent from 180 s on
+    per_copy = (len(three) - len(one)) / 2
+    assert len(body) <= per_copy <= 1.01 * len(body) and len({s for s, _ in three}) == len(three)
+    assert three[-1][1] - three[0][1] < 3 * (one[-1][1] - one[0][1])  # two warm-ups shorter
+
+
 def test_a_ramp_injected_into_a_real_series_is_raised_against_the_settled_level(lines):
     """+5% over 15 minutes into the 44 ms job played three times in a row (33 minutes): raised
     no later than 10 minutes after it reached +5%, against the job's settled level."""
