@@ -15,6 +15,11 @@ change), the delay from the change (seconds of job time and steps) to the raise,
 error in seconds, the severity reached, episodes per change; for the ramps the delay from the
 time the ramp reached +5%.
 
+With ``--repeat N`` each recording plays N times in a row as one job (``corpus.repeat``): an
+episode that starts within 60 s of a seam (the recording's end joined to its third minute) is
+the repetition's level step, kept apart from the false episodes ("+N at seams"), and a change
+with a seam inside its target time says so (``seam_within_target``).
+
 Which recordings were used to set the defaults and which are held out is written in
 tests/data/real/README.md (``HELD_OUT`` below mirrors it).
 """
@@ -103,8 +108,14 @@ def main() -> None:
         shift = HOST_SHIFT.get(name)
         real = [e for e in healthy if shift and e["since"] is not None and e["since"] >= shift - 60]
         healthy = [e for e in healthy if e not in real]
+        # played more than once: an episode starting within 60 s of a seam (the recording's end
+        # joined to its third minute) is the repetition's level step, not a false alarm
+        seams = _seams(lines) if a.repeat > 1 else []
+        at_seam = [e for e in healthy if e["since"] is not None and any(abs(e["since"] - t) <= 60 for t in seams)]
+        healthy = [e for e in healthy if e not in at_seam]
         rec = {"name": name, "repeat": a.repeat, "held_out": name in HELD_OUT, "minutes": round((t_end - t0) / 60, 1),
                "healthy_episodes": healthy, "replay_s": round(time.perf_counter() - t, 1), "changes": {},
+               "seams_s": [round(x - t0, 1) for x in seams], "seam_episodes": at_seam,
                "host_shift_episodes": [{"severity": e["severity"], "summary": e["summary"],
                                         "onset_after_shift_s": round(e["since"] - shift, 1),
                                         "raised_after_shift_s": round(_ts(e["fired_at"]) - shift, 1) if e["fired_at"] else None}
@@ -112,7 +123,8 @@ def main() -> None:
         if real:
             print(f"  host-wide shift found: {rec['host_shift_episodes']}", flush=True)
         print(f"{name}: {rec['minutes']} min, healthy episodes: {len(healthy)} "
-              f"({rec['replay_s']} s) {[(e['severity'], e['summary']) for e in healthy]}", flush=True)
+              f"({rec['replay_s']} s) {[(e['severity'], e['summary']) for e in healthy]}"
+              + (f", at seams: {len(at_seam)}" if seams else ""), flush=True)
         for change in ([] if shift else a.changes):
             kind, ratio, span = CHANGES[change]
             runs = []
@@ -133,6 +145,7 @@ def main() -> None:
                 first = min((e for e in after if e["fired_at"]), key=lambda e: e["fired_at"], default=None)
                 delay = None if first is None else round(_ts(first["fired_at"]) - ref, 1)
                 runs.append({"at": round(at - t0, 1), "raised": first is not None, "delay_s": delay,
+                             "seam_within_target": any(at - 30 <= x <= ref + TARGET_S[change] for x in seams),
                              "onset_error_s": None if first is None else round(first["since"] - at, 1),
                              "severity": None if first is None else first["severity"],
                              "episodes_after": len(after), "episodes_before": len(found) - len(after),
@@ -215,6 +228,14 @@ def _write(doc: dict, a, render) -> None:
             fh.write(render(doc))
 
 
+def _seams(lines: list[dict]) -> list[float]:
+    """Where a repeated recording's copies join (corpus.repeat): rank 0's step end times where
+    its step number jumps (the copies leave out the warm-up's steps)."""
+    steps = sorted((int(s["step"]), float(s["end_time_s"])) for o in lines
+                   if o["kind"] == "batch" and int(o.get("rank", 0)) == 0 for s in o["batch"].get("steps", ()))
+    return [b[1] for a, b in zip(steps, steps[1:]) if b[0] - a[0] > 1]
+
+
 def _ranks(lines: list[dict]) -> int:
     return len({int(o.get("rank", 0)) for o in lines if o["kind"] == "batch"})
 
@@ -244,8 +265,9 @@ def markdown(doc: dict) -> str:
             ok = [x for x in runs if x["raised"]]
             cells.append(f"{len(ok)}/{len(runs)}: " + ", ".join(f"{x['delay_s']} s {x['severity']}" for x in ok)
                          if runs else "-")
+        seam = f" (+{len(r['seam_episodes'])} at seams)" if r.get("seam_episodes") else ""
         rows.append(f"| {r['name']} | {'yes' if r['held_out'] else 'no'} | {r['minutes']} | "
-                    f"{len(r['healthy_episodes'])} | " + " | ".join(cells) + " |")
+                    f"{len(r['healthy_episodes'])}{seam} | " + " | ".join(cells) + " |")
         shifts += [f"| {r['name']} | {e['severity']} | {e['onset_after_shift_s']} s | {e['raised_after_shift_s']} s | {e['summary']} |"
                    for e in r.get("host_shift_episodes", [])]
     if shifts:
