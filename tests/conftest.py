@@ -1,6 +1,11 @@
 import os
 
 os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "0")  # as the collector sets it, before gRPC loads
+# torch on one intra-op thread, here and in the jobs the tests start (before torch loads): on the
+# 2-core machine beside CPU burners torch's two threads made the demo job's steps wander 127-242 ms
+# (one thread: 110-117 ms) and a profiler-trace test take 8.5 s instead of 6.1 s; the tests' small
+# models gain nothing from a second thread
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import pathlib
 import sys
