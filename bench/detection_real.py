@@ -35,7 +35,8 @@ import time
 
 from stepwatch.collector._replay import replay
 from stepwatch.collector.detect import parse_detection
-from stepwatch.collector.tools.corpus import events, first_step_time, grow, inject, load, repeat, slow_loader
+from stepwatch.collector.tools.corpus import (events, first_step_time, grow, inject, load, repeat, seams as corpus_seams,
+                                              slow_loader)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REAL = os.path.join(HERE, "..", "tests", "data", "real")
@@ -110,7 +111,7 @@ def main() -> None:
         healthy = [e for e in healthy if e not in real]
         # played more than once: an episode starting within 60 s of a seam (the recording's end
         # joined to its third minute) is the repetition's level step, not a false alarm
-        seams = _seams(lines) if a.repeat > 1 else []
+        seams = corpus_seams(lines) if a.repeat > 1 else []
         at_seam = [e for e in healthy if e["since"] is not None and any(abs(e["since"] - t) <= 60 for t in seams)]
         healthy = [e for e in healthy if e not in at_seam]
         rec = {"name": name, "repeat": a.repeat, "held_out": name in HELD_OUT, "minutes": round((t_end - t0) / 60, 1),
@@ -226,14 +227,6 @@ def _write(doc: dict, a, render) -> None:
     if a.md:
         with open(a.md, "w") as fh:
             fh.write(render(doc))
-
-
-def _seams(lines: list[dict]) -> list[float]:
-    """Where a repeated recording's copies join (corpus.repeat): rank 0's step end times where
-    its step number jumps (the copies leave out the warm-up's steps)."""
-    steps = sorted((int(s["step"]), float(s["end_time_s"])) for o in lines
-                   if o["kind"] == "batch" and int(o.get("rank", 0)) == 0 for s in o["batch"].get("steps", ()))
-    return [b[1] for a, b in zip(steps, steps[1:]) if b[0] - a[0] > 1]
 
 
 def _ranks(lines: list[dict]) -> int:

@@ -166,6 +166,13 @@ def repeat(lines: list[dict], times: int) -> list[dict]:
     return out
 
 
+def seams(lines: list[dict]) -> list[float]:
+    """Where :func:`repeat`'s copies join: rank 0's step end times where its step number jumps
+    (the copies leave out the warm-up's steps; no recording in tests/data/real jumps as recorded)."""
+    steps = sorted(rank_steps(lines).items())
+    return [b[1][0] for a, b in zip(steps, steps[1:]) if b[0] - a[0] > 1]
+
+
 def events(lines: list[dict]):
     return read_record(json.dumps(o) for o in lines)
 
