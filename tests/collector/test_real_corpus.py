@@ -27,8 +27,12 @@ WANDERING = ["h100c_2gpu_m.jsonl.gz"]
 # phase's host time grown with it; the same machine kind slowed a launch-bound job 10.9 ->
 # 16.4 ms over 12 minutes across fresh processes (bench/results/agent_ab_h200w.md). Counted as
 # healthy until 2026-11-29 (its warning a "known miss"); a real +17% for minutes is raised.
-HOST_SLOWED = ["h200y_1gpu_s.jsonl.gz"]
-QUIET = [n for n in CORPUS if n not in SHIFTED + WANDERING + HOST_SLOWED]
+# h200u_1gpu_xs (the same machine kind, a later day): 20 s medians 10.0-10.9 ms for 4 minutes,
+# 11.2-12.3 ms from 250 s to 560 s, back to 9.5-10.7 ms in its last minute; the SM clock flat,
+# GPU utilisation 0.58 -> 0.52-0.55 and every phase's host time up with the step.
+# Each: the seconds after its first step before which the host was at its level.
+HOST_SLOWED = {"h200y_1gpu_s.jsonl.gz": 300, "h200u_1gpu_xs.jsonl.gz": 230}
+QUIET = [n for n in CORPUS if n not in SHIFTED + WANDERING + list(HOST_SLOWED)]
 
 
 @pytest.fixture(scope="module")
@@ -56,16 +60,18 @@ def test_a_healthy_real_recording_raises_nothing(name, lines):
     assert alerts == [], [(a.alertname, a.rank, a.severity, a.fired_summary) for a in alerts]
 
 
-@pytest.mark.parametrize("name", HOST_SLOWED)
-def test_a_host_that_slowed_for_minutes_is_raised_as_the_host(name, lines):
-    """One episode, against the job's settled level, its onset after the first 5 minutes (the
-    host at its level until then: nothing before), named as the host (backward, forward and the
-    optimizer each host-bound, grown by like shares of their time) with the GPU's clocks
-    unchanged: the host, not the job's code or the GPU."""
+@pytest.mark.parametrize("name, level_until_s", sorted(HOST_SLOWED.items()))
+def test_a_host_that_slowed_for_minutes_is_raised_as_the_host(name, level_until_s, lines):
+    """One episode, against the job's settled level, its onset after the host left its level
+    (nothing before), named as the host (the phases that grew each host-bound, by like shares of
+    their time) with the GPU's clocks unchanged: the host, not the job's code or the GPU. On
+    h200u the episode was still open when the job ended a minute after recovering: the
+    diagnosis, redone to the end, must still read the slow minutes (10 recent steps a row
+    against 200 in the merged older rows)."""
     start = first_step_time(lines(name))
     (a,) = replay(events(lines(name)), DetectionConfig())
     assert a.alertname == "StepwatchThroughputDrift" and "vs this job's level" in a.fired_summary, a
-    assert a.starts_at - start >= 300, a.starts_at - start
+    assert a.starts_at - start >= level_until_s, a.starts_at - start
     assert a.diagnosis.startswith("host +") and "slower in every phase that grew (backward +" in a.diagnosis, a.diagnosis
     assert "clocks unchanged" in a.diagnosis, a.diagnosis
 

@@ -168,3 +168,23 @@ def test_an_h200_change_near_the_pause_limit_is_dated_at_its_step():
                        ("gpu-optimizer", "optimizer +")):
         assert abs(drift[job].step - 1000) <= 60, (job, drift[job].step)
         assert drift[job].diagnosis.startswith(first), (job, drift[job].diagnosis)
+
+
+# h200u: held out (recorded after the mends above), one H200, 2026-11-29 (tests/data/real/diag/README.md)
+H200U_OPTIMIZER_AT = 1795965203.22
+
+
+def test_a_held_out_for_loop_optimizer_is_named_first_at_its_onset():
+    """Live and replayed: one drift episode, its onset within 30 s after the change, the
+    optimizer phase named first (not the host CPU that the for-loop's launches cost)."""
+    alerts = replay(events(load(str(DIAG / "h200u_1gpu_m_optimizer_loop.jsonl.gz"))), DetectionConfig())
+    assert [a.alertname for a in alerts] == ["StepwatchThroughputDrift"], [(a.alertname, a.fired_summary) for a in alerts]
+    assert 0 <= alerts[0].starts_at - H200U_OPTIMIZER_AT <= 30, alerts[0].starts_at - H200U_OPTIMIZER_AT
+    assert alerts[0].diagnosis.startswith("optimizer +"), alerts[0].diagnosis
+
+
+def test_a_synchronize_that_barely_slows_a_launch_bound_job_raises_nothing():
+    """+1.3% next to the change on a host wandering 11.5-15.5 ms (20 s medians): below what
+    drift raises, and nothing before the change either."""
+    alerts = replay(events(load(str(DIAG / "h200u_1gpu_s_sync.jsonl.gz"))), DetectionConfig())
+    assert alerts == [], [(a.alertname, a.fired_summary) for a in alerts]

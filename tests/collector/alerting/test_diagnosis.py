@@ -269,3 +269,17 @@ def test_a_host_slower_in_every_phase_alike_is_named_as_the_host():
     assert _host_slower(one, {"forward": 0.49, "data": 0.5}) == one  # forward holds 97%
     unbound = alike[:2] + [("optimizer", 1.0, "")]
     assert _host_slower(unbound, {"backward": 0.18, "forward": 0.14}) == unbound  # host-bound: 1.6 of 2.6 ms
+
+
+def test_block_medians_weigh_each_row_by_the_steps_it_holds():
+    """Merged old rows hold 200 steps, recent ones 10: five slow merged rows (1,000 steps at
+    11.5 ms) and sixty fast recent ones (600 steps at 10.0 ms) have the slow median; an
+    equal-weight median of the 65 rows would say 10.0."""
+    from stepwatch.collector.alerting._diagnosis import _step_median
+    old = [(k * 200, k * 200 + 199, T0 + k, 0.0115, 0.0) for k in range(5)]
+    recent = [(1000 + k * 10, 1009 + k * 10, T0 + 10 + k, 0.0100, 0.0) for k in range(60)]
+    assert statistics.median(r[3] for r in old + recent) == 0.0100
+    assert _step_median(old + recent, 3) == 0.0115
+    # halves that meet between two values: their mean, as statistics.median
+    assert _step_median([(0, 9, T0, 1.0, 0.0), (10, 19, T0, 3.0, 0.0)], 3) == 2.0
+    assert _step_median([], 3) is None
