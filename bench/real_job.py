@@ -43,8 +43,8 @@ from torch.utils.data import DataLoader, Dataset
 SIZES = {  # d_model, layers, heads, seq, vocab, first batch, target step seconds
     # ~8 ms of few large kernels (s is launch-bound); with d 2048 an H200 ran 13.1 ms at batch 2
     # and the calibration could not halve it (tests/data/real/h200v_1gpu_xs), so d 1536; an
-    # H200 ran d 1536 at 10.6 ms at batch 2 (2026-11-29, its recording lost with the machine), and
-    # 2 x 8 / 10.6 rounds to 2 again: BATCH_xs=1 is the next thing to try for ~8 ms there
+    # H200 ran d 1536 at 10.6 ms at batch 2 and 11.0 ms at batch 1 (BATCH_xs=1,
+    # tests/data/real/h200u_1gpu_xs): launch-bound there, the batch no longer sets the step
     "xs": (1536, 2, 12, 1024, 32000, 2, 0.008),
     "s": (512, 4, 8, 512, 8192, 8, 0.008),
     "m": (1024, 12, 16, 1024, 32000, 8, 0.040),
