@@ -176,3 +176,21 @@ def test_two_h200s_beside_other_jobs_name_every_cause_on_rank_1_and_a_healthy_jo
     assert _replay("h200x_2gpu_512_healthy.jsonl.gz") == []
     _rank_1_named_within_a_minute("h200x_2gpu_512", gemm=1795896417.21, loader=1795896483.15,
                                   host=1795896555.99)
+
+
+# h200s: the same test on a 2 x NVIDIA H200 machine alone, 2026-11-29, code of e516ae1 (blocks
+# waiting for every rank's batch, the 6 s phase-cost run): recorded after every straggler rule
+# change, so held out; the change at rank 1's step 1,000 (the times below)
+def test_two_h200s_alone_name_every_cause_on_rank_1_as_live_and_a_healthy_job_nothing():
+    """Held out. Live: rank 1 named 9.5 s (GEMMs, the job 15.1 -> 16.7 ms), 2.2 s (loader,
+    14.4 -> 22.4 ms) and 6.5 s (busy host, 14.7 -> 18.5 ms) after the change; the healthy job
+    (14.9 -> 16.0 ms, no change made) raised nothing. Replayed, the same, each cause's phase
+    first against rank 0."""
+    assert _replay("h200s_2gpu_512_healthy.jsonl.gz") == []
+    _rank_1_named_within_a_minute("h200s_2gpu_512", gemm=1795973260.19, loader=1795973326.86,
+                                  host=1795973408.24)
+    why = {name: _stragglers(_replay(f"h200s_2gpu_512_{name}.jsonl.gz"))[1].diagnosis
+           for name in ("gemm", "loader", "host")}
+    assert why["gemm"].startswith("against the other ranks: backward +"), why["gemm"]
+    assert why["loader"].startswith("against the other ranks: data +"), why["loader"]
+    assert why["host"].startswith("against the other ranks: forward +"), why["host"]
