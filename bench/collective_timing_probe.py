@@ -16,8 +16,9 @@ item 1), each with a cost the agent would pay every step for the whole job:
   ``loss.item()``), medians per arm; the timed arm's collective milliseconds per step.
 - **c10d's flight recorder** with its timing on (``--flight``: ``TORCH_NCCL_TRACE_BUFFER_SIZE``
   set by the caller, ``_enable_collectives_timing()`` on the default group): the ``builtin`` arm
-  only, the recorder read every ``--dump-every`` steps with ``_dump_fr_trace`` (no stack
-  traces); the time each read took on the training thread and how many entries had a duration.
+  only, the recorder read every ``--dump-every`` steps with ``_dump_nccl_trace`` on NCCL
+  (``_dump_fr_trace``, the generic recorder's reader, on gloo; no stack traces); the time each
+  read took on the training thread and how many entries had a duration.
 
 On a CPU (gloo, any rank count) the script runs as a smoke test of itself. A one-rank NCCL job
 on a one-GPU machine has the hook's and the recorder's costs; what it cannot show is a peer's
@@ -120,6 +121,12 @@ def main() -> None:
             flight["timing_enabled"] = True
         except Exception as exc:
             flight["timing_enabled"] = repr(exc)
+        # An NCCL group's entries are read by _dump_nccl_trace (the documented reader for NCCL);
+        # _dump_fr_trace read none on one and on two H200 ranks, and reads a gloo group's
+        # (35 entries after 40 steps of the CPU smoke run)
+        c10d = torch._C._distributed_c10d
+        reader = "_dump_nccl_trace" if cuda and hasattr(c10d, "_dump_nccl_trace") else "_dump_fr_trace"
+        flight["reader"] = reader
     d, layers, heads, seq, vocab, _, _ = rj.SIZES[a.size]
     torch.manual_seed(0)
     base = rj.GPT(d, layers, heads, seq, vocab).to(device)
@@ -170,7 +177,7 @@ def main() -> None:
                         coll.setdefault("buckets", []).append(len(took))
                 if a.flight and (i + 1) % a.dump_every == 0:
                     t0 = time.perf_counter()
-                    raw = torch._C._distributed_c10d._dump_fr_trace(
+                    raw = getattr(c10d, reader)(
                         includeCollectives=True, includeStackTraces=False, onlyActive=False)
                     t1 = time.perf_counter()
                     entries = pickle.loads(raw).get("entries", [])
@@ -192,7 +199,7 @@ def main() -> None:
         res["timed_buckets_per_step"] = statistics.median(coll["buckets"])
     if a.flight:
         res["flight"] = dict(flight, dumps=dumps, env={k: v for k, v in os.environ.items()
-                                                       if k.startswith("TORCH_NCCL")})
+                                                       if k.startswith(("TORCH_NCCL", "TORCH_FR"))})
     if len(arms) > 1:
         b = res["median_ms"]["builtin"]
         res["ratio_to_builtin"] = {arm: res["median_ms"][arm] / b for arm in arms}
