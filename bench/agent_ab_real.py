@@ -18,6 +18,12 @@ analysed window, after it). ``--around 2050,4098`` prints, per arm, each job's m
 agent makes around its own windows (counted in steps here, not seconds), computed for the arms
 that had no window there too, so a ratio that the host's own wander gives every arm is not read
 as a window's after-effect.
+
+``--sequence PREFIX`` reads instead the arms one job after the other on the same GPUs
+(``ddp-arms PREFIX ...`` writes ``PREFIX_<n>_<arm>.steps.json``, or ``.steps.r0.json`` for rank
+0 of a DDP job) and fits log(median) = order + arm, the order a straight line in n: with arms
+alternated (none, default, none, default) a host that drifts steadily through the session does
+not read as an arm's cost.
 """
 
 from __future__ import annotations
@@ -62,6 +68,50 @@ def load(folder: str) -> list[dict]:
     return rows
 
 
+def load_sequence(folder: str, prefix: str) -> list[dict]:
+    """One row per job of ``PREFIX_<n>_<arm>.steps[.r0].json`` in ``folder`` (rank 0's clock of
+    a DDP job), in the order n, with the median step after its first SETTLE_S seconds."""
+    rows = []
+    pattern = re.compile(re.escape(prefix) + r"_(?P<n>\d+)_(?P<arm>[a-z0-9]+)\.steps(\.r0)?\.json$")
+    for path in glob.glob(os.path.join(folder, f"{prefix}_*.json")):
+        m = pattern.fullmatch(os.path.basename(path))
+        if not m:
+            continue
+        data = json.load(open(path))
+        step_s = data["step_s"] if isinstance(data, dict) else data
+        kept = settled_steps(step_s)
+        rows.append({"order": int(m["n"]), "arm": m["arm"], "median_ms": statistics.median(kept) * 1e3,
+                     "steps": len(kept), "file": os.path.basename(path), "step_s": step_s})
+    return sorted(rows, key=lambda r: r["order"])
+
+
+def fit_sequence(rows: list[dict]) -> dict:
+    """Arm effects against 'none' (percent) from log(median) = mean + slope * order + arm."""
+    arms = ["none"] + sorted({r["arm"] for r in rows} - {"none"})
+    cols = ["mean", "order (per job)"] + arms[1:]
+    mid = statistics.fmean(r["order"] for r in rows)
+    X = np.zeros((len(rows), len(cols)))
+    y = np.array([math.log(r["median_ms"]) for r in rows])
+    for i, r in enumerate(rows):
+        X[i, 0], X[i, 1] = 1, r["order"] - mid
+        if r["arm"] != "none":
+            X[i, cols.index(r["arm"])] = 1
+    return _solve(X, y, cols, arms)
+
+
+def _solve(X, y, cols: list, arms: list) -> dict:
+    beta, *_ = np.linalg.lstsq(X, y, rcond=None)
+    resid = y - X @ beta
+    dof = len(y) - np.linalg.matrix_rank(X)
+    se = None
+    if dof > 0:
+        sigma2 = float(resid @ resid) / dof
+        cov = sigma2 * np.linalg.pinv(X.T @ X)
+        se = {c: 100 * math.sqrt(max(cov[k, k], 0.0)) for k, c in enumerate(cols)}
+    effects = {c: 100 * (math.exp(beta[k]) - 1) for k, c in enumerate(cols) if k > 0}
+    return {"effects_pct": effects, "se_pct": se, "dof": int(dof), "arms": arms}
+
+
 def block(rows: list[dict], lo: int, hi: int) -> list[dict]:
     """The same rows with the median of steps [lo, hi) instead (every job must hold them)."""
     out = []
@@ -88,16 +138,7 @@ def fit(rows: list[dict]) -> dict:
             X[i, cols.index(f"gpu {r['gpu']}")] = 1
         if r["arm"] != "none":
             X[i, cols.index(r["arm"])] = 1
-    beta, *_ = np.linalg.lstsq(X, y, rcond=None)
-    resid = y - X @ beta
-    dof = len(rows) - np.linalg.matrix_rank(X)
-    se = None
-    if dof > 0:
-        sigma2 = float(resid @ resid) / dof
-        cov = sigma2 * np.linalg.pinv(X.T @ X)
-        se = {c: 100 * math.sqrt(max(cov[k, k], 0.0)) for k, c in enumerate(cols)}
-    effects = {c: 100 * (math.exp(beta[k]) - 1) for k, c in enumerate(cols) if k > 0}
-    return {"effects_pct": effects, "se_pct": se, "dof": int(dof), "arms": arms}
+    return _solve(X, y, cols, arms)
 
 
 def around(rows: list[dict], at: int, before: int = 500, after: int = 1000, gap: int = 20,
@@ -120,8 +161,8 @@ def _ranges(text: str) -> list:
         raise SystemExit(f"--blocks wants START:END[,START:END...] step ranges, got {text!r}")
 
 
-def fit_table(rows: list[dict], out: dict, what: str) -> list:
-    lines = [f"Fit log(median) = round + GPU + arm ({what}, {len(rows)} jobs, {out['dof']} degrees of freedom left):", "",
+def fit_table(rows: list[dict], out: dict, what: str, model: str = "round + GPU + arm") -> list:
+    lines = [f"Fit log(median) = {model} ({what}, {len(rows)} jobs, {out['dof']} degrees of freedom left):", "",
              "| term | effect | standard error |", "|---|---:|---:|"]
     for c, v in out["effects_pct"].items():
         se = out["se_pct"][c] if out["se_pct"] else None
@@ -135,7 +176,18 @@ def main() -> None:
     p.add_argument("--md", help="write the tables here too")
     p.add_argument("--blocks", help="also fit each START:END range of steps, comma-separated")
     p.add_argument("--around", help="also the after/before ratio at these steps, comma-separated")
+    p.add_argument("--sequence", metavar="PREFIX", help="arms one after the other: PREFIX_<n>_<arm> jobs")
     a = p.parse_args()
+    if a.sequence:
+        rows = load_sequence(a.folder, a.sequence)
+        if len(rows) < 3:
+            raise SystemExit(f"{len(rows)} {a.sequence}_<n>_<arm>.steps[.r0].json files in {a.folder}; "
+                             "an order and an arm need at least 3")
+        lines = ["| order | arm | steps after 30 s | median step (ms) |", "|---:|---|---:|---:|"]
+        lines += [f"| {r['order']} | {r['arm']} | {r['steps']} | {r['median_ms']:.2f} |" for r in rows]
+        lines += [""] + fit_table(rows, fit_sequence(rows), "steps after 30 s", "order + arm")
+        _emit(lines, a.md)
+        return
     rows = load(a.folder)
     if not rows:
         raise SystemExit(f"no <name>_<round><gpu>_<n>_<arm>.steps.json files in {a.folder}")
@@ -162,10 +214,14 @@ def main() -> None:
             for arm, ratios in sorted(around(rows, at).items()):
                 lines.append(f"| {at} | {arm} | {', '.join(f'{r:.4f}' for r in ratios)} | "
                              f"{100 * (statistics.mean(ratios) - 1):+.2f}% |")
+    _emit(lines, a.md)
+
+
+def _emit(lines: list, md) -> None:
     text = "\n".join(lines)
     print(text)
-    if a.md:
-        with open(a.md, "w") as fh:
+    if md:
+        with open(md, "w") as fh:
             fh.write(text + "\n")
 
 

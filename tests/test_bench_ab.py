@@ -74,3 +74,21 @@ def test_blocks_and_around_show_when_in_the_job_an_arm_slows(tmp_path, monkeypat
     with pytest.raises(SystemExit) as exc:
         ab.main()
     assert "--blocks wants START:END" in str(exc.value)
+
+
+def test_a_sequence_of_arms_separates_the_agent_from_a_host_that_drifts(tmp_path):
+    """Arms one after the other on the same GPUs (ddp-arms), none / default alternated, while
+    the host gets 1% faster each job: the fit of order + arm gives the drift and the arm apart;
+    rank 0's clock of a DDP job (.steps.r0.json) and a plain list are both read."""
+    for n, arm in enumerate(["none", "default", "none", "default"], start=1):
+        t = 0.048 * (0.99 ** n) * (1.02 if arm == "default" else 1.0)
+        path = tmp_path / f"ab2_{n}_{arm}.steps.r0.json"
+        json.dump([29.99] + [t] * 1500 if n % 2 else {"step_s": [29.99] + [t] * 1500}, open(path, "w"))
+    _job(tmp_path / "h100g_a0_1_none.steps.json", 0.05)  # another design's file: not read
+    rows = ab.load_sequence(str(tmp_path), "ab2")
+    assert [(r["order"], r["arm"], r["steps"]) for r in rows] == [
+        (1, "none", 1500), (2, "default", 1500), (3, "none", 1500), (4, "default", 1500)]
+    out = ab.fit_sequence(rows)
+    assert out["effects_pct"]["default"] == pytest.approx(2.0, abs=1e-6)
+    assert out["effects_pct"]["order (per job)"] == pytest.approx(-1.0, abs=1e-6)
+    assert out["dof"] == 1
