@@ -176,6 +176,11 @@ def main() -> None:
                         coll[arm].append(sum(took))
                         coll.setdefault("buckets", []).append(len(took))
                 if a.flight and (i + 1) % a.dump_every == 0:
+                    if not dumps:  # once: what every reader there is returns (which one holds the entries)
+                        flight["entries_by_reader"] = {
+                            name: len(pickle.loads(getattr(c10d, name)(
+                                includeCollectives=True, includeStackTraces=False, onlyActive=False)).get("entries", []))
+                            for name in ("_dump_nccl_trace", "_dump_fr_trace") if hasattr(c10d, name)}
                     t0 = time.perf_counter()
                     raw = getattr(c10d, reader)(
                         includeCollectives=True, includeStackTraces=False, onlyActive=False)
