@@ -5,7 +5,8 @@
 Reads the jobs' own step clocks (bench/real_job.py ``--steps-out``: host time after
 ``loss.item()``, the same measurement with or without the agent) named
 ``<anything>_<round letter><gpu digit>_<n>_<arm>.steps.json``, as
-``run_real_device.sh ddp-arms`` and ``latin`` write them. Per job: the median step after its
+``run_real_device.sh ddp-arms`` and ``latin`` write them (``--ddp``: the 2-GPU DDP jobs'
+``.steps.r0.json`` instead, rank 0's clock, the digit then the job's slot, a pair of GPUs). Per job: the median step after its
 first 30 s. Then log(median) = round + GPU + arm, fitted by least squares, so a GPU that is a
 little faster, or a round when the host was slower, does not read as the agent's cost: each
 arm's effect against ``none`` (no agent) in percent, with a standard error from the residuals
@@ -39,6 +40,7 @@ import statistics
 import numpy as np
 
 _NAME = re.compile(r"_(?P<round>[a-z]+)(?P<gpu>\d)_\d+_(?P<arm>[a-z0-9]+)\.steps\.json$")
+_NAME_DDP = re.compile(r"_(?P<round>[a-z]+)(?P<gpu>\d)_\d+_(?P<arm>[a-z0-9]+)\.steps\.r0\.json$")
 SETTLE_S = 30.0
 
 
@@ -52,15 +54,17 @@ def settled_steps(step_s: list, settle_s: float = SETTLE_S) -> list:
     return kept
 
 
-def load(folder: str) -> list[dict]:
+def load(folder: str, ddp: bool = False) -> list[dict]:
     """One row per job, each file read once: its step clock (``step_s``) and the median step
-    after its first SETTLE_S seconds."""
+    after its first SETTLE_S seconds. ``ddp``: the DDP jobs' rank-0 clocks instead."""
     rows = []
-    for path in sorted(glob.glob(os.path.join(folder, "*.steps.json"))):
-        m = _NAME.search(os.path.basename(path))
+    name = _NAME_DDP if ddp else _NAME
+    for path in sorted(glob.glob(os.path.join(folder, "*.steps*.json"))):
+        m = name.search(os.path.basename(path))
         if not m:
             continue
-        step_s = json.load(open(path))["step_s"]
+        data = json.load(open(path))
+        step_s = data["step_s"] if isinstance(data, dict) else data
         kept = settled_steps(step_s)
         rows.append({"round": m["round"], "gpu": int(m["gpu"]), "arm": m["arm"],
                      "median_ms": statistics.median(kept) * 1e3, "steps": len(kept),
@@ -177,6 +181,7 @@ def main() -> None:
     p.add_argument("--blocks", help="also fit each START:END range of steps, comma-separated")
     p.add_argument("--around", help="also the after/before ratio at these steps, comma-separated")
     p.add_argument("--sequence", metavar="PREFIX", help="arms one after the other: PREFIX_<n>_<arm> jobs")
+    p.add_argument("--ddp", action="store_true", help="the DDP jobs' rank-0 clocks (.steps.r0.json)")
     a = p.parse_args()
     if a.sequence:
         rows = load_sequence(a.folder, a.sequence)
@@ -188,9 +193,9 @@ def main() -> None:
         lines += [""] + fit_table(rows, fit_sequence(rows), "steps after 30 s", "order + arm")
         _emit(lines, a.md)
         return
-    rows = load(a.folder)
+    rows = load(a.folder, a.ddp)
     if not rows:
-        raise SystemExit(f"no <name>_<round><gpu>_<n>_<arm>.steps.json files in {a.folder}")
+        raise SystemExit(f"no <name>_<round><gpu>_<n>_<arm>.steps{'.r0' if a.ddp else ''}.json files in {a.folder}")
     out = fit(rows)
     lines = ["| round | GPU | arm | steps after 30 s | median step (ms) |", "|---|---:|---|---:|---:|"]
     for r in sorted(rows, key=lambda r: (r["round"], r["gpu"])):

@@ -92,3 +92,24 @@ def test_a_sequence_of_arms_separates_the_agent_from_a_host_that_drifts(tmp_path
     assert out["effects_pct"]["default"] == pytest.approx(2.0, abs=1e-6)
     assert out["effects_pct"]["order (per job)"] == pytest.approx(-1.0, abs=1e-6)
     assert out["dof"] == 1
+
+
+def test_two_gpu_jobs_crossed_over_two_slots_are_read_from_rank_0(tmp_path):
+    """A 4-GPU machine running two 2-GPU DDP jobs at once (slots 0 and 1), arms crossed over two
+    rounds: --ddp reads each job's rank-0 clock (.steps.r0.json), never rank 1's, and the fit
+    gives the arm apart from the slot and the round; without it those files are not read."""
+    slot = {0: 1.0, 1: 1.01}
+    rnd = {"a": 1.0, "b": 0.98}
+    arms = {"a": ["none", "default"], "b": ["default", "none"]}
+    for r, row in arms.items():
+        for g, arm in enumerate(row):
+            t = 0.046 * slot[g] * rnd[r] * (1.005 if arm == "default" else 1.0)
+            _job(tmp_path / f"x2_{r}{g}_1_{arm}.steps.r0.json", t)
+            _job(tmp_path / f"x2_{r}{g}_1_{arm}.steps.r1.json", 9.0)  # rank 1: never read
+    rows = ab.load(str(tmp_path), ddp=True)
+    assert len(rows) == 4 and all(r["file"].endswith(".steps.r0.json") for r in rows)
+    out = ab.fit(rows)
+    assert out["effects_pct"]["default"] == pytest.approx(0.5, abs=1e-6)
+    assert out["effects_pct"]["gpu 1"] == pytest.approx(1.0, abs=1e-6)
+    assert out["effects_pct"]["round b"] == pytest.approx(-2.0, abs=1e-6)
+    assert ab.load(str(tmp_path)) == []
