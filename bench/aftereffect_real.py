@@ -23,7 +23,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from stepwatch.agent._aftereffect import AftereffectWatch  # noqa: E402
-from stepwatch.collector.tools.corpus import load, rank_steps  # noqa: E402
+from stepwatch.collector.tools.corpus import load, rank_steps, runs  # noqa: E402
 
 INJECT = (0.02, 0.03, 0.05, 0.13)
 
@@ -63,14 +63,8 @@ def replay(times: list[float], profiled: list[bool], rule: str, until: float = f
 
 
 def sessions(profiled: list[bool]) -> list[tuple[int, int]]:
-    runs, start = [], None
-    for i, p in enumerate(profiled + [False]):
-        if p and start is None:
-            start = i
-        elif not p and start is not None:
-            runs.append((start, i - 1))
-            start = None
-    return runs
+    """(first, last) index of each run of profiled steps."""
+    return runs(i for i, p in enumerate(profiled) if p)
 
 
 def slowed(times: list[float], after: int, x: float) -> list[float]:

@@ -39,8 +39,8 @@ import statistics
 
 import numpy as np
 
-_NAME = re.compile(r"_(?P<round>[a-z]+)(?P<gpu>\d)_\d+_(?P<arm>[a-z0-9]+)\.steps\.json$")
-_NAME_DDP = re.compile(r"_(?P<round>[a-z]+)(?P<gpu>\d)_\d+_(?P<arm>[a-z0-9]+)\.steps\.r0\.json$")
+_JOB = r"_(?P<round>[a-z]+)(?P<gpu>\d)_\d+_(?P<arm>[a-z0-9]+)\.steps"
+_NAME, _NAME_DDP = re.compile(_JOB + r"\.json$"), re.compile(_JOB + r"\.r0\.json$")
 SETTLE_S = 30.0
 
 
@@ -54,6 +54,16 @@ def settled_steps(step_s: list, settle_s: float = SETTLE_S) -> list:
     return kept
 
 
+def _clock(path: str) -> dict:
+    """A job's step clock (a list, or ``{"step_s": [...]}``) and its median step after its
+    first SETTLE_S seconds."""
+    data = json.load(open(path))
+    step_s = data["step_s"] if isinstance(data, dict) else data
+    kept = settled_steps(step_s)
+    return {"median_ms": statistics.median(kept) * 1e3, "steps": len(kept),
+            "file": os.path.basename(path), "step_s": step_s}
+
+
 def load(folder: str, ddp: bool = False) -> list[dict]:
     """One row per job, each file read once: its step clock (``step_s``) and the median step
     after its first SETTLE_S seconds. ``ddp``: the DDP jobs' rank-0 clocks instead."""
@@ -61,14 +71,8 @@ def load(folder: str, ddp: bool = False) -> list[dict]:
     name = _NAME_DDP if ddp else _NAME
     for path in sorted(glob.glob(os.path.join(folder, "*.steps*.json"))):
         m = name.search(os.path.basename(path))
-        if not m:
-            continue
-        data = json.load(open(path))
-        step_s = data["step_s"] if isinstance(data, dict) else data
-        kept = settled_steps(step_s)
-        rows.append({"round": m["round"], "gpu": int(m["gpu"]), "arm": m["arm"],
-                     "median_ms": statistics.median(kept) * 1e3, "steps": len(kept),
-                     "file": os.path.basename(path), "step_s": step_s})
+        if m:
+            rows.append({"round": m["round"], "gpu": int(m["gpu"]), "arm": m["arm"], **_clock(path)})
     return rows
 
 
@@ -79,13 +83,8 @@ def load_sequence(folder: str, prefix: str) -> list[dict]:
     pattern = re.compile(re.escape(prefix) + r"_(?P<n>\d+)_(?P<arm>[a-z0-9]+)\.steps(\.r0)?\.json$")
     for path in glob.glob(os.path.join(folder, f"{prefix}_*.json")):
         m = pattern.fullmatch(os.path.basename(path))
-        if not m:
-            continue
-        data = json.load(open(path))
-        step_s = data["step_s"] if isinstance(data, dict) else data
-        kept = settled_steps(step_s)
-        rows.append({"order": int(m["n"]), "arm": m["arm"], "median_ms": statistics.median(kept) * 1e3,
-                     "steps": len(kept), "file": os.path.basename(path), "step_s": step_s})
+        if m:
+            rows.append({"order": int(m["n"]), "arm": m["arm"], **_clock(path)})
     return sorted(rows, key=lambda r: r["order"])
 
 

@@ -22,28 +22,18 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from stepwatch.collector.tools.corpus import load, rank_steps  # noqa: E402
+from stepwatch.collector.tools.corpus import around, load, rank_steps, runs  # noqa: E402
 
 
 def profiled_runs(path: str) -> list:
     """(first, last) step of each run of profiled steps of rank 0."""
     steps = rank_steps(load(path))
-    runs: list = []
-    for k in sorted(steps):
-        if steps[k][1] and runs and runs[-1][1] == k - 1:
-            runs[-1][1] = k
-        elif steps[k][1]:
-            runs.append([k, k])
-    return [tuple(r) for r in runs]
+    return runs(k for k, (_, profiled) in steps.items() if profiled)
 
 
 def ratio(s: list, first: int, last: int, a: argparse.Namespace):
     """After / before medians around steps first..last (1-based), or None when short."""
-    before = s[max(0, first - 1 - a.before):first - 1]
-    after = s[last + a.gap:last + a.gap + a.after]
-    if len(before) < a.before // 2 or len(after) < a.after:
-        return None
-    return statistics.median(after) / statistics.median(before)
+    return around(s, first, last, a.before, a.gap, a.after, min_before=a.before // 2)
 
 
 def main() -> None:

@@ -23,29 +23,15 @@ from __future__ import annotations
 import math
 import statistics
 
+from stepwatch.collector.tools.corpus import around, runs  # noqa: F401 (runs: for the tests)
+
 BEFORE, GAP, AFTER = 400, 50, 400
 
 
-def runs(steps) -> list:
-    """(first, last) of each run of consecutive step numbers."""
-    out: list = []
-    for k in sorted(steps):
-        if out and out[-1][1] == k - 1:
-            out[-1][1] = k
-        else:
-            out.append([k, k])
-    return [tuple(r) for r in out]
-
-
-def ratio(own: list, first: int, last: int, before: int = BEFORE, gap: int = GAP,
-          after: int = AFTER):
+def ratio(own: list, first: int, last: int):
     """After/before medians around steps first..last (step k is own[k - 1]); None where the
-    clock does not hold both spans."""
-    b = own[max(0, first - 1 - before):first - 1]
-    a = own[last + gap:last + gap + after]
-    if len(b) < before or len(a) < after:
-        return None
-    return statistics.median(a) / statistics.median(b)
+    clock does not hold both whole spans."""
+    return around(own, first, last, BEFORE, GAP, AFTER)
 
 
 def _se(*groups) -> float:

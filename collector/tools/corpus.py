@@ -1,8 +1,9 @@
 """Real recordings as test material: load a collector record file (``--record``) as JSON
 objects, play it several times in a row as one longer job, and inject a change into its real
-step series, or read the drift reach part-way, or one rank's steps. Used by
-bench/detection_real.py, bench/detection_reach_real.py, bench/aftereffect_real.py,
-bench/window_arms_real.py and tests/collector/test_real_corpus.py.
+step series, or read the drift reach part-way, or one rank's steps and its profiler sessions
+with the step time around them. Used by bench/detection_real.py, bench/detection_reach_real.py,
+bench/aftereffect_real.py, bench/window_arms_real.py, tests/collector/test_real_corpus.py and
+tests/_aftereffect_verdict.py.
 
 An injected change multiplies a step's duration by the change at its end time, and every later
 time of that rank (steps, samples, the collector's clock) moves by the time added, so the
@@ -13,6 +14,8 @@ from __future__ import annotations
 
 import gzip
 import json
+import statistics
+from typing import Iterable, Optional
 
 from ..ingest._record import read_record
 
@@ -35,6 +38,29 @@ def rank_steps(lines: list[dict], rank: int = 0) -> dict[int, tuple[float, bool]
     return {int(s["step"]): (float(s["end_time_s"]), bool(s.get("profiled")))
             for o in lines if o["kind"] == "batch" and int(o.get("rank", 0)) == rank
             for s in o["batch"].get("steps", ())}
+
+
+def runs(steps: Iterable[int]) -> list[tuple[int, int]]:
+    """(first, last) of each run of consecutive numbers (a rank's profiled steps: its sessions)."""
+    out: list = []
+    for k in sorted(steps):
+        if out and out[-1][1] == k - 1:
+            out[-1][1] = k
+        else:
+            out.append([k, k])
+    return [tuple(r) for r in out]
+
+
+def around(step_s: list, first: int, last: int, before: int, gap: int, after: int,
+           min_before: Optional[int] = None) -> Optional[float]:
+    """Median of the ``after`` steps from ``gap`` past step ``last`` over the median of the
+    ``before`` steps ending at step ``first`` (1-based: step k is ``step_s[k - 1]``); None where
+    the clock holds fewer than ``after`` of the one or ``min_before`` (default all) of the other."""
+    b = step_s[max(0, first - 1 - before):first - 1]
+    a = step_s[last + gap:last + gap + after]
+    if len(b) < (before if min_before is None else min_before) or len(a) < after:
+        return None
+    return statistics.median(a) / statistics.median(b)
 
 
 def inject(lines: list[dict], kind: str, ratio: float, at: float, span: float) -> list[dict]:
