@@ -32,6 +32,7 @@ batches. One caller at a time.
 from __future__ import annotations
 
 import dataclasses
+import math
 import statistics
 from typing import Optional
 
@@ -73,6 +74,11 @@ _HOST_GREW, _HOST_LONG = 0.6, 0.8
 _HOST_ALL, _HOST_EVEN, _HOST_ONE = 0.8, 2.0, 0.75
 # the diagnosis's "before" ends this long ahead of the onset (at most this share of the data)
 _GUARD_S, _GUARD_SHARE = 30.0, 0.25
+# "after" is at most this long from the onset: the diagnosis is of the change where it began.
+# It is made again as data comes until a window completes it, and a job that recovered while
+# its episode was still open diluted it (2 x H200, a host hump of +10% for 90 s: backward and
+# forward +2 ms/step each, host-bound, at the raise; +0.2..0.5 ms/step 2.5 minutes later)
+_AFTER_S = 120.0
 # a straggler's phases are compared with at most this many other ranks', over its newest this
 # many phase blocks after its onset
 _OTHERS, _PHASE_BLOCKS_COMPARED = 64, 30
@@ -326,7 +332,10 @@ def diagnose(r: Optional[_Rank], since: float, reference: Optional[tuple] = None
     if r is None:
         return None
     # each ring made into rows once (they are read several times below)
-    blocks, host, gpu, alloc = [*r.old, *r.leaving, *r.blocks], list(r.host), list(r.gpu), list(r.alloc)
+    until = since + _AFTER_S
+    blocks = [b for b in (*r.old, *r.leaving, *r.blocks) if b[2] < until]
+    host, gpu = [h for h in r.host if h[0] < until], [g for g in r.gpu if g[0] < until]
+    alloc = [a for a in r.alloc if a[0] < until]
     if not blocks:
         return None
     after = [b for b in blocks if b[2] >= since]
@@ -353,7 +362,8 @@ def diagnose(r: Optional[_Rank], since: float, reference: Optional[tuple] = None
     w_after = [w for w in r.windows if w.start_time_s >= since]
     complete = bool(w_before and w_after)
     busier = _busier(gpu, lo, edge, since)
-    found, first, last = _contributors(r, (lo, edge, since), wait, cpu, w_before, w_after, bool(busier), wide)
+    found, first, last = _contributors(r, (lo, edge, since), wait, cpu, w_before, w_after, bool(busier), wide,
+                                       until)
     ranked = sorted(found, key=lambda c: -_rank_key(c, step_delta))
     text = "; ".join(fmt(c) for c in ranked[:3])
     if step_delta <= 0 or ranked[0][1] < _EXPLAINED * step_delta:
@@ -366,7 +376,7 @@ def diagnose(r: Optional[_Rank], since: float, reference: Optional[tuple] = None
 
 def _contributors(r: _Rank, span: tuple, wait: float, cpu: Optional[float],
                   w_before: list, w_after: list, busier: bool,
-                  wide: Optional[tuple] = None) -> tuple[list, list, list]:
+                  wide: Optional[tuple] = None, until: float = math.inf) -> tuple[list, list, list]:
     """The candidate causes (name, ms/step, detail) and the notes that go before and after the
     clock, activity and retry notes: from the phase times when the rank sent enough of them on
     both sides (a window on each side adds the kernel), else the data-loader wait, host CPU and
@@ -375,7 +385,7 @@ def _contributors(r: _Rank, span: tuple, wait: float, cpu: Optional[float],
     since attach, so its first samples can come late in a short settle window (the CPU test jobs
     settle in 6 s; beside a CPU burner their first samples came 3.4-3.8 s after their first
     step)."""
-    rows = list(r.phases)
+    rows = [p for p in r.phases if p[2] < until]  # (after: at most _AFTER_S from the onset)
     phased = _phase_contributors(rows, span, wait, cpu, busier)
     if phased is None and wide is not None:
         phased = _phase_contributors(rows, wide, wait, cpu, busier)

@@ -134,6 +134,18 @@ def test_an_extra_all_reduce_on_every_rank_is_named_as_the_sync_phase():
     assert alerts[0].diagnosis.startswith("sync +") and "all-reduce wait" in alerts[0].diagnosis, alerts[0].diagnosis
 
 
+def test_an_extra_all_reduce_recorded_live_at_the_defaults_is_named_on_both_ranks_within_a_minute():
+    """2 x H200, 2026-11-29 (bench/results/real_h200t.md): an ~8 ms all-reduce on both ranks from
+    step 3,903; live, both ranks raised critical 18-19 s after it, the sync phase first."""
+    changed = 1795984895.07
+    alerts = replay(events(load(str(DIAG / "h200t_2gpu_m_allreduce.jsonl.gz"))), DetectionConfig())
+    assert sorted(a.rank for a in alerts) == [0, 1], [(a.alertname, a.rank, a.fired_at - changed) for a in alerts]
+    for a in alerts:
+        assert a.alertname == "StepwatchThroughputDrift" and 0 < a.fired_at - changed <= 60, \
+            (a.alertname, a.fired_at - changed)
+        assert a.diagnosis.startswith("sync +") and "all-reduce wait" in a.diagnosis, a.diagnosis
+
+
 def test_a_real_window_after_effect_is_raised_as_the_profilers_cost_not_the_jobs():
     """A launch-bound H200 job ran ~20% slower after a scheduled profiler window closed at step
     16,389 (nothing injected): the collector names the window and stepwatch, and raises no
