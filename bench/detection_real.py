@@ -62,7 +62,7 @@ HOST_SHIFT["h200y_1gpu_s.jsonl.gz"] = 1795906482.59 + 300
 HOST_SHIFT["h200u_1gpu_xs.jsonl.gz"] = 1795964392.44 + 230
 # ... and under h200t_2gpu_s (2 x H200 DDP) from 5 minutes in to its end (15 s medians 17.6-19.5
 # ms, then 19.5-20.8 ms; SM clock flat, every phase's host time up). (h200t_2gpu_m_short's hump
-# of +10% for 90 s at 165 s, back to its level after, is not a shift: its episodes count as false.)
+# of +10% for 90 s at 165 s, back to its level after, is not a shift: any episode counts as false.)
 HOST_SHIFT["h200t_2gpu_s.jsonl.gz"] = 1795985198.46 + 300
 CHANGES = {"+3%": ("step", 0.03, 0), "+5%": ("step", 0.05, 0), "+10%": ("step", 0.10, 0),
            "ramp +5%/15min": ("ramp", 0.05, 900), "ramp +5%/30min": ("ramp", 0.05, 1800),

@@ -72,6 +72,10 @@ _HOST_GREW, _HOST_LONG = 0.6, 0.8
 # over _HOST_ONE of their sum (GEMMs in an H100 job's forward: forward +7.3 and data +0.2 ms,
 # even shares but one phase: the forward)
 _HOST_ALL, _HOST_EVEN, _HOST_ONE = 0.8, 2.0, 0.75
+# ... the evenness judged on the phases holding at least this share of the phases' time before
+# (when two do): a short phase's share is mostly its noise (a launch-bound 2 x H200 job whose
+# host slowed: forward, backward and sync +7-10% of their time, the 1.5 ms data phase +19%)
+_HOST_EVEN_MIN = 0.1
 # the diagnosis's "before" ends this long ahead of the onset (at most this share of the data)
 _GUARD_S, _GUARD_SHARE = 30.0, 0.25
 # "after" is at most this long from the onset: the diagnosis is of the change where it began.
@@ -450,9 +454,9 @@ def _phase_contributors(rows: list, span: tuple, wait: float, cpu: Optional[floa
         if not points & _HOST_CLOCK and not busier and d >= 0.1 and h >= _HOST_GREW * d and ha >= _HOST_LONG * da:
             parts.append(f"host-bound: its host time {h:+.1f} ms")
             bound += d
-            shares[label] = d / max(db * 1e3, 1e-6)
+            shares[label] = (d / max(db * 1e3, 1e-6), db)
         out.append((label, d, ", ".join(parts)))
-    out = _host_slower(out, shares)
+    out = _host_slower(out, shares, sum(db for db, _ in med[:5]))
     note = ""
     if cpu is not None and abs(cpu) >= 0.5:
         if points & _HOST_CLOCK:
@@ -466,16 +470,20 @@ def _phase_contributors(rows: list, span: tuple, wait: float, cpu: Optional[floa
     return out, note
 
 
-def _host_slower(out: list, shares: dict) -> list:
+def _host_slower(out: list, shares: dict, before_s: float = 0.0) -> list:
     """``out`` with its host-bound phases made one "host" contributor (their sum, each named in
     its detail) when there are at least two, each grew by a share of its own time within
-    ``_HOST_EVEN`` of the others', none over ``_HOST_ONE`` of their sum, and together they hold
+    ``_HOST_EVEN`` of the others' (among those holding ``_HOST_EVEN_MIN`` of the phases' time
+    ``before_s``, when two do), none over ``_HOST_ONE`` of their sum, and together they hold
     ``_HOST_ALL`` of the phases' growth: the host launches more slowly (or does more per launch)
-    in every phase alike and the GPU waits for it; no one phase of the job's code is the cause."""
+    in every phase alike and the GPU waits for it; no one phase of the job's code is the cause.
+    ``shares``: per host-bound phase, (growth / its time before, its time before in seconds)."""
     bound = [c for c in out if c[0] in shares]  # (a phase is host-bound only when it grew)
     grew = sum(c[1] for c in out if c[1] > 0)
     total = sum(c[1] for c in bound)
-    even = shares.values()
+    even = [share for share, db in shares.values() if db >= _HOST_EVEN_MIN * before_s]
+    if len(even) < 2:
+        even = [share for share, _ in shares.values()]
     if (len(bound) < 2 or total < _HOST_ALL * grew or max(even) > _HOST_EVEN * min(even)
             or max(c[1] for c in bound) > _HOST_ONE * total):
         return out

@@ -13,7 +13,11 @@ medians of 10 s of 8 ms steps ranged 0.89-1.32x of the job's median; of 44 ms st
 **Warm-up and settling.** The first ``warmup_s`` after the rank's first step are not judged
 (compilation, allocator growth, the loader starting, the first profiler windows). The next
 ``settle_s`` give the job's **settled level**: the median of those buckets. From then on the
-detector is *armed* (``armed``). The settled level never follows the job up: a slow ramp is
+detector is *armed* (``armed``). A shift it then finds whose onset lies inside the settling
+time (more than a bucket before arming) is not raised: the job had not settled, so the rank is
+disarmed and settles again from that onset (at most twice; a change before arming is the job's
+level, as always) - unless it began at the end of one of the agent's profiler windows, which is
+raised as stepwatch's own cost (below) wherever it falls. The settled level never follows the job up: a slow ramp is
 measured against it however long it takes.
 
 **Noise.** The job's own spread at each test window: the robust spread (1.4826 x MAD) of the
@@ -96,6 +100,9 @@ _NOISE_EVERY = 12  # buckets between recomputations of the noise spreads
 # measure a large change short by a few percent (a +49% demo slowdown raised at +41% on the
 # warning window's median while its level still rose), which is that change, not another.
 _FURTHER_SHARE = 0.5
+# A shift raised after arming with its onset inside the settling time settles the rank again,
+# at most this many times (then it is raised: a job whose level never holds is still judged)
+_RESETTLE_MAX = 2
 _WAVES_KEPT = 16  # the job's latest waves (episodes that ended by themselves) remembered
 _WAVE_SIZE = 0.8  # a shift under 1/0.8 of a wave's peak must outlast the wave to raise
 _WAVE_OUTLAST = 1.5  # ... by this factor of the wave's length
@@ -163,6 +170,7 @@ class DriftDetector:
         # themselves within transient_s: the job's own waves
         self._waves: collections.deque = collections.deque(maxlen=_WAVES_KEPT)
         self._began: Optional[tuple[int, float]] = None  # (onset step, raised ratio) of the episode's start
+        self._resettles = 0  # times a shift with its onset in the settling time disarmed the rank
         # The agent's own cost: kept steps just before each profiler window's end and just after
         # it, [window end step, end time, median before, steps after]
         self._recent_values: collections.deque = collections.deque(maxlen=_AROUND_STEPS)
@@ -496,7 +504,11 @@ class DriftDetector:
         rows = [self._history[k] for k in range(max(0, len(self._history) - n), len(self._history))]
         ys = [r[2] for r in rows]
         k = _estimate_onset(ys, ref, shift, self._clip)
-        self._onset = (int(rows[k][0]), rows[k][1] - self.cfg.bucket_s)
+        onset_at = rows[k][1] - self.cfg.bucket_s
+        if (onset_at < self._settled_at - self.cfg.bucket_s and self._resettles < _RESETTLE_MAX
+                and self._window_at(onset_at, shift) is None):  # (stepwatch's own cost is raised)
+            return self._resettle(onset_at, ys[k:])
+        self._onset = (int(rows[k][0]), onset_at)
         self._ref, self._raised = ref, shift
         self._alertname, self._window_note = "StepwatchThroughputDrift", ""
         window = self._window_step = self._window_at(self._onset[1], shift)
@@ -510,6 +522,19 @@ class DriftDetector:
         else:
             self._ref_text = "vs the level before"
         return self._set(sev, shift)
+
+    def _resettle(self, onset_at: float, since_onset: list) -> bool:
+        """A shift found after arming whose onset lies inside the settling time: the job had not
+        settled (2 x H200: a host hump of +10% for 90 s from 165 s, armed at 180 s, raised
+        critical at 190 s). Not raised: disarmed, and settled again from the onset (its buckets
+        so far kept), as a change before arming always is. Returns False (nothing raised)."""
+        self._resettles += 1
+        self._settled = self._settled_at = self._reach = None
+        self._noise = {}
+        self._settle = list(since_onset)
+        self._first_time = onset_at - self.cfg.warmup_s  # settled again settle_s after the onset
+        self._version += 1
+        return False
 
     def _further(self) -> bool:
         """A further change in the open episode: the warning window's level stands a warning

@@ -32,16 +32,15 @@ WANDERING = ["h100c_2gpu_m.jsonl.gz"]
 # GPU utilisation 0.58 -> 0.52-0.55 and every phase's host time up with the step.
 # Each: the seconds after its first step before which the host was at its level.
 HOST_SLOWED = {"h200y_1gpu_s.jsonl.gz": 300, "h200u_1gpu_xs.jsonl.gz": 230}
-# 2 x H200 NCCL DDP jobs at the defaults whose host got slower (2026-11-29, bench/results/
-# real_h200t.md; SM clock flat at 1,980 MHz, GPU utilisation down, every phase's host time up):
-# (the seconds after the first step before which the host was at its level, the alerts raised).
-# h200t_2gpu_m_short: a hump of +8-14% (15 s medians) for 90 s from 165 s, then back to its level
-# - both ranks raised critical, **a miss against "no alert on a healthy job"**, kept visible.
+# 2 x H200 NCCL DDP jobs at the defaults (2026-11-29, bench/results/real_h200t.md; SM clock flat at
+# 1,980 MHz, GPU utilisation down, every phase's host time up) whose host got slower: (the seconds
+# after the first step before which the host was at its level, the alerts raised).
 # h200t_2gpu_s (launch-bound): +8-10% from 300 s to its end (the host slowing, raised as on
 # h200y); before it, rank 0's host ran its phases 1.09x the other's for a minute and rank 0 was
 # warned as a straggler: **a false straggler**, kept visible.
+# (h200t_2gpu_m_short's hump, +8-14% for 90 s from 165 s, raised critical on both ranks live
+# at 190 s, began inside the settling time: the rank settles again and it is quiet.)
 HOST_SLOWED_2GPU = {
-    "h200t_2gpu_m_short.jsonl.gz": (160, [("StepwatchThroughputDrift", 0), ("StepwatchThroughputDrift", 1)]),
     "h200t_2gpu_s.jsonl.gz": (290, [("StepwatchStragglerRank", 0), ("StepwatchThroughputDrift", 0),
                                     ("StepwatchThroughputDrift", 1)])}
 QUIET = [n for n in CORPUS if n not in SHIFTED + WANDERING + list(HOST_SLOWED) + list(HOST_SLOWED_2GPU)]
@@ -91,8 +90,9 @@ def test_a_host_that_slowed_for_minutes_is_raised_as_the_host(name, level_until_
 @pytest.mark.parametrize("name", sorted(HOST_SLOWED_2GPU))
 def test_a_2_gpu_host_that_slowed_is_raised_on_both_ranks_as_host_bound(name, lines):
     """Each rank's drift raised once, critical, against the job's settled level, its onset after
-    the host left its level, its diagnosis naming host-bound phases with the GPU's clocks
-    unchanged; nothing else than the alerts listed above (what the live collector raised)."""
+    the host left its level, named as the host with the GPU's clocks unchanged (live, rank 1's
+    listed its host-bound phases one by one: the 1.5 ms data phase's share, +19%, set them
+    apart); nothing else than the alerts listed above (what the live collector raised)."""
     level_until_s, expected = HOST_SLOWED_2GPU[name]
     start = first_step_time(lines(name))
     alerts = replay(events(lines(name)), DetectionConfig())
@@ -104,7 +104,7 @@ def test_a_2_gpu_host_that_slowed_is_raised_on_both_ranks_as_host_bound(name, li
             continue
         assert a.severity == "critical" and "vs this job's level" in a.fired_summary, a.fired_summary
         assert a.starts_at - start >= level_until_s, a.starts_at - start
-        assert "host-bound" in a.diagnosis and "clocks unchanged" in a.diagnosis, a.diagnosis
+        assert a.diagnosis.startswith("host +") and "clocks unchanged" in a.diagnosis, a.diagnosis
 
 
 @pytest.mark.parametrize("name", SHIFTED)

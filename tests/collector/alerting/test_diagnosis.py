@@ -255,20 +255,25 @@ def test_a_change_that_grows_in_is_compared_with_the_level_before_it_and_a_busie
 def test_a_host_slower_in_every_phase_alike_is_named_as_the_host():
     """Host-bound phases that grew by like shares of their own time, none holding most of it,
     become one "host" contributor; one phase that holds most of it, or shares far apart, stay
-    the phases (a slow data loader, GEMMs in forward)."""
+    the phases (a slow data loader, GEMMs in forward). A short phase's share (under a tenth of
+    the phases' time) is left out of the evenness when two longer ones remain."""
     from stepwatch.collector.alerting._diagnosis import _host_slower
 
     hb = "host-bound: its host time +1.0 ms"
     alike = [("backward", 1.0, hb), ("forward", 0.6, hb), ("optimizer", 0.2, hb), ("sync", 0.0, "")]
-    shares = {"backward": 0.18, "forward": 0.14, "optimizer": 0.18}
-    got = _host_slower(alike, shares)
+    shares = {"backward": (0.18, 0.0056), "forward": (0.14, 0.0043), "optimizer": (0.18, 0.0011)}
+    got = _host_slower(alike, shares, 0.012)
     assert got[0][0] == "host" and abs(got[0][1] - 1.8) < 1e-9, got
     assert "backward +1.0, forward +0.6, optimizer +0.2 ms/step" in got[0][2] and got[1:] == [alike[3]], got
-    assert _host_slower(alike, dict(shares, forward=0.05)) == alike  # shares 3.6x apart
+    assert _host_slower(alike, dict(shares, forward=(0.05, 0.0043)), 0.012) == alike  # shares 3.6x apart
+    # the optimizer's 1.1 ms of 12 ms grew by 3x the others' share: its share is left out ...
+    assert _host_slower(alike, dict(shares, optimizer=(0.55, 0.0011)), 0.012)[0][0] == "host"
+    # ... not when every phase is long enough to count (here: no phase time given)
+    assert _host_slower(alike, dict(shares, optimizer=(0.55, 0.0011)), 0.0) == alike
     one = [("forward", 7.3, hb), ("data", 0.2, hb)]
-    assert _host_slower(one, {"forward": 0.49, "data": 0.5}) == one  # forward holds 97%
+    assert _host_slower(one, {"forward": (0.49, 0.015), "data": (0.5, 0.001)}, 0.03) == one  # forward holds 97%
     unbound = alike[:2] + [("optimizer", 1.0, "")]
-    assert _host_slower(unbound, {"backward": 0.18, "forward": 0.14}) == unbound  # host-bound: 1.6 of 2.6 ms
+    assert _host_slower(unbound, {"backward": (0.18, 0.0056), "forward": (0.14, 0.0043)}, 0.012) == unbound
 
 
 def test_block_medians_weigh_each_row_by_the_steps_it_holds():
