@@ -366,10 +366,12 @@ class Collector:
         if query.get("job") is None:  # the whole fleet: one answer shared while it is fresh
             return 200, "application/json", self._shared.get("jobs", lambda: self._paced(
                 "jobs", lambda pause: jobs_json(self.state, None, self.detection.engine.armed(), pause=pause,
-                                                 reach=self.detection.engine.reach())))
+                                                 reach=self.detection.engine.reach(),
+                                                 again=self.detection.engine.settling_again())))
         job = query.get("job")
         return 200, "application/json", jobs_json(self.state, job, self.detection.engine.armed(job),
-                                                  reach=self.detection.engine.reach(job))
+                                                  reach=self.detection.engine.reach(job),
+                                                  again=self.detection.engine.settling_again(job))
 
     def _paced(self, kind: str, build):
         """``build(pause)`` giving way to a busy ingest between its chunks as a scrape does

@@ -35,7 +35,7 @@ def _plain(value: Any) -> Any:
 
 
 def _rank(st: RankState, events: bool, armed: Optional[bool] = None,
-          reach: Optional[Mapping[str, float]] = None) -> dict[str, Any]:
+          reach: Optional[Mapping[str, float]] = None, again: Optional[float] = None) -> dict[str, Any]:
     h = st.hello
     out = {
         "rank": st.rank, "local_rank": h.local_rank, "world_size": h.world_size, "host": h.host,
@@ -52,6 +52,7 @@ def _rank(st: RankState, events: bool, armed: Optional[bool] = None,
         "agent_stats": _fields(st.stats), "event_counts": dict(st.event_counts),
         "drift_armed": armed,
         "drift_reach": dict(reach) if reach else None,
+        "drift_settling_again_since": again,
     }
     if events:
         out["events"] = [_fields(ev) for ev in st.events]
@@ -60,7 +61,8 @@ def _rank(st: RankState, events: bool, armed: Optional[bool] = None,
 
 def jobs_document(state: CollectorState, job: Optional[str] = None,
                   armed: Optional[Mapping[tuple, bool]] = None,
-                  reach: Optional[Mapping[tuple, Mapping[str, float]]] = None) -> dict[str, Any]:
+                  reach: Optional[Mapping[tuple, Mapping[str, float]]] = None,
+                  again: Optional[Mapping[tuple, float]] = None) -> dict[str, Any]:
     """``{"jobs": [{"job": name, "ranks": [rank, ...]}]}``, jobs and ranks sorted.
 
     Every job: each rank's identity, counters, latest samples, ``step_median_s`` (the median
@@ -69,14 +71,17 @@ def jobs_document(state: CollectorState, job: Optional[str] = None,
     not know the rank or is off) and ``drift_reach`` (``reach``: once armed, the smallest
     sustained step-time shift each severity can raise at the rank's own noise, as a ratio,
     ``{"critical": 0.08, "warning": 0.04, "info": 0.021}``, each over its window
-    ``detection.drift.*_window_s``; None before), copied without its step
+    ``detection.drift.*_window_s``; None before) and ``drift_settling_again_since`` (``again``:
+    while the rank settles again because a shift found after arming began inside its settling
+    time, that shift's onset as Unix time; else None), copied without its step
     lists and events (a fleet of 10,000 ranks holds 500,000 event messages). One
     ``job``: that job's ranks only, with their last events."""
     jobs: dict[str, list] = {}
     for st in state.snapshot(light=job is None, job=job, median=True):
         jobs.setdefault(st.job, []).append(_rank(st, events=job is not None,
                                                  armed=(armed or {}).get((st.job, st.rank)),
-                                                 reach=(reach or {}).get((st.job, st.rank))))
+                                                 reach=(reach or {}).get((st.job, st.rank)),
+                                                 again=(again or {}).get((st.job, st.rank))))
     return {"jobs": [{"job": name, "ranks": ranks} for name, ranks in jobs.items()]}
 
 
@@ -169,7 +174,7 @@ _ENCODE_RANKS = 64  # ranks per json.dumps call of a jobs answer
 def jobs_json(state: CollectorState, job: Optional[str] = None,
               armed: Optional[Mapping[tuple, bool]] = None, chunk: Optional[int] = None,
               reach: Optional[Mapping[tuple, Mapping[str, float]]] = None,
-              pause: Callable[[], None] = no_pause) -> bytes:
+              pause: Callable[[], None] = no_pause, again: Optional[Mapping[tuple, float]] = None) -> bytes:
     """:func:`jobs_document` as JSON, the same bytes as one ``json.dumps`` of it, built and
     encoded ``_ENCODE_RANKS`` ranks at a time from a snapshot taken a chunk at a time
     (:meth:`CollectorState.snapshot_chunks`; ``chunk`` ranks, its default when None): the C
@@ -179,7 +184,7 @@ def jobs_json(state: CollectorState, job: Optional[str] = None,
     (80-120 ms each time it was built; collector_scale_polled.md). Only the encoded text is
     kept. ``pause()`` is called after each chunk (a :class:`~..state._yield.ScrapeYield`'s: the
     build gives way to a busy ingest as a scrape does)."""
-    armed, reach = armed or {}, reach or {}
+    armed, reach, again = armed or {}, reach or {}, again or {}
     parts: list[str] = []
     pending: list[dict] = []  # ranks of the current job not yet encoded
     current: Optional[str] = None
@@ -204,7 +209,7 @@ def jobs_json(state: CollectorState, job: Optional[str] = None,
                 parts.append(f'{", " if current is not None else ""}{{"job": {json.dumps(st.job)}, "ranks": [')
                 current, ranks_out = st.job, 0
             pending.append(_rank(st, events=job is not None, armed=armed.get((st.job, st.rank)),
-                                 reach=reach.get((st.job, st.rank))))
+                                 reach=reach.get((st.job, st.rank)), again=again.get((st.job, st.rank))))
             if len(pending) >= _ENCODE_RANKS:
                 encode()
     encode()

@@ -121,8 +121,11 @@ function trend(series) {
 function detectorCell(r) {
   const reach = r.drift_reach;
   const sev = (k) => reach && typeof reach[k] === "number" ? `+${(100 * reach[k]).toFixed(1)}%` : "?";
+  const again = typeof r.drift_settling_again_since === "number"
+    ? `settling again: a shift from ${new Date(1000 * r.drift_settling_again_since).toISOString().slice(11, 19)} UTC began before it armed`
+    : "";
   const text = r.drift_armed === true ? (reach ? `armed · ${sev("info")} / ${sev("warning")} / ${sev("critical")}` : "armed")
-    : r.drift_armed === false ? "warming up" : "—";
+    : r.drift_armed === false ? (again || "warming up") : "—";
   return h("td", {class: "detector", title: "smallest sustained step-time shift raised as info / warning / critical"}, text);
 }
 

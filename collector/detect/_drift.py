@@ -171,6 +171,7 @@ class DriftDetector:
         self._waves: collections.deque = collections.deque(maxlen=_WAVES_KEPT)
         self._began: Optional[tuple[int, float]] = None  # (onset step, raised ratio) of the episode's start
         self._resettles = 0  # times a shift with its onset in the settling time disarmed the rank
+        self._resettled_from: Optional[float] = None  # that shift's onset (Unix time), the latest
         # The agent's own cost: kept steps just before each profiler window's end and just after
         # it, [window end step, end time, median before, steps after]
         self._recent_values: collections.deque = collections.deque(maxlen=_AROUND_STEPS)
@@ -194,6 +195,12 @@ class DriftDetector:
     @property
     def armed(self) -> bool:
         return self._settled is not None
+
+    @property
+    def settling_again_since(self) -> Optional[float]:
+        """While the rank settles again (a shift found after arming began inside the settling
+        time), that shift's onset (Unix time); else None."""
+        return self._resettled_from if self._settled is None else None
 
     def reach(self) -> Optional[dict[str, float]]:
         """The smallest sustained step-time shift each severity can raise now, as a ratio
@@ -527,8 +534,11 @@ class DriftDetector:
         """A shift found after arming whose onset lies inside the settling time: the job had not
         settled (2 x H200: a host hump of +10% for 90 s from 165 s, armed at 180 s, raised
         critical at 190 s). Not raised: disarmed, and settled again from the onset (its buckets
-        so far kept), as a change before arming always is. Returns False (nothing raised)."""
+        so far kept), as a change before arming always is. Returns False (nothing raised). A
+        collector restarted meanwhile takes up the first settled level (nothing is saved while
+        the rank is not armed)."""
         self._resettles += 1
+        self._resettled_from = onset_at
         self._settled = self._settled_at = self._reach = None
         self._noise = {}
         self._settle = list(since_onset)

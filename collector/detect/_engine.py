@@ -455,6 +455,18 @@ class DetectionEngine:
         (warm-up and settling over; before, nothing is judged); ``job``: that job's ranks only."""
         return {key: r.drift.armed for key, r in list(self._ranks.items()) if job is None or key[0] == job}
 
+    def settling_again(self, job: Optional[str] = None) -> dict[tuple, float]:
+        """``{(job, rank): onset}`` for the ranks that settle again because a shift found after
+        arming began inside their settling time (:attr:`DriftDetector.settling_again_since`);
+        ``job``: that job's ranks only."""
+        out = {}
+        for key, r in list(self._ranks.items()):
+            if job is None or key[0] == job:
+                since = r.drift.settling_again_since
+                if since is not None:
+                    out[key] = since
+        return out
+
     def reach(self, job: Optional[str] = None) -> dict[tuple, dict[str, float]]:
         """``{(job, rank): {severity: ratio}}`` for the armed ranks: the smallest sustained
         step-time shift each severity can raise now at the rank's own noise

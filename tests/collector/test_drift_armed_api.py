@@ -47,3 +47,31 @@ def test_api_jobs_says_when_the_drift_detector_is_armed(start_collector):
         [ln for ln in metrics.splitlines() if "reach" in ln]
     page = col.get("/")[2].decode()
     assert '"detector"' in page and "warming up" in page
+
+
+def test_api_jobs_says_a_rank_settles_again_after_a_shift_that_began_before_it_armed(start_collector):
+    """Steps 30% slower from 4.9 s, just before arming (the first 10 steps left out, then 2 s of
+    warm-up and 3 s of settling: armed at ~5.8 s): the shift is found after arming, its onset
+    inside the settling time, so the rank settles again instead of raising; /api/jobs says since
+    when (``drift_settling_again_since``) while it does (3 s from that onset: the steps end
+    before)."""
+    cfg = {"warmup_steps": 10, "drift": {"bucket_s": 0.5, "min_bucket_steps": 3, "warmup_s": 2, "settle_s": 3,
+                                         "critical_window_s": 1, "warning_window_s": 1.5, "info_window_s": 2}}
+    col = start_collector(detection=parse_detection(cfg))
+    t0, t, records = 1_700_000_000.0, 1_700_000_000.0, []
+    for s in range(1, 136):  # 4.9 s at 50 ms, then 30% slower: ~7.3 s in all
+        d = 0.05 if t - t0 < 4.9 else 0.065
+        t += d
+        records.append(agent_pb2.StepRecord(step=s, end_time_s=t, duration_s=d, clock=agent_pb2.STEP_CLOCK_CUDA_EVENT))
+    with col.channel() as chan:
+        stub = agent_pb2_grpc.AgentServiceStub(chan)
+        list(stub.Connect(iter([hello(job="h", rank=0, session="s1"), batch(1, steps=records)]), timeout=10))
+    deadline = time.monotonic() + 10  # (detection applies batches after the ack)
+    while True:
+        (rank,) = [r for j in json.loads(col.get("/api/jobs")[2])["jobs"] for r in j["ranks"]]
+        if rank["drift_settling_again_since"] is not None or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    assert rank["drift_armed"] is False and rank["drift_reach"] is None, rank
+    assert 4.4 <= rank["drift_settling_again_since"] - t0 <= 5.4, rank["drift_settling_again_since"] - t0
+    assert json.loads(col.get("/api/alerts")[2])["alerts"] == []

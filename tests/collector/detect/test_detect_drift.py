@@ -196,3 +196,22 @@ def test_a_hump_that_began_before_arming_settles_again_and_a_later_shift_is_rais
     assert early == [], early
     late = _run(seed, noise, lambda t: 1.12 if 220 <= t < 310 else 1.0, 600)
     assert late and late[0][1] == "critical" and abs(late[0][3] - 220) <= 30, late
+
+
+def test_a_rank_settling_again_says_since_when_until_it_is_armed_again():
+    """The engine's ``settling_again`` (served as ``drift_settling_again_since`` in /api/jobs):
+    the hump's onset while the rank settles again, nothing once it is armed again."""
+    engine, now, seen = DetectionEngine(CFG), T0, []
+    for s in range(1, 12_001):
+        t = now - T0
+        dt = 0.04 * (1.12 if 165 <= t < 255 else 1.0) * (1 + 0.002 * math.sin(s))
+        now += dt
+        engine.steps("j", 0, [s], [now], [dt], [0.0])
+        if s % 250 == 0:
+            seen.append((now - T0, engine.armed()[("j", 0)], engine.settling_again().get(("j", 0))))
+    again = [(t, since - T0) for t, armed, since in seen if since is not None]
+    assert again and all(not armed for t, armed, since in seen if since is not None), seen
+    assert all(160 <= onset <= 175 for _, onset in again), again
+    assert 180 <= again[0][0] <= 215 and again[-1][0] <= 300, again  # until armed again, 120 s on
+    assert seen[-1][1] is True and seen[-1][2] is None, seen[-1]
+    assert not [c for c in engine.conditions() if c.alertname == "StepwatchThroughputDrift"]
