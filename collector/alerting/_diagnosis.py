@@ -32,7 +32,6 @@ batches. One caller at a time.
 from __future__ import annotations
 
 import dataclasses
-import math
 import statistics
 from typing import Optional
 
@@ -339,7 +338,7 @@ def diagnose(r: Optional[_Rank], since: float, reference: Optional[tuple] = None
     until = since + _AFTER_S
     blocks = [b for b in (*r.old, *r.leaving, *r.blocks) if b[2] < until]
     host, gpu = [h for h in r.host if h[0] < until], [g for g in r.gpu if g[0] < until]
-    alloc = [a for a in r.alloc if a[0] < until]
+    alloc, phases = [a for a in r.alloc if a[0] < until], [p for p in r.phases if p[2] < until]
     if not blocks:
         return None
     after = [b for b in blocks if b[2] >= since]
@@ -366,8 +365,7 @@ def diagnose(r: Optional[_Rank], since: float, reference: Optional[tuple] = None
     w_after = [w for w in r.windows if w.start_time_s >= since]
     complete = bool(w_before and w_after)
     busier = _busier(gpu, lo, edge, since)
-    found, first, last = _contributors(r, (lo, edge, since), wait, cpu, w_before, w_after, bool(busier), wide,
-                                       until)
+    found, first, last = _contributors(phases, (lo, edge, since), wait, cpu, w_before, w_after, bool(busier), wide)
     ranked = sorted(found, key=lambda c: -_rank_key(c, step_delta))
     text = "; ".join(fmt(c) for c in ranked[:3])
     if step_delta <= 0 or ranked[0][1] < _EXPLAINED * step_delta:
@@ -378,18 +376,17 @@ def diagnose(r: Optional[_Rank], since: float, reference: Optional[tuple] = None
     return Diagnosis(text, tuple(ranked), step_delta, complete, churn.split(" (", 1)[0], busier)
 
 
-def _contributors(r: _Rank, span: tuple, wait: float, cpu: Optional[float],
+def _contributors(rows: list, span: tuple, wait: float, cpu: Optional[float],
                   w_before: list, w_after: list, busier: bool,
-                  wide: Optional[tuple] = None, until: float = math.inf) -> tuple[list, list, list]:
+                  wide: Optional[tuple] = None) -> tuple[list, list, list]:
     """The candidate causes (name, ms/step, detail) and the notes that go before and after the
     clock, activity and retry notes: from the phase times when the rank sent enough of them on
     both sides (a window on each side adds the kernel), else the data-loader wait, host CPU and
-    the windows' comparison. ``wide``: a span for the phases when ``span`` (the settled
-    level's times) holds under 3 phase blocks: the phase sampler spends a share of wall time
-    since attach, so its first samples can come late in a short settle window (the CPU test jobs
-    settle in 6 s; beside a CPU burner their first samples came 3.4-3.8 s after their first
-    step)."""
-    rows = [p for p in r.phases if p[2] < until]  # (after: at most _AFTER_S from the onset)
+    the windows' comparison. ``rows``: the rank's phase blocks. ``wide``: a span for the phases
+    when ``span`` (the settled level's times) holds under 3 phase blocks: the phase sampler
+    spends a share of wall time since attach, so its first samples can come late in a short
+    settle window (the CPU test jobs settle in 6 s; beside a CPU burner their first samples came
+    3.4-3.8 s after their first step)."""
     phased = _phase_contributors(rows, span, wait, cpu, busier)
     if phased is None and wide is not None:
         phased = _phase_contributors(rows, wide, wait, cpu, busier)

@@ -512,13 +512,14 @@ class DriftDetector:
         ys = [r[2] for r in rows]
         k = _estimate_onset(ys, ref, shift, self._clip)
         onset_at = rows[k][1] - self.cfg.bucket_s
+        window = self._window_at(onset_at, shift)
         if (onset_at < self._settled_at - self.cfg.bucket_s and self._resettles < _RESETTLE_MAX
-                and self._window_at(onset_at, shift) is None):  # (stepwatch's own cost is raised)
+                and window is None):  # (stepwatch's own cost is raised wherever it falls)
             return self._resettle(onset_at, ys[k:])
         self._onset = (int(rows[k][0]), onset_at)
         self._ref, self._raised = ref, shift
         self._alertname, self._window_note = "StepwatchThroughputDrift", ""
-        window = self._window_step = self._window_at(self._onset[1], shift)
+        self._window_step = window
         if window is not None:
             self._alertname = "StepwatchProfilerOverhead"
             self._window_note = (f"; it began when the agent's profiler window ending at step {window:,} "

@@ -459,13 +459,7 @@ class DetectionEngine:
         """``{(job, rank): onset}`` for the ranks that settle again because a shift found after
         arming began inside their settling time (:attr:`DriftDetector.settling_again_since`);
         ``job``: that job's ranks only."""
-        out = {}
-        for key, r in list(self._ranks.items()):
-            if job is None or key[0] == job:
-                since = r.drift.settling_again_since
-                if since is not None:
-                    out[key] = since
-        return out
+        return self._drift_values(job, lambda d: d.settling_again_since)
 
     def reach(self, job: Optional[str] = None) -> dict[tuple, dict[str, float]]:
         """``{(job, rank): {severity: ratio}}`` for the armed ranks: the smallest sustained
@@ -473,10 +467,15 @@ class DetectionEngine:
         (:meth:`DriftDetector.reach`, kept per rank when its spreads are measured);
         ``job``: that job's ranks only. 4.6 ms for 10,000 armed ranks on the 2-core development
         machine, as :meth:`armed` (5.3 ms); computed per call it was 46 ms."""
+        return self._drift_values(job, DriftDetector.reach)
+
+    def _drift_values(self, job: Optional[str], value) -> dict:
+        """``{(job, rank): value(its drift detector)}`` where that is not None; ``job``: that
+        job's ranks only."""
         out = {}
         for key, r in list(self._ranks.items()):
             if job is None or key[0] == job:
-                got = r.drift.reach()
+                got = value(r.drift)
                 if got is not None:
                     out[key] = got
         return out
