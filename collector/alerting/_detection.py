@@ -315,6 +315,10 @@ class Detection:
                                         self.evidence.others(a.job, a.rank), since)
                 if versus:
                     text = f"{versus}; before -> after: {text}"
+                if d.busier:  # its device did more work: a GPU cause, named first
+                    for item in d.busier:
+                        text = text.replace(f"; {item}", "")
+                    text = f"its GPU did more work: {', '.join(d.busier)}; {text}"
             top = d.contributors[0] if d.contributors else None
             if (a.alertname != STRAGGLER and top is not None and top[0].startswith("sync")
                     and top[1] > 0 and top[1] >= 0.3 * d.step_delta_ms):

@@ -110,6 +110,18 @@ class StragglerConfig:
     # loaded 2-core machine (a healthy CPU job, 1.67x for a few ms of compute).
     compute_windows: int = _count(4, "judged over the last this many aligned windows ...")
     min_compute_windows: int = _count(3, "... of which this many must show the skew")
+    # Real 2- and 4-GPU NCCL recordings (tests/data/real): healthy ranks 0.95-1.05x the others
+    # for minutes (one 5 s bucket 1.18x); GEMMs added to one rank's backward 1.26-1.64x.
+    activity_bucket_s: float = option(5.0, "GPU activity (NVML GPM tensor + FP pipes, always on): each rank's "
+                                      "median over this many seconds ...", check=at_least(0.5))
+    activity_warmup_s: float = _n(60.0, "... after this long from the rank's first sample ...")
+    activity_reference_buckets: int = _count(12, "... its ratio to the other ranks' median over its first this "
+                                             "many buckets is its reference ...")
+    activity_rise: float = option(0.15, "... a rank is flagged when its ratio stands this much above its "
+                                  "reference (0.15: 1.00x -> 1.15x) ...", check=at_least(0.01))
+    activity_buckets: int = _count(4, "... in each of its last this many buckets (cleared when each is under "
+                                   "half of it)")
+    activity_floor: float = _n(0.02, "... activities below this count as this (idle GPUs are even)")
     for_s: float = _n(0.0, "pending time before firing")
 
     def __post_init__(self) -> None:

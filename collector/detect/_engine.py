@@ -35,6 +35,7 @@ _ALLOCATOR_FIELDS = ("time_s", "allocated_bytes", "reserved_bytes", "inactive_sp
                      "device_total_bytes")
 _GPU_FIELDS = ("memory_used_bytes", "memory_total_bytes", "clock_event_reasons", "sm_clock_hertz",
                "temperature_celsius")
+_PIPES = ("tensor_active_ratio", "fp16_active_ratio", "fp32_active_ratio", "fp64_active_ratio")  # GPM
 
 
 class _Rank:
@@ -301,11 +302,23 @@ class DetectionEngine:
         r = self._rank(job, rank)
         if not len(table):
             return
+        if self.cfg.enabled and self.cfg.straggler.enabled:
+            self._activity(job, rank, table)
         if r.throttle is None and (not (self.cfg.enabled and self.cfg.gpu.enabled) or not any(
                 [x & self.cfg.gpu.throttle_mask for x in table["clock_event_reasons"] if x])):
             r.memory.gpu(GpuPoint(table.last("time_s"), *[table.last(f, optional=True) for f in _GPU_FIELDS]))
             return
         self.gpus(job, rank, list(map(GpuPoint, table["time_s"], *[table.optional(f) for f in _GPU_FIELDS])))
+
+    def _activity(self, job: str, rank: int, table: SampleTable) -> None:
+        """The GPU's compute-pipe activity (GPM tensor + FP16 + FP32 + FP64, summed; None where a
+        sample has none of them) to the job's straggler rule."""
+        pipes = [table.optional(f) for f in _PIPES]
+        values = [None if all(v is None for v in vs) else sum(v for v in vs if v is not None) for vs in zip(*pipes)]
+        if any(v is not None for v in values):
+            s = self._straggler(job)
+            if s.activity(rank, table["time_s"], values) or s.conditions:
+                self._sync(s, s.conditions.values())
 
     def host_columns(self, job: str, rank: int, table: SampleTable) -> None:
         """:meth:`hosts` for a batch given as a :class:`SampleTable` (``time_s``,

@@ -56,6 +56,7 @@ import dataclasses
 import math
 from typing import Optional
 
+from ._activity import ActivitySkew
 from ._config import StragglerConfig
 from ._types import WARNING, Condition, WindowPoint, finite_positive, mads_without_each, median, medians_without_each
 
@@ -111,11 +112,14 @@ class StragglerDetector:
         # (block, median step time of its ranks) of the last _LEVEL_REACH x window_blocks blocks
         self._levels: collections.deque = collections.deque()
         self._lag: dict[int, _PhaseRun] = {}  # rank -> its phase verdicts before the cost gate
+        self._activity = ActivitySkew(cfg.activity_bucket_s, cfg.activity_warmup_s, cfg.activity_reference_buckets,
+                                      cfg.activity_buckets, cfg.activity_rise, cfg.activity_floor)
 
     def feed(self, rank: int, step: int, time: float, step_time: float, wait: float) -> bool:
         if not finite_positive(step_time):
             return False
         self._ranks.add(rank)
+        self._activity.step(rank, time, step)
         bid = step // self.cfg.block_steps
         cur = self._cur.get(rank)
         if cur is not None and cur[0] != bid:
@@ -146,6 +150,8 @@ class StragglerDetector:
             spans = [(i, i + 1) for i, t in enumerate(duration_s) if 0 < t < math.inf]
         if spans:
             self._ranks.add(rank)
+            last = spans[-1][1] - 1
+            self._activity.step(rank, end_time_s[last], step[last])
         for i, end in spans:  # every step of a span in one block
             while i < end:
                 bid = step[i] // size
@@ -179,6 +185,15 @@ class StragglerDetector:
         if pool is None:
             pool = self._phase[rank] = collections.deque(maxlen=_MAX_PHASE_SAMPLES)
         pool.extend(zip([s // size for s in steps], pres, owns, syncs))
+
+    def activity(self, rank: int, times: list, values: list) -> bool:
+        """``rank``'s GPU compute-pipe activity samples (data times; GPM tensor + FP pipes
+        summed, None where not read): a rank whose GPU is busier than the others' (see
+        :mod:`._activity`). True when a rank was flagged or cleared."""
+        if not self._activity.feed(rank, times, values, self._level_now() if self._levels else None) \
+                and not self._activity.flags:
+            return False
+        return self._merge()
 
     def window(self, rank: int, w: WindowPoint) -> bool:
         """One profiler window of ``rank``; True when ``conditions`` changed."""
@@ -219,6 +234,7 @@ class StragglerDetector:
         self._by_phases.discard(rank)
         self._by_steps.pop(rank, None)
         self._by_windows.pop(rank, None)
+        self._activity.forget(rank)
         return self.conditions.pop(rank, None) is not None
 
     def _judge_windows(self, vals: dict) -> bool:
@@ -268,15 +284,17 @@ class StragglerDetector:
         return self._merge() or changed
 
     def _merge(self) -> bool:
-        """``conditions`` from the step blocks and the windows; True when a rank came or went."""
-        merged = {}
-        for rank in set(self._by_steps) | set(self._by_windows):
-            a, b = self._by_steps.get(rank), self._by_windows.get(rank)
-            if a is None or b is None:
-                merged[rank] = a or b
-                continue
-            first = a if a.since <= b.since else b
-            merged[rank] = dataclasses.replace(first, summary=f"{a.summary}; {b.summary}")
+        """``conditions`` from the step blocks, the windows and the GPU activity; True when a
+        rank came or went."""
+        merged, flags = {}, self._activity.flags
+        for rank in set(self._by_steps) | set(self._by_windows) | set(flags):
+            f = flags.get(rank)
+            held = [c for c in (self._by_steps.get(rank), self._by_windows.get(rank),
+                                f and Condition("StepwatchStragglerRank", self.job, rank, WARNING, f.summary(rank),
+                                                f.since, f.step, self.cfg.for_s)) if c is not None]
+            first = min(held, key=lambda c: c.since)
+            merged[rank] = first if len(held) == 1 else \
+                dataclasses.replace(first, summary="; ".join(c.summary for c in held))
         changed = set(merged) != set(self.conditions)
         self.conditions = merged
         return changed

@@ -86,7 +86,10 @@ def test_a_launch_bound_job_names_a_busy_host_and_a_slow_loader_within_seconds()
 
 def test_gemms_that_fill_a_launch_bound_gpus_idle_time_are_not_a_straggler():
     """4 ms of GEMMs a step on rank 1 of a job whose GPUs idle 95% of the time: the step went
-    9.22 -> 9.47 ms (+3%), so nobody waits for rank 1 in a way that costs the job."""
+    9.22 -> 9.47 ms (+3%), so nobody waits for rank 1 in a way that costs the job. (The
+    recording is 27 s long: the GPU-activity evidence, which needs two minutes of samples
+    before it judges, does not speak here; on a longer job it would name rank 1 as busier, a
+    warning that says the job's step change, +3%.)"""
     alerts = _replay("h100g_2gpu_tiny_gemm.jsonl.gz")
     assert _stragglers(alerts) == {}, [(a.alertname, a.rank, a.fired_summary) for a in alerts]
 
@@ -151,7 +154,8 @@ def test_gemms_on_the_slow_rank_are_named_in_backward_against_the_other_rank():
     backward +1.4 ms/step comes first. The loader and the busy host likewise name their phase."""
     why = {name: _stragglers(_replay(f"h200e_2gpu_512_{name}.jsonl.gz"))[1].diagnosis
            for name in ("gemm", "loader", "host")}
-    assert why["gemm"].startswith("against the other ranks: backward +1."), why["gemm"]
+    assert why["gemm"].startswith("its GPU did more work: SM activity ") \
+        and "; against the other ranks: backward +1." in why["gemm"], why["gemm"]
     assert why["loader"].startswith("against the other ranks: data +8."), why["loader"]
     assert why["host"].startswith("against the other ranks: forward +3."), why["host"]
 
@@ -191,6 +195,32 @@ def test_two_h200s_alone_name_every_cause_on_rank_1_as_live_and_a_healthy_job_no
                                   host=1795973408.24)
     why = {name: _stragglers(_replay(f"h200s_2gpu_512_{name}.jsonl.gz"))[1].diagnosis
            for name in ("gemm", "loader", "host")}
-    assert why["gemm"].startswith("against the other ranks: backward +"), why["gemm"]
+    # (the GEMMs raised its device's SM activity: named first, then its backward against rank 0's)
+    assert why["gemm"].startswith("its GPU did more work: SM activity ") \
+        and "; against the other ranks: backward +" in why["gemm"], why["gemm"]
     assert why["loader"].startswith("against the other ranks: data +"), why["loader"]
     assert why["host"].startswith("against the other ranks: forward +"), why["host"]
+
+
+# h200r: bench/real_job.py --size m (~47 ms, host-bound) under NCCL on 2 x NVIDIA H200 at the
+# defaults, 2026-11-29, 7 ms of GEMMs in rank 1's backward (README beside the recordings)
+def test_gemms_on_one_rank_of_a_host_bound_h200_job_are_named_by_the_gpu_activity():
+    """Both ranks' device backward grew alike (rank 0 waits for rank 1's gradients inside its
+    backward) and the job slowed 2-8% in the host's own wander: nothing was raised live at
+    23bb0e9. Rank 1's GPM tensor activity went 0.21 -> 0.26 and rank 0's stayed: named by it,
+    rank 1 alone, within a minute, with the step at the change. The second recording ran the
+    rule live (held out): 22.4 s, onset step 3,984 of the change at 3,960."""
+    for name, at, step in (("h200r_2gpu_m_gemm_r1", 1795995084.06, 4225),
+                           ("h200r_2gpu_m_gemm_r1_live", 1795995839.03, 3960)):
+        alerts = _replay(f"{name}.jsonl.gz")
+        strag = _stragglers(alerts)
+        assert [(a.alertname, a.rank) for a in alerts] == [("StepwatchStragglerRank", 1)], \
+            (name, [(a.alertname, a.rank, a.fired_summary) for a in alerts])
+        assert 0 < strag[1].fired_at - at <= 60, (name, strag[1].fired_at - at)
+        assert 0 <= strag[1].step - step <= 60 / 0.047 / 2, (name, strag[1].step)  # onset within 30 s after
+        assert "rank 1's GPU is busier than the other ranks'" in strag[1].fired_summary \
+            and "the job's step" in strag[1].fired_summary, strag[1].fired_summary
+    # the live one's why names the device's work first (on the first, at its raise, the tensor
+    # activity had risen just under the 5 points the why asks for: its phases come first)
+    assert strag[1].diagnosis.startswith("its GPU did more work: ") \
+        and "tensor activity 20% -> 25%" in strag[1].diagnosis.split(";")[0], strag[1].diagnosis

@@ -256,7 +256,8 @@ def _memory_samples(rng: random.Random, n: int) -> list:
 
 class _Table:
     """A SampleTable of rows (points, or tuples with ``names``), as the collector's Samples
-    reads them: None stands for an unset field (read as 0 unless asked for as optional)."""
+    reads them: None stands for an unset field (read as 0 unless asked for as optional), as
+    does a field the rows do not have."""
 
     def __init__(self, rows: list, names: tuple = ()):
         names = names or rows[0]._fields
@@ -269,7 +270,7 @@ class _Table:
         return [0 if v is None else v for v in self._cols[name]]
 
     def optional(self, name: str) -> list:
-        return list(self._cols[name])
+        return list(self._cols.get(name, [None] * len(self)))  # (a field no row has: unset)
 
     def last(self, name: str, optional: bool = False):
         return (self.optional(name) if optional else self[name])[-1]
