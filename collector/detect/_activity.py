@@ -20,9 +20,13 @@ is its median over the others' median (both floored at ``activity_floor``: idle 
 even). Its reference is the median of its first ``activity_reference_buckets`` ratios after
 ``activity_warmup_s`` from its first sample; it is flagged when its ratio stands
 ``activity_rise`` or more above that in each of its last ``activity_buckets`` buckets, and cleared
-when each of them is back under half of that. A rank busier from the start (a shared GPU, a
-pipeline stage with more work) is learnt in its reference and left to the step, phase and window
-evidence. Not thread-safe; O(ranks log ranks) per judged bucket.
+when each of them is back under half of that. A bucket counts for a rank only while it trained: its kept steps
+(pauses, marked phases and warm-up are left out before they come here) fill most of the time
+around it, so ``if rank == 0: evaluate()`` with the others waiting, a checkpoint or a stall is not
+compared. A rank busier from the start (a shared GPU, a pipeline stage with more work) is learnt
+in its reference and left to the step, phase and window evidence. Not thread-safe; O(ranks log
+ranks) per judged bucket plus a scan of each rank's last ~40 batch marks; the collector's ingest
+path measured the same with and without it (bench/results/ingest_activity.md).
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ __all__ = ["ActivitySkew", "ActivityFlag"]
 _LAG = 6  # buckets a bucket waits for a rank that has not moved past it
 _BEFORE = 6      # buckets before a flag's onset that give the job's step level before it
 _STEPS_KEPT = 128  # (time, step) per batch kept per rank: at one batch a second, two minutes
+_TRAINING = 0.6    # a bucket counts for a rank whose kept steps fill this share of it (_training)
 
 
 @dataclasses.dataclass
@@ -131,6 +136,28 @@ class ActivitySkew:
         if not seen or time >= seen[-1][0] + 1.0:  # (fed step by step: one a second is kept)
             seen.append((time, step))
 
+    def _training(self, rank: int, start: float, end: float, period: Optional[float]) -> bool:
+        """Whether ``rank`` trained through [start, end): its steps kept upstream (a pause, a
+        marked phase or warm-up is left out there) between its last batch before ``start`` and
+        its first at or after ``end`` (its last so far when none is), at its usual seconds per
+        step (``period``: the job's step time, None when not known), fill at least _TRAINING of
+        the time between those batches. An evaluation run on
+        one rank while the others wait, a checkpoint or a stall hold no kept steps (its step
+        around them is one long step, left out): their GPU activity is not the training's."""
+        seen = self.steps.get(rank)
+        if not seen or not period:
+            return False
+        after = prev = None
+        for t, s in reversed(seen):  # (the newest first: the buckets judged are the last ones)
+            if t < start:
+                prev = (t, s)
+                break
+            if after is None or t >= end:
+                after = (t, s)
+        if after is None or prev is None or after[0] < start:
+            return False
+        return (after[1] - prev[1]) * period >= _TRAINING * (after[0] - prev[0])
+
     def _step_at(self, rank: int, time: float) -> Optional[int]:
         """The rank's first step kept at or after ``time`` (its newest when none is)."""
         seen = self.steps.get(rank)
@@ -151,9 +178,12 @@ class ActivitySkew:
         return median(kept) if kept else None
 
     def _judge(self, bid: int, meds: dict, level: Optional[float]) -> bool:
-        ranks = list(meds)
+        start = bid * self.bucket_s
+        ranks = [q for q in meds if self._training(q, start, start + self.bucket_s, level)]
+        if len(ranks) < 2:
+            return False
         others = medians_without_each([meds[q] for q in ranks])
-        start, changed = bid * self.bucket_s, False
+        changed = False
         for q, o in zip(ranks, others):
             own = meds[q]
             ratio = max(own, self.floor) / max(o, self.floor)

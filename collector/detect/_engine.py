@@ -312,10 +312,10 @@ class DetectionEngine:
 
     def _activity(self, job: str, rank: int, table: SampleTable) -> None:
         """The GPU's compute-pipe activity (GPM tensor + FP16 + FP32 + FP64, summed; None where a
-        sample has none of them) to the job's straggler rule."""
-        pipes = [table.optional(f) for f in _PIPES]
-        values = [None if all(v is None for v in vs) else sum(v for v in vs if v is not None) for vs in zip(*pipes)]
-        if any(v is not None for v in values):
+        sample has no GPM reading: its SM activity unset) to the job's straggler rule."""
+        seen = table.optional("sm_active_ratio")  # (presence asked of one column: the others read 0 unset)
+        if any(v is not None for v in seen):
+            values = [None if v is None else sum(vs) for v, *vs in zip(seen, *[table[f] for f in _PIPES])]
             s = self._straggler(job)
             if s.activity(rank, table["time_s"], values) or s.conditions:
                 self._sync(s, s.conditions.values())

@@ -16,22 +16,27 @@ T0 = 1_800_000_000.0
 STEP_S = 0.05
 
 
-def _job(ranks: int, seconds: int, level, seed: int = 1, stop: dict = None) -> tuple:
+def _job(ranks: int, seconds: int, level, seed: int = 1, stop: dict = None, paused=lambda sec: False,
+         paused_steps: int = 0) -> tuple:
     """Feed ``ranks`` ranks for ``seconds``: a second's steps and one GPU sample per rank per
     second; ``level(rank, t)`` is the rank's pipe activity at t s (noise +-2% added). ``stop``:
-    {rank: second it stops sending}. (detector, [(t, changed)])."""
+    {rank: second it stops sending}; ``paused(sec)``: no steps kept that second on any rank (the
+    engine leaves a pause's steps out before they reach the rule) but ``paused_steps`` of them
+    a second. (detector, [(t, changed)])."""
     rng = random.Random(seed)
     det = StragglerDetector(DetectionConfig().straggler, "job")
     per = int(1 / STEP_S)
-    seen = []
+    seen, counter = [], {}
     for sec in range(seconds):
         for rank in range(ranks):
             if stop and sec >= stop.get(rank, seconds):
                 continue
-            first = sec * per
-            steps = list(range(first, first + per))
-            ends = [T0 + (s + 1) * STEP_S for s in steps]
-            det.feed_many(rank, steps, ends, [STEP_S] * per, [0.001] * per)
+            first, n = counter.get(rank, 0), paused_steps if paused(sec) else per
+            steps = list(range(first, first + n))
+            counter[rank] = first + n + (n < per)  # (a pause: one long step, left out upstream)
+            ends = [T0 + sec + (i + 1) * STEP_S for i in range(n)]
+            if steps:
+                det.feed_many(rank, steps, ends, [STEP_S] * len(steps), [0.001] * len(steps))
             value = level(rank, sec) * (1 + rng.uniform(-0.02, 0.02))
             seen.append((sec, det.activity(rank, [T0 + sec + 0.5], [value])))
     return det, seen
@@ -96,3 +101,20 @@ def test_a_forgotten_rank_drops_its_flag():
     det, _ = _job(2, 300, lambda r, t: 0.30 if r == 1 and t >= 200 else 0.20)
     assert set(_named(det)) == {1}
     assert det.forget(1) and det.conditions == {}
+
+
+def test_an_evaluation_on_rank_0_alone_names_nobody():
+    """``if rank == 0: evaluate()`` for 60 s every 2 minutes: rank 0's GPU busy, the others idle
+    at the next collective, and no rank's steps kept (each rank's step around it is a pause).
+    Those buckets are not the training's and are not judged."""
+    def evaluating(sec):
+        return sec >= 150 and sec % 120 < 60
+
+    for kept in (0, 1):  # (1: a step a second still kept, its batches going on: 5% of the time)
+        det, seen = _job(2, 600, lambda r, t: (0.45 if r == 0 else 0.02) if evaluating(t) else 0.21,
+                         paused=evaluating, paused_steps=kept)
+        assert det.conditions == {} and not any(c for _, c in seen), (kept, det.conditions)
+    # the same GPUs while the steps go on: rank 0 named inside its fourth busy minute (the rule
+    # is not blind to it)
+    det, _ = _job(2, 530, lambda r, t: (0.45 if r == 0 else 0.02) if evaluating(t) else 0.21)
+    assert set(_named(det)) == {0}, det.conditions
