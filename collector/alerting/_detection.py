@@ -20,6 +20,7 @@ from stepwatch.proto.stepwatch.v1 import agent_pb2
 
 from ..wire._columns import SampleColumns, StepColumns
 from ..detect import SEVERITIES, DetectionConfig, DetectionEngine, WindowPoint
+from ..detect._activity import GPU_BUSIER
 from ..detect._engine import TICK_SLICE
 from ._alertmanager import AlertmanagerClient
 from ._book import Alert, AlertBook
@@ -320,11 +321,14 @@ class Detection:
                         text = text.replace(f"; {item}", "")
                     text = f"its GPU did more work: {', '.join(d.busier)}; {text}"
             top = d.contributors[0] if d.contributors else None
-            if (a.alertname != STRAGGLER and top is not None and top[0].startswith("sync")
-                    and top[1] > 0 and top[1] >= 0.3 * d.step_delta_ms):
-                # this rank waited for the others: name the straggler when one is known
+            in_sync = (top is not None and top[0].startswith("sync") and top[1] > 0
+                       and top[1] >= 0.3 * d.step_delta_ms)
+            if a.alertname != STRAGGLER:
+                # this rank waited for another: in sync, or (its own device no busier) for a rank
+                # whose GPU does more work, which under DDP it waits for inside its own backward
                 slow = sorted(s.rank for s in self.book.firing() if s.alertname == STRAGGLER
-                              and s.job == a.job and s.rank != a.rank)
+                              and s.job == a.job and s.rank != a.rank
+                              and (in_sync or (not d.busier and GPU_BUSIER in s.summary)))
                 if slow:
                     text = f"waiting for rank {', '.join(map(str, slow[:4]))} (straggler): {text}"
             new = self.book.annotate(a.key, diagnosis=text, diagnosis_complete=d.complete)

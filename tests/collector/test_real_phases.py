@@ -9,7 +9,7 @@ import pathlib
 
 from stepwatch.collector._replay import replay
 from stepwatch.collector.detect import DetectionConfig
-from stepwatch.collector.tools.corpus import events, load
+from stepwatch.collector.tools.corpus import events, inject, load
 
 PHASES = pathlib.Path(__file__).resolve().parents[1] / "data" / "real" / "phases"
 
@@ -224,3 +224,17 @@ def test_gemms_on_one_rank_of_a_host_bound_h200_job_are_named_by_the_gpu_activit
     # activity had risen just under the 5 points the why asks for: its phases come first)
     assert strag[1].diagnosis.startswith("its GPU did more work: ") \
         and "tensor activity 20% -> 25%" in strag[1].diagnosis.split(";")[0], strag[1].diagnosis
+
+
+def test_the_other_ranks_slowdown_points_at_a_gpu_straggler_it_waits_for_in_its_backward():
+    """The live h200r recording with the job's step made +15% from the change on (every rank's
+    later times moved; the GPM samples as recorded): both ranks' drift is raised, and rank 0's,
+    whose own device did no more work (it waits for rank 1's gradients inside its backward, not
+    in sync), says it waits for rank 1."""
+    lines = inject(load(str(PHASES / "h200r_2gpu_m_gemm_r1_live.jsonl.gz")), "step", 0.15, 1795995839.03, 0)
+    alerts = replay(events(lines), DetectionConfig())
+    drift = {a.rank: a for a in alerts if a.alertname == "StepwatchThroughputDrift"}
+    assert set(_stragglers(alerts)) == {1} and set(drift) == {0, 1}, \
+        [(a.alertname, a.rank, a.fired_summary) for a in alerts]
+    assert drift[0].diagnosis.startswith("waiting for rank 1 (straggler): "), drift[0].diagnosis
+    assert not drift[1].diagnosis.startswith("waiting for"), drift[1].diagnosis
