@@ -6,7 +6,8 @@ In data-parallel training every rank runs the same kernels, so the share of time
 compute pipes are busy (GPM tensor + FP16 + FP32 + FP64 activity, summed) is the same on every
 rank. On the real 2- and 4-GPU NCCL recordings in tests/data/real (H100 and H200, ~9-50 ms
 steps) a healthy rank's 5 s median stood within 0.95-1.05x of the other ranks' median for
-minutes, one 5 s bucket at most 1.18x (a data-loader change landing in one bucket). Extra GPU
+minutes, never two buckets in a row outside that; single buckets reached 1.10x, 1.18x (a
+data-loader change landing in one) and 1.48x (a profiler window asked of one rank). Extra GPU
 work on one rank (more GEMMs, a GPU that takes longer for the same kernels) raises its share
 and lowers the others': they wait in NCCL kernels, which barely use those pipes. GEMMs injected
 into one rank's backward: 1.26x (a host-bound 48 ms job, where the job slowed only 2-6%) to
@@ -19,12 +20,13 @@ the wall clock; a bucket is judged once every rank has sent a later sample, or w
 is its median over the others' median (both floored at ``activity_floor``: idle GPUs are
 even). Its reference is the median of its first ``activity_reference_buckets`` ratios after
 ``activity_warmup_s`` from its first sample; it is flagged when its ratio stands
-``activity_rise`` or more above that in each of its last ``activity_buckets`` buckets, and cleared
-when each of them is back under half of that. A bucket counts for a rank only while it trained: its kept steps
-(pauses, marked phases and warm-up are left out before they come here) fill most of the time
-around it, so ``if rank == 0: evaluate()`` with the others waiting, a checkpoint or a stall is not
-compared. A rank busier from the start (a shared GPU, a pipeline stage with more work) is learnt
-in its reference and left to the step, phase and window evidence. Not thread-safe; O(ranks log
+``activity_rise`` or more above that in each of its last ``activity_buckets`` buckets, and
+cleared when each of them is back under half of that. A bucket counts for a rank only while it
+trained: its kept steps (pauses, marked phases and warm-up are left out before they come here)
+fill most of the time around it, so ``if rank == 0: evaluate()`` with the others waiting, a
+checkpoint or a stall is not compared. A rank busier from the start (a shared GPU, a pipeline stage with more work) is learnt
+in its reference and left to the step, phase and window evidence; so is one busier when the
+collector restarts (the reference is not persisted: two minutes to learn again). Not thread-safe; O(ranks log
 ranks) per judged bucket plus a scan of each rank's last ~40 batch marks; the collector's ingest
 path measured the same with and without it (bench/results/ingest_activity.md).
 """
