@@ -21,11 +21,12 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from collector_scale import templates  # noqa: E402
 
 
-def recorded_batch(parts: tuple, seq: int, samples: int, n: int = 20, period: float = 5.0):
+def recorded_batch(parts: tuple, seq: int, samples: int, n: int = 20, period: float = 5.0, fill: bool = False):
     """Batch ``seq`` of one rank, from the recording's ``parts`` (bench/collector_scale.py's
     templates()): ``n`` steps ending at 1.7e9 + ``period`` x seq, ``samples`` GPU, host and
     allocator samples of each kind over that period, a window per minute of batches (every
-    12th at 5 s)."""
+    12th at 5 s). ``fill``: the steps spread over the whole period (one step every period / n,
+    as a job that trains through the batch), not 10 ms apart at its end."""
     from stepwatch.proto.stepwatch.v1 import agent_pb2
 
     steps, gpu, host, alloc, windows = parts
@@ -34,7 +35,9 @@ def recorded_batch(parts: tuple, seq: int, samples: int, n: int = 20, period: fl
     for i in range(n):
         s = b.steps.add()
         s.CopyFrom(steps[(seq * n + i) % len(steps)])
-        s.step, s.end_time_s = (seq - 1) * n + i + 1, end - (n - i) * 0.01
+        s.step, s.end_time_s = (seq - 1) * n + i + 1, end - (n - i) * (period / n if fill else 0.01)
+        if fill:
+            s.duration_s = period / n
     for src, dst in ((gpu, b.gpu_samples), (host, b.host), (alloc, b.allocator)):
         for k in range(samples):
             dst.add().CopyFrom(src[(seq * samples + k) % len(src)])
@@ -116,6 +119,9 @@ def main() -> None:
     p.add_argument("--steps-per-batch", type=int, default=20, help="80 with --batch-s 20 and 20 samples: the "
                    "batches of a collector that paces its agents to 20 s (10,000 ranks at max_batches_per_s 500)")
     p.add_argument("--batch-s", type=float, default=5.0, help="data time each batch covers")
+    p.add_argument("--fill", action="store_true", help="steps spread over each batch's period, each as long "
+                   "as the spacing (a job training through it: the GPU-activity straggler rule judges "
+                   "such buckets only)")
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--ticks", type=int, default=0, help="then time this many housekeeping ticks (expiry and "
                    "the time-based rules over every rank) on the fed state")
@@ -136,7 +142,7 @@ def main() -> None:
     for _ in range(args.repeat):
         pipe, hellos = connected_pipeline(args.ranks, args.ranks_per_job)
         payloads = [recorded_batch(parts, seq, args.samples_per_batch, args.steps_per_batch,
-                                   args.batch_s).SerializeToString()
+                                   args.batch_s, args.fill).SerializeToString()
                     for seq in range(1, args.batches + 1)]
         gc.collect()
         cpu0 = time.process_time()

@@ -27,8 +27,8 @@ fill most of the time around it, so ``if rank == 0: evaluate()`` with the others
 checkpoint or a stall is not compared. A rank busier from the start (a shared GPU, a pipeline stage with more work) is learnt
 in its reference and left to the step, phase and window evidence; so is one busier when the
 collector restarts (the reference is not persisted: two minutes to learn again). Not thread-safe; O(ranks log
-ranks) per judged bucket plus a scan of each rank's last ~40 batch marks; the collector's ingest
-path measured the same with and without it (bench/results/ingest_activity.md).
+ranks) per judged bucket plus a scan of each rank's last ~40 batch marks; on the collector's
+ingest path +0.3-1.0 us per step, 4-11% (bench/results/ingest_activity.md).
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import math
-from typing import Optional
+from typing import Callable, Optional
 
 from ._types import finite_positive, median, medians_without_each
 
@@ -103,9 +103,10 @@ class ActivitySkew:
         # rank -> (data time, step) of its last batches (kept by the caller): a flag's onset step
         self.steps: dict[int, collections.deque] = {}
 
-    def feed(self, rank: int, times: list, values: list, level: Optional[float] = None) -> bool:
-        """``rank``'s samples (data times, summed pipe activity 0-4 or None); ``level``: the
-        job's step time now (seconds, None when not known), kept with the buckets judged."""
+    def feed(self, rank: int, times: list, values: list, level: Callable[[], Optional[float]]) -> bool:
+        """``rank``'s samples (data times, summed pipe activity 0-4 or None); ``level()``: the
+        job's step time now (seconds, None when not known), asked once per bucket judged and
+        kept with it."""
         r = None
         for t, v in zip(times, values):
             if v is None or not (math.isfinite(v) and v >= 0.0) or not finite_positive(t):
@@ -127,9 +128,10 @@ class ActivitySkew:
                 break
             vals = self._open.pop(bid)
             self._judged = bid
-            self._levels.append((bid * self.bucket_s, level))
+            now = level()
+            self._levels.append((bid * self.bucket_s, now))
             if len(vals) >= 2:
-                changed |= self._judge(bid, {q: median(v) for q, v in vals.items()}, level)
+                changed |= self._judge(bid, {q: median(v) for q, v in vals.items()}, now)
         return changed
 
     def step(self, rank: int, time: float, step: int) -> None:

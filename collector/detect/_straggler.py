@@ -190,10 +190,13 @@ class StragglerDetector:
         """``rank``'s GPU compute-pipe activity samples (data times; GPM tensor + FP pipes
         summed, None where not read): a rank whose GPU is busier than the others' (see
         :mod:`._activity`). True when a rank was flagged or cleared."""
-        if not self._activity.feed(rank, times, values, self._level_now() if self._levels else None) \
-                and not self._activity.flags:
+        if not self._activity.feed(rank, times, values, self._activity_level) and not self._activity.flags:
             return False
         return self._merge()
+
+    def _activity_level(self) -> Optional[float]:
+        """The job's step time now for the GPU-activity rule (None before any block was judged)."""
+        return self._level_now() if self._levels else None
 
     def window(self, rank: int, w: WindowPoint) -> bool:
         """One profiler window of ``rank``; True when ``conditions`` changed."""
