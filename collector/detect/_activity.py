@@ -24,11 +24,12 @@ even). Its reference is the median of its first ``activity_reference_buckets`` r
 cleared when each of them is back under half of that. A bucket counts for a rank only while it
 trained: its kept steps (pauses, marked phases and warm-up are left out before they come here)
 fill most of the time around it, so ``if rank == 0: evaluate()`` with the others waiting, a
-checkpoint or a stall is not compared. A rank busier from the start (a shared GPU, a pipeline stage with more work) is learnt
-in its reference and left to the step, phase and window evidence; so is one busier when the
-collector restarts (the reference is not persisted: two minutes to learn again). Not thread-safe; O(ranks log
-ranks) per judged bucket plus a scan of each rank's last ~40 batch marks; on the collector's
-ingest path +0.3-1.0 us per step, 4-11% (bench/results/ingest_activity.md).
+checkpoint or a stall is not compared. A rank busier from the start (a shared GPU, a pipeline
+stage with more work) is learnt in its reference and left to the step, phase and window
+evidence; so is one busier when the collector restarts (the reference is not persisted: two
+minutes to learn again). Not thread-safe; O(ranks log ranks) per judged bucket plus a scan of
+each rank's last ~40 batch marks; on the collector's ingest path +0.3-1.0 us per step, 4-11%
+(bench/results/ingest_activity.md).
 """
 
 from __future__ import annotations
@@ -76,7 +77,7 @@ class ActivityFlag:
 
 
 class _Rank:
-    __slots__ = ("first", "latest", "refs", "reference", "hist", "flag")
+    __slots__ = ("first", "latest", "refs", "reference", "hist")
 
     def __init__(self, first: float, buckets: int):
         self.first = first                  # data time of its first sample
@@ -84,7 +85,6 @@ class _Rank:
         self.refs: list = []                # its first ratios, until the reference is known
         self.reference: Optional[float] = None
         self.hist = collections.deque(maxlen=buckets)  # (ratio - reference, bucket start)
-        self.flag: Optional[ActivityFlag] = None
 
 
 class ActivitySkew:
@@ -147,9 +147,9 @@ class ActivitySkew:
         marked phase or warm-up is left out there) between its last batch before ``start`` and
         its first at or after ``end`` (its last so far when none is), at its usual seconds per
         step (``period``: the job's step time, None when not known), fill at least _TRAINING of
-        the time between those batches. An evaluation run on
-        one rank while the others wait, a checkpoint or a stall hold no kept steps (its step
-        around them is one long step, left out): their GPU activity is not the training's."""
+        the time between those batches. An evaluation run on one rank while the others wait, a
+        checkpoint or a stall hold no kept steps (its step around them is one long step, left
+        out): their GPU activity is not the training's."""
         seen = self.steps.get(rank)
         if not seen or not period:
             return False
@@ -202,18 +202,17 @@ class ActivitySkew:
             dev = ratio - r.reference
             r.hist.append((dev, start))
             full = len(r.hist) == r.hist.maxlen
-            if r.flag is None:
+            f = self.flags.get(q)
+            if f is None:
                 if full and all(d >= self.rise for d, _ in r.hist):
                     since = r.hist[0][1]
-                    r.flag = self.flags[q] = ActivityFlag(since, self._step_at(q, since), own, o, ratio,
-                                                          r.reference, 0.0, self._before(since))
+                    f = self.flags[q] = ActivityFlag(since, self._step_at(q, since), own, o, ratio,
+                                                     r.reference, 0.0, self._before(since))
                     changed = True
             elif full and all(d < self.rise / 2 for d, _ in r.hist):
-                r.flag = None
-                self.flags.pop(q, None)
-                changed = True
-            if r.flag is not None and dev >= self.rise:
-                f = r.flag
+                del self.flags[q]
+                f, changed = None, True
+            if f is not None and dev >= self.rise:
                 f.own, f.others, f.ratio, f.seconds = own, o, ratio, start + self.bucket_s - f.since
                 f.level_now = level
         return changed
