@@ -40,6 +40,10 @@ def payload(alerts: list[Alert], now: float, resend_s: float, generator_url: str
         for name in ("diagnosis", "trace"):
             if getattr(a, name):
                 item["annotations"][name] = getattr(a, name)
+        if a.fired_summary and a.fired_summary != a.summary:  # (a resolved drift: its summary
+            item["annotations"]["raised"] = a.fired_summary    # reads the level it came back to)
+        if a.peak_ratio is not None:
+            item["annotations"]["peak_ratio"] = f"{a.peak_ratio:.4f}"
         if generator_url:
             item["generatorURL"] = generator_url
         out.append(item)

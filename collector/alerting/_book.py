@@ -35,7 +35,9 @@ _EARLIER_KEPT = 8  # further changes remembered per episode
 @dataclasses.dataclass
 class Alert:
     """One alert episode: raised once, updated in place (severity, summary, ratio), resolved
-    once. ``history`` is ``[(time, severity), ...]`` from the first firing on; ``raised_step``
+    once (``summary`` and ``ratio`` follow the condition: a resolved drift episode's last ratio
+    is the level it came back to; ``fired_summary`` and ``peak_ratio`` keep what it was raised
+    on and the most it reached). ``history`` is ``[(time, severity), ...]`` from the first firing on; ``raised_step``
     the step the rank had reached when it fired; ``step`` the step the condition refers to (the
     estimated onset for drift). A further change inside the episode (``Condition.change``
     moved, or the condition came back within the resolve hold with another onset) moves ``step`` and ``onset_at`` to the new onset and keeps what was raised before
@@ -56,7 +58,8 @@ class Alert:
     ratio: Optional[float] = None
     raised_step: Optional[int] = None
     resolved_step: Optional[int] = None
-    fired_summary: str = ""
+    fired_summary: str = ""  # the summary it fired with (``summary`` follows the condition)
+    peak_ratio: Optional[float] = None  # the largest ratio while firing
     history: list = dataclasses.field(default_factory=list)
     absent_since: Optional[float] = None  # condition gone, resolving once the hold has passed
     diagnosis: str = ""     # why (slowdown alerts): what changed between before and after onset
@@ -92,7 +95,8 @@ class Alert:
                 "raised_step": self.raised_step, "starts_at": iso(self.starts_at),
                 "fired_at": iso(self.fired_at) if self.fired_at else None,
                 "ends_at": iso(self.ends_at) if self.ends_at else None, "ratio": self.ratio,
-                "resolved_step": self.resolved_step,
+                "resolved_step": self.resolved_step, "raised_summary": self.fired_summary,
+                "peak_ratio": self.peak_ratio,
                 "severity_history": [[iso(t), sev] for t, sev in self.history],
                 "onset_at": iso(self.onset), "earlier": [dict(e) for e in self.earlier]}
 
@@ -180,6 +184,8 @@ class AlertBook:
             a.onset_raised = (c.severity, c.summary)
         a.change = c.change
         a.severity, a.summary, a.ratio = c.severity, c.summary, c.ratio
+        if c.ratio is not None and (a.peak_ratio is None or c.ratio > a.peak_ratio):
+            a.peak_ratio = c.ratio
         if a.state == "pending":
             a.step = c.step if c.step is not None else a.step
             if now - a.active_at >= c.for_s:

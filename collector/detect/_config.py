@@ -57,6 +57,9 @@ class DriftConfig:
     warning_ratio: float = _n(0.05, "+5% step time: warning")
     critical_ratio: float = _n(0.10, "+10%: critical")
     critical_window_s: float = option(30.0, "a critical shift must hold this long", check=at_least(0.01))
+    critical_sustain: float = option(1.5, "... and, raised from no episode and under 1.5x critical_ratio, stand "
+                                     "above half its size on two thirds of this many critical windows (a "
+                                     "real job's hump: +10% for 25 s)", check=at_least(1.0))
     warning_window_s: float = option(90.0, "a warning shift must hold this long", check=at_least(0.01))
     info_window_s: float = option(240.0, "an info shift must hold this long", check=at_least(0.01))
     z: float = _n(4.0, "and stand this many of the job's own spreads (medians over that window) out")

@@ -39,17 +39,18 @@ def test_a_slower_data_loader_whose_waits_alternate_is_named_with_its_wait():
     assert "data-loader wait +4." in d.diagnosis.split(";")[0], d.diagnosis
 
 
-def test_a_change_two_steps_before_a_window_ends_is_the_jobs_own_once_the_churn_is_seen():
-    """The step time rose as a profiler window closed: first taken for the profiler's cost, the
-    allocator churn (which no window makes) makes it the job's own, in the same evaluation: the
-    overhead alert never stays firing, the drift alert says what it was first taken for."""
+def test_a_change_two_steps_before_a_window_ends_is_the_jobs_own_drift_never_the_profilers_cost():
+    """The step time rose as a profiler window closed (+10.8% in its first 30 s, +17% in 45 s).
+    Raised on the critical window alone it was first taken for the profiler's cost and then
+    turned into drift once the allocator churn was seen; a critical shift under +15% now has to
+    stand 45 s, by which time the churn is in the diagnosis: one drift episode, firing, with the
+    churn first, never an overhead alert (the overhead-to-drift path itself: the CPU test
+    test_an_overhead_episode_the_diagnosis_finds_to_be_the_jobs_own_becomes_drift)."""
     alerts = _alerts("empty_cache")
-    overhead = [a for a in alerts if a.alertname == "StepwatchProfilerOverhead"]
-    drift = [a for a in alerts if a.alertname == "StepwatchThroughputDrift"]
-    assert overhead and all(a.state == "resolved" for a in overhead), [(a.alertname, a.state) for a in alerts]
-    assert drift and drift[0].state == "firing"
-    assert "first taken for the agent's profiler window ending at step 4,097" in drift[0].fired_summary, \
-        drift[0].fired_summary
+    assert [(a.alertname, a.state) for a in alerts] == [("StepwatchThroughputDrift", "firing")], \
+        [(a.alertname, a.state, a.fired_summary) for a in alerts]
+    assert alerts[0].diagnosis.startswith("allocator churn: cudaMalloc/cudaFree"), alerts[0].diagnosis
+    assert 4_095 <= alerts[0].step <= 4_095 + 100, alerts[0].step
 
 
 def test_launch_bound_tiny_operators_are_named_as_forward_on_the_host():
@@ -200,3 +201,25 @@ def test_a_synchronize_that_barely_slows_a_launch_bound_job_raises_nothing():
     drift raises, and nothing before the change either."""
     alerts = replay(events(load(str(DIAG / "h200u_1gpu_s_sync.jsonl.gz"))), DetectionConfig())
     assert alerts == [], [(a.alertname, a.fired_summary) for a in alerts]
+
+
+# h200q: held out (recorded after every mend), two H200s side by side, 2026-11-30 (diag README)
+H200Q_AT = {"h200q_1gpu_m_optimizer_loop.jsonl.gz": 1796006845.81, "h200q_1gpu_m_sync.jsonl.gz": 1796006845.90}
+
+
+def test_a_second_held_out_for_loop_optimizer_is_named_first_within_a_minute_of_its_growth():
+    """Live and replayed: one drift episode, dated within 10 s after the change, the optimizer
+    phase named first (the for-loop's launches cost host time: the host CPU is not named first)."""
+    name = "h200q_1gpu_m_optimizer_loop.jsonl.gz"
+    alerts = replay(events(load(str(DIAG / name))), DetectionConfig())
+    assert [a.alertname for a in alerts] == ["StepwatchThroughputDrift"], [(a.alertname, a.fired_summary) for a in alerts]
+    assert 0 <= alerts[0].starts_at - H200Q_AT[name] <= 10, alerts[0].starts_at - H200Q_AT[name]
+    assert alerts[0].diagnosis.startswith("optimizer +"), alerts[0].diagnosis
+
+
+def test_a_synchronize_of_five_percent_is_not_raised_before_the_change_nor_in_its_first_two_minutes():
+    """+4-6% for the 130 s the job ran after the change: under what a 90 s warning window tells
+    from this job's noise (its reach at the end +6.4%); nothing before the change either."""
+    name = "h200q_1gpu_m_sync.jsonl.gz"
+    alerts = replay(events(load(str(DIAG / name))), DetectionConfig())
+    assert alerts == [], [(a.alertname, a.starts_at - H200Q_AT[name], a.fired_summary) for a in alerts]

@@ -148,3 +148,26 @@ def test_a_condition_back_within_the_hold_with_another_onset_is_a_new_change_of_
     (before,) = changed.earlier
     assert before["step"] == 300 and before["diagnosis"] == "host CPU +1.0 ms/step", before
     assert book.update(1040.0, [again]) == []  # the same onset again: nothing new
+
+
+def test_a_resolved_drift_episode_keeps_what_it_was_raised_on_and_its_peak():
+    """A healthy H200 job's hump was paged critical at +9.3% and resolved reading "+1.9%" (the
+    summary follows the sustained level, which by then was back): the episode keeps the summary
+    it fired with and the largest ratio it reached, in /api/alerts and for Alertmanager."""
+    from stepwatch.collector.alerting._alertmanager import payload
+
+    def drift(ratio):
+        return Condition("StepwatchThroughputDrift", "j", 0, "critical", f"step time +{100 * (ratio - 1):.1f}%",
+                         T0 - 30, 5, 0.0, ratio)
+
+    book = AlertBook()
+    (fired,) = book.update(T0, [drift(1.093)])
+    assert fired.to_json()["raised_summary"] == "step time +9.3%" and fired.to_json()["peak_ratio"] == 1.093
+    assert book.update(T0 + 10, [drift(1.121)]) == []  # the ratio follows the level (not a new event)
+    book.update(T0 + 20, [drift(1.019)])
+    (resolved,) = book.update(T0 + 30, [])
+    got = resolved.to_json()
+    assert (got["state"], got["summary"], got["ratio"]) == ("resolved", "step time +1.9%", 1.019), got
+    assert (got["raised_summary"], got["peak_ratio"]) == ("step time +9.3%", 1.121), got
+    (item,) = payload([resolved], T0 + 30, 60.0)
+    assert item["annotations"]["raised"] == "step time +9.3%" and item["annotations"]["peak_ratio"] == "1.1210"

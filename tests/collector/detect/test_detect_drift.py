@@ -71,6 +71,16 @@ def test_a_large_shift_is_critical_within_60_s_with_the_onset_within_30_s(seed, 
 
 
 @settings(max_examples=6, deadline=None)
+@given(seed=st.integers(0, 2**32), noise=st.floats(0.0, 0.01), shift=st.floats(0.09, 0.13),
+       length=st.floats(20.0, 27.0))
+def test_a_hump_of_half_a_minute_is_not_paged_critical(seed, noise, shift, length):
+    """+9..13% for 20-27 s that comes back by itself (a healthy H200 job did this, and its 30 s
+    critical window alone paged it: tests/data/real/h200q_1gpu_m): nothing raised, whereas the
+    same shift lasting is raised critical within 60 s (the test above)."""
+    assert _run(seed, noise, lambda t: 1 + shift if 400 <= t < 400 + length else 1.0, 600) == []
+
+
+@settings(max_examples=6, deadline=None)
 @given(seed=st.integers(0, 2**32), noise=st.floats(0.0, 0.03))
 def test_a_5_percent_shift_is_raised_within_3_minutes(seed, noise):
     seen = _run(seed, noise, lambda t: 1.05 if t >= 400 else 1.0, 620)
