@@ -37,8 +37,8 @@ class Alert:
     """One alert episode: raised once, updated in place (severity, summary, ratio), resolved
     once (``summary`` and ``ratio`` follow the condition: a resolved drift episode's last ratio
     is the level it came back to; ``fired_summary`` and ``peak_ratio`` keep what it was raised
-    on and the most it reached). ``history`` is ``[(time, severity), ...]`` from the first firing on; ``raised_step``
-    the step the rank had reached when it fired; ``step`` the step the condition refers to (the
+    on and the most it reached). ``history`` is ``[(time, severity), ...]`` from the first
+    firing on; ``raised_step`` the step the rank had reached when it fired; ``step`` the step the condition refers to (the
     estimated onset for drift). A further change inside the episode (``Condition.change``
     moved, or the condition came back within the resolve hold with another onset) moves ``step`` and ``onset_at`` to the new onset and keeps what was raised before
     in ``earlier`` (its step and onset, severity and summary when it was raised and when it was
@@ -59,7 +59,7 @@ class Alert:
     raised_step: Optional[int] = None
     resolved_step: Optional[int] = None
     fired_summary: str = ""  # the summary it fired with (``summary`` follows the condition)
-    peak_ratio: Optional[float] = None  # the largest ratio while firing
+    peak_ratio: Optional[float] = None  # the largest ratio of the episode's condition
     history: list = dataclasses.field(default_factory=list)
     absent_since: Optional[float] = None  # condition gone, resolving once the hold has passed
     diagnosis: str = ""     # why (slowdown alerts): what changed between before and after onset

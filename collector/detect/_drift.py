@@ -42,10 +42,11 @@ median of the preceding ``max(window, 120 s)``, "vs the level before") — must 
 ``0.8 x`` the severity's ratio (``0.7 x`` for info), ``z`` noise spreads, and two thirds of the
 window's buckets must stand above half the shift (sustained, not one spike). A critical shift
 raised from no episode that is under 1.5x ``critical_ratio`` (+15%) must also stand above half
-its size on two thirds of the last ``critical_sustain`` x ``critical_window_s`` (45 s): a healthy 40 ms H200 job rose +8..13% for 25 s
-and came back (tests/data/real/h200q_1gpu_m, paged critical live); a lasting +10% is raised ~31 s
-after it began (median over the real corpus, bench/results/agent_ab_h200q.md). The onset is the
-maximum-likelihood change point of the buckets since the reference.
+its size on two thirds of the last ``critical_sustain`` x ``critical_window_s`` (45 s): a
+healthy 40 ms H200 job rose +8..13% for 25 s and came back (tests/data/real/h200q_1gpu_m, paged
+critical live); a lasting +10% is raised ~31 s after it began (median over the real corpus,
+bench/results/agent_ab_h200q.md). The onset is the maximum-likelihood change point of the
+buckets since the reference.
 
 **Waves.** An episode that ends by itself within ``transient_s`` of its onset was the job's
 own wandering (a real 2-GPU H100 job, tests/data/real/h100c_2gpu_m: 10 s medians 41-54 ms in
@@ -435,9 +436,7 @@ class DriftDetector:
         shift = median(window) - ref
         if shift < max(math.log1p(_RAISE[sev] * self._ratio[sev]), self.cfg.z * self._noise.get(sev, _SIGMA_FLOOR)):
             return None
-        if sum(1 for y in window if y - ref >= shift / 2) < _SUSTAINED_SHARE * n:
-            return None
-        return shift
+        return shift if _stands(window, ref, shift, n) else None
 
     def _test(self, sev: str) -> Optional[tuple[float, float, str]]:
         """(shift, reference, which) for ``sev`` over its window against the settled level, else
@@ -464,8 +463,8 @@ class DriftDetector:
         40 ms H200 job (tests/data/real/h200q_1gpu_m) rose +8..13% for five 5 s buckets and came
         back, which the critical window alone (30 s) raised; a lasting +10% now raises ~30 s
         after it began instead of ~20 s."""
-        ys = self._history.tail(2, min(len(self._history), self._n_sustain))
-        return sum(1 for y in ys if y - ref >= shift / 2) >= _SUSTAINED_SHARE * self._n_sustain
+        n = self._n_sustain
+        return _stands(self._history.tail(2, min(len(self._history), n)), ref, shift, n)
 
     def _outlasts_waves(self, ref: float, shift: float) -> bool:
         """False while a shift no larger than one of the job's recent waves (an episode that
@@ -655,6 +654,12 @@ class DriftDetector:
         self.condition = Condition(self._alertname, self.job, self.rank, sev, summary,
                                    since, step, self.cfg.for_s, ratio=1 + shift, change=self._change)
         return self.condition != old
+
+
+def _stands(ys: list, ref: float, shift: float, n: int) -> bool:
+    """Whether two thirds of ``n`` buckets (of which ``ys`` are the last) stand above half of
+    ``shift`` over ``ref``: sustained, not one spike."""
+    return sum(1 for y in ys if y - ref >= shift / 2) >= _SUSTAINED_SHARE * n
 
 
 def _estimate_onset(ys: list, ref: float, level: float, clip: float) -> int:
