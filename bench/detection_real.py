@@ -48,7 +48,8 @@ HELD_OUT = {"h100_1gpu_l.jsonl.gz", "h100_1gpu_m_short.jsonl.gz", "h100b_1gpu_s.
             "h200x_1gpu_m.jsonl.gz", "h200x_1gpu_m2.jsonl.gz", "h200x_2gpu_m.jsonl.gz",
             "h200y_1gpu_s.jsonl.gz", "h200y_1gpu_l.jsonl.gz", "h200v_1gpu_xs.jsonl.gz",
             "h200u_1gpu_xs.jsonl.gz", "h200s_2gpu_m_short.jsonl.gz", "h200t_2gpu_m_short.jsonl.gz",
-            "h200t_2gpu_m_sched_short.jsonl.gz", "h200t_2gpu_s.jsonl.gz", "h200r_2gpu_m_short.jsonl.gz"}
+            "h200t_2gpu_m_sched_short.jsonl.gz", "h200t_2gpu_s.jsonl.gz", "h200r_2gpu_m_short.jsonl.gz",
+            "h200za_2gpu_m_short.jsonl.gz", "h200za_2gpu_m_sched_short.jsonl.gz"}
 # Recordings with a real change in them (tests/data/real/README.md): the host under all three
 # h100b jobs got slower at 12:46:00 UTC and stayed so. Episodes from 60 s before it on are that
 # change found (not false alarms); no change is injected into these.

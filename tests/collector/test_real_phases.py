@@ -209,8 +209,11 @@ def test_gemms_on_one_rank_of_a_host_bound_h200_job_are_named_by_the_gpu_activit
     backward) and the job slowed 2-8% in the host's own wander: nothing was raised live at
     23bb0e9. Rank 1's GPM tensor activity went 0.21 -> 0.26 and rank 0's stayed: named by it,
     rank 1 alone, within a minute, with the step at the change. The second recording ran the
-    rule live (held out): 22.4 s, onset step 3,984 of the change at 3,960."""
+    rule live (held out): 22.4 s, onset step 3,984 of the change at 3,960. The third is
+    tests/gpu/test_gpu_activity_straggler_gpu.py's job, passed live on 2026-11-30 (h200za,
+    held out): 23.1 s, onset step 4,077 of the change at 4,023."""
     for name, at, step in (("h200r_2gpu_m_gemm_r1", 1795995084.06, 4225),
+                           ("h200za_2gpu_m_gemm_r1_live", 1796016437.81, 4023),
                            ("h200r_2gpu_m_gemm_r1_live", 1795995839.03, 3960)):
         alerts = _replay(f"{name}.jsonl.gz")
         strag = _stragglers(alerts)
