@@ -46,10 +46,12 @@ HELD_OUT = {"h100_1gpu_l.jsonl.gz", "h100_1gpu_m_short.jsonl.gz", "h100b_1gpu_s.
             "h100d_1gpu_m.jsonl.gz", "h100d_2gpu_m.jsonl.gz", "h200e_2gpu_m_a.jsonl.gz",
             "h200e_2gpu_m_b.jsonl.gz", "h100g_1gpu_m.jsonl.gz", "h100g_1gpu_m2.jsonl.gz",
             "h200x_1gpu_m.jsonl.gz", "h200x_1gpu_m2.jsonl.gz", "h200x_2gpu_m.jsonl.gz",
-            "h200y_1gpu_s.jsonl.gz", "h200y_1gpu_l.jsonl.gz", "h200v_1gpu_xs.jsonl.gz",
+            "h200y_1gpu_l.jsonl.gz", "h200v_1gpu_xs.jsonl.gz",
             "h200u_1gpu_xs.jsonl.gz", "h200s_2gpu_m_short.jsonl.gz", "h200t_2gpu_m_short.jsonl.gz",
-            "h200t_2gpu_m_sched_short.jsonl.gz", "h200t_2gpu_s.jsonl.gz", "h200r_2gpu_m_short.jsonl.gz",
+            "h200t_2gpu_m_sched_short.jsonl.gz", "h200r_2gpu_m_short.jsonl.gz",
             "h200za_2gpu_m_short.jsonl.gz", "h200za_2gpu_m_sched_short.jsonl.gz"}
+# (h200y_1gpu_s and h200t_2gpu_s were held out until 2026-11-30: the host rule's evenness,
+# collector/alerting/_diagnosis.py _HOST_EVEN, was widened on them.)
 # Recordings with a real change in them (tests/data/real/README.md): the host under all three
 # h100b jobs got slower at 12:46:00 UTC and stayed so. Episodes from 60 s before it on are that
 # change found (not false alarms); no change is injected into these.
@@ -61,10 +63,11 @@ HOST_SHIFT["h200y_1gpu_s.jsonl.gz"] = 1795906482.59 + 300
 # ... and under h200u_1gpu_xs for five minutes from 4 minutes in (20 s medians 10.0-10.9 ms,
 # then 11.2-12.3 ms, back in its last minute)
 HOST_SHIFT["h200u_1gpu_xs.jsonl.gz"] = 1795964392.44 + 230
-# ... and under h200t_2gpu_s (2 x H200 DDP) from 5 minutes in to its end (15 s medians 17.6-19.5
-# ms, then 19.5-20.8 ms; SM clock flat, every phase's host time up). (h200t_2gpu_m_short's hump
+# ... and under h200t_2gpu_s (2 x H200 DDP) by degrees to its end (5 s medians against its
+# settled level: +9..17% for 15 s from 225 s, ~0 for 15 s, +2..9% from 255 s, +4..12% from 300 s;
+# SM clock flat, every phase's host time up): from 255 s on. (h200t_2gpu_m_short's hump
 # of +10% for 90 s at 165 s, back to its level after, is not a shift: any episode counts as false.)
-HOST_SHIFT["h200t_2gpu_s.jsonl.gz"] = 1795985198.46 + 300
+HOST_SHIFT["h200t_2gpu_s.jsonl.gz"] = 1795985198.46 + 255
 CHANGES = {"+3%": ("step", 0.03, 0), "+5%": ("step", 0.05, 0), "+10%": ("step", 0.10, 0),
            "ramp +5%/15min": ("ramp", 0.05, 900), "ramp +5%/30min": ("ramp", 0.05, 1800),
            # rank 1's data loader +40% of a step on a job of 2 ranks or more: every rank's step

@@ -122,8 +122,13 @@ _MAX_BUCKETS = 4096  # history kept (5 s buckets: 5.7 h)
 _CLEAR_SHARE = 0.4
 # Kept steps compared just before and just after a profiler window's end: few, so a change of
 # the job's own a few steps away from a window (windows every 32 steps in a CPU test) shows no
-# jump there
+# jump there ...
 _AROUND_STEPS = 10
+# ... and the jump must also hold over this many kept steps either side: the first steps after a
+# window are slow by themselves, and a host that slowed by degrees (2 x H200, 19 ms steps, +3%
+# from 225 s and +8% from 300 s) had a window end within a bucket of its onset whose first 10
+# steps stood +5% above the 10 before it, its next 50 no higher than the 50 before
+_AROUND_HOLD = 50
 
 
 def _clock(t: float) -> str:
@@ -184,8 +189,9 @@ class DriftDetector:
         self._resettles = 0  # times a shift with its onset in the settling time disarmed the rank
         self._resettled_from: Optional[float] = None  # that shift's onset (Unix time), the latest
         # The agent's own cost: kept steps just before each profiler window's end and just after
-        # it, [window end step, end time, median before, steps after]
-        self._recent_values: collections.deque = collections.deque(maxlen=_AROUND_STEPS)
+        # it, [window end step, end time, (median of the last _AROUND_STEPS, of the last
+        # _AROUND_HOLD) before, steps after]
+        self._recent_values: collections.deque = collections.deque(maxlen=_AROUND_HOLD)
         self._windows: collections.deque = collections.deque(maxlen=8)
         self.pauses: dict[str, int] = {}
         self.condition: Optional[Condition] = None
@@ -195,13 +201,14 @@ class DriftDetector:
     def note_window(self, step: int, time: float) -> None:
         """A profiler window of the agent's ended at ``step`` (its last profiled step, Unix
         ``time``): a shift that starts there is the agent's after-effect, not the job's."""
-        before = median(list(self._recent_values)) if len(self._recent_values) >= 5 else None
+        recent = list(self._recent_values)
+        before = (median(recent[-_AROUND_STEPS:]), median(recent)) if len(recent) >= 5 else None
         self._windows.append([step, time, before, []])
 
     def _after_window(self, values: list) -> None:
         for w in self._windows:
-            if len(w[3]) < _AROUND_STEPS:
-                w[3].extend(values[:_AROUND_STEPS - len(w[3])])
+            if len(w[3]) < _AROUND_HOLD:
+                w[3].extend(values[:_AROUND_HOLD - len(w[3])])
 
     @property
     def armed(self) -> bool:
@@ -392,26 +399,35 @@ class DriftDetector:
 
     def _update_noise(self) -> None:
         """Each test window's spread: the robust spread of the difference between the medians
-        of two adjacent runs of that length, over the quiet history (the last
-        ``noise_history_s`` but the newest ``info_window_s``, so a fresh shift can raise before
-        it widens the spread), divided by sqrt(2). Differences, not deviations from a centre:
-        a slow ramp inside the history would otherwise widen the spread it is judged by."""
+        of two adjacent runs of that length, divided by sqrt(2), over the quiet history (the
+        last ``noise_history_s`` but the newest ``info_window_s``, so a fresh shift can raise
+        before it widens the spread) and over the same span with the newest included, the
+        smaller taken: a hump in the settling time, which the lagged history holds for its
+        first minutes, set the spreads for 5-8 minutes alone (2026-11-30, a held-out H200 job:
+        critical spread 2.74% at arming, 1.41% from the whole history). Differences, not
+        deviations from a centre: a slow ramp inside the history would otherwise widen the
+        spread it is judged by; the median of the differences moves little for one step
+        inside the span. Backtest on every real recording (bench/results/
+        detection_real_noise_recent.md): held out +3% 17 -> 23, +5% 19 -> 27, +10% 30 -> 37 of 51
+        raised in time, no false episode added."""
         self._version += 1
         self._since_noise = 0
         hist, lag = self._history, (self._n[INFO] if self._noise else 0)
         n_hist = min(len(hist), self._n_noise + lag)
-        rows = list(zip(hist.tail(2, n_hist), hist.tail(3, n_hist)))[:max(0, n_hist - lag)]
-        ys = [y for y, quiet in rows if quiet]
+        rows = list(zip(hist.tail(2, n_hist), hist.tail(3, n_hist)))
+        ys = [y for y, quiet in rows[:max(0, n_hist - lag)] if quiet]
+        # ... and over as long a span with the newest included: the smaller spread is taken (one
+        # fresh step moves the median of the differences little; a hump in the settling time,
+        # which the lagged history alone holds for minutes, is diluted sooner)
+        ys_all = [y for y, quiet in rows[max(0, n_hist - self._n_noise):] if quiet] if lag else []
         spread = None
         for sev in (CRITICAL, WARNING, INFO):  # shortest first: it stands in for longer ones
             n = self._n[sev]
-            if len(ys) >= 2 * n + _NOISE_SAMPLES:
-                stride = max(1, n // 4)
-                meds = [median(ys[i:i + n]) for i in range(0, len(ys) - n + 1, stride)]
-                gap = max(1, n // stride)
-                diffs = [abs(b - a) for a, b in zip(meds, meds[gap:])]
-                spread = max(1.4826 * median(diffs) / math.sqrt(2), _SIGMA_FLOOR)
-                self._noise[sev] = spread
+            own = [v for v in (self._spread(ys, n), self._spread(ys_all, n)) if v is not None]
+            if len(ys) < 2 * n + _NOISE_SAMPLES and sev in self._noise and own:
+                own.append(self._noise[sev])  # the lagged history cannot measure it yet
+            if own:
+                spread = self._noise[sev] = min(own)
             elif spread is not None and sev not in self._noise:
                 # Provisional, until the history holds enough of this window: a shorter run's
                 # spread scaled as for independent buckets, doubled (real series wobble: the
@@ -425,6 +441,18 @@ class DriftDetector:
             for sev in (WARNING, INFO):  # a longer window's spread never exceeds a shorter one's
                 last = self._noise[sev] = min(self._noise.get(sev, last), last)
         self._measure_reach()
+
+    @staticmethod
+    def _spread(ys: list, n: int) -> Optional[float]:
+        """The robust spread of the difference between the medians of adjacent runs of ``n``
+        buckets in ``ys``, divided by sqrt(2); None when ``ys`` holds too few runs."""
+        if len(ys) < 2 * n + _NOISE_SAMPLES:
+            return None
+        stride = max(1, n // 4)
+        meds = [median(ys[i:i + n]) for i in range(0, len(ys) - n + 1, stride)]
+        gap = max(1, n // stride)
+        diffs = [abs(b - a) for a, b in zip(meds, meds[gap:])]
+        return max(1.4826 * median(diffs) / math.sqrt(2), _SIGMA_FLOOR)
 
     # -- judging --------------------------------------------------------------------------------
     def _shift(self, sev: str, ref: float, n: int = 0) -> Optional[float]:
@@ -593,12 +621,14 @@ class DriftDetector:
 
     def _window_at(self, onset: float, shift: float) -> Optional[int]:
         """The end step of a profiler window near ``onset`` after which the kept steps jumped by
-        at least half ``shift`` (log units) at once, or None. A change of the job's own that
-        lands near a window by chance shows no jump at the window's end."""
-        slack = 2 * self.cfg.bucket_s
+        at least half ``shift`` (log units) at once and held there (the same jump over
+        ``_AROUND_HOLD`` steps either side, where that many are known), or None. A change of the
+        job's own that lands near a window by chance shows no such jump at the window's end."""
+        slack, least = 2 * self.cfg.bucket_s, max(shift / 2, 0.01)
         for step, time, before, after in reversed(self._windows):
             if before and len(after) >= _AROUND_STEPS // 2 and onset - slack <= time <= onset + slack + self.cfg.bucket_s:
-                if math.log(median(after) / before) >= max(shift / 2, 0.01):
+                held = len(after) < _AROUND_HOLD // 2 or math.log(median(after) / before[1]) >= least
+                if math.log(median(after[:_AROUND_STEPS]) / before[0]) >= least and held:
                     return int(step)
         return None
 

@@ -190,7 +190,7 @@ def test_the_healthy_two_gpu_nccl_run_raises_nothing_and_gzip_is_read_as_is(caps
 def test_reach_prints_what_each_armed_rank_could_raise_at_the_end(capsys):
     """``--reach``: after the episodes, each armed rank's reach (the smallest sustained shift
     each severity raises at the job's own noise). On the real H200 2-GPU job whose speed
-    wandered (tests/data/real/README.md) both ranks read above +10% at every severity, as text
+    wandered (tests/data/real/README.md) both ranks read above +8% at every severity, as text
     and as JSON; a recording too short to arm prints none."""
     real = REPLAY_DATA.parent / "real" / "h200x_2gpu_m.jsonl.gz"
     assert main(["replay", str(real), "--reach"]) == 0
@@ -201,7 +201,7 @@ def test_reach_prints_what_each_armed_rank_could_raise_at_the_end(capsys):
     *reach, count = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert count == {"kind": "count", "episodes": 0}
     assert [r["rank"] for r in reach] == [0, 1] and all(r["kind"] == "reach" for r in reach), reach
-    assert all(v > 0.10 for r in reach for v in r["reach"].values()), reach
+    assert all(v > 0.08 for r in reach for v in r["reach"].values()), reach
     short = REPLAY_DATA.parent / "real" / "h100_1gpu_m_short.jsonl.gz"
     assert main(["replay", str(short), "--reach"]) == 0
     assert capsys.readouterr().out == "0 alert episodes\n"
