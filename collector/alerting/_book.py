@@ -38,11 +38,13 @@ class Alert:
     once (``summary`` and ``ratio`` follow the condition: a resolved drift episode's last ratio
     is the level it came back to; ``fired_summary`` and ``peak_ratio`` keep what it was raised
     on and the most it reached). ``history`` is ``[(time, severity), ...]`` from the first
-    firing on; ``raised_step`` the step the rank had reached when it fired; ``step`` the step the condition refers to (the
-    estimated onset for drift). A further change inside the episode (``Condition.change``
-    moved, or the condition came back within the resolve hold with another onset) moves ``step`` and ``onset_at`` to the new onset and keeps what was raised before
-    in ``earlier`` (its step and onset, severity and summary when it was raised and when it was
-    superseded, its diagnosis, when); the diagnosis is then made again for the new onset."""
+    firing on; ``raised_step`` the step the rank had reached when it fired; ``step`` the step
+    the condition refers to (the estimated onset for drift). A further change inside the
+    episode (``Condition.change`` moved, or the condition came back within the resolve hold
+    with another onset) moves ``step`` and ``onset_at`` to the new onset and keeps what was
+    raised before in ``earlier`` (its step and onset, severity and summary when it was raised
+    and when it was superseded, its diagnosis, when); the diagnosis is then made again for the
+    new onset."""
 
     alertname: str
     job: str

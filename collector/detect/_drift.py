@@ -423,8 +423,9 @@ class DriftDetector:
         spread = None
         for sev in (CRITICAL, WARNING, INFO):  # shortest first: it stands in for longer ones
             n = self._n[sev]
-            own = [v for v in (self._spread(ys, n), self._spread(ys_all, n)) if v is not None]
-            if len(ys) < 2 * n + _NOISE_SAMPLES and sev in self._noise and own:
+            lagged = self._spread(ys, n)
+            own = [v for v in (lagged, self._spread(ys_all, n)) if v is not None]
+            if lagged is None and sev in self._noise and own:
                 own.append(self._noise[sev])  # the lagged history cannot measure it yet
             if own:
                 spread = self._noise[sev] = min(own)
