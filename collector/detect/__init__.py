@@ -4,10 +4,11 @@ samples. Live ingest and ``stepwatch replay`` drive the same :class:`DetectionEn
 from ._config import (DetectionConfig, DriftConfig, GpuConfig, LivenessConfig, MemoryConfig, StragglerConfig,
                       describe_options, parse_detection)
 from ._drift import DriftDetector
+from ._drift_pair import RankDrift
 from ._engine import DetectionEngine
 from ._straggler import StragglerDetector
 from ._types import CRITICAL, SEVERITIES, WARNING, AllocatorPoint, Condition, GpuPoint, HostPoint, WindowPoint
 
 __all__ = ["DetectionConfig", "DriftConfig", "StragglerConfig", "MemoryConfig", "GpuConfig", "LivenessConfig",
-           "parse_detection", "describe_options", "DetectionEngine", "DriftDetector", "StragglerDetector",
+           "parse_detection", "describe_options", "DetectionEngine", "DriftDetector", "RankDrift", "StragglerDetector",
            "Condition", "AllocatorPoint", "GpuPoint", "HostPoint", "WindowPoint", "WARNING", "CRITICAL", "SEVERITIES"]

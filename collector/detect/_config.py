@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from stepwatch.core.settings import (at_least, describe, load_section,
+from stepwatch.core.settings import (at_least, between, describe, load_section,
                                       non_negative, option, section)
 
 from ._types import SEVERITIES
@@ -50,6 +50,8 @@ class DriftConfig:
     bucket_s: float = option(5.0, "steps are judged as the median of each this many seconds",
                              check=at_least(0.01))
     min_bucket_steps: int = _count(5, "... holding at least this many steps")
+    floor_quantile: float = option(0.1, "a second test of the same windows judges this quantile of each "
+                                   "bucket's steps, its floor (0: off): either raises", check=between(0.0, 0.5))
     warmup_s: float = _n(60.0, "nothing is judged this long after a rank's first step (compilation, "
                          "allocator growth, the loader starting, the first profiler windows)")
     settle_s: float = _n(120.0, "then the job's settled level and spread are learnt this long; armed after")

@@ -8,7 +8,9 @@ never reach this detector.
 ``min_bucket_steps`` steps); the detector judges bucket medians (log seconds), never single
 steps: a machine's speed wobbles over seconds whatever the step length (real H100 jobs:
 medians of 10 s of 8 ms steps ranged 0.89-1.32x of the job's median; of 44 ms steps
-0.99-1.05x; tests/data/real/README.md).
+0.99-1.05x; tests/data/real/README.md). ``quantile`` other than 0.5 summarises each bucket by
+that quantile instead (the engine runs one detector on the medians and one on the 10th
+percentiles per rank: _drift_pair.RankDrift); "median" below means that summary.
 
 **Warm-up and settling.** The first ``warmup_s`` after the rank's first step are not judged
 (compilation, allocator growth, the loader starting, the first profiler windows). The next
@@ -146,8 +148,9 @@ class DriftDetector:
     changed. ``pauses`` counts pause episodes by kind ("stall", "pause"); ``armed`` says
     whether the settled level is known; ``baseline_s`` is the current level in seconds."""
 
-    def __init__(self, cfg: DriftConfig, job: str, rank: int):
+    def __init__(self, cfg: DriftConfig, job: str, rank: int, quantile: float = 0.5):
         self.cfg, self.job, self.rank = cfg, job, rank
+        self.quantile = quantile  # each bucket's steps summarised by this quantile (0.5: median)
         b = max(cfg.bucket_s, 1e-6)
         self._n = {sev: max(1, math.ceil(w / b)) for sev, w in
                    ((CRITICAL, cfg.critical_window_s), (WARNING, cfg.warning_window_s),
@@ -372,9 +375,18 @@ class DriftDetector:
             self._after_window([value])
         if time - self._bucket_start[1] < self.cfg.bucket_s or len(self._bucket) < self.cfg.min_bucket_steps:
             return False
-        y, first = math.log(median(self._bucket)), self._bucket_start[0]
+        y, first = math.log(self._summary(self._bucket)), self._bucket_start[0]
         self._bucket, self._bucket_start = [], None
         return self._on_bucket(first, time, y)
+
+    def _summary(self, values: list) -> float:
+        q = self.quantile
+        if q == 0.5:
+            return median(values)
+        s = sorted(values)
+        x = q * (len(s) - 1)
+        i = int(x)
+        return s[i] if i + 1 >= len(s) else s[i] + (x - i) * (s[i + 1] - s[i])
 
     # -- buckets --------------------------------------------------------------------------------
     def _on_bucket(self, step: int, time: float, y: float) -> bool:
@@ -677,7 +689,9 @@ class DriftDetector:
         if self._began is not None:
             further = (f" (a further change: the episode began at step {self._began[0]:,} at "
                        f"{self._began[1]:+.1%})")
-        summary = (f"step time {shift:+.1%} {self._ref_text} ({base_ms:.1f} ms -> "
+        q = self.quantile
+        which = "" if q == 0.5 else f"p{100 * q:.0f} step "
+        summary = (f"step time {shift:+.1%} {self._ref_text} ({which}{base_ms:.1f} ms -> "
                    f"{base_ms * (1 + shift):.1f} ms) since step {step:,}{further}{self._window_note}")
         old = self.condition
         self._version += 1

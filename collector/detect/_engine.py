@@ -13,7 +13,7 @@ import re
 from typing import Iterable, Iterator, Optional, Sequence
 
 from ._config import DetectionConfig
-from ._drift import DriftDetector
+from ._drift_pair import RankDrift
 from ._liveness import RankLiveness, throttle_condition
 from ._memory import MemoryDetector
 from ._straggler import StragglerDetector
@@ -46,7 +46,7 @@ class _Rank:
         self.last_phase = ""
         self.ref_tokens: Optional[int] = None
         self.recent: collections.deque = collections.deque(maxlen=64)  # durations (marked or not)
-        self.drift = DriftDetector(cfg.drift, job, rank)
+        self.drift = RankDrift(cfg.drift, job, rank)
         self.memory = MemoryDetector(cfg.memory, job, rank)
         self.live = RankLiveness(cfg.liveness, job, rank)
         self.throttle: Optional[Condition] = None
@@ -480,7 +480,7 @@ class DetectionEngine:
         (:meth:`DriftDetector.reach`, kept per rank when its spreads are measured);
         ``job``: that job's ranks only. 4.6 ms for 10,000 armed ranks on the 2-core development
         machine, as :meth:`armed` (5.3 ms); computed per call it was 46 ms."""
-        return self._drift_values(job, DriftDetector.reach)
+        return self._drift_values(job, RankDrift.reach)
 
     def _drift_values(self, job: Optional[str], value) -> dict:
         """``{(job, rank): value(its drift detector)}`` where that is not None; ``job``: that

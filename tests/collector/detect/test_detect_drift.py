@@ -168,13 +168,13 @@ def test_a_shift_that_starts_where_a_profiler_window_ends_is_the_agents_cost_not
 def test_an_overhead_episode_keeps_the_window_it_names_across_a_collector_restart():
     """The window's step is kept with the episode (not read back out of its text), so after a
     restart the episode turned into the job's own still names it."""
-    from stepwatch.collector.detect._drift import DriftDetector
+    from stepwatch.collector.detect import RankDrift
 
     engine = DetectionEngine(CFG)
     seen = _with_windows(420.0, 0.08, seconds=500, engine=engine)
     assert seen and seen[-1][0] == "StepwatchProfilerOverhead", seen
     window = seen[-1][2].split("ending at step ", 1)[1].split(" ", 1)[0]
-    again = DriftDetector(CFG.drift, "j", 0)
+    again = RankDrift(CFG.drift, "j", 0)
     again.restore(engine._ranks[("j", 0)].drift.state())
     assert again.condition is not None and again.condition.alertname == "StepwatchProfilerOverhead"
     assert again.the_jobs_own("allocator churn: cudaMalloc/cudaFree 0.0 -> 42.1 per step")

@@ -67,9 +67,9 @@ def test_the_reach_comes_back_with_the_saved_state():
     """A collector restarted on its state directory reads the same reach for an armed rank as
     before the restart (the spreads are saved; the reach is made from them)."""
     from stepwatch.collector.detect._config import DriftConfig
-    from stepwatch.collector.detect._drift import DriftDetector
+    from stepwatch.collector.detect import RankDrift
 
-    before = DriftDetector(DriftConfig(), "j", 0)
+    before = RankDrift(DriftConfig(), "j", 0)
     now, i = T0, 1
     while now - T0 < 400:
         dt = 0.04 * (1 + 0.06 * math.sin(2 * math.pi * (now - T0) / 90))
@@ -77,7 +77,7 @@ def test_the_reach_comes_back_with_the_saved_state():
         before.feed(i, now, dt)
         i += 1
     assert before.reach() is not None and before.reach()["critical"] > 0.08, before.reach()
-    after = DriftDetector(DriftConfig(), "j", 0)
+    after = RankDrift(DriftConfig(), "j", 0)
     assert after.reach() is None
     after.restore(before.state())
     assert after.reach() == before.reach()

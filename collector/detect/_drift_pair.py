@@ -1,0 +1,167 @@
+"""One rank's throughput drift, judged twice: on each bucket's median and on its floor.
+
+Real GPU hosts wobble in two ways, and one statistic sees each. **Excursions**: on 40 ms H200
+jobs the steps sit on a floor with runs of slower ones (the host busy elsewhere); how many
+runs a minute holds wanders, so the 30 s medians of a healthy 1-GPU job went 40.6 -> 43.6 ms in
+two minutes while its 10th percentiles stayed at 39.9-40.5 ms. A cost the job adds to every step
+moves the floor: 4.2 ms of host work from 200 s on (bench/real_job.py ``--inject host``) put
+the 10th percentiles at 44.3 ms and the medians where they had already wandered (2 x H200, 2026-11-30,
+bench/results/real_h200zb.md). **The whole host slower**: three H100 jobs on one host got 3-4%
+slower at 12:46 UTC in their medians and ~1% in their floors (more steps disturbed, the fast
+ones as fast): the median sees it.
+
+So each rank runs two :class:`DriftDetector`: ``median`` (each bucket's median: the detector
+documented there, with the agent's own cost, persistence and every rule) and ``floor`` (the same
+rules on each bucket's ``floor_quantile``, 0.1 by default; its summaries say "p10 step"). An
+episode is raised when either raises; it keeps the detector that raised it, and takes the other's
+condition only when that one stands at a higher severity (severity only rises) or when its own
+clears while the other's is still open (the episode goes on, at no lower severity). Backtest on
+the real corpus, same split and command (bench/results/detection_real_floor.md): held out +3%
+within 10 min 23 -> ?/51, +5% within 3 min 27 -> ?/51, +10% within 60 s 37 -> ?/51.
+
+Costs: two detectors' buckets per rank (the ingest path: bench/results/ingest_path_2core.md).
+``floor_quantile`` 0 runs the median alone. Not thread-safe, like the detectors.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Optional
+
+from ._config import DriftConfig
+from ._drift import DriftDetector
+from ._types import SEVERITIES, Condition
+
+__all__ = ["RankDrift"]
+
+_RANK = {sev: i for i, sev in enumerate(SEVERITIES)}  # info 0, warning 1, critical 2
+
+
+class RankDrift:
+    """The interface of :class:`DriftDetector` the engine uses, over ``median`` and ``floor``
+    (None when ``floor_quantile`` is 0). ``condition`` is the episode's condition or None."""
+
+    def __init__(self, cfg: DriftConfig, job: str, rank: int):
+        self.median = DriftDetector(cfg, job, rank)
+        q = cfg.floor_quantile
+        self.floor: Optional[DriftDetector] = DriftDetector(cfg, job, rank, q) if q > 0 else None
+        self._src: Optional[DriftDetector] = None  # the detector whose episode is shown
+        self.condition: Optional[Condition] = None
+        self._switches = 0
+        self._reach: tuple = (None, None, None)  # (median's reach dict, floor's, their minimum)
+
+    def _both(self) -> tuple:
+        return (self.median,) if self.floor is None else (self.median, self.floor)
+
+    def _pick(self) -> bool:
+        """Choose the shown condition after the detectors moved; True when it changed."""
+        old = self.condition
+        open_ = [d for d in self._both() if d.condition is not None]
+        if not open_:
+            self._src, self.condition = None, None
+            return old is not None
+        best = max(open_, key=lambda d: _RANK[d.condition.severity])  # the median first on a tie
+        src = self._src
+        if src is None or src.condition is None or _RANK[best.condition.severity] > _RANK[src.condition.severity]:
+            if src is not best:
+                self._switches += 1
+            src = best
+        self._src = src
+        c = src.condition
+        if old is not None and _RANK[c.severity] < _RANK[old.severity]:
+            c = dataclasses.replace(c, severity=old.severity)  # handed over: never lower
+        self.condition = c
+        return c != old
+
+    # -- steps ----------------------------------------------------------------------------------
+    def feed(self, step: int, time: float, value: float) -> bool:
+        for d in self._both():
+            d.feed(step, time, value)
+        return self._pick()
+
+    def feed_many(self, step: list, end_time_s: list, duration_s: list) -> bool:
+        for d in self._both():
+            d.feed_many(step, end_time_s, duration_s)
+        return self._pick()
+
+    def note_window(self, step: int, time: float) -> None:
+        for d in self._both():
+            d.note_window(step, time)
+
+    # -- the episode ----------------------------------------------------------------------------
+    def end_episode(self) -> None:
+        for d in self._both():
+            d.end_episode()
+        self._pick()
+
+    def the_jobs_own(self, evidence: str) -> bool:
+        changed = False
+        for d in self._both():
+            changed |= d.the_jobs_own(evidence)
+        return self._pick() or changed
+
+    def backed_off(self, t: float, message: str) -> bool:
+        changed = False
+        for d in self._both():
+            changed |= d.backed_off(t, message)
+        return self._pick() or changed
+
+    def reference_span(self) -> Optional[tuple[float, float]]:
+        return (self._src or self.median).reference_span()
+
+    # -- state ----------------------------------------------------------------------------------
+    @property
+    def armed(self) -> bool:
+        return self.median.armed
+
+    @property
+    def settling_again_since(self) -> Optional[float]:
+        return self.median.settling_again_since
+
+    @property
+    def baseline_s(self) -> Optional[float]:
+        """The median detector's current level (seconds): the step time users read."""
+        return self.median.baseline_s
+
+    @property
+    def pauses(self) -> dict:
+        return self.median.pauses
+
+    def reach(self) -> Optional[dict[str, float]]:
+        """Per severity the smaller of the two detectors' reach (either raises); kept while
+        neither detector measured its spreads again (a scrape reads it for every rank)."""
+        med = self.median.reach()
+        flo = self.floor.reach() if self.floor is not None else None
+        if med is None or flo is None:
+            return med if flo is None else flo
+        if self._reach[0] is not med or self._reach[1] is not flo:
+            self._reach = (med, flo, {sev: min(v, flo.get(sev, v)) for sev, v in med.items()})
+        return self._reach[2]
+
+    @property
+    def version(self) -> int:
+        return sum(d.version for d in self._both()) + self._switches
+
+    def state(self) -> Optional[dict]:
+        """Both detectors' :meth:`DriftDetector.state` (the median's alone where the floor is
+        off); None before the median detector is armed."""
+        med = self.median.state()
+        if med is None:
+            return None
+        out = {"v": 2, "median": med, "shown": "floor" if self._src is self.floor and self.floor else "median"}
+        if self.floor is not None:
+            out["floor"] = self.floor.state()
+        return out
+
+    def restore(self, state: dict) -> None:
+        """Take up :meth:`state`; a state saved before the floor detector (one detector's
+        state) restores the median detector, and the floor settles afresh."""
+        if state.get("v") == 2 and isinstance(state.get("median"), dict):
+            self.median.restore(state["median"])
+            if self.floor is not None and isinstance(state.get("floor"), dict):
+                self.floor.restore(state["floor"])
+            shown = self.floor if state.get("shown") == "floor" and self.floor is not None else self.median
+            self._src = shown if shown.condition is not None else None
+        else:
+            self.median.restore(state)
+        self._pick()
