@@ -16,10 +16,13 @@ rules on each bucket's ``floor_quantile``, 0.1 by default; its summaries say "p1
 episode is raised when either raises; it keeps the detector that raised it, and takes the other's
 condition only when that one stands at a higher severity (severity only rises) or when its own
 clears while the other's is still open (the episode goes on, at no lower severity). Backtest on
-the real corpus, same split and command (bench/results/detection_real_floor.md): held out +3%
-within 10 min 23 -> ?/51, +5% within 3 min 27 -> ?/51, +10% within 60 s 37 -> ?/51.
+the real corpus, same split and command, medians alone vs both (bench/results/detection_real_floor.md):
+held out +3% within 10 min 23 -> 28/54, +5% within 3 min 28 -> 36/54, +10% within 60 s
+39 -> 42/54; false episodes 0 -> 2 (one healthy 2-GPU recording whose whole step distribution
+stepped up +8% for its last 80 s: the floor raises it, the medians do not).
 
-Costs: two detectors' buckets per rank (the ingest path: bench/results/ingest_path_2core.md).
+Costs: two detectors' buckets per rank: the collector's ingest path 9.1 -> 10.7 us per step
+(bench/results/ingest_path_2core.md).
 ``floor_quantile`` 0 runs the median alone. Not thread-safe, like the detectors.
 """
 
