@@ -218,6 +218,11 @@ class DriftDetector:
         return self._settled is not None
 
     @property
+    def resettles(self) -> int:
+        """Times a shift found after arming with its onset in the settling time disarmed it."""
+        return self._resettles
+
+    @property
     def settling_again_since(self) -> Optional[float]:
         """While the rank settles again (a shift found after arming began inside the settling
         time), that shift's onset (Unix time); else None."""
@@ -608,6 +613,17 @@ class DriftDetector:
         self._first_time = onset_at - self.cfg.warmup_s  # settled again settle_s after the onset
         self._version += 1
         return False
+
+    def settle_again(self, onset_at: float) -> bool:
+        """Settle again from ``onset_at`` (Unix time) as a shift found after arming with its
+        onset in the settling time does: the rank's other detector found one there (its bucket
+        statistic dated the same change a bucket earlier). Nothing while not armed or with an
+        episode open. True when it did."""
+        if self._settled is None or self.condition is not None:
+            return False
+        since = [row[2] for row in self._history if row[1] > onset_at]
+        self._resettle(onset_at, since)
+        return True
 
     def _further(self) -> bool:
         """A further change in the open episode: the warning window's level stands a warning

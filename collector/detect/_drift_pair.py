@@ -18,7 +18,7 @@ condition only when that one stands at a higher severity (severity only rises) o
 clears while the other's is still open (the episode goes on, at no lower severity). Backtest on
 the real corpus, same split and command, medians alone vs both (bench/results/detection_real_floor.md):
 held out +3% within 10 min 23 -> 28/54, +5% within 3 min 28 -> 36/54, +10% within 60 s
-39 -> 42/54; false episodes 0 -> 2 (one healthy 2-GPU recording whose whole step distribution
+39 -> 41/54; false episodes 0 -> 2 (one healthy 2-GPU recording whose whole step distribution
 stepped up +8% for its last 80 s: the floor raises it, the medians do not).
 
 Costs: two detectors' buckets per rank: the collector's ingest path 9.1 -> 10.7 us per step
@@ -78,14 +78,34 @@ class RankDrift:
 
     # -- steps ----------------------------------------------------------------------------------
     def feed(self, step: int, time: float, value: float) -> bool:
+        armed = [(d.resettles, d.condition is None) for d in self._both()]
         for d in self._both():
             d.feed(step, time, value)
+        self._follow(armed)
         return self._pick()
 
     def feed_many(self, step: list, end_time_s: list, duration_s: list) -> bool:
+        armed = [(d.resettles, d.condition is None) for d in self._both()]
         for d in self._both():
             d.feed_many(step, end_time_s, duration_s)
+        self._follow(armed)
         return self._pick()
+
+    def _follow(self, armed: list) -> None:
+        """One detector just found that a shift began before it armed and settles again: the
+        other settles again from the same onset (the job had not settled; a change mid-bucket
+        dated a bucket apart by a median and a 10th percentile must not be raised by one and
+        learnt by the other). ``armed``: (resettles, no episode open) of each before the steps; an
+        episode the other opened with these same steps is dropped unshown."""
+        if self.floor is None:
+            return
+        for d, other, (was, _), (_, quiet) in ((self.median, self.floor, armed[0], armed[1]),
+                                              (self.floor, self.median, armed[1], armed[0])):
+            since = d.settling_again_since
+            if d.resettles > was and since is not None:
+                if quiet and other.condition is not None:
+                    other.end_episode()
+                other.settle_again(since)
 
     def note_window(self, step: int, time: float) -> None:
         for d in self._both():
@@ -131,12 +151,13 @@ class RankDrift:
         return self.median.pauses
 
     def reach(self) -> Optional[dict[str, float]]:
-        """Per severity the smaller of the two detectors' reach (either raises); kept while
-        neither detector measured its spreads again (a scrape reads it for every rank)."""
+        """Per severity the smaller of the two detectors' reach (either raises); None while the
+        median detector is not armed (``armed`` is its); kept while neither detector measured
+        its spreads again (a scrape reads it for every rank)."""
         med = self.median.reach()
         flo = self.floor.reach() if self.floor is not None else None
         if med is None or flo is None:
-            return med if flo is None else flo
+            return med
         if self._reach[0] is not med or self._reach[1] is not flo:
             self._reach = (med, flo, {sev: min(v, flo.get(sev, v)) for sev, v in med.items()})
         return self._reach[2]
