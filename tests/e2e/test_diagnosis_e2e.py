@@ -19,9 +19,14 @@ from _procs import Collector, start_trainer, trainer_env
 # raised a shift before the injected cause (a fresh-clone run with a burner, onsets 325-364).
 # transient_s at the horizons' scale (seconds here, 600 s by default): a contention episode
 # that cleared counted as a wave the injected cause then had to outlast, past the job's end.
+# floor_quantile 0: the medians alone. The floor of 0.5 s buckets (~11 steps: their second
+# smallest) of CPU jobs beside a burner moved before the change in one of three fresh-clone runs
+# (the dataloader job: an episode from step 255, the cause at 400); this test is of the
+# diagnosis, the floor's own tests are tests/collector/detect/test_drift_pair.py and the real
+# recordings.
 DETECTION = {"warmup_steps": 10, "resolve_hold_s": 600,
              "drift": {"bucket_s": 0.5, "min_bucket_steps": 3, "warmup_s": 2, "settle_s": 6, "critical_window_s": 2, "warning_window_s": 3, "info_window_s": 6, "clear_s": 1, "z": 4,
-                       "transient_s": 6}}
+                       "transient_s": 6, "floor_quantile": 0}}
 SMALL = ("--step-sleep-s", "0.04", "--d-model", "32", "--layers", "1", "--batch", "4", "--seq", "16")
 STEPS, FROM = 700, 400
 CAUSES = {"backward": "backward", "dataloader": "data", "optimizer": "optimizer"}
