@@ -78,29 +78,30 @@ class RankDrift:
 
     # -- steps ----------------------------------------------------------------------------------
     def feed(self, step: int, time: float, value: float) -> bool:
-        armed = [(d.resettles, d.condition is None) for d in self._both()]
-        for d in self._both():
-            d.feed(step, time, value)
-        self._follow(armed)
-        return self._pick()
+        return self._fed(lambda d: d.feed(step, time, value))
 
     def feed_many(self, step: list, end_time_s: list, duration_s: list) -> bool:
-        armed = [(d.resettles, d.condition is None) for d in self._both()]
+        return self._fed(lambda d: d.feed_many(step, end_time_s, duration_s))
+
+    def _fed(self, feed) -> bool:
+        """``feed`` (one detector's call) to each detector, then one settling again makes the
+        other follow and the shown condition is chosen; True when it changed."""
+        before = [(d.resettles, d.condition is None) for d in self._both()]
         for d in self._both():
-            d.feed_many(step, end_time_s, duration_s)
-        self._follow(armed)
+            feed(d)
+        self._follow(before)
         return self._pick()
 
-    def _follow(self, armed: list) -> None:
+    def _follow(self, before: list) -> None:
         """One detector just found that a shift began before it armed and settles again: the
         other settles again from the same onset (the job had not settled; a change mid-bucket
         dated a bucket apart by a median and a 10th percentile must not be raised by one and
-        learnt by the other). ``armed``: (resettles, no episode open) of each before the steps; an
+        learnt by the other). ``before``: (resettles, no episode open) of each before the steps; an
         episode the other opened with these same steps is dropped unshown."""
         if self.floor is None:
             return
-        for d, other, (was, _), (_, quiet) in ((self.median, self.floor, armed[0], armed[1]),
-                                              (self.floor, self.median, armed[1], armed[0])):
+        for d, other, (was, _), (_, quiet) in ((self.median, self.floor, before[0], before[1]),
+                                              (self.floor, self.median, before[1], before[0])):
             since = d.settling_again_since
             if d.resettles > was and since is not None:
                 if quiet and other.condition is not None:
@@ -118,16 +119,12 @@ class RankDrift:
         self._pick()
 
     def the_jobs_own(self, evidence: str) -> bool:
-        changed = False
-        for d in self._both():
-            changed |= d.the_jobs_own(evidence)
-        return self._pick() or changed
+        changed = [d.the_jobs_own(evidence) for d in self._both()]
+        return self._pick() or any(changed)
 
     def backed_off(self, t: float, message: str) -> bool:
-        changed = False
-        for d in self._both():
-            changed |= d.backed_off(t, message)
-        return self._pick() or changed
+        changed = [d.backed_off(t, message) for d in self._both()]
+        return self._pick() or any(changed)
 
     def reference_span(self) -> Optional[tuple[float, float]]:
         return (self._src or self.median).reference_span()
