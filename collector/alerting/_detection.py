@@ -21,6 +21,7 @@ from stepwatch.proto.stepwatch.v1 import agent_pb2
 from ..wire._columns import SampleColumns, StepColumns
 from ..detect import SEVERITIES, DetectionConfig, DetectionEngine, WindowPoint
 from ..detect._activity import GPU_BUSIER
+from ..detect._straggler import WAIT_IN_BACKWARD
 from ..detect._engine import TICK_SLICE
 from ._alertmanager import AlertmanagerClient
 from ._book import Alert, AlertBook
@@ -323,12 +324,16 @@ class Detection:
             top = d.contributors[0] if d.contributors else None
             in_sync = (top is not None and top[0].startswith("sync") and top[1] > 0
                        and top[1] >= 0.3 * d.step_delta_ms)
+            in_backward = (top is not None and top[0].startswith("backward") and top[1] > 0
+                           and top[1] >= 0.3 * d.step_delta_ms)
             if a.alertname != STRAGGLER:
-                # this rank waited for another: in sync, or (its own device no busier) for a rank
-                # whose GPU does more work, which under DDP it waits for inside its own backward
+                # this rank waited for another: in sync, or (its own device no busier) inside its
+                # own backward, where DDP waits for a rank whose GPU does more work or whose own
+                # work before the collectives grew
                 slow = sorted(s.rank for s in self.book.firing() if s.alertname == STRAGGLER
                               and s.job == a.job and s.rank != a.rank
-                              and (in_sync or (not d.busier and GPU_BUSIER in s.summary)))
+                              and (in_sync or (not d.busier and (GPU_BUSIER in s.summary or (
+                                  in_backward and WAIT_IN_BACKWARD in s.summary)))))
                 if slow:
                     text = f"waiting for rank {', '.join(map(str, slow[:4]))} (straggler): {text}"
             new = self.book.annotate(a.key, diagnosis=text, diagnosis_complete=d.complete)

@@ -60,7 +60,9 @@ from ._activity import ActivitySkew
 from ._config import StragglerConfig
 from ._types import WARNING, Condition, WindowPoint, finite_positive, mads_without_each, median, medians_without_each
 
-__all__ = ["StragglerDetector"]
+__all__ = ["StragglerDetector", "WAIT_IN_BACKWARD"]
+
+WAIT_IN_BACKWARD = "longer in backward and sync"  # in a phase condition's summary (the alert's "why" looks for it)
 
 _MAX_OPEN_BLOCKS = 64     # blocks waiting for their ranks; past this the oldest is judged as it is
 _MAX_SPAN = (_MAX_OPEN_BLOCKS - 2) // 2  # a batch span past this waits no longer
@@ -79,6 +81,7 @@ class _PhaseRun:
     slow: int = 0                # how many of ``flags`` are slow
     since: Optional[float] = None  # data time since when at least half of min_blocks were
     level: Optional[float] = None  # the job's step level when the run began
+    excess: float = 0.0          # the rank's excess in the first block of the run judged for its cost
     counted: bool = False        # the run has counted by its cost
 
 
@@ -111,7 +114,8 @@ class StragglerDetector:
         self._phase: dict[int, collections.deque] = {}  # rank -> (block, pre, own, sync) samples
         # (block, median step time of its ranks) of the last _LEVEL_REACH x window_blocks blocks
         self._levels: collections.deque = collections.deque()
-        self._lag: dict[int, _PhaseRun] = {}  # rank -> its phase verdicts before the cost gate
+        self._lag: dict[int, _PhaseRun] = {}  # rank -> its "sync" phase verdicts before the cost gate
+        self._lag_any: dict[int, _PhaseRun] = {}  # rank -> its phase verdicts of either kind, the same
         self._activity = ActivitySkew(cfg.activity_bucket_s, cfg.activity_warmup_s, cfg.activity_reference_buckets,
                                       cfg.activity_buckets, cfg.activity_rise, cfg.activity_floor)
 
@@ -234,6 +238,7 @@ class StragglerDetector:
             self._spans[min(max(old), _MAX_SPAN)] -= 1
             self._wait_blocks = self._lag_blocks()
         self._lag.pop(rank, None)
+        self._lag_any.pop(rank, None)
         self._by_phases.discard(rank)
         self._by_steps.pop(rank, None)
         self._by_windows.pop(rank, None)
@@ -390,9 +395,20 @@ class StragglerDetector:
             by_phase, first = None, False
             if split and not flag:
                 by_phase = self._by_own_work(own, (m_pre[i], m_own[i], m_sync[i]), mt, floor)
-                since = self._lagging(rank, by_phase is not None, step, time)
+                in_sync = by_phase is not None and by_phase[5] == "sync"
+                since = self._lagging(self._lag, rank, in_sync, step, time)
+                if by_phase is None and rank in self._lag_any and self._lag_any[rank].since is not None:
+                    # a run of either kind goes on at a quarter of the ratio's excess and half the z
+                    by_phase = self._by_own_work(own, (m_pre[i], m_own[i], m_sync[i]), mt, floor / 2,
+                                                 1 + (cfg.phase_ratio - 1) / 4)
+                    in_sync = False  # (counted by the run of both kinds only)
+                since_any = self._lagging(self._lag_any, rank, by_phase is not None, step, time)
                 if by_phase is not None and rank not in self._by_steps:
-                    first = self._costly(rank, since, time, by_phase[0])
+                    run = self._lag
+                    first = self._costly(self._lag[rank], since, time, by_phase[0]) if in_sync else None
+                    if first is None:  # the others waiting in their backward, or a run of both kinds
+                        run, first = self._lag_any, self._costly(self._lag_any[rank], since_any, time,
+                                                                 by_phase[0], in_sync=False)
                     if first is None:
                         by_phase = None  # it has neither made the job slower for a while nor lasted
                 if by_phase is not None:
@@ -401,19 +417,20 @@ class StragglerDetector:
             slow = counts.get(rank, 0) + flag - (len(hist) == size and hist[0][0])
             hist.append((flag, step, time))
             if by_phase is not None and first:
-                slow = self._count_run(rank, hist)
+                slow = self._count_run(run[rank], hist)
             counts[rank] = slow
             if slow < cfg.min_blocks and rank not in self._by_steps:
                 continue  # the usual rank: not slow enough to flag, nothing held to clear
             changed |= self._update(rank, hist, slow, ratio, t, mt, w, mw, by_phase)
         return changed
 
-    def _lagging(self, rank: int, slow: bool, step: int, time: float) -> Optional[float]:
-        """Record a block's phase verdict for ``rank``; the data time since when at least half
-        of ``min_blocks`` of its last ``window_blocks`` verdicts have been slow, or None."""
-        run = self._lag.get(rank)
+    def _lagging(self, runs: dict, rank: int, slow: bool, step: int, time: float) -> Optional[float]:
+        """Record a block's phase verdict for ``rank`` in ``runs``; the data time since when at
+        least half of ``min_blocks`` of its last ``window_blocks`` verdicts there have been
+        slow, or None."""
+        run = runs.get(rank)
         if run is None:
-            run = self._lag[rank] = _PhaseRun(collections.deque(maxlen=self.cfg.window_blocks))
+            run = runs[rank] = _PhaseRun(collections.deque(maxlen=self.cfg.window_blocks))
         flags = run.flags
         run.slow += slow - (len(flags) == flags.maxlen and flags[0][0])
         flags.append((slow, step))
@@ -423,30 +440,35 @@ class StragglerDetector:
             run.since, run.level, run.counted = None, None, False
         return run.since
 
-    def _count_run(self, rank: int, hist: collections.deque) -> int:
-        """Once a rank's phase run first counts, its earlier slow verdicts still in ``hist``
+    @staticmethod
+    def _count_run(run: _PhaseRun, hist: collections.deque) -> int:
+        """Once a rank's phase ``run`` first counts, its earlier slow verdicts still in ``hist``
         count too (they were held back only until the run proved costly); the new slow count."""
-        slow_steps = {step for slow, step in self._lag[rank].flags if slow}
+        slow_steps = {step for slow, step in run.flags if slow}
         for i, (flag, step, time) in enumerate(hist):
             if not flag and step in slow_steps:
                 hist[i] = (True, step, time)
         return sum(flag for flag, _, _ in hist)
 
-    def _costly(self, rank: int, since: Optional[float], time: float, excess: float) -> Optional[bool]:
-        """Whether a rank slow by its phases in this block counts: it has been for
-        ``phase_persist_s``, or for ``phase_cost_s`` and the job's step time (the median of the
-        last ``window_blocks`` blocks) now exceeds its level when the run began by
-        ``phase_cost_share`` x ``excess``. None: not counted; True: counted by its cost, the
-        first block of its run that is (the run's earlier slow blocks then count too); False:
-        counted (by its length, the blocks from then on only)."""
-        cfg, run = self.cfg, self._lag[rank]
+    def _costly(self, run: _PhaseRun, since: Optional[float], time: float, excess: float,
+                in_sync: bool = True) -> Optional[bool]:
+        """Whether a rank slow by its phases in this block counts, by its ``run`` of slow
+        verdicts. ``in_sync`` (the others waiting in sync): the run has lasted
+        ``phase_persist_s``, or ``phase_cost_s`` while the job's step time (the median of the
+        last ``window_blocks`` blocks) exceeds its level when the run began by
+        ``phase_cost_share`` x ``excess``; else (the others waiting in their backward, where
+        equal step periods make a wait whoever is slower): both, the cost after
+        ``phase_persist_s``. None: not counted; True: counted by its cost, the first block of
+        its run that is (the run's earlier slow blocks then count too); False: counted (by its
+        length, the blocks from then on only)."""
+        cfg = self.cfg
         lasted = time - since if since is not None else -1.0
         if since is not None and run.level is None:
-            run.level = self._level_before()
-        if lasted >= cfg.phase_persist_s:
+            run.level, run.excess = self._level_before(), excess
+        if in_sync and lasted >= cfg.phase_persist_s:
             return False
-        if lasted < cfg.phase_cost_s or run.level is None or \
-                self._level_now() - run.level < cfg.phase_cost_share * excess:
+        if lasted < (cfg.phase_cost_s if in_sync else cfg.phase_persist_s) or run.level is None or \
+                self._level_now() - run.level < cfg.phase_cost_share * (excess if in_sync else max(excess, run.excess)):
             return None
         first, run.counted = not run.counted, True
         return first
@@ -472,19 +494,30 @@ class StragglerDetector:
         before = [t for b, t in self._levels if b <= bid - self.cfg.window_blocks]
         return median(before) if len(before) >= 3 else None
 
-    def _by_own_work(self, own: tuple, others: tuple, mt: float, floor: float) -> Optional[tuple]:
+    def _by_own_work(self, own: tuple, others: tuple, mt: float, floor: float,
+                     ratio: Optional[float] = None) -> Optional[tuple]:
         """A rank's block judged by its phase times: ``own`` its (before the collectives, all
         but sync, sync) per step, ``others`` the other ranks' medians of the same; ``mt`` their
-        step, ``floor`` the spread. (own excess, pre, others' pre, sync, others' sync) when
-        slow, else None. Before the collectives the others cannot be waiting for anyone: an
-        excess there is this rank's own; over the whole step, part of the others' wait can land
-        in their backward (measured on two H100s: 4.8 of a 6.5 ms wait)."""
+        step, ``floor`` the spread. (own excess, pre, others' pre, wait, others' wait, where) when
+        slow, else None; ``where`` is "sync" or "backward". Before the collectives the others
+        cannot be waiting for anyone: an excess there is this rank's own; over the whole step,
+        part of the others' wait can land in their backward (measured on two H100s: 4.8 of a
+        6.5 ms wait). "sync": the others wait in sync at least ``phase_wait_share`` x the excess
+        longer. "backward": the excess is before the collectives and the others' wait is all in
+        their backward, DDP's gradient all-reduce waiting for this rank's buckets (two H200s, a
+        busy host on rank 1: its forward +4.5 ms, rank 0's backward +4.3 ms, sync +0.1 ms); equal
+        step periods make that wait as large as the excess whoever is slower, so such a block
+        counts only once its run has lasted ``phase_persist_s`` (see :meth:`_costly`)."""
         (pre, mine, sync), (m_pre, m_own, m_sync) = own, others
         excess = max(pre - m_pre, mine - m_own)
         cfg = self.cfg
-        if (1 + excess / mt >= cfg.phase_ratio and excess / floor >= cfg.robust_z
-                and m_sync - sync >= cfg.phase_wait_share * excess):
-            return excess, pre, m_pre, sync, m_sync
+        if 1 + excess / mt < (ratio or cfg.phase_ratio) or excess / floor < cfg.robust_z:
+            return None
+        if m_sync - sync >= cfg.phase_wait_share * excess:
+            return excess, pre, m_pre, sync, m_sync, "sync"
+        late, m_late = mine - pre + sync, m_own - m_pre + m_sync  # backward and sync
+        if pre - m_pre >= excess and m_late - late >= cfg.phase_wait_share * excess:
+            return excess, pre, m_pre, late, m_late, "backward"
         return None
 
     def _update(self, rank, hist, slow, ratio, t, mt, w, mw, by_phase=None) -> bool:
@@ -498,11 +531,12 @@ class StragglerDetector:
         first: Optional[tuple] = next(((st, tm) for s, st, tm in hist if s), None)
         step, since = (old.step, old.since) if old is not None else first
         if by_phase is not None:
-            excess, pre, m_pre, sync, m_sync = by_phase
+            excess, pre, m_pre, sync, m_sync, where = by_phase
+            where = "longer in sync" if where == "sync" else WAIT_IN_BACKWARD
             summary = (f"rank {rank} is a straggler: its own work takes {excess * 1e3:+.1f} ms/step longer "
                        f"than the other ranks' ({ratio:.2f}x their step; before the collectives "
                        f"{pre * 1e3:.1f} vs {m_pre * 1e3:.1f} ms); they wait {(m_sync - sync) * 1e3:+.1f} "
-                       f"ms/step longer in sync ({m_sync * 1e3:.1f} vs {sync * 1e3:.1f} ms), in {slow} of "
+                       f"ms/step {where} ({m_sync * 1e3:.1f} vs {sync * 1e3:.1f} ms), in {slow} of "
                        f"the last {len(hist)} blocks since step {step:,}")
         elif old is not None and rank in self._by_phases:
             return False  # still held: keep the phase figures of the last block that showed them

@@ -300,6 +300,53 @@ def test_a_phase_excess_that_costs_nothing_is_named_once_it_has_lasted():
     assert 200 + 667 <= first <= 200 + 667 + 200, first  # (the pool turns, then 8 slow blocks of 10)
 
 
+def run_backward_wait_job(engine, steps, extra_s, slow_from, costs=True, step_s=0.045, seed=0, jitter=0.01):
+    """2-rank lockstep DDP job where rank 1's work before the collectives (its forward: a busy
+    host) grows by ``extra_s`` from ``slow_from`` and rank 0 waits for it inside its backward (DDP's
+    gradient all-reduce), its sync unchanged, as on two H200s. ``costs`` False: the step period
+    stays (rank 1's backward shrinks by as much: which rank looks slower, and nothing else). The
+    first step at which a straggler was named, or None."""
+    rng, first_alarm, t = random.Random(seed), None, T0
+    for s in range(1, steps + 1):
+        slow = s >= slow_from
+        period = step_s + (extra_s if slow and costs else 0.0)
+        t += period
+        for r in range(2):
+            j = lambda: 1 + rng.uniform(-jitter, jitter)
+            sync, pre = 0.001 * j(), 0.02 * j()
+            if slow and r == 1:
+                pre += extra_s
+            own = period - sync  # (a rank's own time: its pre and its backward, all but sync)
+            engine.phase_times("j", r, [s], [pre], [own * j()], [sync])
+            engine.step("j", r, s, t, period * (1 + rng.uniform(-jitter / 10, jitter / 10)), wait_s=0.001)
+        if first_alarm is None and stragglers(engine):
+            first_alarm = s
+    return first_alarm
+
+
+def test_a_rank_whose_others_wait_in_their_backward_is_named_once_that_has_lasted():
+    """Rank 1's forward +4.5 ms (10%) and the job's step with it, rank 0 waiting inside its
+    backward (sync unchanged, so the sync rule cannot see the wait): equal step periods make such
+    a wait whoever looks slower, so it is named only once its run has lasted ``phase_persist_s``
+    (30 s: 606 steps of 49.5 ms) while the job's step stands above its level before, and says
+    where the others wait."""
+    e = DetectionEngine(parse_detection({"warmup_steps": 0}))
+    first = run_backward_wait_job(e, 1500, 0.0045, 300)
+    got = stragglers(e)
+    assert set(got) == {1}, got
+    assert 300 + 606 <= first <= 300 + 606 + 150, first
+    assert "ms/step longer in backward and sync" in got[1].summary and "its own work takes +4." in got[1].summary, \
+        got[1].summary
+
+
+def test_the_same_excess_that_costs_the_job_nothing_names_nobody():
+    """Rank 1's forward as long, but the step period unchanged (its backward shorter by as much):
+    a minute of it names nobody; the sync rule's own length rule does not apply to a wait in
+    backward."""
+    e = DetectionEngine(parse_detection({"warmup_steps": 0}))
+    assert run_backward_wait_job(e, 2000, 0.0045, 300, costs=False) is None, stragglers(e)
+
+
 def test_phase_times_of_every_third_step_are_enough():
     e = DetectionEngine(parse_detection({"warmup_steps": 0}))
     first = run_phased_job(e, 600, ranks=4, own_extra_s=0.0068, slow_rank=2, slow_from=200, every=3)
