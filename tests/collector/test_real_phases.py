@@ -325,3 +325,11 @@ def test_a_busy_host_on_one_h200_raised_live_by_the_floor_and_the_medians():
         onset = a.earlier[0]["step"] if a.earlier else a.step
         assert 0 < a.fired_at - at <= within and 0 <= onset - step <= 2 / 0.040, (name, a.fired_at - at, onset)
         assert a.diagnosis.startswith("forward +") and "(host-bound: its host time +" in a.diagnosis, a.diagnosis
+
+
+def test_host_work_on_one_rank_that_costs_the_job_two_percent_names_nobody():
+    """h200zd: the same 4.3 ms of host work on rank 1, live at fb2ae1d on another 2 x H200 lease,
+    where it overlapped the GPU's queued work: the job's step 46.4 -> 47.4 ms (+2%), rank 1's
+    device-clock forward +2-4 ms. Nothing is raised, live or replayed: no straggler by the wait
+    in backward (its cost, half the excess, is not there), no drift (below its reach)."""
+    assert _replay("h200zd_2gpu_m_host_r1.jsonl.gz") == []
