@@ -31,7 +31,15 @@ a few seconds slows the job as well): in a
 launch-bound job the ranks' device-clock phases differ by more than their hosts do (the rank
 that waited runs its queued kernels back to back), and which rank looks slower flips with no
 cost to the job, for seconds at a time. A rank slow in this way from the job's start is left to the step, wait and
-window evidence until it has shown the excess for ``phase_persist_s``.
+window evidence until it has shown the excess for ``phase_persist_s``. In a host-bound job the
+others wait for the slow rank inside their backward instead (DDP's all-reduce of its gradient
+buckets; their sync unchanged): a block whose excess is before the collectives while the others'
+backward and sync exceed the rank's by ``phase_wait_share`` x the excess is slow of that kind. Equal
+step periods give the others such a wait whoever looks slower, so these blocks feed a second run
+per rank (of both kinds), which counts only once it has lasted ``phase_persist_s`` while the job's
+step time stands ``phase_cost_share`` x the run's first excess above its level before the run;
+once begun, that run goes on through blocks at a quarter of ``phase_ratio``'s excess and half the
+z (another rank's host blip narrows the gap for seconds).
 
 A rank whose GPU is slow (throttled, degraded, a noisy neighbour) hides inside the collectives:
 every rank's step time and data-loader wait stay the same. The profiler windows, taken at the
