@@ -80,19 +80,21 @@ def test_huge_labels_event_messages_and_window_lists_are_cut_and_counted(start_c
     assert len(col.get("/api/jobs")[2]) < 100_000
 
 
-def test_ten_thousand_bogus_job_names_stay_within_max_jobs(start_collector):
+def test_bogus_job_names_past_max_jobs_are_refused_and_the_scrape_stays_small(start_collector):
     """The abuse case of the hardening issue (10,000 job names gave an 89 MB scrape): with the
-    default max_jobs (1,000) the rest are refused and the scrape stays small."""
+    default max_jobs (1,000) every name past it is refused (here 1,000 more: each is refused the
+    same way, so 9,000 more took 24 s of the suite and tested nothing else) and the scrape of
+    the 1,000 stays small."""
     col = start_collector()
     refused = 0
     with col.channel() as chan:
-        for i in range(10_000):
+        for i in range(2_000):
             try:
                 converse(chan, [hello(job=f"bogus-{i:05d}-" + "y" * 200), batch(1, steps=[step(1)])])
             except grpc.RpcError as exc:
                 assert exc.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
                 refused += 1
-    assert refused == 9_000
+    assert refused == 1_000
     t0 = time.monotonic()
     body = col.get("/metrics")[2]
     print(f"\n/metrics with 1,000 one-rank jobs: {len(body) / 1e6:.1f} MB in {time.monotonic() - t0:.2f} s")
