@@ -10,6 +10,7 @@ as "Failed to load resource") fails the test. Skipped when no chromium binary is
 from __future__ import annotations
 
 import base64
+import concurrent.futures
 import json
 import os
 import re
@@ -188,8 +189,9 @@ def test_the_alerting_job_among_fourteen_is_in_the_first_screen(collector_factor
                            "--slow-from-step", "60", "--slow-factor", "1.3")
     browser = None
     try:
-        for i in range(13):
-            run_trainer(trainer_env(tmp_path, collector.grpc, f"healthy-{i:02d}"), "--steps", "5", *SMALL)
+        with concurrent.futures.ThreadPoolExecutor(3) as pool:  # three at a time: 49 -> 29 s here, 41 s beside a CPU burner
+            list(pool.map(lambda i: run_trainer(trainer_env(tmp_path, collector.grpc, f"healthy-{i:02d}"),
+                                                "--steps", "5", *SMALL), range(13)))
         deadline = time.monotonic() + 120
         while not any(a["job"] == "slowed-job" and a["state"] == "firing" for a in collector.api("/api/alerts")["alerts"]):
             assert time.monotonic() < deadline and slowed.poll() is None, "the slowed job raised no alert"
