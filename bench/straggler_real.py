@@ -37,12 +37,14 @@ def changes() -> dict:
 
 def evidence(summary: str) -> str:
     """Which rule a straggler episode's summary (as raised) came from."""
+    from stepwatch.collector.detect._activity import GPU_BUSIER
+    from stepwatch.collector.detect._phase_rule import WAIT_IN_BACKWARD
     kinds = []
-    if "longer in backward and sync" in summary:
+    if WAIT_IN_BACKWARD in summary:
         kinds.append("phases, wait in backward")
     elif "longer in sync" in summary:
         kinds.append("phases, wait in sync")
-    if "GPU is busier" in summary:
+    if GPU_BUSIER in summary:
         kinds.append("GPU activity")
     if "profiler windows" in summary:
         kinds.append("windows")

@@ -21,7 +21,7 @@ from stepwatch.proto.stepwatch.v1 import agent_pb2
 from ..wire._columns import SampleColumns, StepColumns
 from ..detect import SEVERITIES, DetectionConfig, DetectionEngine, WindowPoint
 from ..detect._activity import GPU_BUSIER
-from ..detect._straggler import WAIT_IN_BACKWARD
+from ..detect._phase_rule import WAIT_IN_BACKWARD
 from ..detect._engine import TICK_SLICE
 from ._alertmanager import AlertmanagerClient
 from ._book import Alert, AlertBook
@@ -322,10 +322,10 @@ class Detection:
                         text = text.replace(f"; {item}", "")
                     text = f"its GPU did more work: {', '.join(d.busier)}; {text}"
             top = d.contributors[0] if d.contributors else None
-            in_sync = (top is not None and top[0].startswith("sync") and top[1] > 0
-                       and top[1] >= 0.3 * d.step_delta_ms)
-            in_backward = (top is not None and top[0].startswith("backward") and top[1] > 0
-                           and top[1] >= 0.3 * d.step_delta_ms)
+            # its top contributor holds 30% or more of the change
+            leads = top is not None and top[1] > 0 and top[1] >= 0.3 * d.step_delta_ms
+            in_sync = leads and top[0].startswith("sync")
+            in_backward = leads and top[0].startswith("backward")
             if a.alertname != STRAGGLER:
                 # this rank waited for another: in sync, or (its own device no busier) inside its
                 # own backward, where DDP waits for a rank whose GPU does more work or whose own

@@ -69,7 +69,7 @@ from ._config import StragglerConfig
 from ._phase_rule import WAIT_IN_BACKWARD, PhaseRule
 from ._types import WARNING, Condition, WindowPoint, finite_positive, mads_without_each, median, medians_without_each
 
-__all__ = ["StragglerDetector", "WAIT_IN_BACKWARD"]
+__all__ = ["StragglerDetector"]
 
 _MAX_OPEN_BLOCKS = 64     # blocks waiting for their ranks; past this the oldest is judged as it is
 _MAX_SPAN = (_MAX_OPEN_BLOCKS - 2) // 2  # a batch span past this waits no longer
