@@ -145,7 +145,9 @@ class AgentSettings:
         env="STEPWATCH_OVERHEAD_BUDGET", check=(lambda v: 0 < v < 1, "between 0 and 1"))
     phase_budget: float = option(
         0.001, "Largest share of wall time the always-on phase times (data, forward, backward, "
-        "sync, optimizer per sampled step) may cost (0.001 = 0.1%); 0 turns them off.",
+        "sync, optimizer per sampled step) may cost (0.001 = 0.1%); 0 turns them off. The ranks of a "
+        "job sample the same steps (at 0.9 of this rate): under data parallelism the job pays about "
+        "one rank's samples.",
         env="STEPWATCH_PHASE_BUDGET", check=between(0.0, 0.1))
     capture_budget: float = option(
         0.02, "A capture asked by the collector (stepwatch trace, a slowdown alert) is refused, "

@@ -17,8 +17,19 @@ pre-hook, ``torch.Tensor.backward`` wrapped (put back at the boundary after, unl
 else replaced it meanwhile) and two ``register_post_accumulate_grad_hook`` hooks (on the parameters whose
 gradients come first and last, learnt once on a step that hooks them all) are installed at the
 boundary before it and removed at the boundary after. A step is sampled while the time spent
-here stays within ``budget`` of the wall time since attach (every step of a 40 ms job on an
-H100; fewer of a shorter one).
+here stays within ``budget`` of the wall time since attach, and once eight samples have
+measured what one costs, only on the steps every rank of a job chooses at that rate: step ``n``
+where the fractional part of ``n`` x the golden ratio is under the rate (0.9 x ``budget`` x the
+mean step time since the first boundary over the mean cost of a sample). The chosen steps are
+spread evenly, and a rank at a lower rate chooses a subset of another's: under data parallelism
+the ranks run in lockstep, so a step sampled on one rank delays them all, and with each rank
+choosing its own steps the job paid about the sum of the ranks' samples (2 x H200: 2,539 of
+6,887 steps sampled on some rank at the 0.1% budget, +0.10% of one rank's median; 4 x H200, a
+15 ms job: 820 of 3,000, +0.23..+0.28%; choosing the same, 2 x H200: 392 of 2,079, 360 of them
+on both ranks; bench/results/phase_cost_ddp.md). The step numbers are the tracker's, counted
+from attach (ranks that attach at the same point agree). A boundary the choice declines costs
+0.43 us against 0.16 us for one the budget check declines (bench/phase_arm_cost.py, the 2-core
+development machine): +0.27 us, 0.002% of a 15 ms step.
 
 Degrades, never fails: a point not seen in a step (no DataLoader, CUDA-graph replay, no
 gradient) leaves its phase at 0 and its time in the next phase seen, and the record says which
@@ -42,6 +53,9 @@ __all__ = ["PhaseTimer", "PHASES"]
 PHASES = ("data", "forward", "backward", "sync", "optimizer")
 _BATCH, _FIRST, _LAST, _OPT = range(4)
 _LEARN_TRIES = 3  # sampled steps that may try to learn the gradient order before giving up
+_RATE_AFTER = 8    # samples taken by the budget alone, to measure what one costs
+_RATE_SHARE = 0.9  # of the budget's rate: the budget itself stays a bound the chosen steps rarely meet
+_GOLDEN = 2654435769  # 2**32 / the golden ratio: step n's fractional part of n x 0.618..., in 32 bits
 
 
 class PhaseTimer:
@@ -70,6 +84,8 @@ class PhaseTimer:
         self._learning: Optional[list] = None
         self._backward: Optional[tuple] = None  # (torch.Tensor.backward as it was, ours) while armed
         self._learn_tries = 0
+        self._boundaries = 0  # arm() calls: boundaries not inside a profiler window
+        self._first: Optional[float] = None  # the first one's time
         self.leader: Optional[int] = None
 
     @property
@@ -102,13 +118,19 @@ class PhaseTimer:
         self.cost_s += self._clock() - t0
         return points
 
-    def arm(self, optimizer) -> None:
-        """At a boundary: sample the next step when the budget allows. ``optimizer``: the
-        leading optimizer if known (its parameters give the gradient points)."""
+    def arm(self, optimizer, step: Optional[int] = None) -> None:
+        """At a boundary: sample the next step when the budget allows and (``step``, the next
+        step's number, given) it is one of the chosen steps. ``optimizer``: the leading optimizer
+        if known (its parameters give the gradient points)."""
         if self._budget <= 0:
             return
         t0 = self._clock()
+        self._boundaries += 1
+        if self._first is None:
+            self._first = t0
         if self.cost_s > self._budget * (t0 - self._start):
+            return
+        if step is not None and self.sampled >= _RATE_AFTER and not self.chosen(step, t0):
             return
         self._points = [None, None, None, None]
         self._dataloader.notify = self._on_batch
@@ -124,6 +146,15 @@ class PhaseTimer:
             pass
         self.sampled += 1
         self.cost_s += self._clock() - t0
+
+    def chosen(self, step: int, now: float) -> bool:
+        """Whether ``step`` is one to sample at the rate the budget allows (see the module)."""
+        if self.cost_s <= 0 or self.sampled <= 0 or self._boundaries < 2:
+            return True
+        # the mean step from the first boundary (the time before it, building the model, is no step)
+        step_s = (now - self._first) / (self._boundaries - 1)
+        rate = _RATE_SHARE * self._budget * step_s / (self.cost_s / self.sampled)
+        return (step * _GOLDEN) & 0xFFFFFFFF < rate * 4294967296.0
 
     def add_cost(self, seconds: float) -> None:
         self.cost_s += seconds

@@ -177,7 +177,7 @@ class StepTracker:
         if phases is not None and not self._profiled:
             if phases.leader is None and self._leader is not None:
                 phases.leader = self._leader
-            self._phase_call(phases.arm, self._optimizer)
+            self._phase_call(phases.arm, self._optimizer, self.steps + 1)
 
     def _phase_call(self, fn, *args):
         """A phase timer call; one that raises turns the phase times off for the process (the

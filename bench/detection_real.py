@@ -9,13 +9,16 @@ Injected (on every rank of the job at once, from ``--at`` seconds after the job'
 or a spread of starts with ``--starts``): a step of +3, +5, +10%; ramps to +5% over 15 and 30
 minutes (the ramp goes on at +5% to the recording's end). A step's duration is multiplied by
 the change at its end time, and every later time of that rank (steps, samples, the collector's
-clock) moves by the time added, so the series stays a consistent job.
+clock, sampled phase times) moves by the time added, so the series stays a consistent job.
 Reported per change: raised or not (a drift episode whose onset is at or after 30 s before the
-change), the delay from the change (seconds of job time and steps) to the raise, the onset
+change; for a ramp, one raised after it began, whatever its onset, and still open when the
+ramp is half way, at +2.5%: an episode of the job's own noise near the ramp's start that resolved
+before is not the ramp's), the delay from the change (seconds of job time and steps) to the raise, the onset
 error in seconds, the severity reached, episodes per change; for the ramps the delay from the
 time the ramp reached +5%.
 
-With ``--repeat N`` each recording plays N times in a row as one job (``corpus.repeat``): an
+With ``--repeat N`` each recording plays N times in a row as one job (``corpus.repeat``; with
+``--match``, cut where its level at the end matches the copies' start): an
 episode that starts within 60 s of a seam (the recording's end joined to its third minute) is
 the repetition's level step, kept apart from the false episodes ("+N at seams"), and a change
 with a seam inside its target time says so (``seam_within_target``).
@@ -35,7 +38,8 @@ import time
 
 from stepwatch.collector._replay import replay
 from stepwatch.collector.detect import parse_detection
-from stepwatch.collector.tools.corpus import (events, first_step_time, grow, inject, load, repeat, seams as corpus_seams,
+from stepwatch.collector.tools.corpus import (events, first_step_time, grow, inject, load, pulse_end, repeat,
+                                              seams as corpus_seams,
                                               slow_loader)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -71,12 +75,16 @@ HOST_SHIFT["h200u_1gpu_xs.jsonl.gz"] = 1795964392.44 + 230
 HOST_SHIFT["h200t_2gpu_s.jsonl.gz"] = 1795985198.46 + 255
 CHANGES = {"+3%": ("step", 0.03, 0), "+5%": ("step", 0.05, 0), "+10%": ("step", 0.10, 0),
            "ramp +5%/15min": ("ramp", 0.05, 900), "ramp +5%/30min": ("ramp", 0.05, 1800),
+           "ramp +5%/60min": ("ramp", 0.05, 3600),
+           # a change that goes away: +5% / +10% for 5 minutes of the recording's time, then back
+           "+5% for 5 min": ("pulse", 0.05, 300), "+10% for 5 min": ("pulse", 0.10, 300),
            # rank 1's data loader +40% of a step on a job of 2 ranks or more: every rank's step
            # grows by it (lockstep), so rank 1 waits 0.4 / 1.4 = 29% of the new step longer than
            # the others, over the straggler rule's 1.2 (+25% would sit at 1.20: raised and cleared
            # again on real noise); a StepwatchStragglerRank naming rank 1 counts
            "rank 1 loader +40%": ("loader", 0.40, 0)}
 TARGET_S = {"+3%": 600, "+5%": 180, "+10%": 60, "ramp +5%/15min": 600, "ramp +5%/30min": 600,
+            "ramp +5%/60min": 600, "+5% for 5 min": 180, "+10% for 5 min": 60,
             "rank 1 loader +40%": 60}
 # GPU memory growth injected into the real allocator and NVML series (--memory): bytes per hour
 GIB = 1 << 30
@@ -98,8 +106,14 @@ def main() -> None:
     p.add_argument("--at", type=float, default=240.0, help="change starts this long after the first step")
     p.add_argument("--starts", type=int, default=1, help="injections per change, spread 30 s apart")
     p.add_argument("--detection", default=None, help="detection settings (YAML/JSON)")
-    p.add_argument("--changes", nargs="*", default=list(CHANGES))
+    p.add_argument("--changes", nargs="*", default=[c for c in CHANGES if CHANGES[c][0] != "pulse" and c != "ramp +5%/60min"],
+                   help="changes injected (default: all but the hour's ramp, which needs --repeat, and "
+                        "the changes that go away, which need 8 minutes after --at)")
     p.add_argument("--repeat", type=int, default=1, help="play each recording this many times in a row")
+    p.add_argument("--match", action="store_true",
+                   help="with --repeat: the recording cut where its level at the end matches its level "
+                        "at the copies' start (corpus.matched_cut), so a seam is no larger a step than "
+                        "the job's own")
     p.add_argument("--memory", action="store_true",
                    help="the memory backtest instead: each recording played --repeat times (at least 2.5 h "
                         "of job time), as it is and with GPU memory growth injected from --at")
@@ -115,7 +129,7 @@ def main() -> None:
     doc = _new_doc()
     for path in paths:
         name = os.path.basename(path)
-        lines = repeat(load(path), a.repeat)
+        lines = repeat(load(path), a.repeat, match=a.match)
         t0 = first_step_time(lines)
         t_end = max(float(o["time"]) for o in lines)
         t = time.perf_counter()
@@ -145,7 +159,7 @@ def main() -> None:
             runs = []
             for i in range(a.starts):
                 at = t0 + a.at + 30 * i
-                if at + (span or 0) + 60 > t_end:
+                if at + (span or 0) + (RESOLVE_S + 60 if kind == "pulse" else 60) > t_end:
                     continue
                 if kind == "loader":
                     if not _ranks(lines) > 1:
@@ -155,18 +169,31 @@ def main() -> None:
                              if e["alertname"] == "StepwatchStragglerRank" and e["rank"] == 1]
                 else:
                     found = episodes(replay(events(inject(lines, kind, ratio, at, span)), cfg))
-                after = [e for e in found if e["since"] is not None and e["since"] >= at - 30]
+                if kind == "ramp":  # a ramp has no change point: its episode is one raised after it
+                    # began (the onset may be dated anywhere near its start) that lasts into its second
+                    # half (+2.5% on); one raised by the job's own noise near its start and resolved
+                    # before is not the ramp's
+                    after = [e for e in found if e["fired_at"] and _ts(e["fired_at"]) >= at
+                             and (e["ends_at"] is None or _ts(e["ends_at"]) >= at + span / 2)]
+                else:
+                    after = [e for e in found if e["since"] is not None and e["since"] >= at - 30]
+                # the job's time the change ends (a pulse: its steps took longer, so later)
+                over = pulse_end(lines, at, span, ratio) if kind == "pulse" else None
                 ref = at + (span if kind == "ramp" else 0)  # the ramp is measured from reaching +5%
                 first = min((e for e in after if e["fired_at"]), key=lambda e: e["fired_at"], default=None)
                 delay = None if first is None else round(_ts(first["fired_at"]) - ref, 1)
                 runs.append({"at": round(at - t0, 1), "raised": first is not None, "delay_s": delay,
+                             # job time the recording holds after the change (ramps: after +5%):
+                             # under the target, a change not raised is not a miss of it
+                             "data_after_s": round(t_end - ref, 1),
                              "seam_within_target": any(at - 30 <= x <= ref + TARGET_S[change] for x in seams),
                              "onset_error_s": None if first is None else round(first["since"] - at, 1),
                              "severity": None if first is None else first["severity"],
                              "episodes_after": len(after), "episodes_before": len(found) - len(after),
-                             "summary": None if first is None else first["summary"]})
+                             "summary": None if first is None else first["summary"],
+                             **_episode_quality(after, over, t_end)})
             rec["changes"][change] = runs
-            ok = sum(1 for r in runs if r["raised"] and r["delay_s"] is not None and r["delay_s"] <= TARGET_S[change])
+            ok = sum(1 for r in runs if _within(r, change))
             print(f"  {change:16s} within target {ok}/{len(runs)}  "
                   f"{[(r['delay_s'], r['severity'], r['episodes_after'], r['onset_error_s']) for r in runs]}", flush=True)
         doc["recordings"].append(rec)
@@ -261,6 +288,40 @@ def _ts(value) -> float:
     return datetime.datetime.fromisoformat(str(value).replace("Z", "+00:00")).timestamp()
 
 
+RESOLVE_S = 120  # a change that went away resolves within this (issue 31: 2 minutes after recovery)
+_LEVELS = {"info": 0, "warning": 1, "critical": 2}
+
+
+def _episode_quality(after: list[dict], over, t_end: float) -> dict:
+    """Per rank, the drift episodes from the change on: how many (one per change), whether each
+    rank's first only rose in severity with at most one step per level, whether one resolved while
+    the change lasted (a pulse: before it ended; a step: over ``RESOLVE_S`` before the recording's
+    end, where the job's end resolves it), and for a pulse the seconds from its end to the latest
+    rank's resolve (None: still open at the recording's end)."""
+    drift = [e for e in after if e["alertname"] == "StepwatchThroughputDrift"]
+    ranks = sorted({e["rank"] for e in drift})
+    per_rank = [sorted((e for e in drift if e["rank"] == r), key=lambda e: e["since"]) for r in ranks]
+    lasted_to = over if over is not None else t_end - RESOLVE_S
+    rises = all(len(set(h)) == len(h) and h == sorted(h) for h in
+                ([_LEVELS[x] for x in eps[0]["history"]] for eps in per_rank))
+    out = {"episodes_per_rank": max((len(eps) for eps in per_rank), default=0), "severity_rises_only": rises,
+           "resolved_while_changed": any(e["ends_at"] is not None and _ts(e["ends_at"]) < lasted_to for e in drift)}
+    if over is not None:
+        ends = [eps[0]["ends_at"] for eps in per_rank]
+        out["resolved_after_end_s"] = (None if not ends or any(x is None for x in ends)
+                                       else round(max(_ts(x) for x in ends) - over, 1))
+    return out
+
+
+def _within(run: dict, change: str) -> bool:
+    ok = run["raised"] and run["delay_s"] is not None and run["delay_s"] <= TARGET_S[change]
+    if CHANGES[change][0] == "pulse":  # and gone within RESOLVE_S of the change's end, in one episode
+        r = run.get("resolved_after_end_s")
+        ok = ok and r is not None and r <= RESOLVE_S and not run["resolved_while_changed"] \
+            and run["episodes_per_rank"] == 1 and run["severity_rises_only"]
+    return ok
+
+
 def markdown(doc: dict) -> str:
     rows = ["| recording | held out | minutes | false episodes | " + " | ".join(CHANGES) + " |",
             "|---|---|---:|---:|" + "---|" * len(CHANGES)]
@@ -270,20 +331,56 @@ def markdown(doc: dict) -> str:
         for change in CHANGES:
             runs = r["changes"].get(change, [])
             ok = [x for x in runs if x["raised"]]
-            cells.append(f"{len(ok)}/{len(runs)}: " + ", ".join(f"{x['delay_s']} s {x['severity']}" for x in ok)
-                         if runs else "-")
+            cells.append(f"{len(ok)}/{len(runs)}: " + ", ".join(
+                f"{x['delay_s']} s {x['severity']}" + (f", gone {x.get('resolved_after_end_s')} s after"
+                                                       if CHANGES[change][0] == "pulse" else "") for x in ok)
+                if runs else "-")
         seam = f" (+{len(r['seam_episodes'])} at seams)" if r.get("seam_episodes") else ""
         rows.append(f"| {r['name']} | {'yes' if r['held_out'] else 'no'} | {r['minutes']} | "
                     f"{len(r['healthy_episodes'])}{seam} | " + " | ".join(cells) + " |")
         shifts += [f"| {r['name']} | {e['severity']} | {e['onset_after_shift_s']} s | {e['raised_after_shift_s']} s | {e['summary']} |"
                    for e in r.get("host_shift_episodes", [])]
+    rows += ["", "Totals: within target / injected; then the others split into missed (the recording holds "
+             "the target's time after the change, or after +5% for a ramp) and ended first (the recording "
+             "ends before the target's time and nothing was raised by then: neither a miss nor a raise); "
+             "and false episodes on the recordings as they are.", "",
+             "| part | recordings | false episodes | " + " | ".join(CHANGES) + " |",
+             "|---|---:|---:|" + "---|" * len(CHANGES)]
+    for part, held in (("held out", True), ("tuning", False)):
+        recs = [r for r in doc["recordings"] if r["held_out"] == held]
+        if not recs:
+            continue
+        cells = []
+        for change in CHANGES:
+            runs = [x for r in recs for x in r["changes"].get(change, [])]
+            ok = [x for x in runs if _within(x, change)]
+            missed = [x for x in runs if not _within(x, change)
+                      and x.get("data_after_s", TARGET_S[change]) >= TARGET_S[change]]
+            cells.append(f"{len(ok)}/{len(runs)}; missed {len(missed)}, ended first {len(runs) - len(ok) - len(missed)}"
+                         if runs else "-")
+        rows.append(f"| {part} | {len(recs)} | {sum(len(r['healthy_episodes']) for r in recs)} | " + " | ".join(cells) + " |")
     if shifts:
         rows += ["", "The real host-wide slowdown in the h100b recordings (12:46:00 UTC; nothing injected "
                  "into them): episodes found", "", "| recording | severity | onset vs 12:46 | raised vs 12:46 | summary |",
                  "|---|---|---:|---:|---|"] + shifts
+    quality = []
+    for part, held in (("held out", True), ("tuning", False)):
+        runs = [(c, x) for r in doc["recordings"] if r["held_out"] == held for c, xs in r["changes"].items()
+                if CHANGES.get(c, ("loader",))[0] != "loader" for x in xs if x["raised"] and "episodes_per_rank" in x]
+        if runs:
+            quality.append(f"| {part} | {len(runs)} | {sum(1 for _, x in runs if x['episodes_per_rank'] == 1)} | "
+                           f"{sum(1 for _, x in runs if x['severity_rises_only'])} | "
+                           f"{sum(1 for _, x in runs if x['resolved_while_changed'])} |")
+    if quality:
+        rows += ["", "Episodes of the raised drift changes: one per rank, severity only rising (each level "
+                 "at most once), resolved while the change lasted (a step: over 2 minutes before the "
+                 "recording's end; a pulse: before it ended).", "",
+                 "| part | raised | one episode per rank | severity only rose | resolved while changed |",
+                 "|---|---:|---:|---:|---:|"] + quality
     return (f"# Detection on real recordings\n\n`{doc['command']}` (Python {doc['python']}, {doc['date']}).\n"
             "Cells: raised/injected, then delay from the change (ramps: from reaching +5%) and the "
-            "severity first raised.\n\n" + "\n".join(rows) + "\n")
+            "severity first raised (pulses: and the seconds from the change's end to the last rank's "
+            "resolve).\n\n" + "\n".join(rows) + "\n")
 
 
 if __name__ == "__main__":

@@ -4,12 +4,17 @@ clock (bench/real_job.py ``--steps-out``), the sampled steps read from the colle
 of the same job (``phase_times`` in its batches).
 
     python bench/phase_sampled_cost.py DIR [DIR...]
+    python bench/phase_sampled_cost.py RECORDING.jsonl.gz [...]   # each rank's step times as recorded
 
-For every ``<name>.steps.json`` with a ``<name>.jsonl.gz`` beside it: steps after the first
+For every ``<name>.steps.json`` (or a DDP rank's ``<name>.steps.r<N>.json``) with a
+``<name>.jsonl.gz`` beside it: steps after the first
 30 s, profiled steps (windows) left out of both groups; a step is sampled when a phase_times
 record names it. Prints per job: sampled steps, their median, the others' median, the
 difference in percent of a step, and that difference times the share of steps sampled (the
-cost to the job's median, about). Same machine, same minutes, same GPU: no arm to cross.
+cost to the job's median, about). A job with a cause injected is read up to that cause's step.
+Same machine, same minutes, same GPU: no arm to cross. Under DDP the ranks run in lockstep and
+(before they chose the same steps) sampled different steps (2 x H200: 244 of 2,737 in common),
+so a step sampled on any rank counts as sampled on each rank's clock.
 
 "local" is the median over sampled steps of each one's time against the median of the
 unsampled steps next to it (up to ``_NEIGHBOURS`` on each side). The plain medians are biased
@@ -23,6 +28,7 @@ from __future__ import annotations
 import glob
 import json
 import os
+import re
 import statistics
 import sys
 
@@ -34,8 +40,13 @@ _NEIGHBOURS = 8
 
 
 def sampled_and_profiled(recording: str) -> tuple[set, set]:
+    """The steps that carried phase times and the profiled steps, on any rank."""
+    return _sampled_and_profiled(load(recording))
+
+
+def _sampled_and_profiled(records: list) -> tuple[set, set]:
     sampled, profiled = set(), set()
-    for rec in load(recording):
+    for rec in records:
         if rec.get("kind") != "batch":
             continue
         batch = rec["batch"]
@@ -45,34 +56,69 @@ def sampled_and_profiled(recording: str) -> tuple[set, set]:
 
 
 def job(steps_path: str) -> dict | None:
-    recording = steps_path[:-len(".steps.json")] + ".jsonl.gz"
+    m = re.match(r"(.*)\.steps(?:\.r(\d+))?\.json$", steps_path)
+    name, rank = m.group(1), (int(m.group(2)) if m.group(2) else None)
+    recording = name + ".jsonl.gz"
     if not os.path.exists(recording):
         return None
-    step_s = json.load(open(steps_path))["step_s"]
+    clock = json.load(open(steps_path))
+    step_s = clock["step_s"]
+    if clock.get("injected"):  # a job with a cause injected (bench/real_job.py --inject): its steps before it
+        step_s = step_s[:int(clock["injected"]["step"]) - 1]
     sampled, profiled = sampled_and_profiled(recording)
     if not sampled:
         return None
-    on, off, local = [], [], []
     first = len(step_s) - len(settled_steps(step_s))  # the settled steps are the clock's last ones
-    for i in range(first, len(step_s)):
-        step = i + 1  # the job's own clock lists steps 1, 2, ... in order
+    # the job's own clock lists steps 1, 2, ... in order
+    durations = {i + 1: step_s[i] for i in range(first, len(step_s))}
+    return _measure(os.path.basename(name) + ("" if rank is None else f" rank {rank}"), durations, sampled, profiled)
+
+
+def recording_jobs(recording: str) -> list[dict]:
+    """Each rank of a recording read on its own: its step durations as its agent sent them (CUDA
+    events, or the host clock), after its first 30 s, against the steps sampled on any rank."""
+    records = load(recording)
+    sampled, profiled = _sampled_and_profiled(records)
+    by_rank: dict = {}
+    for rec in records:
+        if rec.get("kind") == "batch":
+            steps = by_rank.setdefault(int(rec.get("rank", 0)), {})
+            for st in rec["batch"].get("steps", ()):
+                steps[int(st["step"])] = float(st["duration_s"])
+    rows = []
+    name = os.path.basename(recording).split(".jsonl")[0]
+    for rank, steps in sorted(by_rank.items()):
+        order = sorted(steps)
+        kept = len(settled_steps([steps[k] for k in order]))  # the settled steps are the last ones
+        settled = {k: steps[k] for k in order[len(order) - kept:]}
+        row = _measure(f"{name} rank {rank}", settled, sampled, profiled) if sampled else None
+        if row:
+            rows.append(row)
+    return rows
+
+
+def _measure(label: str, durations: dict, sampled: set, profiled: set) -> dict | None:
+    """The sampled steps of ``durations`` ({step: seconds}) against the others; None with fewer
+    than 20 of either."""
+    on, off, local = [], [], []
+    for step, d in sorted(durations.items()):
         if step in profiled:
             continue
         if step in sampled:
-            on.append(step_s[i])
-            near = [step_s[j] for j in range(max(first, i - _NEIGHBOURS), min(len(step_s), i + _NEIGHBOURS + 1))
-                    if j != i and j + 1 not in sampled and j + 1 not in profiled]
+            on.append(d)
+            near = [durations[k] for k in range(step - _NEIGHBOURS, step + _NEIGHBOURS + 1)
+                    if k != step and k in durations and k not in sampled and k not in profiled]
             if near:
-                local.append(step_s[i] / statistics.median(near))
+                local.append(d / statistics.median(near))
         else:
-            off.append(step_s[i])
+            off.append(d)
     if len(on) < 20 or len(off) < 20:
         return None
     m_on, m_off = statistics.median(on), statistics.median(off)
     diff = m_on / m_off - 1
     share = len(on) / (len(on) + len(off))
     diff_local = statistics.median(local) - 1
-    return {"job": os.path.basename(steps_path)[:-len(".steps.json")], "sampled": len(on),
+    return {"job": label, "sampled": len(on),
             "others": len(off), "sampled_ms": 1e3 * m_on, "others_ms": 1e3 * m_off,
             "diff_pct": 100 * diff, "share": share, "cost_pct": 100 * diff * share,
             "local_pct": 100 * diff_local, "local_cost_pct": 100 * diff_local * share}
@@ -80,9 +126,14 @@ def job(steps_path: str) -> dict | None:
 
 def main(argv: list[str]) -> None:
     if not argv:
-        raise SystemExit("usage: phase_sampled_cost.py DIR [DIR...] (folders of <name>.steps.json "
-                         "with <name>.jsonl.gz recordings beside them)")
-    rows = [r for d in argv for p in sorted(glob.glob(os.path.join(d, "*.steps.json"))) if (r := job(p))]
+        raise SystemExit("usage: phase_sampled_cost.py DIR|RECORDING... (folders of <name>.steps.json "
+                         "with <name>.jsonl.gz recordings beside them, or recordings read alone)")
+    rows = []
+    for d in argv:
+        if d.endswith((".jsonl", ".jsonl.gz")):  # a recording alone: its ranks' own step times
+            rows += recording_jobs(d)
+        else:
+            rows += [r for p in sorted(glob.glob(os.path.join(d, "*.steps*.json"))) if (r := job(p))]
     if not rows:
         raise SystemExit(f"no job with both its steps file and a recording holding phase times in {argv}")
     print("| job | sampled steps | others | median sampled (ms) | median others (ms) | difference | x share sampled "

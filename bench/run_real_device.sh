@@ -144,12 +144,13 @@ ddp-start)  # one 2-GPU NCCL DDP job of SIZE for SECONDS
 inject2)  # NAME PORT GPUS SIZE SECS CAUSE RANK AT [RATIO]: a DDP job, CAUSE on RANK from AT s
     armed $8
     collector $1 $2
-    job2 $1 $2 $3 $4 $5 --inject $6 --inject-rank $7 --inject-after-s $8 --inject-ratio ${9:-0.15}
+    job2 $1 $2 $3 $4 $5 --inject $6 --inject-rank $7 --inject-after-s $8 --inject-ratio ${9:-0.15} \
+        ${BATCH:+--batch $BATCH}  # BATCH=N fixes the batch (a host cost shows only where the GPU queue is short)
     finish $1 $2 ;;
 inject1)  # NAME PORT GPU SIZE SECS CAUSE AT [RATIO]: a 1-GPU job, CAUSE from AT s
     armed $7
     collector $1 $2
-    job1 $1 $2 $3 $4 $5 --inject $6 --inject-after-s $7 --inject-ratio ${8:-0.15}
+    job1 $1 $2 $3 $4 $5 --inject $6 --inject-after-s $7 --inject-ratio ${8:-0.15} ${BATCH:+--batch $BATCH}
     finish $1 $2 ;;
 ddp-arms)  # NAME PORT GPUS SIZE SECS ARMS...: healthy arms one after the other, a 2-GPU DDP
            # job where GPUS is a pair ("2,3"), a 1-GPU job where it is one GPU ("0")

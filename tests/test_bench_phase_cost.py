@@ -55,3 +55,24 @@ def test_nothing_to_read_is_a_clear_error(tmp_path):
     with pytest.raises(SystemExit) as exc:
         pc.main([str(tmp_path)])
     assert "no job with both its steps file and a recording" in str(exc.value)
+
+
+def test_a_recording_alone_gives_each_ranks_step_times_against_the_steps_sampled_on_any_rank(tmp_path, capsys):
+    """Two lockstep ranks: rank 0 samples every 10th step, rank 1 every 10th + 5; each rank's
+    sampled-on-either steps are 2% longer. Read from the recording's own step durations."""
+    path = tmp_path / "ddp.jsonl.gz"
+    with gzip.open(path, "wt") as fh:
+        for n in range(1, 2001):
+            slow = n % 10 in (0, 5)
+            for rank in (0, 1):
+                mine = n % 10 == (0 if rank == 0 else 5)
+                fh.write(json.dumps({"kind": "batch", "rank": rank, "batch": {
+                    "steps": [{"step": n, "duration_s": 0.040 * (1.02 if slow else 1.0)}],
+                    "phase_times": [{"step": n}] if mine else []}}) + "\n")
+    rows = pc.recording_jobs(str(path))
+    assert [r["job"] for r in rows] == ["ddp rank 0", "ddp rank 1"]
+    for r in rows:
+        assert r["diff_pct"] == pytest.approx(2.0) and r["share"] == pytest.approx(0.2, abs=0.01), r
+        assert r["local_pct"] == pytest.approx(2.0), r
+    pc.main([str(path)])
+    assert "| ddp rank 1 |" in capsys.readouterr().out

@@ -21,7 +21,7 @@ from stepwatch.proto.stepwatch.v1 import agent_pb2
 from ..wire._columns import SampleColumns, StepColumns
 from ..detect import SEVERITIES, DetectionConfig, DetectionEngine, WindowPoint
 from ..detect._activity import GPU_BUSIER
-from ..detect._phase_rule import WAIT_IN_BACKWARD
+from ..detect._phase_rule import BEFORE_COLLECTIVES
 from ..detect._engine import TICK_SLICE
 from ._alertmanager import AlertmanagerClient
 from ._book import Alert, AlertBook
@@ -62,7 +62,7 @@ def feed_batch(engine: DetectionEngine, job: str, rank: int, batch: agent_pb2.Ba
                 syncs.append(sync[i])
                 pres.append(data[i] + forward[i] + optimizer[i])
                 owns.append(sum(d[i] for d in p.device) - sync[i])
-        engine.phase_times(job, rank, steps_, pres, owns, syncs)
+        engine.phase_times(job, rank, steps_, pres, owns, syncs, steps.step[0] if len(steps) else None)
     c = steps
     if len(c):
         engine.steps(job, rank, c.step, c.end_time_s, c.duration_s, c.dataloader_wait_s, c.tokens, c.profiled,
@@ -329,11 +329,12 @@ class Detection:
             if a.alertname != STRAGGLER:
                 # this rank waited for another: in sync, or (its own device no busier) inside its
                 # own backward, where DDP waits for a rank whose GPU does more work or whose own
-                # work before the collectives grew
+                # work before the collectives is longer (named by either wait: the others wait in
+                # sync and in their backward alike, h200ze_2gpu_m_host_r1)
                 slow = sorted(s.rank for s in self.book.firing() if s.alertname == STRAGGLER
                               and s.job == a.job and s.rank != a.rank
                               and (in_sync or (not d.busier and (GPU_BUSIER in s.summary or (
-                                  in_backward and WAIT_IN_BACKWARD in s.summary)))))
+                                  in_backward and BEFORE_COLLECTIVES in s.summary)))))
                 if slow:
                     text = f"waiting for rank {', '.join(map(str, slow[:4]))} (straggler): {text}"
             new = self.book.annotate(a.key, diagnosis=text, diagnosis_complete=d.complete)

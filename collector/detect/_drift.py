@@ -181,6 +181,7 @@ class DriftDetector:
         self._raised = 0.0  # log shift the episode was raised on
         self._alertname, self._window_note = "StepwatchThroughputDrift", ""
         self._window_step: Optional[int] = None  # the profiler window an overhead episode names
+        self._backoff: Optional[tuple[float, str]] = None  # the agent's last back-off (time, message)
         self._onset: Optional[tuple[int, float]] = None
         self._change = 0  # further changes in the open episode
         self._peak = 0.0  # largest log shift measured in the open episode
@@ -596,7 +597,8 @@ class DriftDetector:
             self._ref_text = f"vs this job's level at {_clock(self._settled_at)}, {_ago(ago)}"
         else:
             self._ref_text = "vs the level before"
-        return self._set(sev, shift)
+        changed = self._set(sev, shift)
+        return self._note_backoff() or changed
 
     def _resettle(self, onset_at: float, since_onset: list) -> bool:
         """A shift found after arming whose onset lies inside the settling time: the job had not
@@ -676,10 +678,21 @@ class DriftDetector:
         """The agent's ``window_aftereffect`` event (at ``t``): it found a session's lasting
         after-effect and dropped that kind of session. An open StepwatchProfilerOverhead episode
         says so; when the job then recovers it resolves with that in its summary, and when it
-        does not, the summary shows the back-off did not help. True when it changed."""
-        if (self.condition is None or self._alertname != "StepwatchProfilerOverhead"
+        does not, the summary shows the back-off did not help. An event that comes before the
+        episode is raised (the agent's check can end before the collector's window: a slow CPU
+        host) is noted when it is, if it came after the episode's onset. True when it changed."""
+        self._backoff = (t, message)
+        return self._note_backoff()
+
+    def _note_backoff(self) -> bool:
+        """Note the agent's last back-off in the open StepwatchProfilerOverhead episode, once,
+        if it came after the episode's onset. True when it changed."""
+        if (self._backoff is None or self.condition is None or self._alertname != "StepwatchProfilerOverhead"
                 or "backed off" in self._window_note):
             return False
+        t, message = self._backoff
+        if self._onset is not None and t < self._onset[1] - self.cfg.bucket_s:
+            return False  # (an earlier window's)
         what = message.split("; ", 2)[1] if message.count("; ") >= 2 else "it dropped that kind of session"
         self._window_note += f"; the agent backed off at {_clock(t)} ({what[:80]})"
         return self._set(self.condition.severity, math.log(self.condition.ratio))

@@ -41,6 +41,7 @@ _PIPES = ("tensor_active_ratio", "fp16_active_ratio", "fp32_active_ratio", "fp64
 class _Rank:
     def __init__(self, cfg: DetectionConfig, job: str, rank: int):
         self.seen = 0
+        self.first_step: Optional[int] = None  # the first step number this rank sent
         self.profiled = 0
         self.marked: dict[str, int] = {}  # phase kind -> marked pause episodes
         self.last_phase = ""
@@ -59,6 +60,8 @@ class _Rank:
         delayed. Every step counts in the rank's recent ones and its marks."""
         n = len(step)
         warm = max(0, warmup_steps - self.seen)  # rows before this index are warm-up
+        if self.first_step is None:
+            self.first_step = step[0]
         self.seen += n
         if not profiled and not phases and not self.last_phase:
             self.recent.extend(duration_s[-64:])
@@ -225,13 +228,28 @@ class DetectionEngine:
             s = self._stragglers[job] = StragglerDetector(self.cfg.straggler, job)
         return s
 
-    def phase_times(self, job: str, rank: int, steps: list, pres: list, owns: list, syncs: list) -> None:
+    def phase_times(self, job: str, rank: int, steps: list, pres: list, owns: list, syncs: list,
+                    batch_first_step: Optional[int] = None) -> None:
         """Sampled phase times of ``rank`` per step in seconds (before the collectives: data +
         forward + optimizer; own: all but sync; sync), for the straggler rule; fed before the
-        batch's steps."""
-        self._rank(job, rank)
-        if self.cfg.enabled and self.cfg.straggler.enabled and steps:
-            self._straggler(job).phases(rank, steps, pres, owns, syncs)
+        batch's steps (``batch_first_step``: the first of them, if any). Samples of the rank's
+        first ``warmup_steps`` steps are left out, as its step times are: the agent takes its
+        first samples on the first steps (to learn what one costs), and where samples are sparse
+        a rank's pool reaches back to them (a 2-rank CPU job: rank 1's samples of steps 3-5 in
+        its pool at step 140 made it slower than rank 0 before anything was injected)."""
+        r = self._rank(job, rank)
+        if not (self.cfg.enabled and self.cfg.straggler.enabled and steps):
+            return
+        first = r.first_step
+        if first is None:
+            first = r.first_step = batch_first_step if batch_first_step is not None else steps[0]
+        warm_end = first + self.cfg.warmup_steps
+        if steps[0] < warm_end:
+            keep = [i for i, s in enumerate(steps) if s >= warm_end]
+            if not keep:
+                return
+            steps, pres, owns, syncs = ([v[i] for i in keep] for v in (steps, pres, owns, syncs))
+        self._straggler(job).phases(rank, steps, pres, owns, syncs)
 
     def window(self, job: str, rank: int, w: WindowPoint) -> None:
         """One profiler window of ``rank`` (compute and communication per step): a rank whose

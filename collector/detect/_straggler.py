@@ -66,7 +66,7 @@ from typing import Optional
 
 from ._activity import ActivitySkew
 from ._config import StragglerConfig
-from ._phase_rule import WAIT_IN_BACKWARD, PhaseRule
+from ._phase_rule import BEFORE_COLLECTIVES, WAIT_IN_BACKWARD, PhaseRule
 from ._types import WARNING, Condition, WindowPoint, finite_positive, mads_without_each, median, medians_without_each
 
 __all__ = ["StragglerDetector"]
@@ -384,7 +384,7 @@ class StragglerDetector:
             excess, pre, m_pre, sync, m_sync, where = by_phase
             where = "longer in sync" if where == "sync" else WAIT_IN_BACKWARD
             summary = (f"rank {rank} is a straggler: its own work takes {excess * 1e3:+.1f} ms/step longer "
-                       f"than the other ranks' ({ratio:.2f}x their step; before the collectives "
+                       f"than the other ranks' ({ratio:.2f}x their step; {BEFORE_COLLECTIVES} "
                        f"{pre * 1e3:.1f} vs {m_pre * 1e3:.1f} ms); they wait {(m_sync - sync) * 1e3:+.1f} "
                        f"ms/step {where} ({m_sync * 1e3:.1f} vs {sync * 1e3:.1f} ms), in {slow} of "
                        f"the last {len(hist)} blocks since step {step:,}")

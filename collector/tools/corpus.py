@@ -1,25 +1,28 @@
 """Real recordings as test material: load a collector record file (``--record``) as JSON
-objects, play it several times in a row as one longer job, and inject a change into its real
+objects, play it several times in a row as one longer job (:func:`repeat`, cut where its levels
+match so that no seam is a larger step than the job's own), and inject a change into its real
 step series, or read the drift reach part-way, or one rank's steps and its profiler sessions
 with the step time around them. Used by bench/detection_real.py, bench/detection_reach_real.py,
 bench/aftereffect_real.py, bench/window_arms_real.py, tests/collector/test_real_corpus.py and
 tests/_aftereffect_verdict.py.
 
 An injected change multiplies a step's duration by the change at its end time, and every later
-time of that rank (steps, samples, the collector's clock) moves by the time added, so the
-series stays a consistent job.
+time of that rank (steps, their sampled phase times, samples, the collector's clock) moves by
+the time added, so the series stays a consistent job.
 """
 
 from __future__ import annotations
 
+import collections
 import gzip
 import json
+import math
 import statistics
 from typing import Iterable, Optional
 
 from ..ingest._record import read_record
 
-__all__ = ["load", "first_step_time", "rank_steps", "inject", "slow_loader", "grow", "repeat", "events",
+__all__ = ["load", "first_step_time", "rank_steps", "inject", "slow_loader", "grow", "repeat", "matched_cut", "pulse_end", "events",
            "reach_at"]
 
 
@@ -64,15 +67,27 @@ def around(step_s: list, first: int, last: int, before: int, gap: int, after: in
 
 
 def inject(lines: list[dict], kind: str, ratio: float, at: float, span: float) -> list[dict]:
-    """A copy of ``lines`` with the change applied to every rank's steps from Unix time ``at``."""
+    """A copy of ``lines`` with the change applied to every rank's steps from Unix time ``at``:
+    ``step`` +ratio to the end; ``ramp`` rising to +ratio over ``span`` seconds, then held;
+    ``pulse`` +ratio for ``span`` seconds of the original recording's time, then back."""
+    if kind not in ("step", "ramp", "pulse"):
+        raise ValueError(f"inject: kind must be step, ramp or pulse, not {kind!r}")
 
     def added(rank: int, end: float, dur: float) -> tuple[float, float]:
-        if end < at:
+        if end < at or (kind == "pulse" and end >= at + span):
             return 0.0, 0.0
-        factor = 1.0 + (ratio if kind == "step" else ratio * min(1.0, (end - at) / span))
+        factor = 1.0 + (ratio if kind != "ramp" else ratio * min(1.0, (end - at) / span))
         return dur * (factor - 1.0), 0.0
 
     return _stretch(lines, added)
+
+
+def pulse_end(lines: list[dict], at: float, span: float, ratio: float) -> float:
+    """Where :func:`inject`'s ``pulse`` of +``ratio`` from ``at`` for ``span`` s of the recording's
+    time ends in the changed series: ``at + span`` moved by what the pulse added to rank 0's steps."""
+    return at + span + ratio * sum(float(s["duration_s"]) for o in lines if o["kind"] == "batch"
+                                   and int(o.get("rank", 0)) == 0 for s in o["batch"].get("steps", ())
+                                   if at <= float(s["end_time_s"]) < at + span)
 
 
 def slow_loader(lines: list[dict], rank: int, seconds: float, at: float) -> list[dict]:
@@ -94,6 +109,7 @@ def _stretch(lines: list[dict], added) -> list[dict]:
     (seconds longer, of which data-loader wait) each; every later time of that rank (steps,
     samples, the collector's clock) moves by the time added so far."""
     extra: dict[int, float] = {}  # rank -> seconds added so far
+    moved: dict[int, dict[int, float]] = collections.defaultdict(dict)  # rank -> step -> its step's move
     out = []
     for o in lines:
         if o["kind"] != "batch":
@@ -109,6 +125,7 @@ def _stretch(lines: list[dict], added) -> list[dict]:
             more, wait = added(rank, end, dur)
             add += more
             s["duration_s"], s["end_time_s"] = dur + more, end + add
+            moved[rank][int(s["step"])] = add
             if wait:
                 s["dataloader_wait_s"] = float(s.get("dataloader_wait_s", 0.0)) + wait
             steps.append(s)
@@ -117,6 +134,11 @@ def _stretch(lines: list[dict], added) -> list[dict]:
         for key in ("gpu_samples", "host", "allocator"):
             if b.get(key):
                 b[key] = [dict(x, time_s=float(x.get("time_s", 0)) + add) for x in b[key]]
+        if b.get("phase_times"):  # sampled steps (of this batch or an earlier one): moved as their step
+            b["phase_times"] = [dict(x, end_time_s=float(x["end_time_s"]) + moved[rank].get(int(x["step"]), add))
+                                for x in b["phase_times"]]
+        if "sealed_time_s" in b:
+            b["sealed_time_s"] = float(b["sealed_time_s"]) + add
         extra[rank] = add
         out.append(dict(o, batch=b, time=float(o["time"]) + add))
     return out
@@ -150,22 +172,26 @@ def _grown(sample: dict, fields: tuple, more: float) -> dict:
     return dict(sample, **{f: str(int(int(sample[f]) + more)) for f in fields if f in sample})
 
 
-def repeat(lines: list[dict], times: int) -> list[dict]:
+def repeat(lines: list[dict], times: int, match: bool = False) -> list[dict]:
     """The recording played ``times`` times in a row as one longer job (the same sessions; the
     copies after the first leave out the first three minutes (warm-up) and follow on without a
     gap: each copy's times moved so that its first batch comes 1 s after the copy before it
     ended, its step numbers by the recording's last step): real noise for changes longer than
-    one recording (ramps over 15 and 30 minutes). A seam joins the recording's end to its third
-    minute, so a level that differs between those is a step in the longer job."""
+    one recording (ramps over 15 and 30 minutes, an hour). A seam joins the recording's end to
+    its third minute, so a level that differs between those is a step in the longer job.
+    ``match``: the recording is cut at a start (from three minutes) and an end (in its last three
+    minutes) where the job's level is the closest (:func:`matched_cut`), so a seam is no larger a
+    step than the job's own over 30 s."""
     if times <= 1:
         return lines
-    t_last = max(float(o["time"]) for o in lines)
-    last = max(int(s["step"]) for o in lines if o["kind"] == "batch" for s in o["batch"].get("steps", ()))
-    body = [o for o in lines if o["kind"] == "batch"]
     # copies after the first leave out the job's first three minutes (its warm-up would be a
     # restart in the middle of the longer job, not noise)
-    start = first_step_time(lines) + 180.0
-    body = [o for o in body if float(o["time"]) >= start]
+    start, stop = matched_cut(lines) if match else (first_step_time(lines) + 180.0, math.inf)
+    if match:  # the recording ends at the cut too, and its copies with it
+        lines = [o for o in lines if o["kind"] != "batch" or float(o["time"]) < stop]
+    t_last = max(float(o["time"]) for o in lines if o["kind"] == "batch")
+    last = max(int(s["step"]) for o in lines if o["kind"] == "batch" for s in o["batch"].get("steps", ()))
+    body = [o for o in lines if o["kind"] == "batch" and float(o["time"]) >= start]
     if not body:  # a recording of three minutes or less is played once
         return lines
     # one copy's body and the second to the next, over batch times and step end times both
@@ -185,11 +211,50 @@ def repeat(lines: list[dict], times: int) -> list[dict]:
             for key in ("gpu_samples", "host", "allocator"):
                 if b.get(key):
                     b[key] = [dict(x, time_s=float(x.get("time_s", 0)) + dt) for x in b[key]]
+            if b.get("phase_times"):
+                b["phase_times"] = [dict(x, step=str(int(x["step"]) + k * last), end_time_s=float(x["end_time_s"]) + dt)
+                                    for x in b["phase_times"]]
             for key in ("windows",):
                 b.pop(key, None)
             out.append(dict(o, batch=b, time=float(o["time"]) + dt))
     out += [dict(o, time=float(o["time"]) + (times - 1) * span) for o in lines if o["kind"] == "disconnect"]
     return out
+
+
+_MATCH_S = 30.0  # the level either side of a seam: the median and 10th percentile of this long
+
+
+def matched_cut(lines: list[dict], earliest_s: float = 180.0, body_s: float = 300.0,
+                end_within_s: float = 180.0) -> tuple[float, float]:
+    """(start, end) Unix times for :func:`repeat`'s copies: the start from ``earliest_s`` after
+    the first step, the end within ``end_within_s`` of the last, at least ``body_s`` apart, on a
+    5 s grid, where rank 0's 30 s of steps after the start are closest to its 30 s before the
+    end: the larger of the relative differences of their medians and of their 10th percentiles
+    (what the drift detector's two summaries see) is the least (the latest end, then the
+    earliest start, of equals)."""
+    steps = sorted((float(s["end_time_s"]), float(s["duration_s"])) for o in lines
+                   if o["kind"] == "batch" and int(o.get("rank", 0)) == 0 for s in o["batch"].get("steps", ()))
+    t0, t_end = first_step_time(lines), steps[-1][0]
+
+    def level(a: float, b: float) -> Optional[tuple[float, float]]:
+        ds = sorted(d for e, d in steps if a <= e < b)
+        return (statistics.median(ds), ds[len(ds) // 10]) if len(ds) >= 10 else None
+
+    starts = [(t, level(t, t + _MATCH_S)) for t in _grid(t0 + earliest_s, t_end - body_s)]
+    ends = [(t, level(t - _MATCH_S, t)) for t in _grid(max(t0 + earliest_s + body_s, t_end - end_within_s), t_end)]
+    best, cut = math.inf, (t0 + earliest_s, t_end + 1.0)
+    for end, after in sorted(ends, key=lambda x: -x[0]):
+        for start, before in starts:
+            if after is None or before is None or end - start < body_s:
+                continue
+            score = max(abs(before[0] / after[0] - 1), abs(before[1] / after[1] - 1))
+            if score < best:
+                best, cut = score, (start, end)
+    return cut
+
+
+def _grid(a: float, b: float, every: float = 5.0) -> list[float]:
+    return [a + every * k for k in range(int((b - a) // every) + 1)] if b >= a else []
 
 
 def seams(lines: list[dict]) -> list[float]:

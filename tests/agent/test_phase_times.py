@@ -290,3 +290,45 @@ def test_a_point_reached_inside_a_cuda_graph_capture_drops_the_sample(loop):
     sampled = sorted(p["step"] for p in phase_records(out))
     assert 4 not in sampled and [s for s in sampled if s > 4], sampled
     assert [s for s in sampled if s < 4], sampled
+
+
+class _Loader:
+    notify = None
+
+
+def _sampled_steps(per_sample_s: float, aligned: bool, steps: int = 20000, step_s: float = 0.040,
+                   budget: float = 1e-3) -> tuple:
+    """One rank's phase timer on a simulated clock: steps of ``step_s``, each sampled step
+    costing ``per_sample_s``; the steps it sampled (``aligned``: the tracker's step numbers
+    given to ``arm``, as the tracker does) and the timer."""
+    now = [0.0]
+    timer = PhaseTimer(_Loader(), budget, clock=lambda: now[0])
+    chosen = []
+    for step in range(1, steps + 1):
+        before = timer.sampled
+        timer.arm(None, step if aligned else None)
+        if timer.sampled > before:
+            chosen.append(step)
+            timer.add_cost(per_sample_s)
+        timer.close()
+        now[0] += step_s
+    return chosen, timer
+
+
+def test_ranks_sample_the_same_steps_so_the_job_pays_one_ranks_samples_not_the_sum():
+    """Two data-parallel ranks in lockstep whose samples cost 0.35 and 0.42 ms (40 ms steps, the
+    0.1% budget): each stays within the budget, the cheaper one samples more, and the steps the
+    dearer one samples are (its first eight, taken by the budget alone, aside) all among the
+    cheaper one's - the job's steps sampled on some rank are one rank's, not the sum. Each
+    choosing its own steps by the budget alone (the rule before), the union is near the sum."""
+    (a, ta), (b, tb) = _sampled_steps(0.35e-3, True), _sampled_steps(0.42e-3, True)
+    for t in (ta, tb):
+        assert t.cost_ratio() <= 1e-3, t.cost_ratio()
+    assert 0.7 * 1e-3 * 0.040 / 0.42e-3 * 20000 <= len(b) < len(a), (len(a), len(b))  # ~90% of the budget's rate
+    assert set(b[8:]) <= set(a), sorted(set(b[8:]) - set(a))[:10]
+    union = set(a) | set(b)
+    assert len(union) <= len(a) + 8, (len(union), len(a), len(b))
+    gaps = [y - x for x, y in zip(a[8:], a[9:])]
+    assert max(gaps) <= 2 * 20000 / len(a), max(gaps)  # spread evenly, not in bursts
+    (a0, _), (b0, _) = _sampled_steps(0.35e-3, False), _sampled_steps(0.42e-3, False)
+    assert len(set(a0) | set(b0)) > 1.5 * max(len(a0), len(b0)), (len(a0), len(b0), len(set(a0) | set(b0)))

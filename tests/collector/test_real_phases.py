@@ -312,6 +312,30 @@ def test_the_same_busy_host_on_a_second_h200_lease_is_named_too():
     assert len(strag) == 1, [(a.rank, a.fired_at - 1796038684.85) for a in strag]
 
 
+def test_a_busy_host_on_rank_1_named_live_at_the_defaults_and_rank_0_points_at_it():
+    """h200ze (held out, recorded at ea81020 with the batch fixed at 8): rank 1 busy 5.1 ms a step
+    from step 4,174 in a job wandering 47-52 ms before it. Live and replayed: rank 1 named 36 s
+    after the change, by the others' wait in sync (+1.1 ms) - its own work before the
+    collectives 29.4 vs 25.0 ms - and nobody else, nothing before the change; drift critical on
+    both ranks 56 s after (onsets 26 s after the change). Rank 0 waited inside its backward
+    (+2.6 ms, its top contributor): its why points at rank 1 (live it named its own backward:
+    the why looked for the backward wait's summary only)."""
+    at = 1796049253.27
+    alerts = _replay("h200ze_2gpu_m_host_r1.jsonl.gz")
+    assert all(a.fired_at > at for a in alerts), [(a.alertname, a.rank, a.fired_at - at) for a in alerts]
+    strag = [a for a in alerts if a.alertname == "StepwatchStragglerRank"]
+    assert [a.rank for a in strag] == [1] and strag[0].fired_at - at <= 60, \
+        [(a.rank, a.fired_at - at) for a in strag]
+    assert strag[0].diagnosis.startswith("against the other ranks: forward +") \
+        and "host-bound: its host time +" in strag[0].diagnosis.split(";")[0], strag[0].diagnosis
+    drift = {a.rank: a for a in alerts if a.alertname == "StepwatchThroughputDrift"}
+    assert sorted(drift) == [0, 1] and all(a.severity == "critical" and a.fired_at - at <= 60
+                                           and 0 <= a.starts_at - at <= 30 for a in drift.values()), \
+        [(a.rank, a.severity, a.fired_at - at, a.starts_at - at) for a in drift.values()]
+    assert drift[0].diagnosis.startswith("waiting for rank 1 (straggler): backward +"), drift[0].diagnosis
+    assert drift[1].diagnosis.startswith("forward +"), drift[1].diagnosis
+
+
 def test_a_busy_host_on_one_h200_raised_live_by_the_floor_and_the_medians():
     """h200zc: 4.0 ms (+10%) and 2.1 ms (+5%) of host work a step from 240 s on two 1-GPU jobs side
     by side, at the floor detector's defaults, live: +10% critical within a minute (the medians),

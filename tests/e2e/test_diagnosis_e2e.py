@@ -24,9 +24,14 @@ from _procs import Collector, start_trainer, trainer_env
 # (the dataloader job: an episode from step 255, the cause at 400); this test is of the
 # diagnosis, the floor's own tests are tests/collector/detect/test_drift_pair.py and the real
 # recordings.
+# info 8% / warning 12% / critical 20%, not 3/5/10: at windows of seconds the shared 2-core
+# machine's own swings raised the healthy job (CI: +2.5..3.0% for 13 s and more, info; +5% for
+# 3 s, warning; twice in a row in one run, its retry included). The injected causes are +12 ms on
+# ~43 ms steps (+28%), far above these; the detector's levels at its defaults are judged on the
+# real GPU recordings (tests/collector/test_real_corpus.py), not on this machine's noise.
 DETECTION = {"warmup_steps": 10, "resolve_hold_s": 600,
              "drift": {"bucket_s": 0.5, "min_bucket_steps": 3, "warmup_s": 2, "settle_s": 6, "critical_window_s": 2, "warning_window_s": 3, "info_window_s": 6, "clear_s": 1, "z": 4,
-                       "transient_s": 6, "floor_quantile": 0}}
+                       "transient_s": 6, "floor_quantile": 0, "info_ratio": 0.08, "warning_ratio": 0.12, "critical_ratio": 0.2}}
 SMALL = ("--step-sleep-s", "0.04", "--d-model", "32", "--layers", "1", "--batch", "4", "--seq", "16")
 STEPS, FROM = 700, 400
 CAUSES = {"backward": "backward", "dataloader": "data", "optimizer": "optimizer"}
@@ -115,11 +120,9 @@ def _told(alerts):
 def test_a_healthy_job_raises_nothing(jobs, tmp_path):
     alerts = drift_alert(jobs, "healthy")
     if alerts:
-        # CI runs: the healthy job's steps got +3.0% longer from its step 401 to its end (host
-        # CPU +1.1 ms/step: the shared 2-core machine itself slowed for 13 s), an info alert;
-        # another raised a warning (the machine slowed it +5% for the 3 s this test's warning
-        # window lasts). The detector is for such changes, and a host's are not repeatable:
-        # the same job again must raise nothing.
+        # The shared machine itself can still slow a job by 8% for 6 s (see DETECTION): such a
+        # change is real, what the detector is for, and a host's are not repeatable: the same
+        # job again must raise nothing.
         print(f"\nhealthy job raised {_told(alerts)}; running it again")
         job = start_trainer(trainer_env(tmp_path, jobs.grpc, "healthy-again", STEPWATCH_WINDOWS=0),
                             "--steps", str(STEPS), *SMALL)

@@ -28,11 +28,12 @@ WINDOWS_ENV = dict(STEPWATCH_WINDOWS="scheduled", STEPWATCH_WINDOW_EVERY_STEPS=3
                    STEPWATCH_PHASE_BUDGET=0)
 
 
-def _run(tmp_path, collector_factory, job, *extra, env=WINDOWS_ENV, steps=260):
+def _run(tmp_path, collector_factory, job, *extra, env=WINDOWS_ENV, steps=260, config=None):
     """The 2-rank gloo job ``ARGS + extra`` (``steps`` steps) with the agents' ``env``, against
-    its own collector at DETECTION, every step of both ranks received."""
+    its own collector at DETECTION (and ``config``'s other settings), every step of both ranks
+    received."""
     cfg = tmp_path / "collector.yml"
-    cfg.write_text(yaml.safe_dump({"detection": DETECTION}))
+    cfg.write_text(yaml.safe_dump({"detection": DETECTION, **(config or {})}))
     col = collector_factory("--config", str(cfg))
     proc = start_trainer(trainer_env(tmp_path, col.grpc, job, **env), *ARGS, "--steps", str(steps), *extra, nproc=2)
     out, _ = proc.communicate(timeout=240)

@@ -122,10 +122,11 @@ def test_fast_steps_a_burst_of_seconds_is_no_drift(seed, noise, shift):
 
 
 def _with_windows(shift_at: float, shift: float, seconds: float = 700, seed: int = 1, own_at: float = 0.0,
-                  engine=None):
+                  engine=None, backoff_at: float = 0.0):
     """40 ms steps with a profiler window (5 profiled steps of 3x) every 60 s, the level
     ``1 + shift`` from ``shift_at`` on; the drift-family conditions seen, in order. From
-    ``own_at`` on (when set) the diagnosis is said to have found allocator churn."""
+    ``own_at`` on (when set) the diagnosis is said to have found allocator churn; at
+    ``backoff_at`` (when set) the agent says it backed off."""
     rng, now, s, seen, next_window = random.Random(seed), T0, 0, [], 60.0
     engine = engine or DetectionEngine(CFG)
     while now - T0 < seconds:
@@ -146,6 +147,10 @@ def _with_windows(shift_at: float, shift: float, seconds: float = 700, seed: int
         engine.steps("j", 0, steps, times, durs, [0.0] * len(steps), profiled=profiled)
         if own_at and t >= own_at:
             engine.the_jobs_own("j", 0, "allocator churn: cudaMalloc/cudaFree 0.0 -> 42.1 per step")
+        if backoff_at and t >= backoff_at:
+            backoff_at = 0.0
+            engine.agent_events("j", 0, [(now, "window_aftereffect",
+                                          "after-effect +8% over 2 spans; dropped cpu+cuda sessions; profiling is off")])
         for c in engine.conditions():
             if c.alertname in ("StepwatchThroughputDrift", "StepwatchProfilerOverhead") and \
                     (not seen or seen[-1][:2] != (c.alertname, c.severity)):
@@ -163,6 +168,18 @@ def test_a_shift_that_starts_where_a_profiler_window_ends_is_the_agents_cost_not
     assert "profiler window ending at step" in at_window[0][2], at_window
     elsewhere = _with_windows(445.0, 0.08)
     assert elsewhere and {a for a, _, _ in elsewhere} == {"StepwatchThroughputDrift"}, elsewhere
+
+
+def test_the_agents_back_off_is_noted_in_the_overhead_episode_whether_it_comes_before_or_after_the_raise():
+    """The agent's back-off event notes itself in the overhead episode raised for the window at
+    420 s when it comes after the raise (450 s), and also when it comes after the onset but
+    before the raise (425 s: the agent's check ended first, as on a slow CPU host); one from
+    before the onset (an earlier window's, 300 s) is not this episode's."""
+    for at, noted in ((450.0, True), (425.0, True), (300.0, False)):
+        seen = _with_windows(420.0, 0.08, backoff_at=at)
+        assert seen and {a for a, _, _ in seen} == {"StepwatchProfilerOverhead"}, (at, seen)
+        last = seen[-1][2]
+        assert ("; the agent backed off at " in last and "(dropped cpu+cuda sessions)" in last) == noted, (at, last)
 
 
 def test_an_overhead_episode_keeps_the_window_it_names_across_a_collector_restart():

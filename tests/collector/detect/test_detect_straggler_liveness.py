@@ -273,6 +273,28 @@ def test_a_rank_slower_in_its_own_work_is_named_from_phase_times():
     assert "they wait +6." in got[1].summary and "ms/step longer in sync" in got[1].summary, got[1].summary
 
 
+def test_phase_samples_of_warm_up_steps_are_left_out():
+    """A rank's first phase samples are of its first steps (the agent learns what one costs
+    there) and as slow as they are; where samples are sparse a rank's pool reaches back to them
+    (a 2-rank CPU job: rank 1's samples of steps 3-5 pooled with those of steps 129 and 140 made
+    a block before the change slow, and the onset of the straggler named later lay before the
+    change). They are left out as the rank's step times are: its first ``warmup_steps`` steps
+    from the first it sent, whether the samples come before that step's batch or with it, and
+    counted from where a resumed job starts."""
+    def pool(warmup, first, batches):
+        e = DetectionEngine(parse_detection({"warmup_steps": warmup}))
+        for steps in batches:
+            n = len(steps)
+            e.phase_times("j", 1, steps, [0.02] * n, [0.1] * n, [0.002] * n, batch_first_step=first)
+            first = None
+        return e._straggler("j")._phases.pooled(1, (batches[-1][-1] + 10) // 10)
+    assert pool(10, 1, [[3, 4, 5], [129, 140]]) is None       # 2 samples left: too few
+    assert pool(0, 1, [[3, 4, 5], [129, 140]]) is not None   # (all 5 pooled)
+    assert pool(10, 1, [[3, 4, 5, 11], [12, 129, 140, 150]]) is not None  # steps 11 on: 5
+    assert pool(10, 5001, [[5003, 5004, 5005], [5129, 5140]]) is None   # resumed at step 5001
+    assert pool(10, None, [[3, 4, 5], [129, 140]]) is None    # no step yet: the first sample's
+
+
 def test_a_costly_phase_excess_of_a_few_seconds_names_nobody():
     """A busy host's blip: rank 1's own work +15% for 4 s (89 steps), the job's step with it
     (a real 2 x H100 job showed 3 s): shorter than ``phase_cost_s`` (6 s), nobody is named; the
