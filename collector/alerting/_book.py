@@ -72,6 +72,8 @@ class Alert:
     earlier: list = dataclasses.field(default_factory=list)
     onset_raised: tuple = ("", "")  # (severity, summary) when the newest onset was raised
     further: bool = False   # on the copies :meth:`AlertBook.update` returns: a further change
+    decided: str = ""       # drift: "job" (its evidence held the shift), "steps" (the step times alone)
+    evidence: Optional[dict] = None  # drift: the evidence at the newest onset (Backing's fields)
 
     @property
     def onset(self) -> float:
@@ -100,7 +102,8 @@ class Alert:
                 "resolved_step": self.resolved_step, "raised_summary": self.fired_summary,
                 "peak_ratio": self.peak_ratio,
                 "severity_history": [[iso(t), sev] for t, sev in self.history],
-                "onset_at": iso(self.onset), "earlier": [dict(e) for e in self.earlier]}
+                "onset_at": iso(self.onset), "earlier": [dict(e) for e in self.earlier],
+                "decided": self.decided, "evidence": dict(self.evidence) if self.evidence else None}
 
 
 class AlertBook:
@@ -186,6 +189,8 @@ class AlertBook:
             a.onset_raised = (c.severity, c.summary)
         a.change = c.change
         a.severity, a.summary, a.ratio = c.severity, c.summary, c.ratio
+        a.decided = c.decided
+        a.evidence = dataclasses.asdict(c.evidence) if c.evidence is not None else None
         if c.ratio is not None and (a.peak_ratio is None or c.ratio > a.peak_ratio):
             a.peak_ratio = c.ratio
         if a.state == "pending":

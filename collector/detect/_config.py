@@ -75,6 +75,13 @@ class DriftConfig:
     transient_s: float = _n(600.0, "an episode that ends by itself within this long of its onset was the job's "
                             "own wave: a later shift no larger than it raises only once it has outlasted it "
                             "(0: off)")
+    evidence: bool = option(True, "decide with the evidence: a shift that comes with one phase's device time, "
+                            "the data-loader wait or allocator calls grown by half of it is a change of the "
+                            "job, raised whatever came before (no wave or settling holds it back); off: the "
+                            "step times alone")
+    evidence_z: float = _n(4.0, "... and a warning or critical one needs this many of the job's spreads instead of z "
+                           "(at 2.0 two healthy real jobs raised: a 2 x H200 DDP job's backward +2 ms for minutes, "
+                           "+4.5% of its step, its all-reduce waits inside the backward)")
 
     def __post_init__(self) -> None:
         if not self.info_ratio <= self.warning_ratio <= self.critical_ratio:

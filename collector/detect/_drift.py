@@ -87,11 +87,11 @@ import collections
 import datetime
 import itertools
 import math
-from typing import Optional
+from typing import Callable, Optional
 
 from .._ring import Ring
 from ._config import DriftConfig
-from ._types import CRITICAL, INFO, SEVERITIES, WARNING, Condition, finite_positive, median
+from ._types import CRITICAL, INFO, SEVERITIES, WARNING, Backing, Condition, finite_positive, median
 
 __all__ = ["DriftDetector"]
 
@@ -148,8 +148,14 @@ class DriftDetector:
     changed. ``pauses`` counts pause episodes by kind ("stall", "pause"); ``armed`` says
     whether the settled level is known; ``baseline_s`` is the current level in seconds."""
 
-    def __init__(self, cfg: DriftConfig, job: str, rank: int, quantile: float = 0.5):
+    def __init__(self, cfg: DriftConfig, job: str, rank: int, quantile: float = 0.5,
+                 evidence: Optional[Callable[..., tuple]] = None):
         self.cfg, self.job, self.rank = cfg, job, rank
+        # the rank's evidence (_evidence.RankEvidence.backing), None to judge the steps alone
+        self._evidence_of = evidence if cfg.evidence else None
+        self._backing: Optional[Backing] = None  # the open episode's evidence at its latest onset
+        self._unknown = ""  # what the evidence could not compare there
+        self._found: Optional[Backing] = None  # the evidence the last _backed() found
         self.quantile = quantile  # each bucket's steps summarised by this quantile (0.5: median)
         b = max(cfg.bucket_s, 1e-6)
         self._n = {sev: max(1, math.ceil(w / b)) for sev, w in
@@ -251,6 +257,7 @@ class DriftDetector:
         if self.condition is not None:
             self.condition, self._onset, self._ref = None, None, None
             self._change, self._began = 0, None
+            self._backing, self._unknown = None, ""
             self._version += 1
 
     @property
@@ -474,16 +481,51 @@ class DriftDetector:
         return max(1.4826 * median(diffs) / math.sqrt(2), _SIGMA_FLOOR)
 
     # -- judging --------------------------------------------------------------------------------
-    def _shift(self, sev: str, ref: float, n: int = 0) -> Optional[float]:
+    def _shift(self, sev: str, ref: float, n: int = 0, backed: bool = False) -> Optional[float]:
         """The shift of ``sev``'s window (or of the last ``n`` buckets) above ``ref`` (log
         units) when it raises ``sev``: at least 0.8x its ratio (0.7x for info) and ``z`` noise
-        spreads, sustained over two thirds of the window's buckets; else None."""
+        spreads, sustained over two thirds of the window's buckets; else None. ``backed``: a
+        warning or critical shift under ``z`` but at least ``evidence_z`` spreads also raises
+        when its evidence holds it (:meth:`_backed`; a healthy 40 ms H200 job's forward grew
+        0.8 ms for minutes, +2.4% of its step: info keeps ``z``)."""
         n = n or self._n[sev]
         window = self._history.tail(2, n)
         shift = median(window) - ref
-        if shift < max(math.log1p(_RAISE[sev] * self._ratio[sev]), self.cfg.z * self._noise.get(sev, _SIGMA_FLOOR)):
+        if shift < math.log1p(_RAISE[sev] * self._ratio[sev]) or not _stands(window, ref, shift, n):
             return None
-        return shift if _stands(window, ref, shift, n) else None
+        noise = self._noise.get(sev, _SIGMA_FLOOR)
+        if shift >= self.cfg.z * noise:
+            return shift
+        if (backed and sev != INFO and shift >= self.cfg.evidence_z * noise
+                and self._backed(ref, shift, n) is not None):  # (info, the long +3%: z, as ever)
+            return shift
+        return None
+
+    def _backed(self, ref: float, shift: float, n: int) -> Optional[Backing]:
+        """The evidence of a shift of ``shift`` above ``ref`` over the last ``n`` buckets, at
+        its onset estimated as at a raise (kept in ``_found``); None without."""
+        self._found = None
+        if self._evidence_of is None:
+            return None
+        m = n + self._n_before[WARNING] + self._outlast
+        rows = self._history.tail(1, min(len(self._history), m))
+        ys = self._history.tail(2, min(len(self._history), m))
+        k = _estimate_onset(ys, ref, shift, self._clip)
+        self._found = self._backing_at(rows[k] - self.cfg.bucket_s, ref, shift)[0]
+        return self._found
+
+    def _backing_at(self, onset_at: float, ref: float, shift: float) -> tuple[Optional[Backing], str]:
+        """The rank's evidence of a shift of ``shift`` (log) above ``ref`` from ``onset_at``:
+        the span before ends two buckets ahead of the onset and is at least ``_MIN_BEFORE_S``
+        long (as long as the span after, when that is longer); the span after begins a bucket
+        after it."""
+        if self._evidence_of is None:
+            return None, ""
+        now = self._history[-1][1]
+        edge = onset_at - 2 * self.cfg.bucket_s
+        step_s = math.exp(ref)
+        return self._evidence_of(edge - max(_MIN_BEFORE_S, now - onset_at), edge, onset_at + self.cfg.bucket_s,
+                                 now, step_s, step_s * math.expm1(shift))
 
     def _test(self, sev: str) -> Optional[tuple[float, float, str]]:
         """(shift, reference, which) for ``sev`` over its window against the settled level, else
@@ -496,12 +538,12 @@ class DriftDetector:
         if len(hist) >= n + nb // 2:
             refs.append((median(hist.tail(2, min(len(hist), n + nb))[:-n]), "before"))
         for ref, which in refs:  # the settled level first: the job's own long-run level
-            shift = self._shift(sev, ref)
+            shift = self._shift(sev, ref, backed=True)
             if shift is None or (sev == CRITICAL and shift < self._sustain_below
                                  and not self._sustained(ref, shift)):
                 continue
-            if self._outlasts_waves(ref, shift):
-                return shift, ref, which
+            if self._outlasts_waves(ref, shift) or self._backed(ref, shift, n) is not None:
+                return shift, ref, which  # (a shift its evidence holds is the job's: no wave holds it)
         return None
 
     def _sustained(self, ref: float, shift: float) -> bool:
@@ -537,7 +579,7 @@ class DriftDetector:
         old = self.condition
         if old is None:
             for sev in (CRITICAL, WARNING, INFO):
-                found = self._test(sev)
+                found = self._test(sev)  # (a shift under z spreads that its evidence holds raises too)
                 if found is not None:
                     return self._raise(sev, *found)
             self._level = median(self._history.tail(2, min(len(self._history), self._n[CRITICAL])))
@@ -550,7 +592,8 @@ class DriftDetector:
         recent = median(hist.tail(2, max(1, since)))
         if recent - self._ref < min(math.log1p(self.cfg.info_ratio) / 2, _CLEAR_SHARE * self._raised):
             lasted = hist[-1][1] - self._onset[1]
-            if lasted <= self.cfg.transient_s and self._alertname == "StepwatchThroughputDrift":
+            if (lasted <= self.cfg.transient_s and self._alertname == "StepwatchThroughputDrift"
+                    and self._backing is None):  # (a change its evidence held is no wave of the job's)
                 self._waves.append((hist[-1][1], self._peak, lasted))  # it came back by itself
             self.end_episode()
             self._level = recent
@@ -564,7 +607,7 @@ class DriftDetector:
             # make a +5% episode critical for good.
             sev = SEVERITIES[i + 1]
             n = max(self._n[sev], self._n[WARNING])
-            shift = self._shift(sev, self._ref, n) if len(hist) >= n else None
+            shift = self._shift(sev, self._ref, n, backed=self._backing is not None) if len(hist) >= n else None
             if shift is not None:
                 return self._set(sev, shift)
         # the ratio and summary follow the sustained level (the warning window's median)
@@ -581,9 +624,11 @@ class DriftDetector:
         k = _estimate_onset(ys, ref, shift, self._clip)
         onset_at = rows[k][1] - self.cfg.bucket_s
         window = self._window_at(onset_at, shift)
+        backing, unknown = self._backing_at(onset_at, ref, shift)
         if (onset_at < self._settled_at - self.cfg.bucket_s and self._resettles < _RESETTLE_MAX
-                and window is None):  # (stepwatch's own cost is raised wherever it falls)
-            return self._resettle(onset_at, ys[k:])
+                and window is None and backing is None):  # (stepwatch's own cost, and a change its
+            return self._resettle(onset_at, ys[k:])        # evidence holds, are raised wherever they fall)
+        self._backing, self._unknown = backing, unknown
         self._onset = (int(rows[k][0]), onset_at)
         self._ref, self._raised = ref, shift
         self._alertname, self._window_note = "StepwatchThroughputDrift", ""
@@ -636,7 +681,7 @@ class DriftDetector:
         top = self._ref + self._raised
         if len(self._history) < n or self._alertname != "StepwatchThroughputDrift":
             return False
-        shift = self._shift(WARNING, top, n)
+        shift = self._shift(WARNING, top, n, backed=True)
         if shift is None or shift < _FURTHER_SHARE * self._raised:
             return False
         m = n + self._n_before[WARNING]
@@ -646,6 +691,7 @@ class DriftDetector:
         if self._began is None:
             self._began = (self._onset[0], math.expm1(self._raised))
         self._onset = (int(rows[k][0]), rows[k][1] - self.cfg.bucket_s)
+        self._backing, self._unknown = self._backing_at(self._onset[1], top, shift)
         self._raised += shift
         self._change += 1
         return self._set(self.condition.severity, self._raised)
@@ -721,13 +767,33 @@ class DriftDetector:
         q = self.quantile
         which = "" if q == 0.5 else f"p{100 * q:.0f} step "
         summary = (f"step time {shift:+.1%} {self._ref_text} ({which}{base_ms:.1f} ms -> "
-                   f"{base_ms * (1 + shift):.1f} ms) since step {step:,}{further}{self._window_note}")
+                   f"{base_ms * (1 + shift):.1f} ms) since step {step:,}{further}{self._window_note}"
+                   f"{self._evidence_note()}")
         old = self.condition
         self._version += 1
         self._peak = max(self._peak, shift_log)
         self.condition = Condition(self._alertname, self.job, self.rank, sev, summary,
-                                   since, step, self.cfg.for_s, ratio=1 + shift, change=self._change)
+                                   since, step, self.cfg.for_s, ratio=1 + shift, change=self._change,
+                                   evidence=self._backing, decided=self._decided())
         return self.condition != old
+
+
+    def _decided(self) -> str:
+        """How the episode was decided: "job" (its evidence holds it), "steps" (the step times
+        alone: no evidence holds it), "" (its evidence could not be compared, or is not asked)."""
+        if self._evidence_of is None:
+            return ""
+        if self._backing is not None:
+            return "job"
+        return "" if "phase times" in self._unknown else "steps"
+
+    def _evidence_note(self) -> str:
+        d = self._decided()
+        if d == "job":
+            return f"; a change of the job: {self._backing.text()}"
+        if d == "steps":
+            return "; nothing the agent measures beside the step time moved with it (the host's own pace?)"
+        return ""
 
 
 def _stands(ys: list, ref: float, shift: float, n: int) -> bool:

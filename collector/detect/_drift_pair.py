@@ -44,10 +44,10 @@ class RankDrift:
     """The interface of :class:`DriftDetector` the engine uses, over ``median`` and ``floor``
     (None when ``floor_quantile`` is 0). ``condition`` is the episode's condition or None."""
 
-    def __init__(self, cfg: DriftConfig, job: str, rank: int):
-        self.median = DriftDetector(cfg, job, rank)
+    def __init__(self, cfg: DriftConfig, job: str, rank: int, evidence=None):
+        self.median = DriftDetector(cfg, job, rank, evidence=evidence)
         q = cfg.floor_quantile
-        self.floor: Optional[DriftDetector] = DriftDetector(cfg, job, rank, q) if q > 0 else None
+        self.floor: Optional[DriftDetector] = DriftDetector(cfg, job, rank, q, evidence) if q > 0 else None
         self._src: Optional[DriftDetector] = None  # the detector whose episode is shown
         self.condition: Optional[Condition] = None
         self._switches = 0

@@ -14,6 +14,7 @@ from typing import Iterable, Iterator, Optional, Sequence
 
 from ._config import DetectionConfig
 from ._drift_pair import RankDrift
+from ._evidence import RankEvidence
 from ._liveness import RankLiveness, throttle_condition
 from ._memory import MemoryDetector
 from ._straggler import StragglerDetector
@@ -47,7 +48,8 @@ class _Rank:
         self.last_phase = ""
         self.ref_tokens: Optional[int] = None
         self.recent: collections.deque = collections.deque(maxlen=64)  # durations (marked or not)
-        self.drift = RankDrift(cfg.drift, job, rank)
+        self.evidence = RankEvidence()
+        self.drift = RankDrift(cfg.drift, job, rank, self.evidence.backing)
         self.memory = MemoryDetector(cfg.memory, job, rank)
         self.live = RankLiveness(cfg.liveness, job, rank)
         self.throttle: Optional[Condition] = None
@@ -214,6 +216,8 @@ class DetectionEngine:
             step, end_time_s = [step[i] for i in keep], [end_time_s[i] for i in keep]
             dataloader_wait_s, tokens = [dataloader_wait_s[i] for i in keep], [tokens[i] for i in keep] if tokens else None
             duration_s = [duration_s[i] for i in keep]
+        if self.cfg.drift.enabled and self.cfg.drift.evidence:
+            r.evidence.steps(end_time_s, dataloader_wait_s)
         if self.cfg.drift.enabled and (r.drift.feed_many(step, end_time_s, r.per_token(duration_s, tokens))
                                        or r.drift.condition):
             self._sync(r.drift, [r.drift.condition] if r.drift.condition else [])
@@ -251,6 +255,14 @@ class DetectionEngine:
             steps, pres, owns, syncs = ([v[i] for i in keep] for v in (steps, pres, owns, syncs))
         self._straggler(job).phases(rank, steps, pres, owns, syncs)
 
+    def phase_samples(self, job: str, rank: int, end_time_s: list, points: list, device: list) -> None:
+        """Sampled steps' phase times of ``rank`` (``device``: five columns of seconds, data,
+        forward, backward, sync, optimizer; ``points``: the points seen), the evidence drift
+        decides with (:mod:`._evidence`)."""
+        r = self._rank(job, rank)
+        if self.cfg.enabled and self.cfg.drift.enabled and self.cfg.drift.evidence and end_time_s:
+            r.evidence.phase_samples(end_time_s, points, device)
+
     def window(self, job: str, rank: int, w: WindowPoint) -> None:
         """One profiler window of ``rank`` (compute and communication per step): a rank whose
         compute is slow hides in the collectives, where only the windows see it."""
@@ -278,6 +290,8 @@ class DetectionEngine:
         leak trend keeps and of the last one, and reads only the columns that decide that:
         what feeding every sample gives (tests/collector/detect/test_batch_path.py)."""
         r = self._rank(job, rank)
+        if len(table) and self.cfg.enabled and self.cfg.drift.enabled and self.cfg.drift.evidence:
+            r.evidence.allocator(table["time_s"], [a + f for a, f in zip(table["device_allocs"], table["device_frees"])])
         if not len(table) or not (self.cfg.enabled and self.cfg.memory.enabled):
             return
         memory = r.memory

@@ -12,11 +12,31 @@ import dataclasses
 import math
 from typing import Any, NamedTuple, Optional, Protocol
 
-__all__ = ["Condition", "AllocatorPoint", "GpuPoint", "HostPoint", "WindowPoint", "INFO", "WARNING", "CRITICAL",
+__all__ = ["Condition", "Backing", "AllocatorPoint", "GpuPoint", "HostPoint", "WindowPoint", "INFO", "WARNING", "CRITICAL",
            "fmt_bytes", "last_max_index", "median"]
 
 INFO, WARNING, CRITICAL = "info", "warning", "critical"
 SEVERITIES = (INFO, WARNING, CRITICAL)  # lowest first
+
+
+@dataclasses.dataclass(frozen=True)
+class Backing:
+    """The evidence a step-time shift came with: ``kind`` ("phase", "loader", "allocator"),
+    ``name`` (the phase, "data-loader wait", "allocator calls"), ``before``/``after`` in its unit
+    (``unit``: "ms" per step, or "calls/step"), and ``share``: its growth over the step's (ms)."""
+
+    kind: str
+    name: str
+    before: float
+    after: float
+    unit: str
+    share: float
+
+    def text(self) -> str:
+        d = self.after - self.before
+        if self.unit == "ms":
+            return f"{self.name} {d:+.1f} ms/step ({self.before:.1f} -> {self.after:.1f} ms)"
+        return f"{self.name} {self.before:.1f} -> {self.after:.1f} per step"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -28,6 +48,9 @@ class Condition:
     ``ratio`` the sustained ratio to normal where the rule measures one (drift). ``change``
     counts the further changes inside one episode (drift: 0 at the raise, +1 each time the
     level moved again by another change, with ``since``/``step`` the newest onset).
+    ``evidence``: what the shift came with at that onset (drift), and ``decided`` how it was
+    told a change: "job" (by that evidence), "steps" (by the step times alone: the evidence
+    compared and none held it), "" (not known or not asked).
     """
 
     alertname: str
@@ -40,6 +63,8 @@ class Condition:
     for_s: float = 0.0
     ratio: Optional[float] = None
     change: int = 0
+    evidence: Optional[Backing] = None
+    decided: str = ""
 
     @property
     def key(self) -> tuple:

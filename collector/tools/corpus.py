@@ -66,20 +66,27 @@ def around(step_s: list, first: int, last: int, before: int, gap: int, after: in
     return statistics.median(a) / statistics.median(b)
 
 
-def inject(lines: list[dict], kind: str, ratio: float, at: float, span: float) -> list[dict]:
+def inject(lines: list[dict], kind: str, ratio: float, at: float, span: float,
+           where: Optional[str] = None) -> list[dict]:
     """A copy of ``lines`` with the change applied to every rank's steps from Unix time ``at``:
     ``step`` +ratio to the end; ``ramp`` rising to +ratio over ``span`` seconds, then held;
-    ``pulse`` +ratio for ``span`` seconds of the original recording's time, then back."""
+    ``pulse`` +ratio for ``span`` seconds of the original recording's time, then back.
+    ``where``: what the time added is made of, as the agent measures it: a phase's name
+    (:data:`PHASES`: the sampled steps' device time of that phase grows by it), "loader" (the
+    data-loader wait grows by it), or None (nothing but the step time: the host's own pace)."""
     if kind not in ("step", "ramp", "pulse"):
         raise ValueError(f"inject: kind must be step, ramp or pulse, not {kind!r}")
+    if where not in (None, "loader", *PHASES):
+        raise ValueError(f"inject: where must be None, 'loader' or one of {PHASES}, not {where!r}")
 
     def added(rank: int, end: float, dur: float) -> tuple[float, float]:
         if end < at or (kind == "pulse" and end >= at + span):
             return 0.0, 0.0
         factor = 1.0 + (ratio if kind != "ramp" else ratio * min(1.0, (end - at) / span))
-        return dur * (factor - 1.0), 0.0
+        more = dur * (factor - 1.0)
+        return more, more if where == "loader" else 0.0
 
-    return _stretch(lines, added)
+    return _stretch(lines, added, where if where in PHASES else None)
 
 
 def pulse_end(lines: list[dict], at: float, span: float, ratio: float) -> float:
@@ -104,12 +111,18 @@ def slow_loader(lines: list[dict], rank: int, seconds: float, at: float) -> list
     return _stretch(lines, added)
 
 
-def _stretch(lines: list[dict], added) -> list[dict]:
+PHASES = ("data", "forward", "backward", "sync", "optimizer")
+
+
+def _stretch(lines: list[dict], added, phase: Optional[str] = None) -> list[dict]:
     """A copy of ``lines`` whose steps take ``added(rank, end_time_s, duration_s)`` =
     (seconds longer, of which data-loader wait) each; every later time of that rank (steps,
-    samples, the collector's clock) moves by the time added so far."""
+    samples, the collector's clock) moves by the time added so far. ``phase``: the sampled
+    steps' device time of that phase grows by their step's time added (a sample that comes in
+    an earlier batch than its step, at a batch's edge, stays as it was)."""
     extra: dict[int, float] = {}  # rank -> seconds added so far
     moved: dict[int, dict[int, float]] = collections.defaultdict(dict)  # rank -> step -> its step's move
+    grown: dict[int, dict[int, float]] = collections.defaultdict(dict)  # rank -> step -> seconds added
     out = []
     for o in lines:
         if o["kind"] != "batch":
@@ -126,6 +139,8 @@ def _stretch(lines: list[dict], added) -> list[dict]:
             add += more
             s["duration_s"], s["end_time_s"] = dur + more, end + add
             moved[rank][int(s["step"])] = add
+            if phase and more:
+                grown[rank][int(s["step"])] = more
             if wait:
                 s["dataloader_wait_s"] = float(s.get("dataloader_wait_s", 0.0)) + wait
             steps.append(s)
@@ -135,13 +150,21 @@ def _stretch(lines: list[dict], added) -> list[dict]:
             if b.get(key):
                 b[key] = [dict(x, time_s=float(x.get("time_s", 0)) + add) for x in b[key]]
         if b.get("phase_times"):  # sampled steps (of this batch or an earlier one): moved as their step
-            b["phase_times"] = [dict(x, end_time_s=float(x["end_time_s"]) + moved[rank].get(int(x["step"]), add))
+            b["phase_times"] = [_grown_phase(dict(x, end_time_s=float(x["end_time_s"])
+                                                  + moved[rank].get(int(x["step"]), add)),
+                                             phase, grown[rank].get(int(x["step"]), 0.0))
                                 for x in b["phase_times"]]
         if "sealed_time_s" in b:
             b["sealed_time_s"] = float(b["sealed_time_s"]) + add
         extra[rank] = add
         out.append(dict(o, batch=b, time=float(o["time"]) + add))
     return out
+
+
+def _grown_phase(x: dict, phase: Optional[str], more: float) -> dict:
+    if phase and more:
+        x[f"{phase}_s"] = float(x.get(f"{phase}_s", 0.0)) + more
+    return x
 
 
 _GROWN = {"allocator": ("allocated_bytes", "reserved_bytes", "active_bytes"), "gpu_samples": ("memory_used_bytes",)}

@@ -267,7 +267,7 @@ class _Table:
         return len(self._cols["time_s"])
 
     def __getitem__(self, name: str) -> list:
-        return [0 if v is None else v for v in self._cols[name]]
+        return [0 if v is None else v for v in self._cols.get(name, [None] * len(self))]
 
     def optional(self, name: str) -> list:
         return list(self._cols.get(name, [None] * len(self)))  # (a field no row has: unset)

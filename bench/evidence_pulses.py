@@ -1,0 +1,154 @@
+"""Changes that come back, each with its evidence, on the real recordings: detection decides
+with the evidence (issue: every real slowdown raised, a host's wander never).
+
+Each recording with sampled phase times (tests/data/real) is played as one job long enough
+(``corpus.repeat`` at matching levels) for ``--pulses`` changes of ``--ratio`` on every rank,
+each on for ``--on-s`` and off for ``--off-s`` of the recording's time, the first ``--at``
+seconds after the first step. Per arm the time added is made of (``corpus.inject``'s
+``where``): ``evidence``: a different phase's device time or the data-loader wait each time
+(backward, data-loader wait, forward, optimizer, ...), as real causes are; ``none``: nothing
+but the step time (the host's own pace: no evidence moves). Reported per pulse: raised within
+``--target-s`` of its start in an episode of its own (onset at or after 30 s before it), how
+the episode was decided (``Condition.decided``: job / steps), and the seconds from the pulse's
+end to the last rank's resolve; and the recording as it is (false episodes).
+
+    python bench/evidence_pulses.py --md bench/results/evidence_pulses.md
+    python bench/evidence_pulses.py --detection '{"drift": {"evidence": false}}'   # the steps alone
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import sys
+
+from stepwatch.collector._replay import replay
+from stepwatch.collector.detect import parse_detection
+from stepwatch.collector.tools.corpus import events, first_step_time, inject, load, pulse_end, repeat
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REAL = os.path.join(HERE, "..", "tests", "data", "real")
+sys.path.insert(0, HERE)
+from detection_real import HELD_OUT  # noqa: E402  (the corpus's split, one list)
+
+WHERE = ["backward", "loader", "forward", "optimizer"]
+DRIFT = "StepwatchThroughputDrift"
+
+
+def _has_phases(path: str) -> bool:
+    return any(o["kind"] == "batch" and o["batch"].get("phase_times") for o in load(path)[:400])
+
+
+def _ts(v) -> float:
+    return v if isinstance(v, float) else datetime.datetime.fromisoformat(str(v).replace("Z", "+00:00")).timestamp()
+
+
+def run(lines: list, cfg, arm: str, a) -> list[dict]:
+    t0 = first_step_time(lines)
+    at = t0 + a.at
+    pulses = []
+    for i in range(a.pulses):
+        where = WHERE[i % len(WHERE)] if arm == "evidence" else None
+        lines = inject(lines, "pulse", a.ratio, at, a.on_s, where)
+        end = pulse_end(lines, at, a.on_s, a.ratio)
+        pulses.append((at, end, where))
+        at = end + a.off_s
+    alerts = [x for x in replay(events(lines), cfg) if x.alertname == DRIFT]
+    t_end = max(float(o["time"]) for o in lines)
+    out = []
+    for k, (start, end, where) in enumerate(pulses):
+        nxt = pulses[k + 1][0] if k + 1 < len(pulses) else t_end
+        mine = [x for x in alerts if x.starts_at is not None and start - 30 <= _ts(x.starts_at) < nxt - 30]
+        fired = [x for x in mine if x.fired_at]
+        first = min(fired, key=lambda x: x.fired_at, default=None)
+        ends = [x.ends_at for x in mine]
+        gone = None if not mine or any(e is None for e in ends) else round(max(_ts(e) for e in ends) - end, 1)
+        out.append({"where": where or "none", "at_s": round(start - t0, 1), "ends_s": round(end - t0, 1),
+                    "raised_s": None if first is None else round(first.fired_at - start, 1),
+                    "severity": None if first is None else first.severity,
+                    "decided": None if first is None else first.decided,
+                    "episodes": len(mine), "resolved_after_end_s": gone,
+                    "summary": None if first is None else (first.fired_summary or first.summary)[:300]})
+    return out
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--recordings", nargs="*", default=None)
+    p.add_argument("--at", type=float, default=240.0)
+    p.add_argument("--pulses", type=int, default=4)
+    p.add_argument("--on-s", type=float, default=90.0)
+    p.add_argument("--off-s", type=float, default=140.0)
+    p.add_argument("--ratio", type=float, default=0.10)
+    p.add_argument("--target-s", type=float, default=60.0)
+    p.add_argument("--arms", nargs="*", default=["evidence", "none"])
+    p.add_argument("--detection", default=None)
+    p.add_argument("--out")
+    p.add_argument("--md")
+    a = p.parse_args()
+    cfg = parse_detection(a.detection)
+    paths = a.recordings or [os.path.join(REAL, n) for n in sorted(os.listdir(REAL)) if n.endswith(".jsonl.gz")]
+    paths = [x for x in paths if _has_phases(x)]
+    need = a.at + a.pulses * (a.on_s + a.off_s) + 60
+    doc = {"command": " ".join(["python", "bench/evidence_pulses.py"] + sys.argv[1:]),
+           "python": sys.version.split()[0], "date": datetime.date.today().isoformat(), "recordings": []}
+    for path in paths:
+        name = os.path.basename(path)
+        base = load(path)
+        span = max(float(o["time"]) for o in base) - first_step_time(base)
+        times = max(1, int(need // max(span - 180, 1)) + 1) if span < need else 1
+        lines = repeat(base, times, match=times > 1)
+        healthy = [x for x in replay(events(lines), cfg) if x.alertname == DRIFT]
+        rec = {"name": name, "held_out": name in HELD_OUT, "repeat": times,
+               "false_episodes": [{"rank": x.rank, "severity": x.severity, "decided": x.decided,
+                                   "since_s": round(_ts(x.starts_at) - first_step_time(lines), 1),
+                                   "summary": (x.fired_summary or x.summary)[:200]} for x in healthy],
+               "arms": {arm: run(lines, cfg, arm, a) for arm in a.arms}}
+        doc["recordings"].append(rec)
+        print(name, "false", len(rec["false_episodes"]),
+              {arm: [(r["where"], r["raised_s"], r["decided"], r["episodes"], r["resolved_after_end_s"])
+                     for r in runs] for arm, runs in rec["arms"].items()}, flush=True)
+    if a.out:
+        with open(a.out, "w") as fh:
+            json.dump(doc, fh, indent=1)
+    if a.md:
+        with open(a.md, "w") as fh:
+            fh.write(markdown(doc, a))
+
+
+def markdown(doc: dict, a) -> str:
+    rows = [f"# Changes that come back, with and without evidence\n\n`{doc['command']}` (Python "
+            f"{doc['python']}, {doc['date']}). {a.pulses} pulses of +{a.ratio:.0%} per recording, "
+            f"{a.on_s:.0f} s on / {a.off_s:.0f} s off from {a.at:.0f} s; cells per pulse: where the time "
+            f"went, seconds from its start to the raise (- not raised), how it was decided, episodes, "
+            f"seconds from its end to the resolve.\n",
+            "| recording | held out | false episodes | " + " | ".join(a.arms) + " |",
+            "|---|---|---:|" + "---|" * len(a.arms)]
+    for r in doc["recordings"]:
+        cells = []
+        for arm in a.arms:
+            cells.append("<br>".join(f"{x['where']}: {x['raised_s'] if x['raised_s'] is not None else '-'} s "
+                                     f"{x['decided'] or ''} x{x['episodes']} gone {x['resolved_after_end_s']}"
+                                     for x in r["arms"][arm]))
+        rows.append(f"| {r['name']} | {'yes' if r['held_out'] else 'no'} | {len(r['false_episodes'])} | "
+                    + " | ".join(cells) + " |")
+    rows += ["", "Totals (raised within the target in an episode of its own, resolved within 2 minutes of "
+             "its end):", "", "| part | arm | pulses | within target | own episode | resolved <= 120 s | false episodes |",
+             "|---|---|---:|---:|---:|---:|---:|"]
+    for part, held in (("held out", True), ("tuning", False)):
+        recs = [r for r in doc["recordings"] if r["held_out"] == held]
+        if not recs:
+            continue
+        for arm in a.arms:
+            xs = [x for r in recs for x in r["arms"][arm]]
+            ok = [x for x in xs if x["raised_s"] is not None and x["raised_s"] <= a.target_s]
+            rows.append(f"| {part} | {arm} | {len(xs)} | {len(ok)} | {sum(1 for x in xs if x['episodes'] == 1)} | "
+                        f"{sum(1 for x in xs if x['resolved_after_end_s'] is not None and x['resolved_after_end_s'] <= 120)} | "
+                        f"{sum(len(r['false_episodes']) for r in recs)} |")
+    return "\n".join(rows) + "\n"
+
+
+if __name__ == "__main__":
+    main()
