@@ -63,9 +63,14 @@ class AftereffectWatch:
         self._pending: Optional[tuple[str, float]] = None  # (label, clock the session closed)
         self.ratio: Optional[float] = None  # the last finished check's after / before
 
-    def opened(self, clock: float) -> None:
+    def opened(self, clock: float, judged: bool = True) -> None:
+        """A session opens at ``clock``; ``judged`` False: it gets no check (a session asked
+        for because the job already slowed: its "before" would hold that change)."""
         if self._pending is not None:
             self._pending = None  # a session inside the after spans: that check is void
+        if not judged:
+            self._before = None
+            return
         clocks = [c for c in self._clocks if clock - self.before_s <= c <= clock]
         self._before = _per_step([c for c in clocks if c >= clock - self.span_s])
         if self._before is not None and clocks and clock - clocks[0] > self.span_s:

@@ -133,9 +133,10 @@ class WindowScheduler:
             self._retry(now)
         if self._captures:
             self._start_capture(step, cuda)
-        elif self.enabled and self._levels[self._level] != "off" and (
-                self._early_due(step) or (self.scheduled and self._due(step))):
-            self._start_window(step, cuda)
+        elif self.enabled and self._levels[self._level] != "off":
+            early = self._early_due(step)
+            if early or (self.scheduled and self._due(step)):
+                self._start_window(step, cuda, judged=not early)
 
     def request_capture(self, request_id: str, steps: int) -> None:
         self._captures.append((str(request_id), max(1, int(steps))))
@@ -258,7 +259,12 @@ class WindowScheduler:
 
     # -- window life cycle ----------------------------------------------------------------------
     def _open(self, kind: str, step: int, cuda: bool, warmup: int, active: int,
-              request_id: str = "") -> None:
+              request_id: str = "", judged: bool = True) -> None:
+        """Open a session. ``judged``: whether its after-effect is checked; a session the
+        collector asked for (a slowdown alert's window, a capture) is not: the slowdown that
+        brought it began before it, and the check's "before" would hold the job's own change
+        (an H200 job's empty_cache slowdown 11 s before an alert's window turned CUDA windows
+        off for 6 h as that window's after-effect)."""
         torch = self._torch
         names, activities = self._activity_list(cuda)
         wid = self._next_id
@@ -279,14 +285,14 @@ class WindowScheduler:
             activities=activities, on_trace_ready=ready,
             schedule=torch.profiler.schedule(wait=0, warmup=warmup, active=active, repeat=1))
         self._window = window
-        self._watch.opened(window.start_clock)
+        self._watch.opened(window.start_clock, judged)
         with _quiet():
             window.prof.start()
         if cuda and "cuda" in names:
             self._cuda_windows.add(wid)
 
-    def _start_window(self, step: int, cuda: bool) -> None:
-        self._open("window", step, cuda, self._warmup, self._active)
+    def _start_window(self, step: int, cuda: bool, judged: bool = True) -> None:
+        self._open("window", step, cuda, self._warmup, self._active, judged=judged)
 
     def _start_capture(self, step: int, cuda: bool) -> None:
         request_id, steps = self._captures.popleft()
@@ -302,7 +308,7 @@ class WindowScheduler:
                 f"refused: profiling has cost {self.overhead_ratio:.1%} of the wall time since attach, "
                 f"above capture_budget {self._capture_budget:.1%}")))
             return
-        self._open("trace", step, cuda, 1, steps, request_id)
+        self._open("trace", step, cuda, 1, steps, request_id, judged=False)
 
     def _advance(self, step: int) -> None:
         window = self._window

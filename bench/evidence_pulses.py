@@ -57,21 +57,34 @@ def run(lines: list, cfg, arm: str, a) -> list[dict]:
         at = end + a.off_s
     alerts = [x for x in replay(events(lines), cfg) if x.alertname == DRIFT]
     t_end = max(float(o["time"]) for o in lines)
+    onsets = [o for x in alerts for o in _onsets(x)]
     out = []
     for k, (start, end, where) in enumerate(pulses):
         nxt = pulses[k + 1][0] if k + 1 < len(pulses) else t_end
-        mine = [x for x in alerts if x.starts_at is not None and start - 30 <= _ts(x.starts_at) < nxt - 30]
-        fired = [x for x in mine if x.fired_at]
-        first = min(fired, key=lambda x: x.fired_at, default=None)
-        ends = [x.ends_at for x in mine]
+        mine = [o for o in onsets if start - 30 <= o["onset"] < nxt - 30 and o["raised"] is not None]
+        first = min(mine, key=lambda o: o["raised"], default=None)
+        ends = [o["alert"].ends_at for o in mine]
         gone = None if not mine or any(e is None for e in ends) else round(max(_ts(e) for e in ends) - end, 1)
         out.append({"where": where or "none", "at_s": round(start - t0, 1), "ends_s": round(end - t0, 1),
-                    "raised_s": None if first is None else round(first.fired_at - start, 1),
-                    "severity": None if first is None else first.severity,
-                    "decided": None if first is None else first.decided,
-                    "episodes": len(mine), "resolved_after_end_s": gone,
-                    "summary": None if first is None else (first.fired_summary or first.summary)[:300]})
+                    "raised_s": None if first is None else round(first["raised"] - start, 1),
+                    "further": None if first is None else first["further"],
+                    "decided": None if first is None else first["decided"],
+                    "episodes": len({id(o["alert"]) for o in mine}), "resolved_after_end_s": gone,
+                    "summary": None if first is None else first["summary"][:300]})
     return out
+
+
+def _onsets(x) -> list[dict]:
+    """Each onset of an alert episode (its first, then each further change) with the time it
+    was raised: the first when the episode fired, a further one when it superseded the one
+    before (``earlier``'s ``until``)."""
+    if not x.fired_at:
+        return []
+    steps = [(e["onset_at"], e["raised"]) for e in x.earlier] + [(x.onset, x.onset_raised[1])]
+    raised = [x.fired_at] + [_ts(e["until"]) for e in x.earlier]
+    return [{"alert": x, "onset": _ts(on), "raised": r, "further": i > 0, "summary": text or x.summary,
+             "decided": x.decided if i == len(steps) - 1 else ("job" if "a change of the job" in (text or "") else "steps")}
+            for i, ((on, text), r) in enumerate(zip(steps, raised))]
 
 
 def main() -> None:

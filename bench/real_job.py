@@ -103,6 +103,11 @@ def main() -> None:
     p.add_argument("--inject-after-s", type=float, default=60.0)
     p.add_argument("--inject-rank", type=int, default=-1)
     p.add_argument("--inject-ratio", type=float, default=0.15)
+    p.add_argument("--inject-schedule", default="",
+                   help="causes turned on in turn (comma-separated, every rank): the first at --inject-after-s, "
+                        "each on for --inject-on-s, then off for --inject-off-s")
+    p.add_argument("--inject-on-s", type=float, default=90.0)
+    p.add_argument("--inject-off-s", type=float, default=140.0)
     a = p.parse_args()
     ddp = int(os.environ.get("WORLD_SIZE", "1")) > 1
     if ddp:
@@ -210,6 +215,15 @@ def main() -> None:
             cause["buf"] = torch.zeros(max(1024, int((16 << 20) * ms / took_ms)), device=device)
         cause["on"] = a.inject
 
+    def stop_cause(loader) -> None:
+        """The cause on now stops: the job as it was before it."""
+        if cause["on"] == "dataloader":
+            loader.dataset.delay.value = 0.0
+        elif cause["on"] == "optimizer_loop":
+            for group, (foreach, fused) in zip(opt.param_groups, cause["opt"]):
+                group["foreach"], group["fused"] = foreach, fused
+        cause.update(on=None, gemms=0, ms=0.0)
+
     def timed(b: int, n: int) -> float:
         x = torch.randint(0, vocab, (b, seq + 1))
         x = x.pin_memory() if cuda else x
@@ -242,11 +256,33 @@ def main() -> None:
     ends, marks = [], []
     injected = None
     mine = a.inject and a.inject_rank in (-1, rank)
+    schedule = [c for c in a.inject_schedule.split(",") if c]
+    if schedule and a.inject:
+        raise SystemExit("--inject-schedule and --inject: one or the other")
+    if any(c not in INJECT or c == "allreduce" for c in schedule):
+        raise SystemExit(f"--inject-schedule: each cause one of {[c for c in INJECT if c != 'allreduce']}")
+    cause["opt"] = [(g.get("foreach"), g.get("fused")) for g in opt.param_groups]
+    turns = []  # the schedule's causes as run: cause, start step/time, end step/time, ms
+    period = a.inject_on_s + a.inject_off_s
     for tokens in loader:
         step(tokens)
         now = time.perf_counter()
         ends.append(now)
         stop = now - start >= a.duration_s
+        if schedule and not ddp:
+            k, into = divmod(now - start - a.inject_after_s, period)
+            k = int(k)
+            want = schedule[k] if 0 <= k < len(schedule) and into < a.inject_on_s else None
+            if want != cause["on"]:
+                if cause["on"] is not None:
+                    stop_cause(loader)
+                    turns[-1].update(end_step=len(ends) + 1, end_time=time.time())
+                if want is not None:
+                    tail = ends[-201:]
+                    recent = sorted(y - x for x, y in zip(tail, tail[1:]))
+                    a.inject = want
+                    start_cause(recent[len(recent) // 2], batch, loader)
+                    turns.append({"cause": want, "step": len(ends) + 1, "time": time.time(), "ms": cause["ms"]})
         due = bool(a.inject) and injected is None and now - start >= a.inject_after_s
         if ddp:  # every rank stops (and starts the cause) at the same step
             flag = torch.tensor([1 if stop else 0, 1 if due else 0], device=device)
@@ -278,7 +314,8 @@ def main() -> None:
             json.dump({"size": a.size, "batch": batch, "rank": rank, "agent": a.agent,
                        "device": torch.cuda.get_device_name(device) if cuda else "cpu", "torch": torch.__version__,
                        "env": {k: v for k, v in os.environ.items() if k.startswith(("STEPWATCH_", "TEARDOWN"))},
-                       "start": start, "marks": marks, "injected": injected, "phase_times": _phase_cost(),
+                       "start": start, "marks": marks, "injected": injected, "schedule": turns,
+                       "phase_times": _phase_cost(),
                        "step_s": [round(b - e, 6) for e, b in zip([start] + ends, ends)]}, fh)
     print(f"rank {rank}: {len(ends)} steps, batch {batch}, median "
           f"{sorted(b - e for e, b in zip([start] + ends, ends))[len(ends) // 2] * 1e3:.1f} ms", flush=True)

@@ -270,6 +270,20 @@ gputests)  # NAME GPUS PATHS...: pytest on those GPUs, its files under $W/NAME
     CUDA_VISIBLE_DEVICES=$gpus OUT=$W/$name python3 -m pytest -q -s -p no:cacheprovider -W ignore "$@" \
         > $W/$name/gpu_tests.txt 2>&1
     grep -E "passed|failed|^(FAILED|ERROR)" $W/$name/gpu_tests.txt | tail -15 ;;
+pulses-start)  # NAME SIZE SECS AFTER CAUSES: a 1-GPU job at the defaults, CAUSES (comma-separated)
+    # turned on in turn from AFTER s (each on ON_S=90 s, off OFF_S=140 s, RATIO=0.10 of the step),
+    # detached; its collector records, its alerts and jobs are kept at the end (wait-pack NAME)
+    armed $4
+    collector $1 0
+    (job1 $1 0 0 $2 $3 --inject-schedule $5 --inject-after-s $4 --inject-ratio ${RATIO:-0.10} \
+        --inject-on-s ${ON_S:-90} --inject-off-s ${OFF_S:-140} ${BATCH:+--batch $BATCH}
+     finish $1 0; touch $W/$1.done) > $W/$1.run.log 2>&1 &
+    sleep 5; echo started $1 ;;
+poll)  # NAME SECONDS: the detached job's alerts every 60 s for SECONDS (into $W/NAME.poll.log)
+    for _ in $(seq $(( $2 / 60 ))); do
+        sleep 60
+        python3 -c "import json,sys,urllib.request; a=json.load(urllib.request.urlopen('http://127.0.0.1:7401/api/alerts',timeout=5))['alerts']; print(len(a), [(x['alertname'], x['severity'], x['state'], x['fired_at'], x['diagnosis'][:80]) for x in a])" 2>&1 | tee -a $W/$1.poll.log
+    done ;;
 wait-pack)  # every detached job done (at most 9 minutes), then pack the files starting with $1
     for _ in $(seq 540); do
         n_runs=$(ls $W/*.run.log 2>/dev/null | wc -l); n_done=$(ls $W/*.done 2>/dev/null | wc -l)

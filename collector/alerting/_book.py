@@ -183,7 +183,8 @@ class AlertBook:
         if further:
             a.earlier.append({"step": a.step, "onset_at": iso(a.onset), "raised": a.onset_raised[1],
                               "raised_severity": a.onset_raised[0], "severity": a.severity,
-                              "summary": a.summary, "diagnosis": a.diagnosis, "until": iso(now)})
+                              "summary": a.summary, "diagnosis": a.diagnosis, "until": iso(now),
+                              "decided": a.decided, "evidence": a.evidence})
             del a.earlier[:-_EARLIER_KEPT]
             a.step, a.onset_at, a.diagnosis, a.diagnosis_complete = c.step, c.since, "", False
             a.onset_raised = (c.severity, c.summary)

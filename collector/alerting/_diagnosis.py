@@ -393,6 +393,11 @@ def _contributors(rows: list, span: tuple, wait: float, cpu: Optional[float],
     phased = _phase_contributors(rows, span, wait, cpu, busier)
     if phased is None and wide is not None:
         phased = _phase_contributors(rows, wide, wait, cpu, busier)
+    if phased is None and rows and rows[0][2] < span[1]:
+        # the newest phase blocks of the kind seen after the onset, however far before it: a
+        # device phase that grew is named before the host's CPU time (an H200 job whose AdamW
+        # turned to its for-loop read "host CPU +8.5 ms/step" without them)
+        phased = _phase_contributors(rows, (rows[0][2], span[1], span[2]), wait, cpu, busier)
     if phased is not None:
         found, note = phased
         if w_before and w_after:

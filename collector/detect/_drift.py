@@ -87,11 +87,14 @@ import collections
 import datetime
 import itertools
 import math
-from typing import Callable, Optional
+from typing import TYPE_CHECKING, Optional
 
 from .._ring import Ring
 from ._config import DriftConfig
 from ._types import CRITICAL, INFO, SEVERITIES, WARNING, Backing, Condition, finite_positive, median
+
+if TYPE_CHECKING:
+    from ._evidence import RankEvidence
 
 __all__ = ["DriftDetector"]
 
@@ -114,6 +117,7 @@ _FURTHER_SHARE = 0.5
 # A shift raised after arming with its onset inside the settling time settles the rank again,
 # at most this many times (then it is raised: a job whose level never holds is still judged)
 _RESETTLE_MAX = 2
+_GONE_SHARE = 0.3  # an episode's evidence under this share of its growth at the raise: gone
 _WAVES_KEPT = 16  # the job's latest waves (episodes that ended by themselves) remembered
 _WAVE_SIZE = 0.8  # a shift under 1/0.8 of a wave's peak must outlast the wave to raise
 _WAVE_OUTLAST = 1.5  # ... by this factor of the wave's length
@@ -149,13 +153,18 @@ class DriftDetector:
     whether the settled level is known; ``baseline_s`` is the current level in seconds."""
 
     def __init__(self, cfg: DriftConfig, job: str, rank: int, quantile: float = 0.5,
-                 evidence: Optional[Callable[..., tuple]] = None):
+                 evidence: Optional["RankEvidence"] = None):
         self.cfg, self.job, self.rank = cfg, job, rank
-        # the rank's evidence (_evidence.RankEvidence.backing), None to judge the steps alone
-        self._evidence_of = evidence if cfg.evidence else None
+        # the rank's evidence (_evidence.RankEvidence), None to judge the steps alone
+        self._evidence = evidence if cfg.evidence else None
+        self._span_asked: Optional[tuple] = None  # (lo, edge, step s) of the last evidence asked
+        # an episode ended by its evidence going away (data time): no test window reaches back
+        # before it (its longer windows still hold the change that went away)
+        self._gone_at: Optional[float] = None
         self._backing: Optional[Backing] = None  # the open episode's evidence at its latest onset
         self._unknown = ""  # what the evidence could not compare there
         self._found: Optional[Backing] = None  # the evidence the last _backed() found
+        self._backing_span: Optional[tuple] = None  # (lo, edge, step s) the open episode's evidence was read against
         self.quantile = quantile  # each bucket's steps summarised by this quantile (0.5: median)
         b = max(cfg.bucket_s, 1e-6)
         self._n = {sev: max(1, math.ceil(w / b)) for sev, w in
@@ -257,7 +266,7 @@ class DriftDetector:
         if self.condition is not None:
             self.condition, self._onset, self._ref = None, None, None
             self._change, self._began = 0, None
-            self._backing, self._unknown = None, ""
+            self._backing, self._unknown, self._backing_span = None, "", None
             self._version += 1
 
     @property
@@ -505,7 +514,7 @@ class DriftDetector:
         """The evidence of a shift of ``shift`` above ``ref`` over the last ``n`` buckets, at
         its onset estimated as at a raise (kept in ``_found``); None without."""
         self._found = None
-        if self._evidence_of is None:
+        if self._evidence is None:
             return None
         m = n + self._n_before[WARNING] + self._outlast
         rows = self._history.tail(1, min(len(self._history), m))
@@ -519,20 +528,36 @@ class DriftDetector:
         the span before ends two buckets ahead of the onset and is at least ``_MIN_BEFORE_S``
         long (as long as the span after, when that is longer); the span after begins a bucket
         after it."""
-        if self._evidence_of is None:
+        if self._evidence is None:
             return None, ""
         now = self._history[-1][1]
         edge = onset_at - 2 * self.cfg.bucket_s
         step_s = math.exp(ref)
-        return self._evidence_of(edge - max(_MIN_BEFORE_S, now - onset_at), edge, onset_at + self.cfg.bucket_s,
-                                 now, step_s, step_s * math.expm1(shift))
+        lo = edge - max(_MIN_BEFORE_S, now - onset_at)
+        self._span_asked = (lo, edge, step_s)
+        return self._evidence.backing(lo, edge, onset_at + self.cfg.bucket_s, now, step_s, step_s * math.expm1(shift))
+
+    def _evidence_gone(self, recent: float) -> bool:
+        """The open episode's evidence is back under ``_GONE_SHARE`` of what it held at the raise
+        over the clear window, and the step level (``recent``) under half the shift raised: the
+        job's change went away, whatever the level the episode compares against did meanwhile (a
+        healthy H200 job's level stood +2..4% over its settled level for minutes: an episode of a
+        +10% change that came and went stayed open through the next change, which it hid)."""
+        b, span = self._backing, self._backing_span
+        if b is None or span is None or self._evidence is None or recent - self._ref >= self._raised / 2:
+            return False
+        hist = self._history
+        now = hist[-1][1]
+        since = max(self._onset[1] + self.cfg.bucket_s, now - self.cfg.clear_s)
+        grown = self._evidence.grown(b, span[0], span[1], since, now, span[2])
+        return grown is not None and grown < _GONE_SHARE * (b.after - b.before)
 
     def _test(self, sev: str) -> Optional[tuple[float, float, str]]:
         """(shift, reference, which) for ``sev`` over its window against the settled level, else
         the level just before the window, or None."""
         n, nb = self._n[sev], self._n_before[sev]
         hist = self._history
-        if len(hist) < n:
+        if len(hist) < n or (self._gone_at is not None and hist[-n][1] - self.cfg.bucket_s < self._gone_at):
             return None
         refs = [(self._settled, "settled")]
         if len(hist) >= n + nb // 2:
@@ -590,7 +615,10 @@ class DriftDetector:
         # hold mostly the old level (a critical raise holds 30 s, the clear window is 60 s)
         since = sum(1 for t in hist.tail(1, min(len(hist), self._n_clear)) if t > self._onset[1])
         recent = median(hist.tail(2, max(1, since)))
-        if recent - self._ref < min(math.log1p(self.cfg.info_ratio) / 2, _CLEAR_SHARE * self._raised):
+        gone = recent - self._ref >= min(math.log1p(self.cfg.info_ratio) / 2, _CLEAR_SHARE * self._raised)
+        if not gone or self._evidence_gone(recent):
+            if gone:
+                self._gone_at = hist[-1][1]
             lasted = hist[-1][1] - self._onset[1]
             if (lasted <= self.cfg.transient_s and self._alertname == "StepwatchThroughputDrift"
                     and self._backing is None):  # (a change its evidence held is no wave of the job's)
@@ -625,10 +653,11 @@ class DriftDetector:
         onset_at = rows[k][1] - self.cfg.bucket_s
         window = self._window_at(onset_at, shift)
         backing, unknown = self._backing_at(onset_at, ref, shift)
+        span = self._span_asked
         if (onset_at < self._settled_at - self.cfg.bucket_s and self._resettles < _RESETTLE_MAX
                 and window is None and backing is None):  # (stepwatch's own cost, and a change its
             return self._resettle(onset_at, ys[k:])        # evidence holds, are raised wherever they fall)
-        self._backing, self._unknown = backing, unknown
+        self._backing, self._unknown, self._backing_span = backing, unknown, span
         self._onset = (int(rows[k][0]), onset_at)
         self._ref, self._raised = ref, shift
         self._alertname, self._window_note = "StepwatchThroughputDrift", ""
@@ -692,6 +721,7 @@ class DriftDetector:
             self._began = (self._onset[0], math.expm1(self._raised))
         self._onset = (int(rows[k][0]), rows[k][1] - self.cfg.bucket_s)
         self._backing, self._unknown = self._backing_at(self._onset[1], top, shift)
+        self._backing_span = self._span_asked
         self._raised += shift
         self._change += 1
         return self._set(self.condition.severity, self._raised)
@@ -781,7 +811,7 @@ class DriftDetector:
     def _decided(self) -> str:
         """How the episode was decided: "job" (its evidence holds it), "steps" (the step times
         alone: no evidence holds it), "" (its evidence could not be compared, or is not asked)."""
-        if self._evidence_of is None:
+        if self._evidence is None:
             return ""
         if self._backing is not None:
             return "job"

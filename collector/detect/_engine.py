@@ -49,7 +49,7 @@ class _Rank:
         self.ref_tokens: Optional[int] = None
         self.recent: collections.deque = collections.deque(maxlen=64)  # durations (marked or not)
         self.evidence = RankEvidence()
-        self.drift = RankDrift(cfg.drift, job, rank, self.evidence.backing)
+        self.drift = RankDrift(cfg.drift, job, rank, self.evidence)
         self.memory = MemoryDetector(cfg.memory, job, rank)
         self.live = RankLiveness(cfg.liveness, job, rank)
         self.throttle: Optional[Condition] = None

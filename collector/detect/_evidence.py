@@ -119,6 +119,27 @@ class RankEvidence:
             best = churn
         return best, ", ".join(unknown)
 
+    def grown(self, b: Backing, lo: float, edge: float, since: float, now: float, step_s: float) -> Optional[float]:
+        """How much the source of ``b`` stands above its level of ``lo..edge`` over
+        ``since..now``, in ``b``'s unit (None when the blocks cannot tell)."""
+        if b.kind == "phase":
+            k = PHASES.index(b.name)
+            before = [r[3 + k] for r in self.phases if lo <= r[0] < edge]
+            after = [r[3 + k] for r in self.phases if since <= r[0] <= now + _BLOCK_S]
+            scale = 1e3
+        elif b.kind == "loader":
+            before = [r[1] for r in self.waits if lo <= r[0] < edge]
+            after = [r[1] for r in self.waits if since <= r[0] <= now + _BLOCK_S]
+            scale = 1e3
+        else:
+            rows = list(self.alloc)
+            x = _rate([r for r in rows if lo <= r[0] < edge])
+            y = _rate([r for r in rows if since <= r[0] <= now + _BLOCK_S])
+            return None if x is None or y is None else (y - x) * step_s
+        if not before or len(after) < 2:
+            return None
+        return (median(after) - median(before)) * scale
+
     def _phase_backing(self, lo, edge, since, now, delta_s):
         """A phase that holds the change (Backing), False when the phases were compared and none
         does, None when they cannot be (too few blocks of one kind of points on a side)."""

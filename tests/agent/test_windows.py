@@ -342,10 +342,12 @@ def test_export_option_reads_the_environment():
 
 
 @pytest.mark.parametrize("ask", ["capture", "window_now"])
-def test_a_session_asked_for_goes_through_the_same_after_effect_check(tmp_path, ask):
+def test_a_session_asked_for_gets_no_after_effect_verdict(tmp_path, ask):
     """Sessions the collector asks for (a trace capture for an alert or `stepwatch trace`, a
-    slowdown alert's WindowNow) are checked like scheduled windows: one that leaves the job 5%
-    slower is found, said once, and profiling goes off (CPU-only sessions here)."""
+    slowdown alert's WindowNow) come because the job already slowed: the after-effect check's
+    "before" would hold part of that change, so they get no verdict. Steps 5% slower from the
+    asked session's end on (as a slowdown that began just before it looks) leave profiling on;
+    the same 5% after a scheduled window is found (test above)."""
     sched, out, clock = make(tmp_path, windows="on_demand", overhead_budget=0.9)
     run_steps(sched, clock, 1, 3000)
     assert sched._sessions == 0
@@ -357,9 +359,8 @@ def test_a_session_asked_for_goes_through_the_same_after_effect_check(tmp_path, 
     assert sched._sessions == 1
     run_steps(sched, clock, 3011, 12000, step_s=0.0105)  # 5% slower from its end on
     events = [r for r in out if r["t"] == "event" and r["kind"] == "window_aftereffect"]
-    assert len(events) == 1 and "+5.0% slower per step" in events[0]["message"], events
-    assert "profiling is off in this process" in events[0]["message"]
+    assert events == [] and sched.aftereffects == 0
     sched.on_message({"t": "capture", "request_id": "later", "steps": 2})
     run_steps(sched, clock, 12001, 12005, step_s=0.0105)
-    refused = [r for r in out if r["t"] == "trace" and r["request_id"] == "later"]
-    assert refused and refused[0]["error"].startswith("refused: a profiler session left this job slower")
+    (later,) = [r for r in out if r["t"] == "trace" and r["request_id"] == "later"]
+    assert later["path"] and not later.get("error"), later
