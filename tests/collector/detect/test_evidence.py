@@ -1,0 +1,136 @@
+"""The evidence drift decides with (collector/detect/_evidence.py): which source holds a
+step-time shift, and how the drift detector uses it. Synthetic series here are unit tests of
+the rules; the real recordings are in tests/collector/test_real_corpus.py."""
+
+from __future__ import annotations
+
+import random
+
+from stepwatch.collector.detect import DriftConfig
+from stepwatch.collector.detect._drift import DriftDetector
+from stepwatch.collector.detect._evidence import RankEvidence
+
+T0 = 1_800_000_000.0
+PHASE_S = [0.004, 0.010, 0.020, 0.001, 0.005]  # data, forward, backward, sync, optimizer: 40 ms
+
+
+def _feed(ev: RankEvidence, t0: float, t1: float, phases=PHASE_S, wait=0.0004, calls_per_s=0.0,
+          calls0=0.0, step_s=0.040) -> float:
+    """Steps of ``step_s`` from ``t0`` to ``t1``: every fourth one sampled with ``phases``,
+    allocator samples each second; returns the cumulative allocator calls at the end."""
+    t, i, calls, last_sample = t0, 0, calls0, t0
+    rng = random.Random(int(t0))
+    while t < t1:
+        t += step_s
+        i += 1
+        ev.steps([t], [wait * (1 + 0.05 * rng.random())])
+        if i % 4 == 0:
+            ev.phase_samples([t], [0b1111], [[p * (1 + 0.02 * rng.random())] for p in phases])
+        if t - last_sample >= 1.0:
+            calls += calls_per_s * (t - last_sample)
+            ev.allocator([t], [calls])
+            last_sample = t
+    return calls
+
+
+def _grown(k: int, by: float) -> list:
+    return [p + (by if j == k else 0.0) for j, p in enumerate(PHASE_S)]
+
+
+def test_one_phase_that_grew_holds_the_shift():
+    ev = RankEvidence()
+    _feed(ev, T0, T0 + 300)
+    _feed(ev, T0 + 300, T0 + 360, phases=_grown(4, 0.004))  # the optimizer +4 ms of a 40 ms step
+    b, unknown = ev.backing(T0 + 150, T0 + 290, T0 + 305, T0 + 360, 0.040, 0.004)
+    assert unknown == "" and b is not None
+    assert (b.kind, b.name) == ("phase", "optimizer") and abs(b.after - b.before - 4.0) < 0.3, b
+    assert "optimizer +4." in b.text()
+
+
+def test_every_phase_grown_alike_is_no_evidence():
+    """A host or GPU that wanders makes every phase longer by the same share: not one phase's."""
+    ev = RankEvidence()
+    _feed(ev, T0, T0 + 300)
+    _feed(ev, T0 + 300, T0 + 360, phases=[p * 1.10 for p in PHASE_S])
+    b, unknown = ev.backing(T0 + 150, T0 + 290, T0 + 305, T0 + 360, 0.040, 0.004)
+    assert b is None and unknown == ""
+
+
+def test_a_longer_loader_wait_holds_the_shift():
+    ev = RankEvidence()
+    _feed(ev, T0, T0 + 300)
+    _feed(ev, T0 + 300, T0 + 360, wait=0.0044)
+    b, _ = ev.backing(T0 + 150, T0 + 290, T0 + 305, T0 + 360, 0.040, 0.004)
+    assert b is not None and b.kind == "loader" and abs(b.after - b.before - 4.0) < 0.3, b
+
+
+def test_allocator_churn_holds_the_shift():
+    ev = RankEvidence()
+    calls = _feed(ev, T0, T0 + 300, calls_per_s=1.0)
+    _feed(ev, T0 + 300, T0 + 360, calls_per_s=100.0, calls0=calls)  # 4 calls a 40 ms step
+    b, _ = ev.backing(T0 + 150, T0 + 290, T0 + 305, T0 + 360, 0.040, 0.004)
+    assert b is not None and b.kind == "allocator" and b.after > 3 * b.before, b
+
+
+def test_too_few_blocks_say_what_could_not_be_compared():
+    ev = RankEvidence()
+    b, unknown = ev.backing(T0, T0 + 10, T0 + 20, T0 + 30, 0.040, 0.004)
+    assert b is None and unknown == "phase times, loader wait, allocator calls"
+
+
+def test_grown_reads_the_same_source_now():
+    ev = RankEvidence()
+    _feed(ev, T0, T0 + 300)
+    _feed(ev, T0 + 300, T0 + 360, phases=_grown(2, 0.004))
+    _feed(ev, T0 + 360, T0 + 480)  # back as it was
+    b, _ = ev.backing(T0 + 150, T0 + 290, T0 + 305, T0 + 360, 0.040, 0.004)
+    assert b is not None and b.name == "backward"
+    assert ev.grown(b, T0 + 150, T0 + 290, T0 + 310, T0 + 360, 0.040) > 3.0
+    assert abs(ev.grown(b, T0 + 150, T0 + 290, T0 + 420, T0 + 480, 0.040)) < 0.5
+
+
+def _job(det: DriftDetector, ev: RankEvidence, t0: float, t1: float, ratio: float = 1.0, k=None) -> list:
+    """40 ms steps from ``t0`` to ``t1`` at ``ratio`` x the level, the time added in phase ``k``
+    (None: in no phase: the host's own pace); returns (time, severity) of each change of the
+    detector's condition."""
+    rng = random.Random(int(t0))
+    out, t, step = [], t0, int((t0 - T0) / 0.04)
+    phases = PHASE_S if k is None or ratio == 1.0 else _grown(k, 0.040 * (ratio - 1))
+    while t < t1:
+        d = 0.040 * ratio * (1 + 0.01 * rng.gauss(0, 1))
+        t += d
+        step += 1
+        ev.steps([t], [0.0004])
+        if step % 4 == 0:
+            ev.phase_samples([t], [0b1111], [[p] for p in phases])
+        if det.feed(step, t, d):
+            out.append((t, det.condition.severity if det.condition else None, det.condition))
+    return out
+
+
+def test_a_change_with_evidence_that_comes_back_is_raised_each_time_but_a_wave_is_held_back():
+    """+10% for 90 s, off 140 s, three times: with its time in one phase each is raised at the
+    normal horizon in its own episode (decided "job"); with its time in no phase (the host's own
+    pace) the first ends by itself within transient_s, and the next ones, no larger, must
+    outlast it: the second is not raised within 60 s."""
+    cfg = DriftConfig()
+    for k, decided in ((2, "job"), (None, "steps")):
+        ev = RankEvidence()
+        det = DriftDetector(cfg, "j", 0, evidence=ev)
+        _job(det, ev, T0, T0 + 300)
+        assert det.armed
+        raised = []
+        t = T0 + 300
+        for _ in range(3):
+            changes = _job(det, ev, t, t + 90, 1.10, k)
+            ups = [c for c in changes if c[1] is not None]
+            raised.append(ups[0][0] - t if ups else None)
+            if ups:
+                assert ups[0][2].decided == decided, ups[0][2]
+            changes = _job(det, ev, t + 90, t + 230)
+            assert det.condition is None, (k, det.condition)  # it resolved while off
+            t += 230
+        if k is not None:
+            assert all(r is not None and r <= 60 for r in raised), raised
+        else:
+            assert raised[0] is not None and raised[0] <= 60 and (raised[1] is None or raised[1] > 60), raised
