@@ -70,7 +70,7 @@ def report(folder: str, name: str, replayed: bool = False, target_s: float = 60.
         nxt = turns[k + 1]["time"] if k + 1 < len(turns) else float("inf")
         mine = [o for o in found if start - 30 <= o["onset"] < nxt - 30]
         hit = min(mine, key=lambda o: o["raised"], default=None)
-        why = (hit["why"] or "").split("; ")
+        why = ((hit or {}).get("why") or "").split("; ")
         named = next((w for w in why if w and not w.startswith("no measured")), "")
         ends = [o["ends"] for o in mine if not o["further"]]
         rows.append({"cause": t["cause"], "step": t["step"],
