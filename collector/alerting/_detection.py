@@ -63,7 +63,7 @@ def feed_batch(engine: DetectionEngine, job: str, rank: int, batch: agent_pb2.Ba
                 pres.append(data[i] + forward[i] + optimizer[i])
                 owns.append(sum(d[i] for d in p.device) - sync[i])
         engine.phase_times(job, rank, steps_, pres, owns, syncs, steps.step[0] if len(steps) else None)
-        engine.phase_samples(job, rank, p.end_time_s, p.points, p.device)
+        engine.phase_samples(job, rank, p.end_time_s, p.points, p.device, p.host)
     c = steps
     if len(c):
         engine.steps(job, rank, c.step, c.end_time_s, c.duration_s, c.dataloader_wait_s, c.tokens, c.profiled,

@@ -80,8 +80,8 @@ class DriftConfig:
                             "job, raised whatever came before (no wave or settling holds it back); off: the "
                             "step times alone")
     evidence_z: float = _n(4.0, "... and a warning or critical one needs this many of the job's spreads instead of z "
-                           "(at 2.0 two healthy real jobs raised: a 2 x H200 DDP job's backward +2 ms for minutes, "
-                           "+4.5% of its step, its all-reduce waits inside the backward)")
+                           "(below z it raised every live H200 cause in its first minutes at 2.5, and healthy "
+                           "real 2-GPU jobs too: bench/results/real_h200zg.md)")
 
     def __post_init__(self) -> None:
         if not self.info_ratio <= self.warning_ratio <= self.critical_ratio:

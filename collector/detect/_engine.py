@@ -255,13 +255,13 @@ class DetectionEngine:
             steps, pres, owns, syncs = ([v[i] for i in keep] for v in (steps, pres, owns, syncs))
         self._straggler(job).phases(rank, steps, pres, owns, syncs)
 
-    def phase_samples(self, job: str, rank: int, end_time_s: list, points: list, device: list) -> None:
-        """Sampled steps' phase times of ``rank`` (``device``: five columns of seconds, data,
-        forward, backward, sync, optimizer; ``points``: the points seen), the evidence drift
-        decides with (:mod:`._evidence`)."""
+    def phase_samples(self, job: str, rank: int, end_time_s: list, points: list, device: list, host: list) -> None:
+        """Sampled steps' phase times of ``rank`` (``device``, ``host``: five columns of seconds
+        each, data, forward, backward, sync, optimizer; ``points``: the points seen), the
+        evidence drift decides with (:mod:`._evidence`)."""
         r = self._rank(job, rank)
         if self.cfg.enabled and self.cfg.drift.enabled and self.cfg.drift.evidence and end_time_s:
-            r.evidence.phase_samples(end_time_s, points, device)
+            r.evidence.phase_samples(end_time_s, points, device, host)
 
     def window(self, job: str, rank: int, w: WindowPoint) -> None:
         """One profiler window of ``rank`` (compute and communication per step): a rank whose
@@ -336,6 +336,8 @@ class DetectionEngine:
             return
         if self.cfg.enabled and self.cfg.straggler.enabled:
             self._activity(job, rank, table)
+        if self.cfg.enabled and self.cfg.drift.enabled and self.cfg.drift.evidence:
+            r.evidence.gpu(table["time_s"], table.optional("sm_active_ratio"))
         if r.throttle is None and (not (self.cfg.enabled and self.cfg.gpu.enabled) or not any(
                 [x & self.cfg.gpu.throttle_mask for x in table["clock_event_reasons"] if x])):
             r.memory.gpu(GpuPoint(table.last("time_s"), *[table.last(f, optional=True) for f in _GPU_FIELDS]))

@@ -42,19 +42,21 @@ _MIN_SAMPLES = 6         # phase samples on each side
 _SHARE = 0.5             # of the step's growth that one source must hold
 _CONCENTRATED = 2.5      # a phase grew by this many times the share the other phases grew by
 _CHURN_MORE, _CHURN_TIMES = 1.0, 3.0  # allocator calls per step: at least +1 and 3x
-_ALL_SEEN = 0b1111       # a phase sample whose four points were seen: each phase apart
+_HOST_GREW = 0.6         # the phases' host time grown by this share of their device time's: host-bound
 
 
 class RankEvidence:
     """The evidence of one rank, in 5 s blocks: wait (end time, mean wait s, steps), phases
-    (end time, samples, points, 5 device medians s), allocator (time, cumulative calls)."""
+    (end time, samples, points, 5 device then 5 host medians s), allocator (time, cumulative
+    calls)."""
 
-    __slots__ = ("waits", "phases", "alloc", "_wait", "_phase", "_phase_end")
+    __slots__ = ("waits", "phases", "alloc", "busy", "_wait", "_phase", "_phase_end")
 
     def __init__(self) -> None:
         self.waits = Ring("ddQ", _BLOCKS)
-        self.phases = Ring("dQQddddd", _BLOCKS)
+        self.phases = Ring("dQQ" + "d" * 10, _BLOCKS)
         self.alloc = Ring("dd", _BLOCKS)
+        self.busy = Ring("dd", _BLOCKS)  # (time, GPM SM activity) one sample per block
         self._wait: list = [0.0, 0.0, 0]  # the open block: its end time, wait sum, steps
         self._phase: list = []             # the open block's samples: (points, 5 device s)
         self._phase_end = 0.0
@@ -72,20 +74,22 @@ class RankEvidence:
             w[1] += wait
             w[2] += 1
 
-    def phase_samples(self, end_time_s: Sequence[float], points: Sequence[int], device: Sequence[list]) -> None:
-        """Sampled steps' phase times (``device``: five columns of seconds, :data:`PHASES`)."""
+    def phase_samples(self, end_time_s: Sequence[float], points: Sequence[int], device: Sequence[list],
+                      host: Sequence[list]) -> None:
+        """Sampled steps' phase times (``device``, ``host``: five columns of seconds each,
+        :data:`PHASES`, on the device's timeline and on the host's)."""
         for i, t in enumerate(end_time_s):
             if self._phase and t >= self._phase_end:
                 self._close_phases()
             if not self._phase:
                 self._phase_end = t + _BLOCK_S
-            self._phase.append((points[i], [d[i] for d in device]))
+            self._phase.append((points[i], [d[i] for d in device] + [h[i] for h in host]))
 
     def _close_phases(self) -> None:
         rows = self._phase
         kind = max(set(p for p, _ in rows), key=lambda p: sum(1 for q, _ in rows if q == p))
         rows = [v for p, v in rows if p == kind]
-        self.phases.append(self._phase_end, len(rows), kind, *[median([v[k] for v in rows]) for k in range(5)])
+        self.phases.append(self._phase_end, len(rows), kind, *[median([v[k] for v in rows]) for k in range(10)])
         self._phase = []
 
     def allocator(self, time_s: Sequence[float], calls: Sequence[float]) -> None:
@@ -93,6 +97,12 @@ class RankEvidence:
         for t, c in zip(time_s, calls):
             if not self.alloc or t >= self.alloc[-1][0] + _BLOCK_S:
                 self.alloc.append(t, c)
+
+    def gpu(self, time_s: Sequence[float], sm_active: Sequence[Optional[float]]) -> None:
+        """NVML samples' GPM SM activity (None where a sample has none); one kept per block."""
+        for t, v in zip(time_s, sm_active):
+            if v is not None and (not self.busy or t >= self.busy[-1][0] + _BLOCK_S):
+                self.busy.append(t, v)
 
     # -- reading --------------------------------------------------------------------------------
     def backing(self, lo: float, edge: float, since: float, now: float, step_s: float,
@@ -112,6 +122,10 @@ class RankEvidence:
             unknown.append("loader wait")
         elif wait and (best is None or wait.share > best.share):
             best = wait
+        if best is None:
+            busy = self._busy_backing(lo, edge, since, now, step_s, delta_s)
+            if busy:
+                best = busy
         churn = self._churn(lo, edge, since, now, step_s)
         if churn is None:
             unknown.append("allocator calls")
@@ -122,15 +136,17 @@ class RankEvidence:
     def grown(self, b: Backing, lo: float, edge: float, since: float, now: float, step_s: float) -> Optional[float]:
         """How much the source of ``b`` stands above its level of ``lo..edge`` over
         ``since..now``, in ``b``'s unit (None when the blocks cannot tell)."""
-        if b.kind == "phase":
-            k = PHASES.index(b.name)
-            before = [r[3 + k] for r in self.phases if lo <= r[0] < edge]
-            after = [r[3 + k] for r in self.phases if since <= r[0] <= now + _BLOCK_S]
+        if b.kind in ("phase", "device"):
+            ks = [PHASES.index(b.name)] if b.kind == "phase" else [j for j in range(5) if PHASES[j] != "sync"]
+            before = [sum(r[3 + k] for k in ks) for r in self.phases if lo <= r[0] < edge]
+            after = [sum(r[3 + k] for k in ks) for r in self.phases if since <= r[0] <= now + _BLOCK_S]
             scale = 1e3
         elif b.kind == "loader":
             before = [r[1] for r in self.waits if lo <= r[0] < edge]
             after = [r[1] for r in self.waits if since <= r[0] <= now + _BLOCK_S]
             scale = 1e3
+        elif b.kind == "gpu":
+            return None  # (a share of the step: what it is now needs the step now; the step decides)
         else:
             rows = list(self.alloc)
             x = _rate([r for r in rows if lo <= r[0] < edge])
@@ -158,14 +174,37 @@ class RankEvidence:
         grew = [y - x for x, y in zip(b, a)]
         k = max(range(5), key=lambda j: grew[j])
         d = grew[k]
-        if d < _SHARE * delta_s or b[k] <= 0:
+        if d >= _SHARE * delta_s and b[k] > 0:
+            rest_b = sum(b) - b[k]
+            rest = sum(grew) - d
+            if rest_b <= 0 or rest <= 0 or d / b[k] >= _CONCENTRATED * rest / rest_b:
+                return Backing("phase", PHASES[k], b[k] * 1e3, a[k] * 1e3, "ms", d / delta_s)
+        # the device's own work (every phase but sync, the wait) grew by half the step's growth
+        # with the host's time in those phases not grown with it: more work on the GPU (real
+        # GEMMs added to an H200 job's backward: backward +2.2, forward +1.0..2.2, optimizer
+        # +1.6 ms device time, the host's no longer), never a host that launches more slowly
+        own = [j for j in range(5) if PHASES[j] != "sync"]
+        work = sum(grew[j] for j in own)
+        host = [median([r[8 + j] for r in after]) - median([r[8 + j] for r in before]) for j in own]
+        if work >= _SHARE * delta_s and sum(host) < _HOST_GREW * work:
+            return Backing("device", "device work", sum(b[j] for j in own) * 1e3, sum(a[j] for j in own) * 1e3,
+                           "ms", work / delta_s)
+        return False
+
+    def _busy_backing(self, lo, edge, since, now, step_s, delta_s):
+        """The GPU's busy time per step (GPM SM activity x step time) grew by half the step's
+        growth: the device does more work per step, or the same work more slowly (its clock);
+        a host that launches more slowly leaves it as it was (more idle time, the same busy).
+        A real H200 job with GEMMs added to its backward: SM activity 0.73 -> 0.72 of a step
+        44.0 -> 48.4 ms, busy +2.5 ms of the +4.4 ms."""
+        before = [r[1] for r in self.busy if lo <= r[0] < edge]
+        after = [r[1] for r in self.busy if since <= r[0] <= now + _BLOCK_S]
+        if len(before) < _MIN_BLOCKS or len(after) < _MIN_BLOCKS:
+            return None
+        b, a = median(before) * step_s, median(after) * (step_s + delta_s)
+        if a - b < _SHARE * delta_s:
             return False
-        rest_b = sum(b) - b[k]
-        rest = sum(grew) - d
-        own = d / b[k]
-        if rest_b > 0 and rest > 0 and own < _CONCENTRATED * rest / rest_b:
-            return False  # every phase grew alike: the host's or the GPU's wander, not a phase
-        return Backing("phase", PHASES[k], b[k] * 1e3, a[k] * 1e3, "ms", d / delta_s)
+        return Backing("gpu", "GPU busy time", b * 1e3, a * 1e3, "ms", (a - b) / delta_s)
 
     def _wait_backing(self, lo, edge, since, now, delta_s):
         before = [r[1] for r in self.waits if lo <= r[0] < edge]

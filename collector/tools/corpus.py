@@ -86,7 +86,7 @@ def inject(lines: list[dict], kind: str, ratio: float, at: float, span: float,
         more = dur * (factor - 1.0)
         return more, more if where == "loader" else 0.0
 
-    return _stretch(lines, added, where if where in PHASES else None)
+    return _stretch(lines, added, where if where in PHASES else None, idle=where not in PHASES)
 
 
 def pulse_end(lines: list[dict], at: float, span: float, ratio: float) -> float:
@@ -114,15 +114,18 @@ def slow_loader(lines: list[dict], rank: int, seconds: float, at: float) -> list
 PHASES = ("data", "forward", "backward", "sync", "optimizer")
 
 
-def _stretch(lines: list[dict], added, phase: Optional[str] = None) -> list[dict]:
+def _stretch(lines: list[dict], added, phase: Optional[str] = None, idle: bool = False) -> list[dict]:
     """A copy of ``lines`` whose steps take ``added(rank, end_time_s, duration_s)`` =
     (seconds longer, of which data-loader wait) each; every later time of that rank (steps,
     samples, the collector's clock) moves by the time added so far. ``phase``: the sampled
     steps' device time of that phase grows by their step's time added (a sample that comes in
-    an earlier batch than its step, at a batch's edge, stays as it was)."""
+    an earlier batch than its step, at a batch's edge, stays as it was). ``idle``: the time added
+    is the GPU's idle time (no work added: the host's pace, a loader): the NVML samples' activity
+    ratios after a step that grew fall by its share (the same busy time in a longer step)."""
     extra: dict[int, float] = {}  # rank -> seconds added so far
     moved: dict[int, dict[int, float]] = collections.defaultdict(dict)  # rank -> step -> its step's move
     grown: dict[int, dict[int, float]] = collections.defaultdict(dict)  # rank -> step -> seconds added
+    busy: dict[int, float] = {}  # rank -> the last step's duration before / after (idle: activity scale)
     out = []
     for o in lines:
         if o["kind"] != "batch":
@@ -137,6 +140,7 @@ def _stretch(lines: list[dict], added, phase: Optional[str] = None) -> list[dict
             end, dur = float(s["end_time_s"]), float(s["duration_s"])
             more, wait = added(rank, end, dur)
             add += more
+            busy[rank] = dur / (dur + more) if idle and dur + more > 0 else 1.0
             s["duration_s"], s["end_time_s"] = dur + more, end + add
             moved[rank][int(s["step"])] = add
             if phase and more:
@@ -149,6 +153,10 @@ def _stretch(lines: list[dict], added, phase: Optional[str] = None) -> list[dict
         for key in ("gpu_samples", "host", "allocator"):
             if b.get(key):
                 b[key] = [dict(x, time_s=float(x.get("time_s", 0)) + add) for x in b[key]]
+        if idle and busy.get(rank, 1.0) != 1.0 and b.get("gpu_samples"):
+            f = busy[rank]
+            b["gpu_samples"] = [dict(x, **{k: float(v) * f for k, v in x.items() if k.endswith("_active_ratio")})
+                                for x in b["gpu_samples"]]
         if b.get("phase_times"):  # sampled steps (of this batch or an earlier one): moved as their step
             b["phase_times"] = [_grown_phase(dict(x, end_time_s=float(x["end_time_s"])
                                                   + moved[rank].get(int(x["step"]), add)),
