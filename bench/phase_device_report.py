@@ -114,7 +114,8 @@ def _replayed(folder: str, name: str) -> list:
     for a in replay(events(load(path)), DetectionConfig()):
         fired = datetime.datetime.fromtimestamp(a.fired_at, datetime.timezone.utc).isoformat()
         out.append({"alertname": a.alertname, "rank": a.rank, "fired_at": fired, "starts_at": a.starts_at,
-                    "earlier": a.earlier, "summary": a.fired_summary,
+                    "earlier": a.earlier, "summary": a.fired_summary, "onset_at": a.onset,
+                    "ends_at": a.ends_at, "decided": a.decided,
                     "diagnosis": a.diagnosis, "severity": a.severity})
     return out
 
