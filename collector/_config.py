@@ -239,7 +239,12 @@ def load_settings(args: Optional[Mapping[str, Any]] = None, environ: Optional[Ma
                 file_values, f"config file {config_file}" if config_file else "config file")
 
 
-_CONTROL = {c: f"\\x{c:02x}" for c in [*range(0x20), 0x7f]}
+# C0 and C1 controls (U+0085 among them), the Unicode line and paragraph separators and the
+# bidirectional marks, embeddings, overrides and isolates: every character a log viewer may
+# split a line on or show reordered
+_CONTROL = {c: f"\\x{c:02x}" for c in [*range(0x20), *range(0x7f, 0xa0)]}
+_CONTROL.update({c: f"\\u{c:04x}" for c in [0x061c, 0x200e, 0x200f, 0x2028, 0x2029, *range(0x202a, 0x202f),
+                                              *range(0x2066, 0x206a)]})
 _CONTROL.update({ord("\n"): "\\n", ord("\r"): "\\r", ord("\t"): "\\t"})
 
 

@@ -148,14 +148,17 @@ MAX_LABEL_CHARS = 256
 def label_problem(value: Any) -> Optional[str]:
     """Why ``value`` cannot be a job name (a Prometheus label value and, through
     :func:`safe_name`, a path component), or None when it can: it must be 1 to
-    MAX_LABEL_CHARS characters without control characters (NUL, newline, ...)."""
+    MAX_LABEL_CHARS characters without control characters (NUL, newline, the C1 range), line
+    or paragraph separators or bidirectional formatting (nothing ``str.isprintable`` refuses
+    but the space)."""
     text = str(value)
     if not text.strip():
         return "must not be empty"
     if len(text) > MAX_LABEL_CHARS:
         return f"must be at most {MAX_LABEL_CHARS} characters, got {len(text)}"
-    if any(ord(c) < 32 or ord(c) == 127 for c in text):
-        return "must not contain control characters"
+    if not text.isprintable():
+        bad = next(c for c in text if not c.isprintable())
+        return f"must not contain control, line-breaking or formatting characters (U+{ord(bad):04X})"
     return None
 
 
