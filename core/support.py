@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 import os
 import random
+import stat
 import threading
 from typing import Hashable, Optional
 
@@ -69,7 +70,17 @@ def user_tmp(name: str) -> str:
 
 def makedirs_private(path: str) -> None:
     """``os.makedirs(path, exist_ok=True)``, every directory it creates mode 0700 (only the
-    owner may list or enter it); existing ones are left as they are."""
+    owner may list or enter it). Directories of this user's own temp root (:func:`user_tmp`),
+    the root included, must then be this user's, with no group or other access and no symbolic
+    link among them: else PermissionError naming the path and what is wrong (on a shared login
+    node another user can create ``/tmp/stepwatch-<uid>`` first and read or replace what is
+    written there). Other directories (ones the user named) are left as they are."""
+    _check_private(path)  # (what exists, before anything is made inside it)
+    _make_private(path)
+    _check_private(path)
+
+
+def _make_private(path: str) -> None:
     missing = []
     head = os.path.abspath(path)
     while head and not os.path.isdir(head):
@@ -83,6 +94,31 @@ def makedirs_private(path: str) -> None:
             os.mkdir(d, 0o700)
         except FileExistsError:
             pass
+
+
+def _check_private(path: str) -> None:
+    if not hasattr(os, "getuid"):
+        return
+    root = os.path.dirname(user_tmp("-"))
+    full = os.path.abspath(path)
+    if full != root and not full.startswith(root + os.sep):
+        return
+    uid, d = os.getuid(), root
+    for part in [""] + os.path.relpath(full, root).split(os.sep):
+        d = os.path.join(d, part) if part and part != "." else d
+        try:
+            st = os.lstat(d)
+        except FileNotFoundError:
+            return  # (not made yet: made 0700)
+        if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode):
+            raise PermissionError(f"stepwatch: {d} is not a directory of its own (a symbolic link or a file): "
+                                  f"remove it, or set another directory")
+        if st.st_uid != uid:
+            raise PermissionError(f"stepwatch: {d} belongs to uid {st.st_uid}, not to this user (uid {uid}): "
+                                  f"another user made it; remove it, or set another directory")
+        if st.st_mode & 0o077:
+            raise PermissionError(f"stepwatch: {d} has mode {stat.S_IMODE(st.st_mode):04o}: its group or others may "
+                                  f"read or replace what stepwatch writes there; chmod 700 it, or remove it")
 
 
 def read_pem(path: str, what: str) -> bytes:

@@ -129,7 +129,8 @@ def collector_factory(tmp_path):
 
 def trainer_env(tmp_path, collector: str, job: str, **extra) -> dict:
     env = dict(os.environ, STEPWATCH_COLLECTOR=collector, STEPWATCH_JOB=job,
-               STEPWATCH_SPOOL_DIR=str(tmp_path / "spool"), STEPWATCH_FLUSH_INTERVAL_S="0.2",
+               STEPWATCH_SPOOL_DIR=str(tmp_path / "spool"), STEPWATCH_TRACE_DIR=str(tmp_path / "traces"),
+               STEPWATCH_FLUSH_INTERVAL_S="0.2",
                STEPWATCH_RECONNECT_MAX_S="1", OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
     env.update({k: str(v) for k, v in extra.items()})
     return env
