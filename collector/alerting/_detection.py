@@ -19,7 +19,8 @@ from stepwatch.core.support import OnceLog
 from stepwatch.proto.stepwatch.v1 import agent_pb2
 
 from ..wire._columns import SampleColumns, StepColumns
-from ..detect import SEVERITIES, DetectionConfig, DetectionEngine, WindowPoint
+from ..detect import (GPU_THROTTLED, PROFILER_OVERHEAD, SEVERITIES, STRAGGLER_RANK, THROUGHPUT_DRIFT, DetectionConfig,
+                      DetectionEngine, WindowPoint)
 from ..detect._activity import GPU_BUSIER
 from ..detect._phase_rule import BEFORE_COLLECTIVES
 from ..detect._engine import TICK_SLICE
@@ -32,9 +33,9 @@ __all__ = ["Detection", "feed_batch"]
 log = logging.getLogger("stepwatch.collector")
 
 # Alerts about a rank getting slower get a diagnosis (what changed before/after the onset).
-STRAGGLER = "StepwatchStragglerRank"
-SLOWDOWNS = ("StepwatchThroughputDrift", STRAGGLER, "StepwatchGpuThrottled")
-OVERHEAD = "StepwatchProfilerOverhead"
+STRAGGLER = STRAGGLER_RANK
+SLOWDOWNS = (THROUGHPUT_DRIFT, STRAGGLER, GPU_THROTTLED)
+OVERHEAD = PROFILER_OVERHEAD
 DIAGNOSED = SLOWDOWNS + (OVERHEAD,)  # (an overhead episode is diagnosed too: is it the job's own?)
 
 
@@ -304,7 +305,7 @@ class Detection:
                 # the same rank flagged again within the episode: what changed is from its first onset
                 since = min(since, _unix(a.earlier[0]["onset_at"]))
             reference = (self.engine.drift_reference(a.job, a.rank)
-                         if a.alertname in ("StepwatchThroughputDrift", OVERHEAD) else None)
+                         if a.alertname in (THROUGHPUT_DRIFT, OVERHEAD) else None)
             d = diagnose(self.evidence.rank(a.job, a.rank), since, reference)
             if d is None:
                 continue

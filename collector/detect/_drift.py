@@ -91,6 +91,7 @@ from typing import TYPE_CHECKING, Optional
 
 from .._ring import Ring
 from ._config import DriftConfig
+from ._names import PROFILER_OVERHEAD, THROUGHPUT_DRIFT
 from ._types import CRITICAL, INFO, SEVERITIES, WARNING, Backing, Condition, finite_positive, median
 
 if TYPE_CHECKING:
@@ -194,7 +195,7 @@ class DriftDetector:
         self._ref: Optional[float] = None
         self._ref_text = ""
         self._raised = 0.0  # log shift the episode was raised on
-        self._alertname, self._window_note = "StepwatchThroughputDrift", ""
+        self._alertname, self._window_note = THROUGHPUT_DRIFT, ""
         self._window_step: Optional[int] = None  # the profiler window an overhead episode names
         self._backoff: Optional[tuple[float, str]] = None  # the agent's last back-off (time, message)
         self._onset: Optional[tuple[int, float]] = None
@@ -313,7 +314,7 @@ class DriftDetector:
                 self._onset = (int(ep["onset"][0]), float(ep["onset"][1]))
                 self._ref_text, self._window_note = str(ep["ref_text"]), str(ep.get("note", ""))
                 self._window_step = int(ep["window"]) if ep.get("window") is not None else None
-                self._alertname = str(ep.get("alertname", "StepwatchThroughputDrift"))
+                self._alertname = str(ep.get("alertname", THROUGHPUT_DRIFT))
                 self._change = int(ep.get("change", 0))
                 began = ep.get("began")
                 self._began = (int(began[0]), float(began[1])) if began else None
@@ -620,7 +621,7 @@ class DriftDetector:
             if gone:
                 self._gone_at = hist[-1][1]
             lasted = hist[-1][1] - self._onset[1]
-            if (lasted <= self.cfg.transient_s and self._alertname == "StepwatchThroughputDrift"
+            if (lasted <= self.cfg.transient_s and self._alertname == THROUGHPUT_DRIFT
                     and self._backing is None):  # (a change its evidence held is no wave of the job's)
                 self._waves.append((hist[-1][1], self._peak, lasted))  # it came back by itself
             self.end_episode()
@@ -660,10 +661,10 @@ class DriftDetector:
         self._backing, self._unknown, self._backing_span = backing, unknown, span
         self._onset = (int(rows[k][0]), onset_at)
         self._ref, self._raised = ref, shift
-        self._alertname, self._window_note = "StepwatchThroughputDrift", ""
+        self._alertname, self._window_note = THROUGHPUT_DRIFT, ""
         self._window_step = window
         if window is not None:
-            self._alertname = "StepwatchProfilerOverhead"
+            self._alertname = PROFILER_OVERHEAD
             self._window_note = (f"; it began when the agent's profiler window ending at step {window:,} "
                                  "closed: stepwatch's own cost, not the job's (the agent backs off)")
         if which == "settled":
@@ -708,7 +709,7 @@ class DriftDetector:
         the buckets since the current one."""
         n = self._n[WARNING]
         top = self._ref + self._raised
-        if len(self._history) < n or self._alertname != "StepwatchThroughputDrift":
+        if len(self._history) < n or self._alertname != THROUGHPUT_DRIFT:
             return False
         shift = self._shift(WARNING, top, n, backed=True)
         if shift is None or shift < _FURTHER_SHARE * self._raised:
@@ -763,7 +764,7 @@ class DriftDetector:
     def _note_backoff(self) -> bool:
         """Note the agent's last back-off in the open StepwatchProfilerOverhead episode, once,
         if it came after the episode's onset. True when it changed."""
-        if (self._backoff is None or self.condition is None or self._alertname != "StepwatchProfilerOverhead"
+        if (self._backoff is None or self.condition is None or self._alertname != PROFILER_OVERHEAD
                 or "backed off" in self._window_note):
             return False
         t, message = self._backoff
@@ -777,11 +778,11 @@ class DriftDetector:
         """The open episode, raised as the profiler's after-effect, is the job's own
         (``evidence`` says why: a cause no profiler window makes): it becomes throughput drift,
         its summary says what it was first taken for. True when it changed."""
-        if self.condition is None or self._alertname != "StepwatchProfilerOverhead":
+        if self.condition is None or self._alertname != PROFILER_OVERHEAD:
             return False
         window = (f"profiler window ending at step {self._window_step:,}" if self._window_step is not None
                   else "profiler window")  # (a state saved before the step was kept)
-        self._alertname = "StepwatchThroughputDrift"
+        self._alertname = THROUGHPUT_DRIFT
         self._window_note = (f"; first taken for the agent's {window} "
                              f"(it closed as the step time rose), but {evidence[:160]} is the job's own")
         return self._set(self.condition.severity, math.log(self.condition.ratio))

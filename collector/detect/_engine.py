@@ -18,6 +18,7 @@ from ._evidence import RankEvidence
 from ._liveness import RankLiveness, throttle_condition
 from ._memory import MemoryDetector
 from ._straggler import StragglerDetector
+from ._names import AGENT_RESTART_CAP, DUPLICATE_RANK
 from ._types import WARNING, AllocatorPoint, Condition, GpuPoint, HostPoint, SampleTable, WindowPoint, median
 
 __all__ = ["DetectionEngine"]
@@ -410,7 +411,7 @@ class DetectionEngine:
         if len(live) > 1:
             who = ", ".join(sorted(live.values()))[:300]
             conds.append(Condition(
-                "StepwatchDuplicateRank", job, rank, WARNING,
+                DUPLICATE_RANK, job, rank, WARNING,
                 f"{len(live)} agent sessions report as rank {rank} of job {job} ({who}); their steps add "
                 f"up under one rank: give each process its own RANK (or attach(job=...))", now,
                 for_s=self.cfg.liveness.duplicate_for_s))
@@ -438,7 +439,7 @@ class DetectionEngine:
             summary = (f"the stepwatch sidecar of this rank died and was restarted {m.group(1)} of "
                        f"{m.group(2)} times (the agent's cap): when it dies again this rank stops "
                        f"reporting until the job restarts; the trainer's log says why it died")
-            self._sync(("cap", job, rank), [Condition("StepwatchAgentRestartCap", job, rank, WARNING,
+            self._sync(("cap", job, rank), [Condition(AGENT_RESTART_CAP, job, rank, WARNING,
                                                       summary, t)])
 
     def forget(self, job: str, rank: int) -> None:

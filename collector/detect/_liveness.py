@@ -11,6 +11,7 @@ import collections
 from typing import Optional
 
 from ._config import GpuConfig, LivenessConfig
+from ._names import AGENT_GONE, GPU_THROTTLED, JOB_STALLED
 from ._types import CRITICAL, WARNING, Condition, GpuPoint, last_max_index, median
 
 __all__ = ["RankLiveness", "throttle_condition", "REASON_NAMES"]
@@ -32,7 +33,7 @@ def throttle_condition(cfg: GpuConfig, job: str, rank: int, p: GpuPoint, old: Op
     detail = ", ".join(e for e in extra if e)
     summary = f"GPU clocks throttled: {names}" + (f" ({detail})" if detail else "")
     since = old.since if old is not None else p.time
-    return Condition("StepwatchGpuThrottled", job, rank, WARNING, summary, since, step, cfg.for_s)
+    return Condition(GPU_THROTTLED, job, rank, WARNING, summary, since, step, cfg.for_s)
 
 
 class RankLiveness:
@@ -68,7 +69,7 @@ class RankLiveness:
             return None
         summary = (f"no training step for {idle:.0f} s (usual step {usual * 1e3:.1f} ms, limit {limit:.0f} s) "
                    f"after step {self.last_step:,}")
-        return Condition("StepwatchJobStalled", self.job, self.rank, CRITICAL, summary,
+        return Condition(JOB_STALLED, self.job, self.rank, CRITICAL, summary,
                          self.last_time + limit, self.last_step, 0.0)
 
     def gone(self, now: float, others_connected: int) -> Optional[Condition]:
@@ -78,5 +79,5 @@ class RankLiveness:
         summary = (f"agent of rank {self.rank} disconnected {now - self.disconnected_at:.0f} s ago while "
                    f"{others_connected} other rank(s) of the job are still connected"
                    + (f"; last step {self.last_step:,}" if self.last_step is not None else ""))
-        return Condition("StepwatchAgentGone", self.job, self.rank, CRITICAL, summary,
+        return Condition(AGENT_GONE, self.job, self.rank, CRITICAL, summary,
                          self.disconnected_at, self.last_step, 0.0)

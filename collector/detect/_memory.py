@@ -15,13 +15,15 @@ import operator
 from typing import Optional
 
 from ._config import MemoryConfig
+from ._names import (ALLOC_RETRIES, ALLOCATOR_FRAGMENTATION, GPU_MEMORY_LEAK, HOST_MEMORY_LEAK, MEMORY_EXHAUSTION_FORECAST,
+                     OOM)
 from ._types import CRITICAL, WARNING, AllocatorPoint, Condition, GpuPoint, HostPoint, fmt_bytes, median
 
 __all__ = ["MemoryDetector", "Trend", "Trends"]
 
 _NVML_FRESH_S = 30.0
 # conditions a held allocator sample can end or keep: while one is held, every sample is judged
-_ALLOCATOR_HELD = frozenset(("StepwatchAllocRetries", "StepwatchOOM", "StepwatchAllocatorFragmentation"))
+_ALLOCATOR_HELD = frozenset((ALLOC_RETRIES, OOM, ALLOCATOR_FRAGMENTATION))
 
 
 def segment_bounds(times: tuple, n_seg: int) -> list:
@@ -192,7 +194,7 @@ class MemoryDetector:
         self.conditions: dict[str, Condition] = {}
         self._alloc: Optional[AllocatorPoint] = None
         self._gpu: Optional[GpuPoint] = None
-        self._until = {"StepwatchAllocRetries": 0.0, "StepwatchOOM": 0.0}
+        self._until = {ALLOC_RETRIES: 0.0, OOM: 0.0}
         self._gpu_trend, self._host_trend = Trends(cfg), Trends(cfg)
         self.step: Optional[int] = None
 
@@ -215,8 +217,8 @@ class MemoryDetector:
         changed = self._fragmentation(p)
         if prev is not None and (p.alloc_retries > prev.alloc_retries or p.ooms > prev.ooms):
             for name, now_v, prev_v, sev, hold in (
-                    ("StepwatchAllocRetries", p.alloc_retries, prev.alloc_retries, WARNING, self.cfg.retry_hold_s),
-                    ("StepwatchOOM", p.ooms, prev.ooms, CRITICAL, self.cfg.oom_hold_s)):
+                    (ALLOC_RETRIES, p.alloc_retries, prev.alloc_retries, WARNING, self.cfg.retry_hold_s),
+                    (OOM, p.ooms, prev.ooms, CRITICAL, self.cfg.oom_hold_s)):
                 if now_v > prev_v:
                     self._until[name] = p.time + hold
                     what = "cudaMalloc retries (cache flushes)" if sev == WARNING else "CUDA out-of-memory errors"
@@ -226,7 +228,7 @@ class MemoryDetector:
         if self.conditions:  # (a hold ends only for a condition held)
             changed |= self.tick(p.time)
         if self._gpu_trend.add(p.time, p.allocated_bytes):
-            changed |= self._leak("StepwatchGpuMemoryLeak", "GPU allocated memory", self._gpu_trend,
+            changed |= self._leak(GPU_MEMORY_LEAK, "GPU allocated memory", self._gpu_trend,
                                   p.allocated_bytes, p.device_total_bytes or None, p.time)
         return changed
 
@@ -253,7 +255,7 @@ class MemoryDetector:
         return self._host_trend.due(times)
 
     def _fragmentation(self, p: AllocatorPoint) -> bool:
-        cfg, active = self.cfg, "StepwatchAllocatorFragmentation" in self.conditions
+        cfg, active = self.cfg, ALLOCATOR_FRAGMENTATION in self.conditions
         frag = p.inactive_split_bytes / p.reserved_bytes if p.reserved_bytes else 0.0
         if not active and frag < cfg.fragmentation_ratio:
             return False  # the usual sample: nothing to raise, nothing held
@@ -263,8 +265,8 @@ class MemoryDetector:
             summary = (f"allocator fragmentation {frag:.0%}: {fmt_bytes(p.inactive_split_bytes)} inactive split of "
                        f"{fmt_bytes(p.reserved_bytes)} reserved ({fmt_bytes(p.allocated_bytes)} allocated) "
                        f"while device memory is {full:.0%} full")
-            return self._set("StepwatchAllocatorFragmentation", WARNING, summary, p.time, cfg.fragmentation_for_s)
-        return self._set("StepwatchAllocatorFragmentation", None, "", p.time, 0)
+            return self._set(ALLOCATOR_FRAGMENTATION, WARNING, summary, p.time, cfg.fragmentation_for_s)
+        return self._set(ALLOCATOR_FRAGMENTATION, None, "", p.time, 0)
 
     def gpu(self, p: GpuPoint) -> bool:
         self._gpu = p
@@ -274,7 +276,7 @@ class MemoryDetector:
         if not self._host_trend.add(p.time, p.resident_memory_bytes):
             return False
         cap = p.resident_memory_bytes + available if available is not None else None
-        return self._leak("StepwatchHostMemoryLeak", "host resident memory", self._host_trend,
+        return self._leak(HOST_MEMORY_LEAK, "host resident memory", self._host_trend,
                           p.resident_memory_bytes, cap, p.time)
 
     def _leak(self, name: str, what: str, trend: Trends, current: float, capacity: Optional[float], t: float) -> bool:
@@ -292,7 +294,7 @@ class MemoryDetector:
 
     def _forecast(self, what: str, severity: Optional[str], summary: str, t: float) -> bool:
         """One forecast alert per rank; a source only clears the forecast it raised."""
-        name, old = "StepwatchMemoryExhaustionForecast", self.conditions.get("StepwatchMemoryExhaustionForecast")
+        name, old = MEMORY_EXHAUSTION_FORECAST, self.conditions.get(MEMORY_EXHAUSTION_FORECAST)
         if severity is None and (old is None or not old.summary.startswith(what)):
             return False
         return self._set(name, severity, summary, t, 0.0)

@@ -67,6 +67,7 @@ from typing import Optional
 from ._activity import ActivitySkew
 from ._config import StragglerConfig
 from ._phase_rule import BEFORE_COLLECTIVES, WAIT_IN_BACKWARD, PhaseRule
+from ._names import STRAGGLER_RANK
 from ._types import WARNING, Condition, WindowPoint, finite_positive, mads_without_each, median, medians_without_each
 
 __all__ = ["StragglerDetector"]
@@ -267,7 +268,7 @@ class StragglerDetector:
                        f"{(mw - wait[rank]) * 1e3:+.1f} ms/step longer outside compute ({wait[rank] * 1e3:.1f} vs "
                        f"{mw * 1e3:.1f} ms{in_comm}), in {n} of the last {len(hist)} profiler windows since "
                        f"step {step:,}")
-            self._by_windows[rank] = Condition("StepwatchStragglerRank", self.job, rank, WARNING, summary,
+            self._by_windows[rank] = Condition(STRAGGLER_RANK, self.job, rank, WARNING, summary,
                                                since, step, cfg.for_s)
             changed |= old is None
         return self._merge() or changed
@@ -279,7 +280,7 @@ class StragglerDetector:
         for rank in set(self._by_steps) | set(self._by_windows) | set(flags):
             f = flags.get(rank)
             held = [c for c in (self._by_steps.get(rank), self._by_windows.get(rank),
-                                f and Condition("StepwatchStragglerRank", self.job, rank, WARNING, f.summary(rank),
+                                f and Condition(STRAGGLER_RANK, self.job, rank, WARNING, f.summary(rank),
                                                 f.since, f.step, self.cfg.for_s)) if c is not None]
             first = min(held, key=lambda c: c.since)
             merged[rank] = first if len(held) == 1 else \
@@ -394,7 +395,7 @@ class StragglerDetector:
             summary = (f"rank {rank} is a straggler: {ratio:.2f}x the other ranks' step time "
                        f"(own step {t * 1e3:.1f} ms vs {mt * 1e3:.1f} ms, data-loader wait {w * 1e3:.1f} ms "
                        f"vs {mw * 1e3:.1f} ms) in {slow} of the last {len(hist)} blocks since step {step:,}")
-        cond = Condition("StepwatchStragglerRank", self.job, rank, WARNING, summary, since, step, cfg.for_s)
+        cond = Condition(STRAGGLER_RANK, self.job, rank, WARNING, summary, since, step, cfg.for_s)
         self._by_steps[rank] = cond
         if by_phase is not None:
             self._by_phases.add(rank)
