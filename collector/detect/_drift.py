@@ -438,7 +438,7 @@ class DriftDetector:
         last ``noise_history_s`` but the newest ``info_window_s``, so a fresh shift can raise
         before it widens the spread) and over the same span with the newest included, the
         smaller taken: a hump in the settling time, which the lagged history holds for its
-        first minutes, set the spreads for 5-8 minutes alone (2026-11-30, a held-out H200 job:
+        first minutes, set the spreads for 5-8 minutes alone (a held-out H200 job:
         critical spread 2.74% at arming, 1.41% from the whole history). Differences, not
         deviations from a centre: a slow ramp inside the history would otherwise widen the
         spread it is judged by; the median of the differences moves little for one step
@@ -744,7 +744,7 @@ class DriftDetector:
         """The data times the open episode's reference level was learnt over, when that is the
         job's settled level (the settle window after warm-up); None otherwise. A diagnosis of an
         episode raised against it compares with those times: a change that grew in, or was dated
-        late on a wandering host, then still has its "before" (2026-11-27, a synchronize before
+        late on a wandering host, then still has its "before" (a synchronize before
         the optimizer step on an H200, +2-4%: dated 76 s late, the blocks just ahead of the onset
         already held it)."""
         if self.condition is None or self._settled_at is None or self._ref != self._settled:

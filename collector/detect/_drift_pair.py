@@ -5,7 +5,7 @@ jobs the steps sit on a floor with runs of slower ones (the host busy elsewhere)
 runs a minute holds wanders, so the 30 s medians of a healthy 1-GPU job went 40.6 -> 43.6 ms in
 two minutes while its 10th percentiles stayed at 39.9-40.5 ms. A cost the job adds to every step
 moves the floor: 4.2 ms of host work from 200 s on (bench/real_job.py ``--inject host``) put
-the 10th percentiles at 44.3 ms and the medians where they had already wandered (2 x H200, 2026-11-30,
+the 10th percentiles at 44.3 ms and the medians where they had already wandered (2 x H200,
 bench/results/real_h200zb.md). **The whole host slower**: three H100 jobs on one host got 3-4%
 slower at 12:46 UTC in their medians and ~1% in their floors (more steps disturbed, the fast
 ones as fast): the median sees it.
