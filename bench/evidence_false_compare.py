@@ -5,13 +5,21 @@ plays and each episode (rank, severity, onset seconds after the first step, how 
 
     python bench/evidence_false_compare.py NAME.jsonl.gz ...
 """
-import sys, os, json
-sys.path.insert(0,'bench')
-from evidence_pulses import load, first_step_time, repeat, replay, events, parse_detection, DRIFT
-names=sys.argv[1:]
-out={}
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from evidence_pulses import DRIFT, REAL, events, first_step_time, load, parse_detection, replay, repeat  # noqa: E402
+
+names = sys.argv[1:]
+out = {}
 for n in names:
-    base=load(f'tests/data/real/{n}')
+    base = load(os.path.join(REAL, n))
     span=max(float(o["time"]) for o in base)-first_step_time(base)
     need=240+4*230+60
     times=max(1,int(need//max(span-180,1))+1) if span<need else 1
