@@ -158,13 +158,11 @@ class DriftDetector:
         self.cfg, self.job, self.rank = cfg, job, rank
         # the rank's evidence (_evidence.RankEvidence), None to judge the steps alone
         self._evidence = evidence if cfg.evidence else None
-        self._span_asked: Optional[tuple] = None  # (lo, edge, step s) of the last evidence asked
         # an episode ended by its evidence going away (data time): no test window reaches back
         # before it (its longer windows still hold the change that went away)
         self._gone_at: Optional[float] = None
         self._backing: Optional[Backing] = None  # the open episode's evidence at its latest onset
         self._unknown = ""  # what the evidence could not compare there
-        self._found: Optional[Backing] = None  # the evidence the last _backed() found
         self._backing_span: Optional[tuple] = None  # (lo, edge, step s) the open episode's evidence was read against
         self.quantile = quantile  # each bucket's steps summarised by this quantile (0.5: median)
         b = max(cfg.bucket_s, 1e-6)
@@ -513,30 +511,29 @@ class DriftDetector:
 
     def _backed(self, ref: float, shift: float, n: int) -> Optional[Backing]:
         """The evidence of a shift of ``shift`` above ``ref`` over the last ``n`` buckets, at
-        its onset estimated as at a raise (kept in ``_found``); None without."""
-        self._found = None
+        its onset estimated as at a raise; None without."""
         if self._evidence is None:
             return None
         m = n + self._n_before[WARNING] + self._outlast
         rows = self._history.tail(1, min(len(self._history), m))
         ys = self._history.tail(2, min(len(self._history), m))
         k = _estimate_onset(ys, ref, shift, self._clip)
-        self._found = self._backing_at(rows[k] - self.cfg.bucket_s, ref, shift)[0]
-        return self._found
+        return self._backing_at(rows[k] - self.cfg.bucket_s, ref, shift)[0]
 
-    def _backing_at(self, onset_at: float, ref: float, shift: float) -> tuple[Optional[Backing], str]:
-        """The rank's evidence of a shift of ``shift`` (log) above ``ref`` from ``onset_at``:
-        the span before ends two buckets ahead of the onset and is at least ``_MIN_BEFORE_S``
-        long (as long as the span after, when that is longer); the span after begins a bucket
-        after it."""
+    def _backing_at(self, onset_at: float, ref: float, shift: float) -> tuple[Optional[Backing], str, Optional[tuple]]:
+        """The rank's evidence of a shift of ``shift`` (log) above ``ref`` from ``onset_at``, what
+        it could not compare, and the span before (lo, edge, step s) it was read against: that
+        span ends two buckets ahead of the onset and is at least ``_MIN_BEFORE_S`` long (as long
+        as the span after, when that is longer); the span after begins a bucket after it."""
         if self._evidence is None:
-            return None, ""
+            return None, "", None
         now = self._history[-1][1]
         edge = onset_at - 2 * self.cfg.bucket_s
         step_s = math.exp(ref)
         lo = edge - max(_MIN_BEFORE_S, now - onset_at)
-        self._span_asked = (lo, edge, step_s)
-        return self._evidence.backing(lo, edge, onset_at + self.cfg.bucket_s, now, step_s, step_s * math.expm1(shift))
+        backing, unknown = self._evidence.backing(lo, edge, onset_at + self.cfg.bucket_s, now, step_s,
+                                                  step_s * math.expm1(shift))
+        return backing, unknown, (lo, edge, step_s)
 
     def _evidence_gone(self, recent: float) -> bool:
         """The open episode's evidence is back under ``_GONE_SHARE`` of what it held at the raise
@@ -653,8 +650,7 @@ class DriftDetector:
         k = _estimate_onset(ys, ref, shift, self._clip)
         onset_at = rows[k][1] - self.cfg.bucket_s
         window = self._window_at(onset_at, shift)
-        backing, unknown = self._backing_at(onset_at, ref, shift)
-        span = self._span_asked
+        backing, unknown, span = self._backing_at(onset_at, ref, shift)
         if (onset_at < self._settled_at - self.cfg.bucket_s and self._resettles < _RESETTLE_MAX
                 and window is None and backing is None):  # (stepwatch's own cost, and a change its
             return self._resettle(onset_at, ys[k:])        # evidence holds, are raised wherever they fall)
@@ -721,8 +717,7 @@ class DriftDetector:
         if self._began is None:
             self._began = (self._onset[0], math.expm1(self._raised))
         self._onset = (int(rows[k][0]), rows[k][1] - self.cfg.bucket_s)
-        self._backing, self._unknown = self._backing_at(self._onset[1], top, shift)
-        self._backing_span = self._span_asked
+        self._backing, self._unknown, self._backing_span = self._backing_at(self._onset[1], top, shift)
         self._raised += shift
         self._change += 1
         return self._set(self.condition.severity, self._raised)
@@ -807,7 +802,6 @@ class DriftDetector:
                                    since, step, self.cfg.for_s, ratio=1 + shift, change=self._change,
                                    evidence=self._backing, decided=self._decided())
         return self.condition != old
-
 
     def _decided(self) -> str:
         """How the episode was decided: "job" (its evidence holds it), "steps" (the step times

@@ -1,26 +1,29 @@
 """What a rank's step-time shift is made of: the evidence drift decides with.
 
 Per rank, :class:`RankEvidence` keeps 5-second blocks (by the data's own times) of what the
-agent measures beside the step time: the data-loader wait of every step, the device time of
-each phase (data, forward, backward, sync, optimizer) of the sampled steps, and the caching
-allocator's cudaMalloc + cudaFree calls. :meth:`RankEvidence.backing` compares the blocks
-before a shift's onset with those after it and returns a :class:`Backing` (typed, named
-values) when one of them holds the change:
+agent measures beside the step time: the data-loader wait of every step, the device and host
+time of each phase (data, forward, backward, sync, optimizer) of the sampled steps, the caching
+allocator's cudaMalloc + cudaFree calls and the GPU's SM activity (GPM). :meth:`RankEvidence.backing`
+compares the blocks before a shift's onset with those after it and returns a :class:`Backing`
+(typed, named values) when one of them holds the change:
 
 - **a phase**: its device time grew by at least ``_SHARE`` of the step's growth, by a share of
   its own time at least ``_CONCENTRATED`` x the share by which the other phases together grew.
   A host or GPU that wanders slows every phase alike (a launch-bound H200 job whose host
   slowed: forward, backward and optimizer +13..19% each): that concentration is absent;
+- **the device's own work** (every phase but sync) grew by ``_SHARE`` of the step's growth while
+  the phases' host time grew by less than ``_HOST_GREW`` of it;
 - **the data-loader wait**: it grew by at least ``_SHARE`` of the step's growth;
+- **the GPU's busy time** per step (SM activity x step time) grew by ``_SHARE`` of it;
 - **allocator churn**: cudaMalloc + cudaFree calls per step rose by at least 1 to 3x the rate
   before (``torch.cuda.empty_cache()`` every step; each call waits on the host).
 
-None when nothing holds it, or when the blocks cannot tell (fewer than ``_MIN_BLOCKS`` blocks
-with phase samples on a side, no wait, no allocator samples): ``Backing.unknown`` says which.
+None when nothing holds it, or when the blocks cannot tell (fewer than ``_MIN_BLOCKS`` blocks on
+a side): the second value :meth:`RankEvidence.backing` returns names what could not be compared.
 A shift with a backing is a change of the job (drift raises it whatever came before); one
 without is where the quieting rules (waves, settling again) apply.
 
-Memory: three rings of at most ``_BLOCKS`` rows (30 minutes), about 40 KB per rank once full.
+Memory: four rings of at most ``_BLOCKS`` rows (30 minutes), about 60 KB per rank once full.
 Feeding is O(1) amortised per step and sample; :meth:`backing` reads the blocks of the spans
 asked (a few hundred rows). One caller at a time.
 """
