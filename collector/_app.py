@@ -36,8 +36,9 @@ from prometheus_client.openmetrics.exposition import generate_latest as openmetr
 from stepwatch.core.support import read_pem
 
 from . import _gcstats as gcstats
-from .api._json_routes import SharedRender, jobs_json, jobs_summary_json, steps_json
+from .api._json_routes import SharedRender, jobs_json, jobs_summary_json, runs_json, steps_json
 from ._config import CollectorSettings
+from .detect import RunStore
 from .detect._persist import DriftStore
 from .export._exposition import render
 from .ingest._accept_guard import AcceptGuard, raise_fd_limit
@@ -109,8 +110,10 @@ class Collector:
         client = AlertmanagerClient.from_settings(settings, clock) if settings.alertmanager_url else None
         # Each rank's settled level, noise and open drift episode survive a restart in state_dir.
         self._store = DriftStore(settings.state_dir) if settings.state_dir else None
+        # Each job's runs (their levels, what they ran on) beside it, in memory without a state_dir.
+        self._runs = RunStore(settings.state_dir or None, settings.detection.runs.keep)
         self.detection = Detection(settings.detection, client, request_window=self._request_window,
-                                   request_trace=self._request_trace, store=self._store)
+                                   request_trace=self._request_trace, store=self._store, runs=self._runs)
         self.pipeline = Pipeline(self.state, [self.detection], self.health.ingest)
         self.registry = registry if registry is not None else CollectorRegistry(auto_describe=False)
         self.rank_metrics = RankMetrics(self.state, settings.metrics_per_rank, settings.metrics_top_k, self.health)
@@ -118,6 +121,7 @@ class Collector:
         self._fork = ForkRender() if self.render_mode == "process" else None
         self.health.scrape_child = self._fork
         AlertMetrics(self.detection.book, self.registry, client, pauses=self.detection.engine.pauses,
+                     runs=self.detection.engine.lineage.ratios,
                      per_rank=settings.metrics_per_rank == "full", armed=self.detection.engine.armed,
                      reach=self.detection.engine.reach)
         self.grpc_address: Optional[str] = None
@@ -181,6 +185,7 @@ class Collector:
                                  "/api/alerts": self._alerts, "/": page, "/api": self._index},
                                 query_routes={"/api/jobs": self._jobs, "/api/steps": self._steps},
                                 path_routes={"/api/jobs/{job}/windows": self._windows, "/api/traces": self._traces,
+                                             "/api/jobs/{job}/runs": self._job_runs,
                                              "/api/traces/{trace_id}": self._trace_file},
                                 threaded_routes={"/metrics": self._metrics}, token=self.settings.http_token,
                                 nice=self.settings.http_nice if self.process_wide else 0)
@@ -220,6 +225,7 @@ class Collector:
             self._recorder.close()
         if self._store is not None:
             self._store.close()
+        self._runs.close()
         if self._owned_trace_dir is not None:
             shutil.rmtree(self._owned_trace_dir, ignore_errors=True)
             self._owned_trace_dir = None
@@ -362,7 +368,8 @@ class Collector:
         and the summary are shared while fresh (:class:`SharedRender`)."""
         if query.get("summary") not in (None, "", "0"):
             return 200, "application/json", self._shared.get(
-                "summary", lambda: self._paced("summary", lambda pause: jobs_summary_json(self.state, pause)))
+                "summary", lambda: self._paced("summary", lambda pause: jobs_summary_json(self.state, pause,
+                                                                       self.detection.engine.lineage.summary)))
         if query.get("job") is None:  # the whole fleet: one answer shared while it is fresh
             return 200, "application/json", self._shared.get("jobs", lambda: self._paced(
                 "jobs", lambda pause: jobs_json(self.state, None, self.detection.engine.armed(), pause=pause,
@@ -403,6 +410,10 @@ class Collector:
 
     def _windows(self, params):
         status, body = windows_json(self.state, params["job"])
+        return status, "application/json", body
+
+    def _job_runs(self, params):
+        status, body = runs_json(self.detection.engine.lineage.runs(params["job"]), params["job"])
         return status, "application/json", body
 
     def _traces(self, _params):

@@ -250,12 +250,13 @@ class AlertMetrics(Collector):
     Registers itself on ``registry``."""
 
     def __init__(self, book: AlertBook, registry, client=None, pauses=None, per_rank: bool = True,
-                 armed=None, reach=None):
+                 armed=None, reach=None, runs=None):
         self._book, self._per_rank = book, per_rank
         self._client = client
         self._pauses = pauses  # () -> {(job, rank): {kind: count}}
         self._armed = armed  # () -> {(job, rank): bool}
         self._reach = reach  # () -> {(job, rank): {severity: ratio}}, armed ranks only
+        self._runs = runs  # () -> {job: the live run's settled level over its previous run's}
         registry.register(self)
 
     def collect(self):
@@ -283,6 +284,15 @@ class AlertMetrics(Collector):
             for key, n in sorted(summed.items()):
                 pauses.add_metric(key, n)
             yield pauses
+        if self._runs is not None:
+            runs = GaugeMetricFamily(
+                "stepwatch_run_level_ratio", "The job's live run's settled step time over the settled step time "
+                "of its run before (same job name, world size, tokens and samples per step): 1.08 is 8% "
+                "slower. One series per job, once the run has settled and has a run before it.",
+                labels=("training_job",))
+            for job, ratio in sorted(self._runs().items()):
+                runs.add_metric((job,), ratio)
+            yield runs
         if self._armed is not None:
             armed = GaugeMetricFamily(
                 "stepwatch_drift_armed_ranks", "Ranks of the job whose drift detector is armed: past "

@@ -20,7 +20,7 @@ from stepwatch.proto.stepwatch.v1 import agent_pb2
 
 from ..wire._columns import SampleColumns, StepColumns
 from ..detect import (GPU_THROTTLED, PROFILER_OVERHEAD, SEVERITIES, STRAGGLER_RANK, THROUGHPUT_DRIFT, DetectionConfig,
-                      DetectionEngine, WindowPoint)
+                      DetectionEngine, RunIdentity, WindowPoint)
 from ..detect._activity import GPU_BUSIER
 from ..detect._phase_rule import BEFORE_COLLECTIVES
 from ..detect._engine import TICK_SLICE
@@ -37,6 +37,14 @@ STRAGGLER = STRAGGLER_RANK
 SLOWDOWNS = (THROUGHPUT_DRIFT, STRAGGLER, GPU_THROTTLED)
 OVERHEAD = PROFILER_OVERHEAD
 DIAGNOSED = SLOWDOWNS + (OVERHEAD,)  # (an overhead episode is diagnosed too: is it the job's own?)
+
+
+def run_identity(hello: agent_pb2.Hello) -> RunIdentity:
+    """What a Hello says about the agent's run (detect/ stays free of the wire types)."""
+    return RunIdentity(session=hello.session_id, world=hello.world_size, host=hello.host, gpu=hello.gpu.name,
+                       driver=hello.driver_version, torch=hello.torch_version, cuda=hello.cuda_version,
+                       agent=hello.agent_version, attach_time_s=hello.attach_time_s,
+                       settings=tuple(sorted(hello.config.items())))
 
 
 def _trace_text(host: str, ref) -> str:
@@ -104,7 +112,7 @@ class Detection:
                  log_changes: bool = True,
                  request_window: Optional[Callable[[str, int, str], bool]] = None,
                  request_trace: Optional[Callable[[str, int, int], Optional[str]]] = None,
-                 store=None):
+                 store=None, runs=None):
         self.cfg = cfg
         self._log_changes = log_changes
         # (job, rank, reason) -> sent: ask a rank for a window now (live only), so a slowdown
@@ -122,7 +130,8 @@ class Detection:
         # ranks with a firing slowdown whose diagnosis still lacks a window after its onset: only
         # their window batches are checked (one set lookup per batch for everyone else)
         self._incomplete: set[tuple] = set()
-        self.engine = DetectionEngine(cfg, store)  # (store: drift state kept across restarts)
+        # (store: drift state kept across restarts; runs: the runs' records, _lineage.RunStore)
+        self.engine = DetectionEngine(cfg, store, runs)
         self.book = AlertBook(cfg.resolved_retention_s, cfg.resolve_hold_s, steps=self.engine.last_step)
         self.evidence = Evidence(cfg.straggler.block_steps)  # (one block size for stragglers and the why)
         self.client = client
@@ -132,7 +141,8 @@ class Detection:
     # -- listener ---------------------------------------------------------------------------
     def on_connect(self, hello: agent_pb2.Hello, now: float) -> None:
         live = self._live.setdefault((hello.job, hello.rank), {})
-        live.setdefault(hello.session_id, [f"{hello.host} pid {hello.pid}", 0])[1] += 1
+        live.setdefault(hello.session_id, [f"{hello.host} pid {hello.pid}", 0, run_identity(hello)])[1] += 1
+        self._run(hello.job, hello.rank, live, now)
         self._sessions(hello, live, now)
 
     def on_disconnect(self, hello: agent_pb2.Hello, now: float) -> None:
@@ -142,13 +152,27 @@ class Detection:
             entry[1] -= 1
             if entry[1] <= 0:
                 del live[hello.session_id]
+                self._run(hello.job, hello.rank, live, now)
         self._sessions(hello, live, now)
         if not live:
             self._live.pop((hello.job, hello.rank), None)
 
+    def _run(self, job: str, rank: int, live: dict, now: float) -> None:
+        """The rank's session, once it is the only one live (a rank's spooled batches of its
+        run before may arrive under the old session beside the new one): a new run drops the
+        why's blocks of the run before as the engine drops its detection state."""
+        if len(live) != 1:
+            return
+        try:
+            (ident,) = (entry[2] for entry in live.values())
+            if self.engine.connected(job, rank, ident, 1, now):
+                self._forget_own([(job, rank)])
+        except Exception as exc:  # noqa: BLE001 - detection must never break ingest
+            self._log(exc)
+
     def _sessions(self, hello: agent_pb2.Hello, live: dict, now: float) -> None:
         try:
-            self.engine.sessions(hello.job, hello.rank, {s: who for s, (who, _) in live.items()}, now)
+            self.engine.sessions(hello.job, hello.rank, {s: entry[0] for s, entry in live.items()}, now)
             if self.engine.changed:
                 self._update(now)
         except Exception as exc:  # noqa: BLE001 - detection must never break ingest
@@ -183,6 +207,10 @@ class Detection:
         keys = list(keys)
         for job, rank in keys:
             self.engine.forget(job, rank)
+        self._forget_own(keys)
+
+    def _forget_own(self, keys: list) -> None:
+        for job, rank in keys:
             self._incomplete.discard((job, rank))
             self._phase_blocks.pop((job, rank), None)
             self._window_asked.pop((job, rank), None)

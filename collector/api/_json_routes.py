@@ -85,12 +85,14 @@ def jobs_document(state: CollectorState, job: Optional[str] = None,
     return {"jobs": [{"job": name, "ranks": ranks} for name, ranks in jobs.items()]}
 
 
-def jobs_summary(state: CollectorState, pause: Callable[[], None] = no_pause) -> dict[str, Any]:
+def jobs_summary(state: CollectorState, pause: Callable[[], None] = no_pause,
+                 runs: Optional[Callable[[str], Optional[dict]]] = None) -> dict[str, Any]:
     """``{"jobs": [{"job", "ranks", "connected", "step_median_s", "slowest_rank",
-    "slowest_step_median_s"}]}``, jobs sorted: one line per job, however many ranks it has
+    "slowest_step_median_s", "run"}]}``, jobs sorted: one line per job, however many ranks it has
     (the page's fleet overview; ``/api/jobs?job=NAME`` gives one job's ranks). ``step_median_s``
     is the median of the ranks' step medians, the slowest rank the one with the largest; both
-    None before a rank has steps."""
+    None before a rank has steps. ``run``: ``runs(job)``, the live run against the job's run
+    before it (detect's ``Lineage.summary``), None without one."""
     jobs: dict[str, list] = {}
     for st in state.snapshot(light=True, median=True, pause=pause):
         row = jobs.setdefault(st.job, [0, 0, []])
@@ -104,7 +106,8 @@ def jobs_summary(state: CollectorState, pause: Callable[[], None] = no_pause) ->
         out.append({"job": name, "ranks": ranks, "connected": connected,
                     "step_median_s": medians[len(medians) // 2][0] if medians else None,
                     "slowest_rank": medians[-1][1] if medians else None,
-                    "slowest_step_median_s": medians[-1][0] if medians else None})
+                    "slowest_step_median_s": medians[-1][0] if medians else None,
+                    "run": runs(name) if runs is not None else None})
     return {"jobs": out}
 
 
@@ -218,8 +221,16 @@ def jobs_json(state: CollectorState, job: Optional[str] = None,
     return ('{"jobs": [' + "".join(parts) + "]}").encode()
 
 
-def jobs_summary_json(state: CollectorState, pause: Callable[[], None] = no_pause) -> bytes:
-    return json.dumps(_finite(jobs_summary(state, pause)), allow_nan=False).encode()
+def jobs_summary_json(state: CollectorState, pause: Callable[[], None] = no_pause,
+                      runs: Optional[Callable[[str], Optional[dict]]] = None) -> bytes:
+    return json.dumps(_finite(jobs_summary(state, pause, runs)), allow_nan=False).encode()
+
+
+def runs_json(runs: list, job: str) -> tuple[int, bytes]:
+    """``/api/jobs/<job>/runs``: ``(200, {"job", "runs": [...]})``, oldest first, the live run
+    last with ``"live": true`` (detect's ``Lineage.runs``); an empty list for a job with no run
+    recorded (the page asks for every job it draws, and a 404 would be a console error)."""
+    return 200, json.dumps(_finite({"job": job, "runs": runs}), allow_nan=False).encode()
 
 
 def steps_document(state: CollectorState, job: str, ranks: Optional[int] = None) -> dict[str, Any]:

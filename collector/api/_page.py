@@ -12,6 +12,7 @@ fetches only endpoints listed there, because Chromium logs every failed load, ev
   summary, the why, the trace, since when), resolved ones folded below;
 * jobs: alerting jobs first (most severe first, marked), then live jobs, then finished ones
   (marked finished);
+* runs: ``/api/jobs/{job}/runs`` of each drawn job, its newest five runs folded under its ranks;
 * window summary: ``/api/jobs/{job}/windows``, the newest window of any rank of each drawn job (step
   breakdown bar and top kernels);
 * traces: ``/api/traces`` (strings starting ``/api/`` become links).
@@ -176,7 +177,23 @@ function alertsSection(list) {
   return out;
 }
 
-function jobCard(job, steps, alerts) {
+function runsTable(doc) {
+  // the job's runs, newest first (at most 5): when, from which step, the settled level, and how
+  // it compared with the run before it (/api/jobs/{job}/runs; stepwatch history JOB has them all)
+  if (!doc || !doc.runs || !doc.runs.length) return null;
+  const rows = doc.runs.slice(-5).reverse().map((r) => {
+    const c = r.compared;
+    const hosts = [...new Set(Object.values(r.ranks || {}).map((x) => x.host))].join(", ");
+    return {run: r.live ? "this run" : "earlier", started: new Date(r.started_at * 1000).toISOString().slice(0, 16).replace("T", " ") + " UTC",
+      "from step": r.first_step, "settled step": r.settled_step_s == null ? "settling" : ms(r.settled_step_s),
+      "vs run before": c ? `${c.ratio >= 1 ? "+" : ""}${(100 * (c.ratio - 1)).toFixed(1)} %${r.regression ? " (raised)" : ""}` : "—",
+      hosts, changed: c ? (c.changed || []).join(", ") || "nothing seen" : "—"};
+  });
+  return h("details", {class: "runs"}, h("summary", {class: "muted"}, `${doc.runs.length} run${doc.runs.length > 1 ? "s" : ""} of this job`),
+    table(rows, 0));
+}
+
+function jobCard(job, steps, alerts, runs) {
   const byRank = new Map((steps ? steps.ranks : []).map((s) => [s.rank, s.points]));
   const series = job.ranks.slice(0, MAX_SERIES).map((r) => ({rank: r.rank, points: byRank.get(r.rank) || []}));
   const up = job.ranks.filter((r) => r.connected).length;
@@ -195,7 +212,7 @@ function jobCard(job, steps, alerts) {
       return h("span", {}, dot, `rank ${s.rank}`);
     }), job.ranks.length > MAX_SERIES ? `(first ${MAX_SERIES} ranks drawn)` : null),
     h("table", {class: "ranks"}, h("thead", {}, h("tr", {}, cols.map((c) => h("th", {}, c)))),
-      h("tbody", {}, job.ranks.map((r) => rankRow(r)))));
+      h("tbody", {}, job.ranks.map((r) => rankRow(r)))), runsTable(runs));
 }
 
 const PHASES = ["forward", "backward", "optimizer", "communication", "other"];
@@ -273,10 +290,12 @@ async function refresh() {
       .then((d) => d.jobs[0] || {job: j.job, ranks: []})));
     const steps = has("/api/steps") ? await Promise.all(
       jobs.map((j) => getJSON("api/steps?job=" + encodeURIComponent(j.job) + "&ranks=" + MAX_SERIES))) : [];
+    const runs = has("/api/jobs/{job}/runs") ? await Promise.all(jobs.map((j) =>
+      getJSON(`api/jobs/${encodeURIComponent(j.job)}/runs`).catch(() => null))) : [];
     const more = rest.length ? [h("p", {class: "muted more-jobs"},
       `${rest.length} more jobs not drawn (${rest.reduce((n, j) => n + j.ranks, 0)} ranks; /api/jobs has them all): `
       + rest.slice(0, 50).map((j) => j.job).join(", ") + (rest.length > 50 ? ", ..." : ""))] : [];
-    $("jobs").replaceChildren(...(jobs.length ? jobs.map((j, i) => jobCard(j, steps[i], firing.filter((a) => a.job === j.job)))
+    $("jobs").replaceChildren(...(jobs.length ? jobs.map((j, i) => jobCard(j, steps[i], firing.filter((a) => a.job === j.job), runs[i]))
       : [h("p", {class: "muted"}, "No jobs yet: start training with STEPWATCH_COLLECTOR pointing here.")]), ...more);
     if (has("/api/jobs/{job}/windows") && jobs.length) {
       const docs = await Promise.all(jobs.map((j) => getJSON(`api/jobs/${encodeURIComponent(j.job)}/windows`)));

@@ -2,16 +2,18 @@
 samples. Live ingest and ``stepwatch replay`` drive the same :class:`DetectionEngine`."""
 
 from ._config import (DetectionConfig, DriftConfig, GpuConfig, LivenessConfig, MemoryConfig, StragglerConfig,
-                      describe_options, parse_detection)
+                      RunsConfig, describe_options, parse_detection)
 from ._drift import DriftDetector
 from ._drift_pair import RankDrift
 from ._engine import DetectionEngine
+from ._lineage import RunComparison, RunIdentity, RunStore
 from ._names import *  # noqa: F401,F403  (the alert names, declared once)
 from ._names import __all__ as _NAMES
 from ._straggler import StragglerDetector
 from ._types import CRITICAL, SEVERITIES, WARNING, AllocatorPoint, Condition, GpuPoint, HostPoint, WindowPoint
 
 __all__ = ["DetectionConfig", "DriftConfig", "StragglerConfig", "MemoryConfig", "GpuConfig", "LivenessConfig",
+           "RunsConfig", "RunIdentity", "RunComparison", "RunStore",
            "parse_detection", "describe_options", "DetectionEngine", "DriftDetector", "RankDrift", "StragglerDetector",
            "Condition", "AllocatorPoint", "GpuPoint", "HostPoint", "WindowPoint", "WARNING", "CRITICAL", "SEVERITIES",
            *_NAMES]

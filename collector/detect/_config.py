@@ -182,6 +182,17 @@ class LivenessConfig:
 
 
 @dataclasses.dataclass(frozen=True)
+class RunsConfig:
+    """A job's runs compared with each other (detect/_lineage.py)."""
+    enabled: bool = option(True, "compare each run's settled level with the job's run before it (same name, world "
+                           "size, tokens and samples per step)")
+    min_ratio: float = option(0.05, "a run settled this much slower than the run before it, and by more than both "
+                              "runs' noise, raises StepwatchRunRegression", check=at_least(0.0))
+    wait_s: float = _n(300.0, "compared with the ranks settled this long after the first one did, if not all have")
+    keep: int = _count(50, "runs kept per job (in state_dir; in memory without one)")
+
+
+@dataclasses.dataclass(frozen=True)
 class DetectionConfig:
     enabled: bool = _on("run detection at all")
     warmup_steps: int = _n(100, "steps of each rank ignored (compilation, warm-up)")
@@ -205,6 +216,7 @@ class DetectionConfig:
     memory: MemoryConfig = section(MemoryConfig, "allocator and memory leaks")
     gpu: GpuConfig = section(GpuConfig, "GPU throttling")
     liveness: LivenessConfig = section(LivenessConfig, "stalls and agents gone")
+    runs: RunsConfig = section(RunsConfig, "run-to-run regressions")
 
 
 def parse_detection(value: Any, source: str = "argument") -> DetectionConfig:

@@ -273,6 +273,13 @@ class DriftDetector:
         """Changes whenever :meth:`state` would: arming, a new noise measurement, an episode."""
         return self._version
 
+    def settled(self) -> Optional[tuple]:
+        """(settled seconds per step, log spread of ``warning_window_s`` medians) once armed,
+        else None: the run's level that the job's later runs are compared with."""
+        if self._settled is None:
+            return None
+        return math.exp(self._settled), self._noise.get(WARNING, self._noise.get(CRITICAL, 0.0))
+
     def state(self) -> Optional[dict]:
         """What survives a collector restart (``_persist.DriftStore``): the settled level, the
         noise spreads and an open episode; None before the rank is armed."""

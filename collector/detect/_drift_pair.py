@@ -134,6 +134,10 @@ class RankDrift:
     def armed(self) -> bool:
         return self.median.armed
 
+    def settled(self) -> Optional[tuple]:
+        """The median detector's :meth:`DriftDetector.settled`."""
+        return self.median.settled()
+
     @property
     def settling_again_since(self) -> Optional[float]:
         return self.median.settling_again_since

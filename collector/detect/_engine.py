@@ -15,6 +15,7 @@ from typing import Iterable, Iterator, Optional, Sequence
 from ._config import DetectionConfig
 from ._drift_pair import RankDrift
 from ._evidence import RankEvidence
+from ._lineage import Lineage, RunIdentity, RunStore
 from ._liveness import RankLiveness, throttle_condition
 from ._memory import MemoryDetector
 from ._straggler import StragglerDetector
@@ -115,11 +116,16 @@ class DetectionEngine:
     went since :meth:`take_touched` (an alert book updates those, not every condition of the
     fleet); ``changed``: whether there are any."""
 
-    def __init__(self, cfg: Optional[DetectionConfig] = None, store=None):
+    def __init__(self, cfg: Optional[DetectionConfig] = None, store=None, runs: Optional[RunStore] = None):
         self.cfg = cfg or DetectionConfig()
         # (a _persist.DriftStore: drift state saved when it changed, restored when a rank is
-        # first seen)
+        # first seen, for the same agent session only)
         self._store = store
+        self._session: dict[tuple, str] = {}  # (job, rank) -> the agent session its data comes from
+        rc = self.cfg.runs
+        # the runs of each job and their comparison (runs: their records, in memory when None)
+        self.lineage = Lineage(runs if runs is not None else RunStore(None, rc.keep), rc.min_ratio, rc.wait_s,
+                               rc.enabled and self.cfg.enabled)
         self._saved: dict[tuple, int] = {}
         self._ranks: dict[tuple, _Rank] = {}
         self._stragglers: dict[str, StragglerDetector] = {}
@@ -133,7 +139,9 @@ class DetectionEngine:
             r = self._ranks[(job, rank)] = _Rank(self.cfg, job, rank)
             if self._store is not None:
                 state = self._store.load(job, rank)
-                if state is not None:
+                # a settled level is restored into the run it was learnt in only: another run
+                # under the same name (a restart, a reused name) learns its own
+                if state is not None and state.get("session", "") == self._session.get((job, rank), ""):
                     r.drift.restore(state)
                     if r.drift.condition is not None:
                         self._sync(r.drift, [r.drift.condition])
@@ -149,6 +157,7 @@ class DetectionEngine:
             if r.drift.version != self._saved.get(key):
                 state = r.drift.state()
                 if state is not None:
+                    state["session"] = self._session.get(key, "")
                     self._store.save(key[0], key[1], state)
                     self._saved[key] = r.drift.version
 
@@ -207,6 +216,7 @@ class DetectionEngine:
             return
         r = self._rank(job, rank)
         r.live.steps(step, end_time_s, duration_s)
+        self.lineage.seen(job, rank, step[0], end_time_s[-1])
         r.memory.step = step[-1]
         keep = r.kept(step, end_time_s, duration_s, profiled, phases, self.cfg.warmup_steps)
         if not self.cfg.enabled:
@@ -403,6 +413,25 @@ class DetectionEngine:
         if r is not None and r.drift.the_jobs_own(evidence):
             self._sync(r.drift, [r.drift.condition])
 
+    def connected(self, job: str, rank: int, ident: RunIdentity, live: int, now: float) -> bool:
+        """An agent session connected as ``rank`` of ``job`` (``live``: the rank's live sessions,
+        this one included). A session other than the one the rank's data came from, alone on the
+        rank, is a new run (:class:`_lineage.Lineage`): the rank's detection state from the run
+        before is dropped, so the new run learns its own level. Two live sessions on one rank are
+        a misconfigured job (:meth:`sessions`), never a new run. True when the rank's state was
+        dropped."""
+        key = (job, rank)
+        old = self._session.get(key)
+        if live > 1 or old == ident.session:
+            return False
+        self._session[key] = ident.session
+        self.lineage.hello(job, rank, ident, now)
+        dropped = old is not None and old != ident.session and key in self._ranks
+        if dropped:
+            self._drop(job, rank)
+        self._sync(("runs", job), self.lineage.conditions(job))
+        return dropped
+
     def sessions(self, job: str, rank: int, live: dict, now: float) -> None:
         """The agent sessions connected as ``rank`` of ``job`` (``{session_id: "host pid N"}``).
         More than one is a misconfigured job (launcher without RANK, re-imported scripts): their
@@ -443,7 +472,15 @@ class DetectionEngine:
                                                       summary, t)])
 
     def forget(self, job: str, rank: int) -> None:
-        """Drop a rank (expired in the collector); its conditions end."""
+        """Drop a rank (expired in the collector); its conditions end, and its run once all the
+        run's ranks have gone."""
+        self._session.pop((job, rank), None)
+        if self.lineage.left(job, rank):
+            self._sync(("runs", job), self.lineage.conditions(job))
+        self._drop(job, rank)
+
+    def _drop(self, job: str, rank: int) -> None:
+        self._saved.pop((job, rank), None)
         self._sync(("dup", job, rank), [])
         self._sync(("cap", job, rank), [])
         self._owned.pop(("cap", job, rank), None)
@@ -497,6 +534,12 @@ class DetectionEngine:
             others = connected[job] - (1 if r.live.connected else 0)
             conds = [c for c in (r.live.stalled(now), r.live.gone(now, others)) if c is not None]
             self._sync(("live", job, rank), conds)
+        for job in self.lineage.tick(now, self._settled):
+            self._sync(("runs", job), self.lineage.conditions(job))
+
+    def _settled(self, job: str, rank: int) -> Optional[tuple]:
+        r = self._ranks.get((job, rank))
+        return r.drift.settled() if r is not None else None
 
     def armed(self, job: Optional[str] = None) -> dict[tuple, bool]:
         """``{(job, rank): armed}``: whether the rank's drift detector has its settled level

@@ -21,7 +21,7 @@ os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "0")
 __all__ = ["main", "build_parser", "COMMANDS"]
 
 # Subcommand modules, in the order --help lists them.
-COMMANDS = ("collector", "run", "demo", "top", "replay", "analyze", "trace", "stack")
+COMMANDS = ("collector", "run", "demo", "top", "history", "replay", "analyze", "trace", "stack")
 
 
 def build_parser() -> argparse.ArgumentParser:

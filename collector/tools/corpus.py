@@ -22,7 +22,7 @@ from typing import Iterable, Optional
 
 from ..ingest._record import read_record
 
-__all__ = ["load", "first_step_time", "rank_steps", "inject", "slow_loader", "grow", "repeat", "matched_cut", "pulse_end", "events",
+__all__ = ["load", "first_step_time", "rank_steps", "inject", "slow_loader", "grow", "repeat", "matched_cut", "pulse_end", "rerun", "events",
            "reach_at"]
 
 
@@ -293,6 +293,48 @@ def seams(lines: list[dict]) -> list[float]:
     (the copies leave out the warm-up's steps; no recording in tests/data/real jumps as recorded)."""
     steps = sorted(rank_steps(lines).items())
     return [b[1][0] for a, b in zip(steps, steps[1:]) if b[0] - a[0] > 1]
+
+
+def rerun(lines: list[dict], start: float, session: str, **hello) -> list[dict]:
+    """The recording as another run of its job (a restart, a resume): every time moved so that
+    its first event is at Unix time ``start``, its sessions replaced by ``session`` (rank r's by
+    ``session-r`` where there are several ranks) and its Hello's fields by ``hello`` (``host=``,
+    ``torch_version=``, ``config=``...: a config is merged into the recorded one). Its windows
+    and trace references are left out (their times are text)."""
+    t0 = min(float(o["time"]) for o in lines)
+    dt = start - t0
+    ranks = {int(o.get("rank", o.get("hello", {}).get("rank", 0))) for o in lines}
+
+    def sid(rank: int) -> str:
+        return session if len(ranks) == 1 else f"{session}-{rank}"
+
+    out = []
+    for o in lines:
+        o = dict(o, time=float(o["time"]) + dt)
+        if "hello" in o:
+            h = dict(o["hello"], **{k: v for k, v in hello.items() if k != "config"})
+            h["config"] = dict(o["hello"].get("config", {}), **hello.get("config", {}))
+            h["session_id"] = sid(int(h.get("rank", 0)))
+            h["attach_time_s"] = float(h.get("attach_time_s", t0)) + dt
+            o["hello"] = h
+        if "session" in o:
+            o["session"] = sid(int(o.get("rank", 0)))
+        if "job" in o and "job" in hello:
+            o["job"] = hello["job"]
+        if o["kind"] == "batch":
+            b = {k: v for k, v in o["batch"].items() if k not in ("windows", "traces")}
+            if b.get("steps"):
+                b["steps"] = [dict(x, end_time_s=float(x["end_time_s"]) + dt) for x in b["steps"]]
+            if b.get("phase_times"):
+                b["phase_times"] = [dict(x, end_time_s=float(x["end_time_s"]) + dt) for x in b["phase_times"]]
+            for key in ("gpu_samples", "host", "allocator", "events"):
+                if b.get(key):
+                    b[key] = [dict(x, time_s=float(x.get("time_s", 0)) + dt) for x in b[key]]
+            if "sealed_time_s" in b:
+                b["sealed_time_s"] = float(b["sealed_time_s"]) + dt
+            o["batch"] = b
+        out.append(o)
+    return out
 
 
 def events(lines: list[dict]):

@@ -4,6 +4,8 @@ seconds and redraws one table, what is wrong first:
 
     JOB  RANK  STATE  STEPS  STEPS/S  STEP MS  DATA WAIT  GPU UTIL  ALERT
 
+and under it, per job, its live run against the job's run before it (settled step time).
+
 Rows: jobs with a firing alert first (critical, then warning, then info), then live jobs,
 then finished ones; ranks in order within a job. STATE is ``live`` or ``ended`` (every stream
 of the rank closed); STEPS/S the change of STEPS between two reads ("-" once ended); STEP MS the
@@ -61,11 +63,33 @@ def read(http: str, token: str = "") -> dict:
                 "steps": float(r.get("steps_total") or 0), "live": bool(r.get("connected")),
                 "median_s": r.get("step_median_s"), "wait": r.get("dataloader_wait_ratio"),
                 "gpu": gpu.get("utilization_ratio"), "alerts": []}
+    runs = {}
+    for job in json.loads(_get(f"http://{http}/api/jobs?summary=1", token))["jobs"]:
+        if job.get("run"):
+            runs[job["job"]] = job["run"]
     for a in json.loads(_get(f"http://{http}/api/alerts", token))["alerts"]:
         key = (a.get("job"), a.get("rank"))
         if a.get("state") == "firing" and key in ranks:
             ranks[key]["alerts"].append(a)
-    return {"time": time.monotonic(), "ranks": ranks}
+    return {"time": time.monotonic(), "ranks": ranks, "runs": runs}
+
+
+def _runs_line(job: str, run: dict) -> str:
+    """One job's live run against its run before (``stepwatch history JOB`` lists them all)."""
+    level = run.get("settled_step_s")
+    text = f"{job[:24]:<24} run from {time.strftime('%m-%d %H:%M', time.gmtime(float(run['started_at'])))} UTC"
+    if run.get("first_step") is not None:
+        text += f", step {run['first_step']:,}"
+    if level is None:
+        return text + ": settling"
+    text += f": settled {1e3 * level:.1f} ms/step"
+    if run.get("ratio") is not None:
+        text += (f", {run['ratio'] - 1:+.1%} vs the run of "
+                 f"{time.strftime('%m-%d %H:%M', time.gmtime(float(run['previous_started_at'])))} UTC "
+                 f"({1e3 * run['previous_step_s']:.1f} ms)" + (" REGRESSION" if run.get("regression") else ""))
+    else:
+        text += ", no earlier run of this job to compare"
+    return text
 
 
 def _alert_cell(alerts: list) -> str:
@@ -112,6 +136,10 @@ def render(now: dict, before: Optional[dict] = None) -> str:
                      f"{rate:>8} {step_ms:>8} {wait:>9} {gpu:>8}  {_alert_cell(r['alerts'])}")
     if len(lines) == 1:
         lines.append("(no rank has reported yet)")
+    runs = now.get("runs") or {}
+    if runs:
+        lines += ["", "RUNS (stepwatch history JOB lists every run)"]
+        lines += [_runs_line(job, run) for job, run in sorted(runs.items())]
     return "\n".join(lines)
 
 

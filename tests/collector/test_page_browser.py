@@ -112,7 +112,9 @@ PROBE = """(() => {
           scripts: document.scripts.length, imgs: document.images.length, pwned: window.pwned ?? null,
           alerts: document.getElementById("alerts").textContent,
           windows: document.getElementById("windows").textContent,
-          traces: document.getElementById("traces").textContent};
+          traces: document.getElementById("traces").textContent,
+          runs: (card.querySelector("details.runs summary") || {}).textContent || "",
+          runRows: [...card.querySelectorAll("details.runs tbody tr")].map((r) => r.cells[0].textContent)};
 })()"""
 
 
@@ -149,6 +151,7 @@ def test_page_shows_a_real_training_job(collector_factory, tmp_path):
     assert card["title"] == JOB and card["pwned"] is None
     assert (card["scripts"], card["imgs"]) == (1, 0)
     assert card["ranks"] == ["0", "1"]
+    assert (card["runs"], card["runRows"]) == ("1 run of this job", ["this run"]), card  # (folded, drawn)
     for section in ("alerts", "windows", "traces"):  # rendered: a table, "none yet" or "not available"
         assert card[section].strip(), section
 

@@ -1,0 +1,508 @@
+"""Runs of one job, compared with each other: a resumed job that came back slower is raised.
+
+A **run** is the agents' sessions of one start of a job: a Hello whose rank the job's current
+run already holds under another session (the job restarted: preemption, a resume from a
+checkpoint), or whose world size differs, begins a new run; the other ranks' first Hellos join
+it. A reconnect (the same session, a collector restart in between included) stays in its run.
+The **lineage** of a job is its runs of the same job name, world size, tokens per step and
+samples per step (the agent's ``tokens_per_step`` / ``samples_per_step``): a job name reused by
+another model or batch size starts a lineage of its own and is never compared across.
+
+When every rank of a run has settled (the drift detector's settled level, 3 minutes after its
+first step at the defaults; or ``runs.wait_s`` after the first rank settled, with the ranks
+settled by then), its level (seconds per step, the median of the ranks') is compared once with
+the newest settled run of its lineage. Slower by at least ``runs.min_ratio`` and by more than
+both runs' noise (the sum of their spreads of 90 s medians) raises :data:`RUN_REGRESSION` for
+the run, with what differs between the two (hosts, GPU model, driver, torch, CUDA, agent
+version and settings, the step it started from); a rank much slower than the job's other ranks
+is named. A faster or equal run is recorded, never raised. The condition lasts while the run
+does.
+
+Records (:class:`RunStore`): one SQLite table next to the drift state (``state_dir``), the
+newest ``runs.keep`` runs per job; in memory only without a ``state_dir``. Written when a run
+starts, settles, once a minute of data while it runs, and when it ends. A store that fails
+(damaged, read-only, full) logs once; detection and the in-memory lineage go on.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import math
+import os
+import sqlite3
+import threading
+import time
+from typing import Callable, Optional
+
+from ._names import RUN_REGRESSION
+from ._types import WARNING, Condition, median
+
+__all__ = ["RunIdentity", "RunComparison", "RunStore", "Lineage"]
+
+log = logging.getLogger("stepwatch.collector")
+
+# agent settings that name paths, addresses or credentials: never "what changed"
+_SETTINGS_IGNORED = frozenset({"job", "collector", "spool_dir", "trace_dir", "tls", "tls_ca", "tls_cert", "tls_key",
+                               "auth_token", "token", "log_level"})
+_SAVE_EVERY_S = 60.0   # a live run's record is written at most this often (its end time moves)
+_RANK_APART = 0.05     # a rank this much slower than the median rank's change is named
+
+
+@dataclasses.dataclass(frozen=True)
+class RunIdentity:
+    """What a rank's Hello says about its run (the collector's wire types stay out of detect/)."""
+
+    session: str
+    world: int
+    host: str = ""
+    gpu: str = ""
+    driver: str = ""
+    torch: str = ""
+    cuda: str = ""
+    agent: str = ""
+    attach_time_s: float = 0.0
+    settings: tuple = ()  # sorted (name, value) pairs of the agent's effective settings
+
+    @property
+    def tokens(self) -> Optional[int]:
+        return _count(dict(self.settings).get("tokens_per_step"))
+
+    @property
+    def samples(self) -> Optional[int]:
+        return _count(dict(self.settings).get("samples_per_step"))
+
+
+def _count(text: Optional[str]) -> Optional[int]:
+    try:
+        n = int(str(text))
+    except (TypeError, ValueError):
+        return None
+    return n if n > 0 else None
+
+
+@dataclasses.dataclass(frozen=True)
+class RunComparison:
+    """A run's settled level against the newest settled run of its lineage (typed evidence of
+    :data:`RUN_REGRESSION`): ``against`` that run's id and start (Unix), ``before_s`` /
+    ``after_s`` seconds per step, ``ratio`` after/before, ``noise`` the two runs' spreads added
+    (log), ``changed`` what differs ("torch 2.10.0 -> 2.11.0"), ``rank``/``rank_ratio`` a rank
+    much slower than the others (None when none)."""
+
+    against: str
+    against_started: float
+    before_s: float
+    after_s: float
+    ratio: float
+    noise: float
+    changed: tuple = ()
+    rank: Optional[int] = None
+    rank_ratio: Optional[float] = None
+    rank_host: str = ""
+
+    def text(self) -> str:
+        when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(self.against_started))
+        word = "slower" if self.ratio >= 1 else "faster"
+        out = (f"this run settled {abs(self.ratio - 1):.1%} {word} than the run of {when} "
+               f"({1e3 * self.before_s:.1f} -> {1e3 * self.after_s:.1f} ms/step at the same tokens per step)")
+        if self.rank is not None:
+            out += (f"; rank {self.rank}{f' ({self.rank_host})' if self.rank_host else ''} "
+                    f"settled {self.rank_ratio - 1:+.1%}, the job {self.ratio - 1:+.1%}")
+        out += "; changed: " + (", ".join(self.changed) if self.changed else "nothing stepwatch sees (hosts, GPU, "
+                                "driver, torch, CUDA, agent and its settings are the same)")
+        return out
+
+
+@dataclasses.dataclass
+class _Rank:
+    ident: RunIdentity
+    first_step: Optional[int] = None
+    settled_s: Optional[float] = None
+    noise: Optional[float] = None  # log spread of 90 s medians at settling
+    gone: bool = False
+
+
+@dataclasses.dataclass
+class _Run:
+    job: str
+    run_id: str
+    world: int
+    tokens: Optional[int]
+    samples: Optional[int]
+    started_at: float
+    ranks: dict = dataclasses.field(default_factory=dict)  # rank -> _Rank
+    last_time: float = 0.0
+    settled_s: Optional[float] = None
+    noise: Optional[float] = None
+    first_settled: Optional[float] = None  # data time the first rank settled
+    compared: Optional[RunComparison] = None
+    regression: bool = False
+    ended: bool = False
+    saved_at: float = -math.inf
+
+    def record(self) -> dict:
+        """The run as stored and served (``/api/jobs/<job>/runs``)."""
+        ranks = {}
+        for rank, r in sorted(self.ranks.items()):
+            i = r.ident
+            ranks[str(rank)] = {"session": i.session, "host": i.host, "gpu": i.gpu, "driver": i.driver,
+                                "torch": i.torch, "cuda": i.cuda, "agent": i.agent, "settings": dict(i.settings),
+                                "first_step": r.first_step, "settled_s": r.settled_s, "noise": r.noise}
+        per = self.tokens and self.settled_s and self.tokens / self.settled_s
+        per_s = self.samples and self.settled_s and self.samples / self.settled_s
+        return {"v": 1, "job": self.job, "run": self.run_id, "world_size": self.world,
+                "tokens_per_step": self.tokens, "samples_per_step": self.samples,
+                "started_at": self.started_at, "ended_at": self.last_time if self.ended else None,
+                "last_data_at": self.last_time, "first_step": _min(r.first_step for r in self.ranks.values()),
+                "settled_step_s": self.settled_s, "noise": self.noise,
+                "tokens_per_s": per or None, "samples_per_s": per_s or None,
+                "compared": dataclasses.asdict(self.compared) if self.compared else None,
+                "regression": self.regression, "ranks": ranks}
+
+    @classmethod
+    def from_record(cls, rec: dict) -> "_Run":
+        run = cls(job=str(rec["job"]), run_id=str(rec["run"]), world=int(rec["world_size"]),
+                  tokens=rec.get("tokens_per_step"), samples=rec.get("samples_per_step"),
+                  started_at=float(rec["started_at"]), last_time=float(rec.get("last_data_at") or 0.0),
+                  settled_s=rec.get("settled_step_s"), noise=rec.get("noise"),
+                  regression=bool(rec.get("regression")), ended=rec.get("ended_at") is not None)
+        for rank, r in (rec.get("ranks") or {}).items():
+            ident = RunIdentity(session=str(r.get("session", "")), world=run.world, host=str(r.get("host", "")),
+                                gpu=str(r.get("gpu", "")), driver=str(r.get("driver", "")),
+                                torch=str(r.get("torch", "")), cuda=str(r.get("cuda", "")),
+                                agent=str(r.get("agent", "")),
+                                settings=tuple(sorted((str(k), str(v)) for k, v in (r.get("settings") or {}).items())))
+            run.ranks[int(rank)] = _Rank(ident, r.get("first_step"), r.get("settled_s"), r.get("noise"))
+        comp = rec.get("compared")
+        if isinstance(comp, dict):
+            run.compared = RunComparison(**{**comp, "changed": tuple(comp.get("changed") or ())})
+        return run
+
+
+def _min(values) -> Optional[int]:
+    vals = [v for v in values if v is not None]
+    return min(vals) if vals else None
+
+
+class RunStore:
+    """The runs' records: ``runs(job)`` oldest first, ``save(record)``. ``directory`` None: in
+    memory. SQLite in autocommit mode with a short busy timeout, so two collector replicas that
+    share the directory each write whole rows (one statement each) and never a torn one."""
+
+    def __init__(self, directory: Optional[str], keep: int = 50):
+        self.keep = keep
+        self.path = os.path.join(directory, "detection.sqlite") if directory else ":memory:"
+        self._failed = False
+        self._db: Optional[sqlite3.Connection] = None
+        try:
+            if directory:
+                os.makedirs(directory, mode=0o700, exist_ok=True)
+            self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=1.0)
+            self._db.execute("CREATE TABLE IF NOT EXISTS runs (job TEXT NOT NULL, run TEXT NOT NULL, "
+                             "started_at REAL NOT NULL, record TEXT NOT NULL, PRIMARY KEY (job, run))")
+        except (OSError, sqlite3.Error) as exc:
+            self._fail("open", exc)
+            self._db = None
+        self._memory: dict[str, dict[str, dict]] = {}  # job -> run -> record, when the file fails
+
+    def _fail(self, what: str, exc: Exception) -> None:
+        if not self._failed:
+            log.error("stepwatch collector: run records %s %s failed (%s); runs are kept in memory from now on",
+                      self.path, what, exc)
+        self._failed = True
+
+    def runs(self, job: str) -> list[dict]:
+        """The job's stored runs, oldest first (at most ``keep``)."""
+        out = dict(self._memory.get(job, {}))
+        if self._db is not None and not self._failed:
+            try:
+                rows = self._db.execute("SELECT run, record FROM runs WHERE job = ?", (job,)).fetchall()
+            except sqlite3.Error as exc:
+                self._fail("read", exc)
+                rows = []
+            for run, text in rows:
+                try:
+                    rec = json.loads(text)
+                except ValueError:
+                    continue
+                if isinstance(rec, dict) and run not in out:
+                    out[run] = rec
+        return sorted(out.values(), key=lambda r: float(r.get("started_at", 0)))[-self.keep:]
+
+    def save(self, record: dict) -> None:
+        job, run = record["job"], record["run"]
+        if self._db is not None and not self._failed:
+            try:
+                self._db.execute("REPLACE INTO runs (job, run, started_at, record) VALUES (?, ?, ?, ?)",
+                                 (job, run, float(record["started_at"]), json.dumps(record)))
+                self._db.execute("DELETE FROM runs WHERE job = ? AND run NOT IN (SELECT run FROM runs WHERE job = ? "
+                                 "ORDER BY started_at DESC LIMIT ?)", (job, job, self.keep))
+                return
+            except (sqlite3.Error, ValueError) as exc:
+                self._fail("write", exc)
+        held = self._memory.setdefault(job, {})
+        held[run] = record
+        for old in sorted(held, key=lambda k: float(held[k]["started_at"]))[:-self.keep]:
+            del held[old]
+
+    def close(self) -> None:
+        if self._db is not None:
+            try:
+                self._db.close()
+            except sqlite3.Error:
+                pass
+            self._db = None
+
+
+class Lineage:
+    """The runs of every job. ``hello`` per agent connect (True: the rank's session begins a new
+    run, so the rank's detection state from the run before is not its own), ``seen`` per batch
+    of steps, ``tick(now, level)`` per collector tick (``level(job, rank)`` -> (settled seconds
+    per step, log spread) once the rank's drift detector has settled, else None) returns the jobs
+    whose conditions changed; ``conditions(job)`` the job's :data:`RUN_REGRESSION` or none."""
+
+    def __init__(self, store: Optional[RunStore] = None, min_ratio: float = 0.05, wait_s: float = 300.0,
+                 enabled: bool = True):
+        self.store = store if store is not None else RunStore(None)
+        self.min_ratio, self.wait_s, self.enabled = min_ratio, wait_s, enabled
+        self._current: dict[str, _Run] = {}
+        self._conditions: dict[str, Condition] = {}
+        # the HTTP worker thread and a scrape read runs while the event loop changes them
+        self._lock = threading.RLock()
+
+    # -- runs -----------------------------------------------------------------------------------
+    def hello(self, job: str, rank: int, ident: RunIdentity, now: float) -> bool:
+        with self._lock:
+            return self._hello_locked(job, rank, ident, now)
+
+    def left(self, job: str, rank: int) -> bool:
+        """``rank`` expired from the collector; the run ends once all its ranks have. True when
+        the job's condition changed."""
+        with self._lock:
+            return self._left_locked(job, rank)
+
+    def tick(self, now: float, level: Callable[[str, int], Optional[tuple]]) -> set:
+        """Judge each live run that has not been compared yet; save live runs' records now and
+        then. Returns the jobs whose condition changed."""
+        with self._lock:
+            return self._tick_locked(now, level)
+
+    def _hello_locked(self, job: str, rank: int, ident: RunIdentity, now: float) -> bool:
+        run = self._current.get(job) or self._resumed(job, rank, ident)
+        if run is not None and not run.ended:
+            held = run.ranks.get(rank)
+            if held is not None and held.ident.session == ident.session:
+                held.gone = False
+                return False  # a reconnect (a collector restart in between included)
+            if held is None and run.world == ident.world and ident.session not in self._sessions(run):
+                run.ranks[rank] = _Rank(ident)
+                self._save(run, now, force=True)
+                return False
+        if run is not None:
+            self._end(run, now)
+        run = _Run(job=job, run_id=ident.session or f"{job}-{now:.0f}", world=ident.world, tokens=ident.tokens,
+                   samples=ident.samples, started_at=ident.attach_time_s or now, last_time=now)
+        run.ranks[rank] = _Rank(ident)
+        self._current[job] = run
+        self._save(run, now, force=True)
+        return True
+
+    @staticmethod
+    def _sessions(run: _Run) -> set:
+        return {r.ident.session for r in run.ranks.values()}
+
+    def _resumed(self, job: str, rank: int, ident: RunIdentity) -> Optional[_Run]:
+        """After a collector restart: the job's newest stored run when it holds this session
+        (it goes on); one that does not, and was not ended before the restart, ends here."""
+        stored = self.store.runs(job)
+        if not stored or stored[-1].get("ended_at") is not None:
+            return None
+        try:
+            run = _Run.from_record(stored[-1])
+        except (KeyError, TypeError, ValueError):
+            return None
+        held = run.ranks.get(rank)
+        if held is None or held.ident.session != ident.session:
+            run.ended = True
+            self.store.save(run.record())
+            return None
+        self._current[job] = run
+        if run.regression and run.compared is not None:
+            self._conditions[job] = self._condition(run, run.compared, run.last_time)
+        return run
+
+    def seen(self, job: str, rank: int, first_step: int, last_time: float) -> None:
+        """A batch of ``rank``'s steps: the first step number of the batch, its last end time."""
+        run = self._current.get(job)
+        if run is None:
+            return
+        r = run.ranks.get(rank)
+        if r is not None and r.first_step is None:
+            r.first_step = first_step
+        run.last_time = max(run.last_time, last_time)
+
+    def _left_locked(self, job: str, rank: int) -> bool:
+        run = self._current.get(job)
+        if run is None or rank not in run.ranks:
+            return False
+        run.ranks[rank].gone = True
+        if all(r.gone for r in run.ranks.values()):
+            self._end(run, run.last_time)
+            return self._conditions.pop(job, None) is not None
+        return False
+
+    def _end(self, run: _Run, now: float) -> None:
+        run.ended = True
+        self._save(run, now, force=True)
+        if self._current.get(run.job) is run:
+            del self._current[run.job]
+        self._conditions.pop(run.job, None)
+
+    def _save(self, run: _Run, now: float, force: bool = False) -> None:
+        if force or now - run.saved_at >= _SAVE_EVERY_S:
+            run.saved_at = now
+            self.store.save(run.record())
+
+    # -- settling and the comparison ---------------------------------------------------------------
+    def _tick_locked(self, now: float, level: Callable[[str, int], Optional[tuple]]) -> set:
+        changed = set()
+        for job, run in list(self._current.items()):
+            if run.settled_s is None and self.enabled:
+                if self._settle(run, now, level):
+                    changed.add(job)
+            elif run.settled_s is not None and now - run.saved_at >= _SAVE_EVERY_S:
+                self._refresh(run, level)
+            self._save(run, now)
+        return changed
+
+    @staticmethod
+    def _refresh(run: _Run, level) -> None:
+        """The ranks' spreads measured again over the run's quiet history (at settling they are
+        measured on its first two minutes only): what a later run is compared against."""
+        for rank, r in run.ranks.items():
+            got = level(run.job, rank) if r.settled_s is not None else None
+            if got is not None:
+                r.noise = got[1]
+        noises = [r.noise for r in run.ranks.values() if r.noise is not None]
+        run.noise = max(noises) if noises else run.noise
+
+    def _settle(self, run: _Run, now: float, level) -> bool:
+        for rank, r in run.ranks.items():
+            if r.settled_s is None:
+                got = level(run.job, rank)
+                if got is not None:
+                    r.settled_s, r.noise = got
+                    run.first_settled = run.first_settled or now
+        settled = {k: r for k, r in run.ranks.items() if r.settled_s is not None}
+        if not settled:
+            return False
+        if len(settled) < run.world and now - run.first_settled < self.wait_s:
+            return False
+        run.settled_s = median([r.settled_s for r in settled.values()])
+        run.noise = max(r.noise or 0.0 for r in settled.values())
+        before = self._previous(run)
+        if before is not None:
+            run.compared = self._compare(run, before)
+            run.regression = (run.compared.ratio - 1 >= self.min_ratio
+                              and math.log(run.compared.ratio) > run.compared.noise)
+        self._save(run, now, force=True)
+        if run.regression:
+            self._conditions[run.job] = self._condition(run, run.compared, now)
+            return True
+        return False
+
+    def _previous(self, run: _Run) -> Optional[_Run]:
+        """The newest settled run of the same lineage, started before this one."""
+        for rec in reversed(self.store.runs(run.job)):
+            if rec.get("run") == run.run_id or float(rec.get("started_at", 0)) > run.started_at:
+                continue
+            if (rec.get("world_size") != run.world or rec.get("tokens_per_step") != run.tokens
+                    or rec.get("samples_per_step") != run.samples):
+                return None  # the name was reused by another model: a new lineage starts here
+            if rec.get("settled_step_s"):
+                try:
+                    return _Run.from_record(rec)
+                except (KeyError, TypeError, ValueError):
+                    return None
+        return None
+
+    def _compare(self, run: _Run, before: _Run) -> RunComparison:
+        ratio = run.settled_s / before.settled_s
+        worst = None
+        per = {k: r.settled_s / before.ranks[k].settled_s for k, r in run.ranks.items()
+               if r.settled_s and k in before.ranks and before.ranks[k].settled_s}
+        if len(per) >= 2:
+            mid = median(list(per.values()))
+            k = max(per, key=per.get)
+            if per[k] / mid - 1 >= _RANK_APART and math.log(per[k] / mid) > (run.ranks[k].noise or 0) + (
+                    before.ranks[k].noise or 0):
+                worst = k
+        return RunComparison(
+            against=before.run_id, against_started=before.started_at, before_s=before.settled_s,
+            after_s=run.settled_s, ratio=ratio, noise=(run.noise or 0.0) + (before.noise or 0.0),
+            changed=tuple(_changes(before, run)), rank=worst,
+            rank_ratio=per[worst] if worst is not None else None,
+            rank_host=run.ranks[worst].ident.host if worst is not None else "")
+
+    def _condition(self, run: _Run, comp: RunComparison, now: float) -> Condition:
+        return Condition(RUN_REGRESSION, run.job, -1, WARNING, comp.text(), now, ratio=comp.ratio,
+                         evidence=comp, decided="runs")
+
+    # -- reading ------------------------------------------------------------------------------------
+    def conditions(self, job: str) -> list:
+        c = self._conditions.get(job)
+        return [c] if c is not None else []
+
+    def runs(self, job: str) -> list[dict]:
+        """The job's runs, oldest first, the live one as it stands now (any thread)."""
+        with self._lock:
+            out = [r for r in self.store.runs(job)]
+            run = self._current.get(job)
+            if run is not None:
+                out = [r for r in out if r.get("run") != run.run_id] + [dict(run.record(), live=True)]
+            return out
+
+    def summary(self, job: str) -> Optional[dict]:
+        """The live run in one line (``/api/jobs?summary=1``, the page, ``stepwatch top``):
+        ``{"run", "started_at", "first_step", "settled_step_s", "previous_step_s", "previous_started_at",
+        "ratio", "regression"}``, or None when the collector holds no live run of ``job``."""
+        with self._lock:
+            run = self._current.get(job)
+            if run is None:
+                return None
+            c = run.compared
+            return {"run": run.run_id, "started_at": run.started_at,
+                    "first_step": _min(r.first_step for r in run.ranks.values()),
+                    "settled_step_s": run.settled_s, "previous_step_s": c.before_s if c else None,
+                    "previous_started_at": c.against_started if c else None,
+                    "ratio": c.ratio if c else None, "regression": run.regression}
+
+    def ratios(self) -> dict:
+        """``{job: ratio}``: each live run's settled level over its previous run's, once compared."""
+        with self._lock:
+            return {job: run.compared.ratio for job, run in self._current.items() if run.compared is not None}
+
+
+def _changes(before: _Run, after: _Run) -> list:
+    """What differs between two runs: per-rank hosts (the rank named where the job has several),
+    then the GPU model, driver, torch, CUDA and agent version, and each agent setting."""
+    out = []
+    many = len(after.ranks) > 1
+    for rank in sorted(after.ranks):
+        a, b = after.ranks[rank].ident, before.ranks.get(rank)
+        if b is not None and b.ident.host != a.host:
+            out.append(f"host{f' of rank {rank}' if many else ''} {b.ident.host} -> {a.host}")
+    first_a = after.ranks[min(after.ranks)].ident
+    first_b = before.ranks[min(before.ranks)].ident if before.ranks else None
+    if first_b is not None:
+        for name, field in (("GPU", "gpu"), ("driver", "driver"), ("torch", "torch"), ("CUDA", "cuda"),
+                            ("agent", "agent")):
+            x, y = getattr(first_b, field), getattr(first_a, field)
+            if x != y:
+                out.append(f"{name} {x or '?'} -> {y or '?'}")
+        sa, sb = dict(first_a.settings), dict(first_b.settings)
+        for k in sorted(set(sa) | set(sb)):
+            if k not in _SETTINGS_IGNORED and sa.get(k) != sb.get(k):
+                out.append(f"{k} {sb.get(k, '(unset)')} -> {sa.get(k, '(unset)')}")
+    return out

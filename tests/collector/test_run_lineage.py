@@ -1,0 +1,278 @@
+"""A job compared with its own earlier runs (collector/detect/_lineage.py), on real recordings
+replayed as consecutive runs of one job through the collector's pipeline, with a collector
+restart between the runs (a new Detection on the same state directory)."""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing
+import os
+import pathlib
+import sqlite3
+
+import pytest
+
+from stepwatch.collector._replay import replay
+from stepwatch.collector.alerting import Detection
+from stepwatch.collector.detect import DetectionConfig, RunIdentity, RunStore
+from stepwatch.collector.detect._lineage import Lineage
+from stepwatch.collector.detect._persist import DriftStore
+from stepwatch.collector.tools.corpus import events, first_step_time, inject, load, rerun
+
+REAL = pathlib.Path(__file__).resolve().parents[1] / "data" / "real"
+CFG = DetectionConfig()
+RUN_REGRESSION = "StepwatchRunRegression"
+
+
+def _play(lines, directory, drift_state=False):
+    """Replay ``lines`` into a fresh collector (Detection) on ``directory``: (alerts, detection)."""
+    det = Detection(CFG, log_changes=False, runs=RunStore(str(directory)),
+                    store=DriftStore(str(directory)) if drift_state else None)
+    return replay(events(lines), CFG, detection=det), det
+
+
+def _second(first, path, ratio=0.0, **hello):
+    """``path`` replayed as the next run of ``first``'s job, a minute after it ended, slowed by
+    ``ratio`` from its first step."""
+    lines = rerun(load(str(REAL / path)), max(o["time"] for o in first) + 60, "second-run",
+                  job=first[0]["hello"]["job"], **hello)
+    return inject(lines, "step", ratio, first_step_time(lines) - 1, 0) if ratio else lines
+
+
+@pytest.fixture(scope="module")
+def h200q(tmp_path_factory):
+    return load(str(REAL / "h200q_1gpu_m.jsonl.gz"))
+
+
+def test_a_resume_that_came_back_slower_is_raised_once_with_what_changed(h200q, tmp_path):
+    """The same 12-layer bf16 job on an H200, resumed 8% slower on another host with another
+    torch: one StepwatchRunRegression, within 2 minutes of the second run settling, with the
+    levels of both runs and what differs between them."""
+    _play(h200q, tmp_path)
+    second = _second(h200q, "h200q_1gpu_m2.jsonl.gz", 0.08, host="gpu-node-22", torch_version="2.12.0")
+    alerts, det = _play(second, tmp_path)
+    reg = [a for a in alerts if a.alertname == RUN_REGRESSION]
+    assert len(reg) == 1 and reg[0].state == "firing", [(a.alertname, a.state, a.fired_summary) for a in alerts]
+    settled = first_step_time(second) + CFG.drift.warmup_s + CFG.drift.settle_s
+    assert 0 <= reg[0].fired_at - settled <= 120, reg[0].fired_at - settled
+    text = reg[0].fired_summary
+    assert text.startswith("this run settled 7.9% slower than the run of 2026-11-30 02:23 UTC (40.3 -> 43.5 ms/step"), text
+    assert text.endswith("changed: host vm -> gpu-node-22, torch 2.11.0+cu130 -> 2.12.0"), text
+    assert reg[0].evidence["against"] == h200q[0]["hello"]["session_id"] and reg[0].decided == "runs"
+    runs = det.engine.lineage.runs(h200q[0]["hello"]["job"])
+    assert [r["run"] for r in runs] == [h200q[0]["hello"]["session_id"], "second-run"]
+    assert runs[0]["ended_at"] is not None and runs[1]["regression"] and runs[1]["live"]
+
+
+def test_an_unchanged_resume_is_recorded_never_raised(h200q, tmp_path):
+    _play(h200q, tmp_path)
+    alerts, det = _play(_second(h200q, "h200q_1gpu_m2.jsonl.gz"), tmp_path)
+    assert alerts == [], [(a.alertname, a.fired_summary) for a in alerts]
+    runs = det.engine.lineage.runs(h200q[0]["hello"]["job"])
+    assert len(runs) == 2 and 0.97 < runs[1]["compared"]["ratio"] < 1.03 and not runs[1]["regression"]
+
+
+def test_a_faster_resume_is_recorded_never_raised(h200q, tmp_path):
+    first = inject(h200q, "step", 0.08, first_step_time(h200q) - 1, 0)
+    _play(first, tmp_path)
+    alerts, det = _play(_second(first, "h200q_1gpu_m2.jsonl.gz"), tmp_path)
+    assert alerts == [], [(a.alertname, a.fired_summary) for a in alerts]
+    runs = det.engine.lineage.runs(h200q[0]["hello"]["job"])
+    assert runs[1]["compared"]["ratio"] < 0.95 and not runs[1]["regression"], runs[1]["compared"]
+
+
+def test_a_job_name_reused_by_another_batch_size_starts_a_new_lineage(tmp_path):
+    """Two real 2-GPU DDP jobs of one name, batch 8 then batch 6 (tokens per step 8192 -> 6144):
+    the second, even made 8% slower, is never compared with the first."""
+    first = load(str(REAL / "h200e_2gpu_m_a.jsonl.gz"))
+    _play(first, tmp_path)
+    alerts, det = _play(_second(first, "h200e_2gpu_m_b.jsonl.gz", 0.08), tmp_path)
+    assert not [a for a in alerts if a.alertname == RUN_REGRESSION]
+    runs = det.engine.lineage.runs(first[0]["hello"]["job"])
+    assert [r["tokens_per_step"] for r in runs] == [8192, 6144] and runs[1]["compared"] is None
+    assert runs[1]["settled_step_s"] and sorted(runs[1]["ranks"]) == ["0", "1"]
+
+
+def test_a_reused_name_never_restores_another_runs_level(tmp_path):
+    """The state_dir poisoning case: "victim" runs a launch-bound ~12 ms job, the collector
+    restarts, then a ~40 ms job starts under the same name. Its ranks learn their own level:
+    nothing is raised at its start (restoring the old level paged +200% from step 101)."""
+    small = rerun(load(str(REAL / "h100c_1gpu_s.jsonl.gz")), 1.8e9, "attacker", job="victim")
+    _play(small, tmp_path, drift_state=True)
+    big = rerun(load(str(REAL / "h200q_1gpu_m.jsonl.gz")), max(o["time"] for o in small) + 36 * 60, "real",
+                job="victim")
+    alerts, det = _play(big, tmp_path, drift_state=True)
+    assert alerts == [], [(a.alertname, a.fired_summary) for a in alerts]
+    assert 0.039 < det.engine._ranks[("victim", 0)].drift.settled()[0] < 0.042
+
+
+def test_a_restart_inside_one_run_keeps_that_runs_level_and_run(h200q, tmp_path):
+    """The same sessions reconnect after the collector restarted: the rank is armed again at
+    once (its level restored) and its run goes on (one run, not two)."""
+    cut = first_step_time(h200q) + 300
+    before = [o for o in h200q if o["time"] < cut and o["kind"] != "disconnect"]
+    after = [o for o in h200q if o["kind"] == "connect"] + [o for o in h200q if o["time"] >= cut]
+    _play(before, tmp_path, drift_state=True)
+    det = Detection(CFG, log_changes=False, runs=RunStore(str(tmp_path)), store=DriftStore(str(tmp_path)))
+    alerts = replay(events(after[:5]), CFG, detection=det)
+    assert alerts == [] and det.engine.armed() == {(h200q[0]["hello"]["job"], 0): True}
+    assert len(det.engine.lineage.runs(h200q[0]["hello"]["job"])) == 1
+
+
+# -- the store -------------------------------------------------------------------------------------
+def _ident(session, host="n1", world=1, tokens="8192"):
+    return RunIdentity(session=session, world=world, host=host, settings=(("tokens_per_step", tokens),))
+
+
+def _level(values):
+    return lambda job, rank: values.get(rank)
+
+
+def test_a_damaged_run_store_logs_once_and_the_lineage_goes_on_in_memory(tmp_path, caplog):
+    (tmp_path / "detection.sqlite").write_bytes(b"this is not a database" * 100)
+    caplog.set_level(logging.ERROR, "stepwatch.collector")
+    lin = Lineage(RunStore(str(tmp_path)))
+    for k, level in enumerate((0.040, 0.044)):
+        lin.hello("j", 0, _ident(f"s{k}"), 1000.0 * k)
+        lin.tick(1000.0 * k + 200, _level({0: (level, 0.01)}))
+    assert [c.alertname for c in lin.conditions("j")] == [RUN_REGRESSION]
+    assert len([r for r in caplog.records if "run records" in r.getMessage()]) == 1, caplog.records
+
+
+def test_a_read_only_state_dir_logs_once_and_the_lineage_goes_on(tmp_path, caplog):
+    lin = Lineage(RunStore(str(tmp_path)))
+    lin.hello("j", 0, _ident("s0"), 0.0)
+    lin.tick(200.0, _level({0: (0.040, 0.01)}))
+    os.chmod(tmp_path / "detection.sqlite", 0o400)
+    os.chmod(tmp_path, 0o500)
+    try:
+        caplog.set_level(logging.ERROR, "stepwatch.collector")
+        lin2 = Lineage(RunStore(str(tmp_path)))
+        lin2.hello("j", 0, _ident("s1"), 1000.0)
+        lin2.hello("j", 0, _ident("s2"), 2000.0)
+        lin2.tick(2200.0, _level({0: (0.046, 0.01)}))
+    finally:
+        os.chmod(tmp_path, 0o700)
+        os.chmod(tmp_path / "detection.sqlite", 0o600)
+    if os.geteuid() != 0:  # (root writes through a read-only mode)
+        assert len([r for r in caplog.records if "run records" in r.getMessage()]) == 1
+    assert [c.alertname for c in lin2.conditions("j")] == [RUN_REGRESSION]
+
+
+def test_a_slower_rank_is_named_and_only_the_newest_runs_are_kept(tmp_path):
+    store = RunStore(str(tmp_path), keep=3)
+    lin = Lineage(store)
+    for k in range(5):
+        for rank in range(4):
+            lin.hello("j", rank, _ident(f"s{k}-{rank}", host=f"node{rank + (4 if k == 4 else 0)}", world=4),
+                      1000.0 * k)
+        slow = {3: 1.15} if k == 4 else {}
+        lin.tick(1000.0 * k + 200, _level({r: (0.040 * slow.get(r, 1.0), 0.005) for r in range(4)}))
+    c = lin.conditions("j")
+    assert len(store.runs("j")) == 3
+    assert not c, "the median rank did not move: the job's level is the same"
+    comp = lin.runs("j")[-1]["compared"]
+    assert comp["rank"] == 3 and comp["rank_host"] == "node7", comp
+
+
+def _writer(directory, job, n):
+    store = RunStore(directory)
+    lin = Lineage(store)
+    for k in range(n):
+        lin.hello(job, 0, _ident(f"{job}-{k}"), float(k))
+        lin.tick(float(k) + 0.5, _level({0: (0.04, 0.01)}))
+
+
+def test_two_replicas_sharing_the_directory_do_not_corrupt_it(tmp_path):
+    ctx = multiprocessing.get_context("spawn")
+    procs = [ctx.Process(target=_writer, args=(str(tmp_path), f"job{i}", 30)) for i in range(2)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(120)
+        assert p.exitcode == 0
+    db = sqlite3.connect(str(tmp_path / "detection.sqlite"))
+    assert db.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+    assert db.execute("SELECT job, count(*) FROM runs GROUP BY job ORDER BY job").fetchall() == [("job0", 30),
+                                                                                                ("job1", 30)]
+
+
+def test_a_new_run_under_a_name_the_collector_still_holds_learns_its_own_level(tmp_path):
+    """The same case without a restart: the collector still holds the ~12 ms job's rank (its
+    grace has not passed) when the ~40 ms job connects under the same name and rank."""
+    small = rerun(load(str(REAL / "h100c_1gpu_s.jsonl.gz")), 1.8e9, "attacker", job="victim")
+    det = Detection(CFG, log_changes=False, runs=RunStore(str(tmp_path)))
+    replay(events(small), CFG, detection=det)
+    assert ("victim", 0) in det.engine.rank_keys()
+    big = rerun(load(str(REAL / "h200q_1gpu_m.jsonl.gz")), max(o["time"] for o in small) + 60, "real", job="victim")
+    alerts = [a for a in replay(events(big), CFG, detection=det) if a.fired_at >= big[0]["time"]]
+    assert alerts == [], [(a.alertname, a.fired_summary) for a in alerts]
+    assert 0.039 < det.engine._ranks[("victim", 0)].drift.settled()[0] < 0.042
+
+
+# -- where users look: a real collector on loopback, real gRPC -------------------------------------
+def _stream(running, lines):
+    """Send a recording's batches to a running collector over real gRPC, housekeeping on the
+    data clock every eval_interval_s as the live timer would."""
+    from test_replay_live import Stream  # (one agent stream that waits for each ack)
+
+    from stepwatch.proto.stepwatch.v1 import agent_pb2
+
+    evs = list(events(lines))
+    col, clock = running.collector, running.clock
+    next_tick = evs[0].time
+    with running.channel() as chan:
+        stream = None
+        for ev in evs:
+            while ev.time >= next_tick:
+                clock.now = next_tick
+                running.loop.call(_housekeeping(col))
+                next_tick += CFG.eval_interval_s
+            clock.now = ev.time
+            if ev.kind == "connect":
+                stream = Stream(chan, agent_pb2.AgentMessage(hello=ev.hello))
+            elif ev.kind == "batch":
+                stream.send(ev.batch)
+        stream.close()
+    running.loop.call(_housekeeping(col))
+
+
+async def _housekeeping(col):
+    col.housekeeping()
+
+
+def test_runs_are_served_on_the_api_the_command_line_top_and_metrics_across_a_restart(
+        h200q, start_collector, tmp_path, capsys):
+    import json
+
+    from stepwatch.collector.tools import main
+    from stepwatch.collector.tools import top
+
+    first = start_collector(state_dir=str(tmp_path / "state"))
+    _stream(first, h200q)
+    first.loop.call(first.collector.stop(grace_s=0))  # the collector restarts between the runs
+    second_run = _second(h200q, "h200q_1gpu_m2.jsonl.gz", 0.08, host="gpu-node-22")
+    running = start_collector(state_dir=str(tmp_path / "state"))
+    _stream(running, second_run[:-1])  # (the second run is still live)
+    job = h200q[0]["hello"]["job"]
+    status, _, body = running.get(f"/api/jobs/{job}/runs")
+    doc = json.loads(body)
+    assert status == 200 and [r.get("live", False) for r in doc["runs"]] == [False, True]
+    assert doc["runs"][1]["regression"] and doc["runs"][1]["compared"]["changed"] == ["host vm -> gpu-node-22"]
+    assert json.loads(running.get("/api/jobs/nobody/runs")[2]) == {"job": "nobody", "runs": []}
+    summary = json.loads(running.get("/api/jobs?summary=1")[2])["jobs"][0]["run"]
+    assert summary["regression"] and 1.07 < summary["ratio"] < 1.09, summary
+    metrics = running.get("/metrics")[2].decode()
+    assert f'stepwatch_run_level_ratio{{training_job="{job}"}} 1.07' in metrics
+    alerts = json.loads(running.get("/api/alerts")[2])["alerts"]
+    assert [a["alertname"] for a in alerts if a["state"] == "firing"] == [RUN_REGRESSION]
+    http = running.collector.http_address
+    assert main(["history", job, "--http", http]) == 0
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    assert lines[0].startswith("STARTED (UTC)") and len(lines) == 4, out
+    assert "live" in lines[2] and "+7.9%!" in lines[2] and "gpu-node-22" in lines[2], out
+    assert "changed: host vm -> gpu-node-22" in lines[3], out
+    assert main(["history", "nobody", "--http", http]) == 2
+    table = top.render(top.read(http))
+    assert f"{job[:24]:<24} run from" in table and "+7.9% vs the run of" in table and "REGRESSION" in table, table
