@@ -18,6 +18,9 @@ Neither is marked with ``agent.pause``: the detector has to recognise them.
 waits for the step), the same measurement with or without the agent: the A/B reads it.
 ``--agent``: ``attach`` (defaults, or the STEPWATCH_* environment), ``none``.
 
+``--save-ckpt PATH`` writes the model and optimizer state at the end; ``--resume PATH`` starts
+from it (a resumed run of the job, for run-to-run comparison).
+
 ``--inject CAUSE`` slows the job from ``--inject-after-s`` on (on ``--inject-rank``, or every
 rank), by about ``--inject-ratio`` of the step time measured just before, in software only:
 ``gemm_backward`` / ``gemm_forward`` (extra bf16 matrix products in that pass), ``dataloader``
@@ -108,6 +111,8 @@ def main() -> None:
                         "each on for --inject-on-s, then off for --inject-off-s")
     p.add_argument("--inject-on-s", type=float, default=90.0)
     p.add_argument("--inject-off-s", type=float, default=140.0)
+    p.add_argument("--save-ckpt", default="", help="at the end, the model and optimizer state to this file")
+    p.add_argument("--resume", default="", help="start from a --save-ckpt file (a resumed run of the job)")
     a = p.parse_args()
     ddp = int(os.environ.get("WORLD_SIZE", "1")) > 1
     if ddp:
@@ -126,6 +131,10 @@ def main() -> None:
     if ddp:
         model = nn.parallel.DistributedDataParallel(model, device_ids=[local] if cuda else None)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    if a.resume:
+        saved = torch.load(a.resume, map_location=device)
+        model.load_state_dict(saved["model"])
+        opt.load_state_dict(saved["opt"])
     loss_fn = nn.CrossEntropyLoss()
     cause = {"on": None, "gemms": 0, "ms": 0.0}  # what is injected now
     mat = torch.randn(2048 if cuda else 128, 2048 if cuda else 128, device=device, dtype=torch.bfloat16)
@@ -309,6 +318,8 @@ def main() -> None:
             marks.append(("checkpoint", len(ends)))
             torch.save({"model": model.state_dict(), "opt": opt.state_dict()}, f"/tmp/ckpt-{rank}.pt")
             last_ckpt = time.perf_counter()
+    if a.save_ckpt and rank == 0:
+        torch.save({"model": model.state_dict(), "opt": opt.state_dict()}, a.save_ckpt)
     if a.steps_out:
         with open(a.steps_out.replace("{rank}", str(rank)), "w") as fh:
             json.dump({"size": a.size, "batch": batch, "rank": rank, "agent": a.agent,

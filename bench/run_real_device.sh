@@ -35,10 +35,10 @@ nvidia-smi --query-gpu=index,name,driver_version --format=csv,noheader | tee $W/
 python3 -c "import torch, sys; print('torch', torch.__version__, 'python', sys.version.split()[0])" | tee -a $W/gpus.txt
 NCPU=$(nproc)
 
-collector() {  # NAME PORT: a collector recording to $W/NAME.jsonl on the last cores
+collector() {  # NAME PORT: a collector recording to $W/NAME.jsonl on the last cores (STATE=DIR: its state_dir)
     taskset -c $((NCPU - 1 - ($2 % 4))) python3 -m stepwatch.collector.tools collector \
         --grpc-listen 127.0.0.1:$((7400 + $2 * 2)) --http-listen 127.0.0.1:$((7401 + $2 * 2)) \
-        --record $W/$1.jsonl > $W/$1.collector.log 2>&1 &
+        ${STATE:+--state-dir $STATE} --record $W/$1.jsonl > $W/$1.collector.log 2>&1 &
     echo $! > $W/$1.collector.pid
     sleep 3
 }
@@ -270,6 +270,39 @@ gputests)  # NAME GPUS PATHS...: pytest on those GPUs, its files under $W/NAME
     CUDA_VISIBLE_DEVICES=$gpus OUT=$W/$name python3 -m pytest -q -s -p no:cacheprovider -W ignore "$@" \
         > $W/$name/gpu_tests.txt 2>&1
     grep -E "passed|failed|^(FAILED|ERROR)" $W/$name/gpu_tests.txt | tail -15 ;;
+resume)  # NAME SIZE BATCH SECS1 SECS2 CAUSE RATIO: a 1-GPU job of SECS1, the collector restarted
+         # (the same state_dir), then the job resumed from its checkpoint for SECS2 with CAUSE on
+         # from 20 s (before it settles): its runs and alerts at the end (issue 67's live check)
+    name=$1 size=$2 batch=$3 s1=$4 s2=$5 cause=$6 ratio=$7
+    export STATE=$W/state
+    collector ${name}_1 0
+    job1 ${name}_1 0 0 $size $s1 --batch $batch --job $name --save-ckpt $W/$name.ckpt
+    finish ${name}_1 0
+    collector ${name}_2 0
+    job1 ${name}_2 0 0 $size $s2 --batch $batch --job $name --resume $W/$name.ckpt \
+        --inject $cause --inject-after-s 20 --inject-ratio $ratio &
+    jobpid=$!
+    python3 - "$name" "$s2" <<'EOF'
+import json, sys, time, urllib.request
+name, secs = sys.argv[1], float(sys.argv[2])
+end = time.time() + secs
+while time.time() < end:  # until the resumed run has settled and been compared (or SECS2)
+    time.sleep(5)
+    try:
+        runs = json.load(urllib.request.urlopen(f"http://127.0.0.1:7401/api/jobs/{name}/runs", timeout=5))["runs"]
+    except OSError:
+        continue
+    if runs and runs[-1].get("live") and runs[-1].get("settled_step_s"):
+        break
+time.sleep(6)  # the alert book's next update
+for path in (f"api/jobs/{name}/runs", "api/alerts"):
+    body = urllib.request.urlopen(f"http://127.0.0.1:7401/{path}", timeout=10).read()
+    open(f"/tmp/real/{name}.{path.split('/')[-1]}.json", "wb").write(body)
+    print(path, body.decode()[:3000])
+EOF
+    python3 -m stepwatch.collector.tools history $name --http 127.0.0.1:7401 | tee $W/$name.history.txt
+    kill $jobpid 2>/dev/null; wait $jobpid
+    finish ${name}_2 0 ;;
 pulses-start)  # NAME SIZE SECS AFTER CAUSES: a 1-GPU job at the defaults, CAUSES (comma-separated)
     # turned on in turn from AFTER s (each on ON_S=90 s, off OFF_S=140 s, RATIO=0.10 of the step),
     # detached; its collector records, its alerts and jobs are kept at the end (wait-pack NAME)

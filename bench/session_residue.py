@@ -20,7 +20,13 @@ moves. Cycles against instructions tell a cost of more work from one of slower w
 TLB). Arms (``ARMS``): ``none`` (five plain steps where the session would be), ``cpu`` (CPU
 activity only), ``cuda`` (CPU+CUDA with ``TEARDOWN_CUPTI=1``, as the agent sets it),
 ``cuda_noexport`` (the same, the trace never written), ``cuda_keep`` (``TEARDOWN_CUPTI=0``:
-CUPTI left attached, a known lasting cost, the probe's positive control).
+CUPTI left attached, a known lasting cost, the probe's positive control), ``cpu_noexport``,
+``cpu_pyexport`` / ``cuda_pyexport`` (the trace written by torch's Python exporter,
+``use_python_export=True``, instead of Kineto's C++ one).
+
+Without hardware counters (a VM without a PMU: perf_event_open answers ENOENT) only the times
+remain, and a launch-bound job's host wanders by 10-20% between processes: the figure is then
+each process's after/before of wall time per step, compared across many processes per arm.
 
 ``--report`` prints, per arm, the median over its processes of after/before for each counter,
 and each process's figures.
@@ -40,7 +46,7 @@ import sys
 import tempfile
 import time
 
-ARMS = ("none", "cpu", "cuda", "cuda_noexport", "cuda_keep")
+ARMS = ("none", "cpu", "cuda", "cuda_noexport", "cuda_keep", "cpu_noexport", "cpu_pyexport", "cuda_pyexport")
 _PERF_EVENT_OPEN = 298  # x86_64
 _HW_CYCLES, _HW_INSTRUCTIONS = 0, 1
 
@@ -134,12 +140,14 @@ def child(arm: str, size: str, blocks: int, block_steps: int, warmup: int) -> di
             step()
     else:
         acts = [torch.profiler.ProfilerActivity.CPU]
-        if arm != "cpu" and cuda:
+        if not arm.startswith("cpu") and cuda:
             acts.append(torch.profiler.ProfilerActivity.CUDA)
         path = os.path.join(tempfile.mkdtemp(), "window.json")
 
         def ready(prof):
-            if arm != "cuda_noexport":
+            if arm.endswith("_pyexport"):  # torch's Python writer instead of Kineto's C++ one
+                prof.export_chrome_trace(path, use_python_export=True)
+            elif not arm.endswith("_noexport"):
                 prof.export_chrome_trace(path)
 
         prof = torch.profiler.profile(activities=acts, on_trace_ready=ready,
@@ -147,7 +155,7 @@ def child(arm: str, size: str, blocks: int, block_steps: int, warmup: int) -> di
         prof.start()
         for _ in range(5):
             step()
-            prof.step()
+            prof.step()  # (an exporter this torch lacks raises here: the process reports it)
         prof.stop()
         del prof
         gc.collect(1)
