@@ -187,6 +187,8 @@ class Detection:
                 if key is not None:
                     self.book.annotate(key, trace=_trace_text(hello.host, ref))
             feed_batch(self.engine, hello.job, hello.rank, batch, steps, samples)
+            if batch.HasField("gpu"):  # the GPU became known after the Hello: the run's record
+                self.engine.lineage.gpu(hello.job, hello.rank, batch.gpu.name)
             if self.engine.changed:
                 self._update(now)
             rank = (hello.job, hello.rank)

@@ -157,7 +157,8 @@ class _Run:
                 "last_data_at": self.last_time, "first_step": _min(r.first_step for r in self.ranks.values()),
                 "settled_step_s": self.settled_s, "noise": self.noise,
                 "tokens_per_s": per or None, "samples_per_s": per_s or None,
-                "compared": dataclasses.asdict(self.compared) if self.compared else None,
+                "compared": dict(dataclasses.asdict(self.compared), changed=list(self.compared.changed))
+                if self.compared else None,
                 "regression": self.regression, "ranks": ranks}
 
     @classmethod
@@ -275,6 +276,14 @@ class Lineage:
     def hello(self, job: str, rank: int, ident: RunIdentity, now: float) -> bool:
         with self._lock:
             return self._hello_locked(job, rank, ident, now)
+
+    def gpu(self, job: str, rank: int, name: str) -> None:
+        """The rank's GPU model, learnt after its Hello (the agent sends it in a batch)."""
+        with self._lock:
+            run = self._current.get(job)
+            r = run.ranks.get(rank) if run is not None else None
+            if r is not None and name and r.ident.gpu != name:
+                r.ident = dataclasses.replace(r.ident, gpu=name)
 
     def left(self, job: str, rank: int) -> bool:
         """``rank`` expired from the collector; the run ends once all its ranks have. True when

@@ -276,3 +276,13 @@ def test_runs_are_served_on_the_api_the_command_line_top_and_metrics_across_a_re
     assert main(["history", "nobody", "--http", http]) == 2
     table = top.render(top.read(http))
     assert f"{job[:24]:<24} run from" in table and "+7.9% vs the run of" in table and "REGRESSION" in table, table
+
+
+def test_a_gpu_learnt_after_the_hello_is_in_the_record_and_in_what_changed():
+    lin = Lineage(RunStore(None))
+    for k, gpu in enumerate(("NVIDIA H100 80GB HBM3", "NVIDIA H200")):
+        lin.hello("j", 0, _ident(f"s{k}"), 1000.0 * k)
+        lin.gpu("j", 0, gpu)
+        lin.tick(1000.0 * k + 200, _level({0: (0.040 * (1.1 if k else 1.0), 0.01)}))
+    assert lin.runs("j")[0]["ranks"]["0"]["gpu"] == "NVIDIA H100 80GB HBM3"
+    assert lin.runs("j")[1]["compared"]["changed"] == ["GPU NVIDIA H100 80GB HBM3 -> NVIDIA H200"]
