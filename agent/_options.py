@@ -162,6 +162,11 @@ class AgentSettings:
     aftereffect_threshold: float = option(
         0.02, "... slower by at least this share (or by the job's own wobble before the session, "
         "whichever is larger).", env="STEPWATCH_AFTEREFFECT_THRESHOLD", check=between(0.0, 1.0))
+    window_first_after_s: float = option(
+        60.0, "With scheduled windows, the first profiler session waits until the job has run this "
+        "long, so the after-effect check judges it against the job's level before any profiler ran "
+        "(a level a session leaves for the rest of the process is otherwise never seen; 0: at once).",
+        env="STEPWATCH_WINDOW_FIRST_AFTER_S", parse=parse_duration, check=non_negative())
     window_backoff_s: float = option(
         3 * 3600.0, "Pause after a window that saw no GPU events (another CUPTI subscriber).",
         env="STEPWATCH_WINDOW_BACKOFF_S", parse=parse_duration, check=non_negative())

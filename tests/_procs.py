@@ -131,6 +131,8 @@ def trainer_env(tmp_path, collector: str, job: str, **extra) -> dict:
     env = dict(os.environ, STEPWATCH_COLLECTOR=collector, STEPWATCH_JOB=job,
                STEPWATCH_SPOOL_DIR=str(tmp_path / "spool"), STEPWATCH_TRACE_DIR=str(tmp_path / "traces"),
                STEPWATCH_FLUSH_INTERVAL_S="0.2",
+               # test jobs last seconds: scheduled windows from their first steps, not after 60 s
+               STEPWATCH_WINDOW_FIRST_AFTER_S="0",
                STEPWATCH_RECONNECT_MAX_S="1", OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
     env.update({k: str(v) for k, v in extra.items()})
     return env

@@ -34,6 +34,29 @@ def _plain(value: Any) -> Any:
     return value
 
 
+# Why the agent's profiler windows run as they do, by its ``windows`` setting (its Hello's
+# config), with the figures behind the default (docs/agent.md has the measurements).
+_WINDOWS_WHY = {
+    "on_demand": "profiler windows run only when a slowdown alert or a person asks: any profiler session "
+                 "left 1-GPU H100 jobs about 1% slower for the rest of the process (scheduled windows +1.22% "
+                 "and +1.35%, SE 0.33-0.45%; the warm-up session alone +0.94%; no session +0.24%; "
+                 "bench/results/agent_ab_h100w.md, agent_ab_h100l.md), and on an H200 launch-bound job "
+                 "sessions whose trace was exported were followed by +8% (median of 7; not resolved from the "
+                 "host's wander, bench/results/session_residue_h200.md); the agent's 0.5% budget holds only "
+                 "without them (H200 at the defaults: +0.14%)",
+    "scheduled": "profiler windows on the schedule (windows: scheduled): their cost, and a lasting after-effect "
+                 "once the agent's own check finds one, is in agent_stats.overhead_ratio; about 1% of step time "
+                 "was measured on H100 (docs/agent.md)",
+    "off": "no profiler windows (windows: off); captures asked for still run",
+}
+
+
+def _windows(config: Mapping[str, str]) -> Optional[dict]:
+    mode = {"True": "scheduled", "true": "scheduled", "1": "scheduled", "False": "off", "false": "off",
+            "0": "off"}.get(config.get("windows", ""), config.get("windows", ""))
+    return {"mode": mode, "why": _WINDOWS_WHY[mode]} if mode in _WINDOWS_WHY else None
+
+
 def _rank(st: RankState, events: bool, armed: Optional[bool] = None,
           reach: Optional[Mapping[str, float]] = None, again: Optional[float] = None) -> dict[str, Any]:
     h = st.hello
@@ -53,6 +76,7 @@ def _rank(st: RankState, events: bool, armed: Optional[bool] = None,
         "drift_armed": armed,
         "drift_reach": dict(reach) if reach else None,
         "drift_settling_again_since": again,
+        "windows": _windows(h.config),
     }
     if events:
         out["events"] = [_fields(ev) for ev in st.events]

@@ -22,8 +22,10 @@ class Clock:
 
 
 def make(tmp_path, **options):
-    """A scheduler on the schedule unless ``windows`` is given (the default is on demand)."""
+    """A scheduler on the schedule unless ``windows`` is given (the default is on demand); the
+    warm-up session as early as the schedule allows unless ``window_first_after_s`` is given."""
     options.setdefault("windows", "scheduled")
+    options.setdefault("window_first_after_s", 0)
     settings = load(AgentSettings, options, environ={})
     out, clock = [], Clock()
     sched = WindowScheduler(out.append, torch, settings, str(tmp_path), clock=clock, wall=clock)
@@ -255,10 +257,15 @@ def test_a_window_that_leaves_the_job_slower_makes_the_agent_back_off(tmp_path):
     assert "a profiler session (cpu)" in events[0]["message"]
     assert "profiling is off in this process" in events[0]["message"], events
     assert sched.aftereffect_ratio == pytest.approx(1.05, abs=0.005)
-    assert sched.total_cost_s - cost_before > 50 * (1 - 1 / 1.05) * 0.9  # the spell counts
+    assert sched.total_cost_s == cost_before + windows(out)[-1]["overhead_s"]  # the windows' own cost
+    lasting = sched.lasting_cost_s
+    # counted from the session's close (step 16,388) to now, not only the 50 s of the check
+    assert lasting == pytest.approx((1 - 1 / 1.05) * (24575 - 16388) * 0.0105, rel=0.02)
     n = len(windows(out))
     run_steps(sched, clock, 24576, 40000, step_s=0.0105)
     assert len(windows(out)) == n  # no window while off
+    # the share a session left goes on counting while profiling is off: 15,425 more steps
+    assert sched.lasting_cost_s - lasting == pytest.approx(15425 * 0.0105 * (1 - 1 / 1.05), rel=0.01)
     sched.on_message({"t": "capture", "request_id": "asked", "steps": 2})
     run_steps(sched, clock, 40001, 40003, step_s=0.0105)
     (trace,) = [r for r in out if r["t"] == "trace"]
@@ -364,3 +371,23 @@ def test_a_session_asked_for_gets_no_after_effect_verdict(tmp_path, ask):
     run_steps(sched, clock, 12001, 12005, step_s=0.0105)
     (later,) = [r for r in out if r["t"] == "trace" and r["request_id"] == "later"]
     assert later["path"] and not later.get("error"), later
+
+
+def test_the_first_scheduled_session_waits_to_be_judged_and_a_lasting_cost_is_reported_for_good(tmp_path):
+    """At the default window_first_after_s (60 s) the warm-up session waits until the job has
+    run 60 s, so the after-effect check has the job's level before any profiler ran; a session
+    that left every later step 4% slower is then found, and from then on the overhead ratio
+    carries that share of each step, not only the time inside windows."""
+    sched, out, clock = make(tmp_path, window_first_after_s=60, window_every_steps=1 << 20)
+    run_steps(sched, clock, 1, 5999)  # 60 s of 10 ms steps
+    assert windows(out) == [] and not sched.profiling()
+    run_steps(sched, clock, 6000, 6024)  # the first session: the first multiple of 16 after 60 s
+    (first,) = windows(out)
+    assert first["first_step"] == 6018 and first["discard"], first
+    run_steps(sched, clock, 6025, 20000, step_s=0.0104)  # 4% slower from its end, for good
+    (event,) = [r for r in out if r["t"] == "event" and r["kind"] == "window_aftereffect"]
+    assert "+4.0% slower per step" in event["message"], event
+    share = 1 - 1 / 1.04
+    since_session = clock.now - 1000.0 - 60.2
+    assert sched.lasting_cost_s == pytest.approx(share * since_session, rel=0.02)
+    assert sched.overhead_ratio > 0.9 * share * since_session / (clock.now - 1000.0)

@@ -47,6 +47,19 @@ def test_api_jobs_says_when_the_drift_detector_is_armed(start_collector):
         [ln for ln in metrics.splitlines() if "reach" in ln]
     page = col.get("/")[2].decode()
     assert '"detector"' in page and "warming up" in page
+    # an agent at the defaults (no windows setting sent here: none said) and one on demand
+    assert rank["windows"] is None
+
+
+def test_api_jobs_says_why_windows_run_on_demand_with_the_figures(start_collector):
+    col = start_collector()
+    with col.channel() as chan:
+        stub = agent_pb2_grpc.AgentServiceStub(chan)
+        hi = hello(job="w", rank=0, session="s1")
+        hi.hello.config["windows"] = "on_demand"
+        list(stub.Connect(iter([hi, batch(1, steps=steps(1, 5))]), timeout=10))
+    (rank,) = [r for j in json.loads(col.get("/api/jobs?job=w")[2])["jobs"] for r in j["ranks"]]
+    assert rank["windows"]["mode"] == "on_demand" and "+1.22%" in rank["windows"]["why"], rank["windows"]
 
 
 def test_api_jobs_says_a_rank_settles_again_after_a_shift_that_began_before_it_armed(start_collector):
