@@ -121,7 +121,7 @@ class Collector:
         self._fork = ForkRender() if self.render_mode == "process" else None
         self.health.scrape_child = self._fork
         AlertMetrics(self.detection.book, self.registry, client, pauses=self.detection.engine.pauses,
-                     runs=self.detection.engine.lineage.ratios,
+                     runs=self.detection.engine.lineage.ratios, arming=self.detection.engine.arming,
                      per_rank=settings.metrics_per_rank == "full", armed=self.detection.engine.armed,
                      reach=self.detection.engine.reach)
         self.grpc_address: Optional[str] = None
@@ -374,11 +374,13 @@ class Collector:
             return 200, "application/json", self._shared.get("jobs", lambda: self._paced(
                 "jobs", lambda pause: jobs_json(self.state, None, self.detection.engine.armed(), pause=pause,
                                                  reach=self.detection.engine.reach(),
-                                                 again=self.detection.engine.settling_again())))
+                                                 again=self.detection.engine.settling_again(),
+                                                 arming=self.detection.engine.arming())))
         job = query.get("job")
         return 200, "application/json", jobs_json(self.state, job, self.detection.engine.armed(job),
                                                   reach=self.detection.engine.reach(job),
-                                                  again=self.detection.engine.settling_again(job))
+                                                  again=self.detection.engine.settling_again(job),
+                                                  arming=self.detection.engine.arming(job))
 
     def _paced(self, kind: str, build):
         """``build(pause)`` giving way to a busy ingest between its chunks as a scrape does

@@ -250,13 +250,14 @@ class AlertMetrics(Collector):
     Registers itself on ``registry``."""
 
     def __init__(self, book: AlertBook, registry, client=None, pauses=None, per_rank: bool = True,
-                 armed=None, reach=None, runs=None):
+                 armed=None, reach=None, runs=None, arming=None):
         self._book, self._per_rank = book, per_rank
         self._client = client
         self._pauses = pauses  # () -> {(job, rank): {kind: count}}
         self._armed = armed  # () -> {(job, rank): bool}
         self._reach = reach  # () -> {(job, rank): {severity: ratio}}, armed ranks only
         self._runs = runs  # () -> {job: the live run's settled level over its previous run's}
+        self._arming = arming  # () -> {(job, rank): (armed_at, last step time)}, ranks not armed
         registry.register(self)
 
     def collect(self):
@@ -284,6 +285,17 @@ class AlertMetrics(Collector):
             for key, n in sorted(summed.items()):
                 pauses.add_metric(key, n)
             yield pauses
+        if self._arming is not None:
+            arming = GaugeMetricFamily(
+                "stepwatch_drift_armed_in_seconds", "Seconds of training, from its latest step, until the last "
+                "of the job's ranks not armed yet arms its drift detector (warm-up and settling: slowdowns are "
+                "judged after it). Absent once every rank is armed.", labels=("training_job",))
+            left: dict = {}
+            for (job, _rank), (at, last) in sorted(self._arming().items()):
+                left[job] = max(left.get(job, 0.0), max(0.0, at - last))
+            for job, s in sorted(left.items()):
+                arming.add_metric((job,), s)
+            yield arming
         if self._runs is not None:
             runs = GaugeMetricFamily(
                 "stepwatch_run_level_ratio", "The job's live run's settled step time over the settled step time "

@@ -58,7 +58,8 @@ def _windows(config: Mapping[str, str]) -> Optional[dict]:
 
 
 def _rank(st: RankState, events: bool, armed: Optional[bool] = None,
-          reach: Optional[Mapping[str, float]] = None, again: Optional[float] = None) -> dict[str, Any]:
+          reach: Optional[Mapping[str, float]] = None, again: Optional[float] = None,
+          arming: Optional[tuple] = None) -> dict[str, Any]:
     h = st.hello
     out = {
         "rank": st.rank, "local_rank": h.local_rank, "world_size": h.world_size, "host": h.host,
@@ -76,6 +77,8 @@ def _rank(st: RankState, events: bool, armed: Optional[bool] = None,
         "drift_armed": armed,
         "drift_reach": dict(reach) if reach else None,
         "drift_settling_again_since": again,
+        "drift_armed_at": arming[0] if arming else None,
+        "drift_armed_in_s": max(0.0, arming[0] - arming[1]) if arming else None,
         "windows": _windows(h.config),
     }
     if events:
@@ -86,7 +89,8 @@ def _rank(st: RankState, events: bool, armed: Optional[bool] = None,
 def jobs_document(state: CollectorState, job: Optional[str] = None,
                   armed: Optional[Mapping[tuple, bool]] = None,
                   reach: Optional[Mapping[tuple, Mapping[str, float]]] = None,
-                  again: Optional[Mapping[tuple, float]] = None) -> dict[str, Any]:
+                  again: Optional[Mapping[tuple, float]] = None,
+                  arming: Optional[Mapping[tuple, tuple]] = None) -> dict[str, Any]:
     """``{"jobs": [{"job": name, "ranks": [rank, ...]}]}``, jobs and ranks sorted.
 
     Every job: each rank's identity, counters, latest samples, ``step_median_s`` (the median
@@ -105,7 +109,8 @@ def jobs_document(state: CollectorState, job: Optional[str] = None,
         jobs.setdefault(st.job, []).append(_rank(st, events=job is not None,
                                                  armed=(armed or {}).get((st.job, st.rank)),
                                                  reach=(reach or {}).get((st.job, st.rank)),
-                                                 again=(again or {}).get((st.job, st.rank))))
+                                                 again=(again or {}).get((st.job, st.rank)),
+                                                 arming=(arming or {}).get((st.job, st.rank))))
     return {"jobs": [{"job": name, "ranks": ranks} for name, ranks in jobs.items()]}
 
 
@@ -201,7 +206,8 @@ _ENCODE_RANKS = 64  # ranks per json.dumps call of a jobs answer
 def jobs_json(state: CollectorState, job: Optional[str] = None,
               armed: Optional[Mapping[tuple, bool]] = None, chunk: Optional[int] = None,
               reach: Optional[Mapping[tuple, Mapping[str, float]]] = None,
-              pause: Callable[[], None] = no_pause, again: Optional[Mapping[tuple, float]] = None) -> bytes:
+              pause: Callable[[], None] = no_pause, again: Optional[Mapping[tuple, float]] = None,
+              arming: Optional[Mapping[tuple, tuple]] = None) -> bytes:
     """:func:`jobs_document` as JSON, the same bytes as one ``json.dumps`` of it, built and
     encoded ``_ENCODE_RANKS`` ranks at a time from a snapshot taken a chunk at a time
     (:meth:`CollectorState.snapshot_chunks`; ``chunk`` ranks, its default when None): the C
@@ -211,7 +217,7 @@ def jobs_json(state: CollectorState, job: Optional[str] = None,
     (80-120 ms each time it was built; collector_scale_polled.md). Only the encoded text is
     kept. ``pause()`` is called after each chunk (a :class:`~..state._yield.ScrapeYield`'s: the
     build gives way to a busy ingest as a scrape does)."""
-    armed, reach, again = armed or {}, reach or {}, again or {}
+    armed, reach, again, arming = armed or {}, reach or {}, again or {}, arming or {}
     parts: list[str] = []
     pending: list[dict] = []  # ranks of the current job not yet encoded
     current: Optional[str] = None
@@ -236,7 +242,8 @@ def jobs_json(state: CollectorState, job: Optional[str] = None,
                 parts.append(f'{", " if current is not None else ""}{{"job": {json.dumps(st.job)}, "ranks": [')
                 current, ranks_out = st.job, 0
             pending.append(_rank(st, events=job is not None, armed=armed.get((st.job, st.rank)),
-                                 reach=reach.get((st.job, st.rank)), again=again.get((st.job, st.rank))))
+                                 reach=reach.get((st.job, st.rank)), again=again.get((st.job, st.rank)),
+                                 arming=arming.get((st.job, st.rank))))
             if len(pending) >= _ENCODE_RANKS:
                 encode()
     encode()

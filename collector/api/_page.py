@@ -74,6 +74,7 @@ async function getJSON(path) {
   if (!resp.ok) throw new Error(`${path}: HTTP ${resp.status}`);
   return resp.json();
 }
+const dur = (s) => (s >= 60 ? `${Math.floor(s / 60)} min ${Math.round(s % 60)} s` : `${Math.round(s)} s`);
 const ms = (s) => (s == null ? "—" : s >= 1 ? s.toFixed(2) + " s" : (s * 1000).toFixed(s < 0.01 ? 2 : 1) + " ms");
 const pct = (r) => (r == null ? "—" : (100 * r).toFixed(0) + " %");
 const gib = (b) => (b == null ? "—" : (b / 2 ** 30).toFixed(2) + " GiB");
@@ -125,8 +126,11 @@ function detectorCell(r) {
   const again = typeof r.drift_settling_again_since === "number"
     ? `settling again: a shift from ${new Date(1000 * r.drift_settling_again_since).toISOString().slice(11, 19)} UTC began before it armed`
     : "";
+  const left = typeof r.drift_armed_in_s === "number" ? r.drift_armed_in_s : null;
+  const wait = !r.connected ? "ended before arming: slowdowns are judged after a rank's first 3 min (detection.drift.warmup_s + settle_s; lower them for short jobs)"
+    : left == null ? "warming up" : `armed in ${dur(left)} of training`;
   const text = r.drift_armed === true ? (reach ? `armed · ${sev("info")} / ${sev("warning")} / ${sev("critical")}` : "armed")
-    : r.drift_armed === false ? (again || "warming up") : "—";
+    : r.drift_armed === false ? (again || wait) : "—";
   return h("td", {class: "detector", title: "smallest sustained step-time shift raised as info / warning / critical"}, text);
 }
 

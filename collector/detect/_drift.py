@@ -238,6 +238,15 @@ class DriftDetector:
         return self._resettles
 
     @property
+    def armed_at(self) -> Optional[float]:
+        """Before arming, the data time (Unix) it arms at: ``warmup_s + settle_s`` after the
+        rank's first judged step (or after a shift it settles again from); None once armed or
+        before any step."""
+        if self._settled is not None or self._first_time is None:
+            return None
+        return self._first_time + self.cfg.warmup_s + self.cfg.settle_s
+
+    @property
     def settling_again_since(self) -> Optional[float]:
         """While the rank settles again (a shift found after arming began inside the settling
         time), that shift's onset (Unix time); else None."""

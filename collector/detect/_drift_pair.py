@@ -143,6 +143,10 @@ class RankDrift:
         return self.median.settling_again_since
 
     @property
+    def armed_at(self) -> Optional[float]:
+        return self.median.armed_at
+
+    @property
     def baseline_s(self) -> Optional[float]:
         """The median detector's current level (seconds): the step time users read."""
         return self.median.baseline_s

@@ -552,6 +552,17 @@ class DetectionEngine:
         ``job``: that job's ranks only."""
         return self._drift_values(job, lambda d: d.settling_again_since)
 
+    def arming(self, job: Optional[str] = None) -> dict[tuple, tuple]:
+        """``{(job, rank): (armed_at, last step's end time)}`` for the ranks not armed yet: the
+        data time their drift detector arms at (:attr:`DriftDetector.armed_at`) and how far the
+        rank's data has got; ``job``: that job's ranks only."""
+        out = {}
+        for key, r in list(self._ranks.items()):
+            at = r.drift.armed_at
+            if at is not None and (job is None or key[0] == job) and r.live.last_time is not None:
+                out[key] = (at, r.live.last_time)
+        return out
+
     def reach(self, job: Optional[str] = None) -> dict[tuple, dict[str, float]]:
         """``{(job, rank): {severity: ratio}}`` for the armed ranks: the smallest sustained
         step-time shift each severity can raise now at the rank's own noise

@@ -2,7 +2,7 @@
 node without Grafana. Reads the collector's /api/jobs and /api/alerts every ``--interval``
 seconds and redraws one table, what is wrong first:
 
-    JOB  RANK  STATE  STEPS  STEPS/S  STEP MS  DATA WAIT  GPU UTIL  ALERT
+    JOB  RANK  STATE  STEPS  STEPS/S  STEP MS  DATA WAIT  GPU UTIL  DETECTOR  ALERT
 
 and under it, per job, its live run against the job's run before it (settled step time).
 
@@ -11,7 +11,8 @@ then finished ones; ranks in order within a job. STATE is ``live`` or ``ended`` 
 of the rank closed); STEPS/S the change of STEPS between two reads ("-" once ended); STEP MS the
 median of the rank's last 100 steps (not a mean since attach, which carries the first step's
 start-up); DATA WAIT the data-loader share of the last 100 steps; GPU UTIL the NVML utilisation
-("-" without a GPU); ALERT the rank's most severe firing alert: severity, name, its change and
+("-" without a GPU); DETECTOR whether slowdowns are judged yet: "armed", "in 2m10s" (of
+training, from its latest step) or "unarmed" (the rank ended before); ALERT the rank's most severe firing alert: severity, name, its change and
 the first part of its why. ``--once`` prints one table (two reads ``--interval`` apart) and
 exits: 0, or 1 when the collector cannot be read.
 """
@@ -62,7 +63,8 @@ def read(http: str, token: str = "") -> dict:
             ranks[(job["job"], int(r["rank"]))] = {
                 "steps": float(r.get("steps_total") or 0), "live": bool(r.get("connected")),
                 "median_s": r.get("step_median_s"), "wait": r.get("dataloader_wait_ratio"),
-                "gpu": gpu.get("utilization_ratio"), "alerts": []}
+                "gpu": gpu.get("utilization_ratio"), "alerts": [],
+                "armed": r.get("drift_armed"), "armed_in": r.get("drift_armed_in_s")}
     runs = {}
     for job in json.loads(_get(f"http://{http}/api/jobs?summary=1", token))["jobs"]:
         if job.get("run"):
@@ -72,6 +74,21 @@ def read(http: str, token: str = "") -> dict:
         if a.get("state") == "firing" and key in ranks:
             ranks[key]["alerts"].append(a)
     return {"time": time.monotonic(), "ranks": ranks, "runs": runs}
+
+
+def _detector(r: dict) -> str:
+    """The rank's drift detector: armed, or in how much more training it will be, or that the
+    rank ended before it was (slowdowns are judged after a rank's first 3 minutes)."""
+    if r.get("armed"):
+        return "armed"
+    if r.get("armed") is None:
+        return "-"  # (detection off, or the collector does not know the rank)
+    if not r["live"]:
+        return "unarmed"
+    if r.get("armed_in") is None:
+        return "warming"
+    s = int(r["armed_in"])
+    return f"in {s // 60}m{s % 60:02d}s" if s >= 60 else f"in {s}s"
 
 
 def _runs_line(job: str, run: dict) -> str:
@@ -121,7 +138,7 @@ def _order(ranks: dict) -> list:
 
 def render(now: dict, before: Optional[dict] = None) -> str:
     head = (f"{'JOB':<24} {'RANK':>4} {'STATE':<5} {'STEPS':>8} {'STEPS/S':>8} {'STEP MS':>8} "
-            f"{'DATA WAIT':>9} {'GPU UTIL':>8}  ALERT")
+            f"{'DATA WAIT':>9} {'GPU UTIL':>8} {'DETECTOR':>9}  ALERT")
     lines = [head]
     for job, rank in _order(now["ranks"]):
         r = now["ranks"][(job, rank)]
@@ -133,9 +150,12 @@ def render(now: dict, before: Optional[dict] = None) -> str:
         wait = f"{r['wait']:.1%}" if r["wait"] is not None else "-"
         gpu = f"{r['gpu']:.0%}" if r["gpu"] is not None else "-"
         lines.append(f"{job[:24]:<24} {rank:>4} {'live' if r['live'] else 'ended':<5} {r['steps']:>8.0f} "
-                     f"{rate:>8} {step_ms:>8} {wait:>9} {gpu:>8}  {_alert_cell(r['alerts'])}")
+                     f"{rate:>8} {step_ms:>8} {wait:>9} {gpu:>8} {_detector(r):>9}  {_alert_cell(r['alerts'])}")
     if len(lines) == 1:
         lines.append("(no rank has reported yet)")
+    if any(_detector(r) == "unarmed" for r in now["ranks"].values()):
+        lines.append("unarmed: the rank ended before its first 3 minutes, when slowdowns start to be judged "
+                     "(detection.drift.warmup_s + settle_s; lower them for short jobs)")
     runs = now.get("runs") or {}
     if runs:
         lines += ["", "RUNS (stepwatch history JOB lists every run)"]

@@ -8,8 +8,11 @@ from __future__ import annotations
 import json
 import time
 
+import pytest
+
 from collector_testlib import batch, hello
 from stepwatch.collector.detect import parse_detection
+from stepwatch.collector.tools import top
 from stepwatch.proto.stepwatch.v1 import agent_pb2, agent_pb2_grpc
 
 DETECTION = {"warmup_steps": 10, "drift": {"bucket_s": 0.5, "min_bucket_steps": 3, "warmup_s": 2, "settle_s": 3}}
@@ -31,6 +34,16 @@ def test_api_jobs_says_when_the_drift_detector_is_armed(start_collector):
         # 1 s of steps: inside the warm-up
         list(stub.Connect(iter([hello(job="a", rank=0, session="s1"), batch(1, steps=steps(1, 20))]), timeout=10))
         assert armed(col) == [False]
+        # when it arms: 2 s of warm-up and 3 s of settling after its first judged step (11,
+        # 0.55 s), from its latest (20, 1.0 s): 4.55 s more of training; the metric and top say so
+        (rank,) = [r for j in json.loads(col.get("/api/jobs")[2])["jobs"] for r in j["ranks"]]
+        assert rank["drift_armed_in_s"] == pytest.approx(4.55, abs=0.06), rank["drift_armed_in_s"]
+        assert 'stepwatch_drift_armed_in_seconds{training_job="a"} 4.5' in col.get("/metrics")[2].decode()
+        # (each Connect above ends its stream: the rank reads as ended between them, "unarmed")
+        live = {"time": 0.0, "runs": {}, "ranks": {("a", 0): {
+            "steps": 20, "live": True, "median_s": 0.05, "wait": 0.0, "gpu": None, "alerts": [],
+            "armed": rank["drift_armed"], "armed_in": rank["drift_armed_in_s"]}}}
+        assert " in 4s " in top.render(live) and "unarmed" not in top.render(live), top.render(live)
         # 8 s more: warm-up (2 s) and settling (3 s) over
         list(stub.Connect(iter([hello(job="a", rank=0, session="s1"), batch(2, steps=steps(21, 160))]), timeout=10))
         deadline = time.monotonic() + 10  # (detection applies batches after the ack)
@@ -88,3 +101,21 @@ def test_api_jobs_says_a_rank_settles_again_after_a_shift_that_began_before_it_a
     assert rank["drift_armed"] is False and rank["drift_reach"] is None, rank
     assert 4.4 <= rank["drift_settling_again_since"] - t0 <= 5.4, rank["drift_settling_again_since"] - t0
     assert json.loads(col.get("/api/alerts")[2])["alerts"] == []
+
+
+def test_a_rank_that_ended_before_arming_says_so_with_the_setting_for_short_jobs(start_collector):
+    col = start_collector(detection=parse_detection(DETECTION))
+    with col.channel() as chan:
+        stub = agent_pb2_grpc.AgentServiceStub(chan)
+        list(stub.Connect(iter([hello(job="short", rank=0, session="s1"), batch(1, steps=steps(1, 40))]),
+                          timeout=10))
+    deadline = time.monotonic() + 10
+    while True:  # (the stream's end reaches the state after the call returns)
+        (rank,) = [r for j in json.loads(col.get("/api/jobs")[2])["jobs"] for r in j["ranks"]]
+        if not rank["connected"] or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    assert rank["drift_armed"] is False and rank["connected"] is False
+    table = top.render(top.read(col.collector.http_address))
+    assert "unarmed" in table and "detection.drift.warmup_s + settle_s" in table, table
+    assert "ended before arming" in col.get("/")[2].decode()

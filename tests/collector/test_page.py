@@ -76,11 +76,13 @@ def test_jobs_summary_is_one_line_per_job_whatever_its_ranks(collector):
     status, ctype, body = collector.get("/api/jobs?summary=1")
     doc = json.loads(body)
     assert status == 200 and ctype == "application/json"
+    runs = [j.pop("run") for j in doc["jobs"]]  # each job's live run, not settled yet
     assert doc == {"jobs": [
         {"job": "big", "ranks": 3, "connected": 0, "step_median_s": 0.2, "slowest_rank": 1,
          "slowest_step_median_s": 0.3},
         {"job": "small", "ranks": 1, "connected": 0, "step_median_s": None, "slowest_rank": None,
          "slowest_step_median_s": None}]}
+    assert [(r["run"], r["settled_step_s"], r["ratio"]) for r in runs] == [("s1", None, None), ("s1", None, None)]
     full = json.loads(collector.get("/api/jobs")[2])
     assert sum(len(j["ranks"]) for j in full["jobs"]) == 4 and len(full["jobs"]) == 2
 
