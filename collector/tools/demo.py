@@ -110,7 +110,7 @@ def add_parser(sub) -> None:
     p.add_argument("--slow-from-step", type=int, default=None, metavar="N",
                    help="the data loader gets 40%% slower from step N on (default: two thirds of --steps "
                         "when they are 150 or more; 0: never)")
-    p.add_argument("--no-stack", action="store_true", help="do not start Prometheus/Grafana alongside")
+    p.add_argument("--no-stack", action="store_true", help="do not start Prometheus and Alertmanager alongside")
     p.add_argument("--keep-s", type=float, default=None, metavar="S",
                    help="keep the collector (and page) up this many seconds after training, then stop; "
                         "default: until Ctrl-C or SIGTERM, with or without a terminal; 0: stop at once")
@@ -193,7 +193,7 @@ def _report(http: str, job: str, slow_from: int, stack) -> None:
     if stack is not None:
         print(f"  Prometheus          {stack.prometheus_url}/graph?g0.expr=rate(stepwatch_steps_total[1m])\n"
               f"  Prometheus alerts   {stack.prometheus_url}/alerts\n"
-              f"  Alertmanager        {stack.alertmanager_url}")
+              f"  Alertmanager        {stack.alertmanager_hint}")
 
 
 def _keep_running(collector: subprocess.Popen, keep: Optional[float]) -> None:

@@ -115,6 +115,7 @@ class LocalStack:
         self.collector_args = list(collector_args)
         self.procs: list[tuple[str, subprocess.Popen]] = []
         self.collector_grpc = self.collector_http = self.prometheus_url = self.alertmanager_url = ""
+        self.alertmanager_ui = False
 
     def _spawn(self, name: str, cmd: list) -> tuple[subprocess.Popen, pathlib.Path]:
         log = self.workdir / f"{name}.log"
@@ -147,6 +148,15 @@ class LocalStack:
             f"--web.listen-address={addr}", "--cluster.listen-address="])  # no HA gossip port
         self.alertmanager_url = f"http://{addr}"
         _wait_http_ok(self.alertmanager_url + "/-/ready", proc, log, self.timeout_s)
+        self.alertmanager_ui = _has_web_ui(self.alertmanager_url)
+
+    @property
+    def alertmanager_hint(self) -> str:
+        """Where a person reads the Alertmanager's alerts: its web page, or (Debian's package
+        ships none: its page says "use amtool") the ``amtool`` command that lists them."""
+        if self.alertmanager_ui:
+            return self.alertmanager_url
+        return f"amtool alert query --alertmanager.url={self.alertmanager_url}  (this Alertmanager has no web UI)"
 
     def _start_collector(self) -> None:
         ready = self.workdir / "collector-ready.json"
@@ -208,8 +218,18 @@ class LocalStack:
                 f"metrics http://{self.collector_http}/metrics\n"
                 f"  live page     http://{self.collector_http}/  (jobs, alerts with their why, windows, traces)\n"
                 f"  Prometheus    {self.prometheus_url}  (alerts: {self.prometheus_url}/alerts)\n"
-                f"  Alertmanager  {self.alertmanager_url}\n"
+                f"  Alertmanager  {self.alertmanager_hint}\n"
                 f"  logs, data    {self.workdir}")
+
+
+def _has_web_ui(url: str) -> bool:
+    """Whether the Alertmanager at ``url`` serves its web application (Debian's package serves a
+    page saying it has none and to use amtool)."""
+    try:
+        with urllib.request.urlopen(url + "/", timeout=2) as resp:
+            return b"does not include a web" not in resp.read(64 << 10)
+    except OSError:
+        return False
 
 
 def _interrupt(signum, frame) -> None:

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import pathlib
+import shutil
+import subprocess
 import time
 import urllib.request
 
@@ -44,6 +46,14 @@ def test_a_collector_alert_reaches_the_stacks_alertmanager(tmp_path):
             time.sleep(0.5)
         assert found, "the collector's StepwatchOOM alert never reached the stack's Alertmanager"
         assert found[0]["labels"]["source"] == "collector" and found[0]["annotations"]["summary"]
+        # the hint printed for the Alertmanager is one a person can follow: Debian's has no web
+        # application (its page says to use amtool), and the amtool command given lists the alert
+        if not stack.alertmanager_ui:
+            hint = stack.alertmanager_hint
+            assert f"Alertmanager  {hint}" in stack.describe() and hint.startswith("amtool alert query"), hint
+            if shutil.which("amtool"):
+                out = subprocess.run(hint.split("  (")[0].split(), capture_output=True, text=True, timeout=30)
+                assert out.returncode == 0 and "StepwatchOOM" in out.stdout, (out.stdout, out.stderr)
     finally:
         stack.stop()
 
