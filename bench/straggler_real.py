@@ -35,16 +35,16 @@ def changes() -> dict:
     return out
 
 
-def evidence(summary: str) -> str:
-    """Which rule a straggler episode's summary (as raised) came from."""
-    from stepwatch.collector.detect._activity import GPU_BUSIER
+def evidence(summary: str, found: tuple = ()) -> str:
+    """Which rule a straggler episode (its summary as raised, what it found) came from."""
     from stepwatch.collector.detect._phase_rule import WAIT_IN_BACKWARD
+    from stepwatch.collector.detect._straggler import GPU_BUSIER
     kinds = []
     if WAIT_IN_BACKWARD in summary:
         kinds.append("phases, wait in backward")
     elif "longer in sync" in summary:
         kinds.append("phases, wait in sync")
-    if GPU_BUSIER in summary:
+    if GPU_BUSIER in found:
         kinds.append("GPU activity")
     if "profiler windows" in summary:
         kinds.append("windows")
@@ -78,7 +78,7 @@ def main() -> int:
         at = change[0] if change else None
         after = [x for x in alerts if at is not None and x.fired_at >= at]
         before = [x for x in alerts if at is None or x.fired_at < at]
-        named = ", ".join(f"rank {x.rank} {x.fired_at - at:.1f} s ({evidence(x.fired_summary)})" for x in after) or "nobody"
+        named = ", ".join(f"rank {x.rank} {x.fired_at - at:.1f} s ({evidence(x.fired_summary, x.found)})" for x in after) or "nobody"
         false = ", ".join(f"rank {x.rank} at {x.fired_at - (at or first):+.0f} s" for x in before) or "none"
         rows.append(f"| {name} | {len(ranks)} | {'-' if at is None else f'step {change[1]:,}'} | {named} | {false} |")
         print(rows[-1], flush=True)

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import math
 
-__all__ = ["MAX_PACE_S", "paced_interval", "seal_due"]
+from stepwatch.proto import MAX_PACE_S  # the longest batch interval a collector can ask for
 
-MAX_PACE_S = 30.0  # the longest batch interval a collector can ask for
+__all__ = ["MAX_PACE_S", "paced_interval", "seal_due"]
 
 
 def paced_interval(own_s: float, ask_s: float) -> float:

@@ -74,6 +74,7 @@ class Alert:
     further: bool = False   # on the copies :meth:`AlertBook.update` returns: a further change
     decided: str = ""       # drift: "job" (its evidence held the shift), "steps" (the step times alone)
     evidence: Optional[dict] = None  # drift: the evidence at the newest onset (Backing's fields)
+    found: tuple = ()       # what the rule found, by name (Condition.found: stragglers)
 
     @property
     def onset(self) -> float:
@@ -190,7 +191,7 @@ class AlertBook:
             a.onset_raised = (c.severity, c.summary)
         a.change = c.change
         a.severity, a.summary, a.ratio = c.severity, c.summary, c.ratio
-        a.decided = c.decided
+        a.decided, a.found = c.decided, c.found
         a.evidence = dataclasses.asdict(c.evidence) if c.evidence is not None else None
         if c.ratio is not None and (a.peak_ratio is None or c.ratio > a.peak_ratio):
             a.peak_ratio = c.ratio

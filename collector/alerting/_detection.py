@@ -21,8 +21,7 @@ from stepwatch.proto.stepwatch.v1 import agent_pb2
 from ..wire._columns import SampleColumns, StepColumns
 from ..detect import (GPU_THROTTLED, PROFILER_OVERHEAD, SEVERITIES, STRAGGLER_RANK, THROUGHPUT_DRIFT, DetectionConfig,
                       DetectionEngine, RunIdentity, WindowPoint)
-from ..detect._activity import GPU_BUSIER
-from ..detect._phase_rule import BEFORE_COLLECTIVES
+from ..detect._straggler import GPU_BUSIER, OWN_WORK
 from ..detect._engine import TICK_SLICE
 from ._alertmanager import AlertmanagerClient
 from ._book import Alert, AlertBook
@@ -365,8 +364,8 @@ class Detection:
                 # sync and in their backward alike, h200ze_2gpu_m_host_r1)
                 slow = sorted(s.rank for s in self.book.firing() if s.alertname == STRAGGLER
                               and s.job == a.job and s.rank != a.rank
-                              and (in_sync or (not d.busier and (GPU_BUSIER in s.summary or (
-                                  in_backward and BEFORE_COLLECTIVES in s.summary)))))
+                              and (in_sync or (not d.busier and (GPU_BUSIER in s.found or (
+                                  in_backward and OWN_WORK in s.found)))))
                 if slow:
                     text = f"waiting for rank {', '.join(map(str, slow[:4]))} (straggler): {text}"
             new = self.book.annotate(a.key, diagnosis=text, diagnosis_complete=d.complete)

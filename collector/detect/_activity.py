@@ -41,9 +41,9 @@ from typing import Callable, Optional
 
 from ._types import finite_positive, median, medians_without_each
 
-__all__ = ["ActivitySkew", "ActivityFlag", "GPU_BUSIER"]
+__all__ = ["ActivitySkew", "ActivityFlag"]
 
-GPU_BUSIER = "GPU is busier than the other ranks'"  # in a flag's summary (the alert's "why" looks for it)
+_BUSIER = "GPU is busier than the other ranks'"  # (its condition says so in Condition.found, not here)
 
 _LAG = 6  # buckets a bucket waits for a rank that has not moved past it
 _BEFORE = 6      # buckets before a flag's onset that give the job's step level before it
@@ -70,7 +70,7 @@ class ActivityFlag:
         if self.level_before and self.level_now:
             cost = (f"; the job's step {self.level_before * 1e3:.1f} -> {self.level_now * 1e3:.1f} ms "
                     f"({self.level_now / self.level_before - 1:+.1%})")
-        return (f"rank {rank}'s {GPU_BUSIER}: its compute pipes (tensor + FP, "
+        return (f"rank {rank}'s {_BUSIER}: its compute pipes (tensor + FP, "
                 f"NVML GPM) active {self.own:.0%} of the time vs {self.others:.0%} on the others "
                 f"({self.ratio:.2f}x; {self.reference:.2f}x when the job settled) for {self.seconds:.0f} s; "
                 f"the others wait for it in the collectives{cost}")

@@ -39,7 +39,7 @@ quicker step ended: a change wobbling around the limit, not a pause.
 
 **Tests.** For each severity, from the highest: over its window (``critical_window_s``,
 ``warning_window_s``, ``info_window_s``) the median of the buckets against two references —
-the settled level ("vs this job's level at HH:MM") and the level just before the window (the
+the settled level ("vs this job's level settled at HH:MM") and the level just before the window (the
 median of the preceding ``max(window, 120 s)``, "vs the level before") — must be at least
 ``0.8 x`` the severity's ratio (``0.7 x`` for info), ``z`` noise spreads, and two thirds of the
 window's buckets must stand above half the shift (sustained, not one spike). A critical shift
@@ -142,10 +142,10 @@ def _clock(t: float) -> str:
     return datetime.datetime.fromtimestamp(t, datetime.timezone.utc).strftime("%H:%M UTC")
 
 
-def _ago(seconds: float) -> str:
+def _before(seconds: float) -> str:
     if seconds >= 5400:
-        return f"{seconds / 3600:.0f} h ago"
-    return f"{max(1, round(seconds / 60))} min ago"
+        return f"{seconds / 3600:.0f} h before the onset"
+    return f"{max(1, round(seconds / 60))} min before the onset"
 
 
 class DriftDetector:
@@ -652,8 +652,12 @@ class DriftDetector:
             shift = self._shift(sev, self._ref, n, backed=self._backing is not None) if len(hist) >= n else None
             if shift is not None:
                 return self._set(sev, shift)
-        # the ratio and summary follow the sustained level (the warning window's median)
+        # the ratio and summary follow the sustained level (the warning window's median), but
+        # never show a figure under the episode's severity: a dip (a trace's steps left out, a
+        # pause) shows the episode's peak, so a firing critical alert never reads "+0.5%"
         level = median(hist.tail(2, min(len(hist), self._n[WARNING]))) - self._ref
+        if level < math.log1p(_RAISE[old.severity] * self._ratio[old.severity]):
+            level = max(level, self._peak)
         if abs(level - math.log(old.ratio)) >= 0.005:
             return self._set(old.severity, level)
         return False
@@ -679,9 +683,9 @@ class DriftDetector:
             self._alertname = PROFILER_OVERHEAD
             self._window_note = (f"; it began when the agent's profiler window ending at step {window:,} "
                                  "closed: stepwatch's own cost, not the job's (the agent backs off)")
-        if which == "settled":
-            ago = self._history[-1][1] - self._settled_at
-            self._ref_text = f"vs this job's level at {_clock(self._settled_at)}, {_ago(ago)}"
+        if which == "settled":  # (a time relative to the onset stays true however late it is read)
+            before = onset_at - self._settled_at
+            self._ref_text = f"vs this job's level settled at {_clock(self._settled_at)}, {_before(before)}"
         else:
             self._ref_text = "vs the level before"
         changed = self._set(sev, shift)

@@ -65,8 +65,14 @@ class Trend:
         self._lows: collections.deque = collections.deque()
 
     def add(self, t: float, v: float) -> bool:
-        """Record a point; True when a point was kept (the verdict may have changed)."""
-        if self._pts and t - self._pts[-1][0] < self.window_s / 120:
+        """Record a point; True when a point was kept (the verdict may have changed). A point
+        more than a gap before the last kept one (the rank's clock stepped back, or the point
+        before was stamped ahead of it) drops the kept points from its time on: a sample stamped
+        an hour ahead once must not make every real one after it "too close" for an hour."""
+        gap = self.window_s / 120
+        if self._pts and t < self._pts[-1][0] - gap:
+            self._restart_before(t)
+        if self._pts and t - self._pts[-1][0] < gap:
             return False
         point = (t, float(v))
         self._pts.append(point)
@@ -85,16 +91,30 @@ class Trend:
                 lows.popleft()
         return True
 
+    def _restart_before(self, t: float) -> None:
+        """Keep only the points before ``t``, and the window's extremes among them."""
+        self._pts = collections.deque(p for p in self._pts if p[0] < t)
+        self._highs.clear()
+        self._lows.clear()
+        for point in self._pts:
+            while self._highs and self._highs[-1][1] <= point[1]:
+                self._highs.pop()
+            self._highs.append(point)
+            while self._lows and self._lows[-1][1] >= point[1]:
+                self._lows.pop()
+            self._lows.append(point)
+
     def due(self, times: list) -> list:
         """Indices of the ``times`` (in order) that :meth:`add` would keep: nothing else in a
-        batch changes the trend (the others are too close to the point kept before them)."""
+        batch changes the trend (the others are too close to the point kept before them; a
+        time more than a gap before the last kept one restarts it, :meth:`add`)."""
         gap, pts = self.window_s / 120, self._pts
         last = pts[-1][0] if pts else None
-        if last is not None and max(times) - last < gap:  # the usual batch: none
+        if last is not None and max(times) - last < gap and min(times) >= last - gap:  # the usual batch: none
             return []
         kept = []
         for i, t in enumerate(times):
-            if last is None or t - last >= gap:
+            if last is None or t - last >= gap or t < last - gap:
                 kept.append(i)
                 last = t
         return kept

@@ -16,8 +16,8 @@ from ._types import median
 
 __all__ = ["PhaseRule", "WAIT_IN_BACKWARD", "BEFORE_COLLECTIVES"]
 
-WAIT_IN_BACKWARD = "longer in backward and sync"  # in a phase condition's summary (the alert's "why" looks for it)
-BEFORE_COLLECTIVES = "before the collectives"  # in every phase condition's summary, either wait (the "why" looks for it)
+WAIT_IN_BACKWARD = "longer in backward and sync"  # in a phase condition's summary
+BEFORE_COLLECTIVES = "before the collectives"  # in every phase condition's summary, either wait
 
 _MAX_PHASE_SAMPLES = 512  # a rank's phase samples kept (its last _PHASE_REACH x window_blocks blocks at most)
 _MIN_PHASE_SAMPLES = 5    # a pool of fewer is not judged

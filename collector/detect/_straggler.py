@@ -67,6 +67,9 @@ from typing import Optional
 from ._activity import ActivitySkew
 from ._config import StragglerConfig
 from ._phase_rule import BEFORE_COLLECTIVES, WAIT_IN_BACKWARD, PhaseRule
+
+# What a straggler condition found (Condition.found): the why reasons on these, never on prose.
+OWN_WORK, GPU_BUSIER, STEPS, WINDOWS = "own_work", "gpu_busier", "steps", "windows"
 from ._names import STRAGGLER_RANK
 from ._types import WARNING, Condition, WindowPoint, finite_positive, mads_without_each, median, medians_without_each
 
@@ -269,7 +272,7 @@ class StragglerDetector:
                        f"{mw * 1e3:.1f} ms{in_comm}), in {n} of the last {len(hist)} profiler windows since "
                        f"step {step:,}")
             self._by_windows[rank] = Condition(STRAGGLER_RANK, self.job, rank, WARNING, summary,
-                                               since, step, cfg.for_s)
+                                               since, step, cfg.for_s, found=(WINDOWS,))
             changed |= old is None
         return self._merge() or changed
 
@@ -281,10 +284,12 @@ class StragglerDetector:
             f = flags.get(rank)
             held = [c for c in (self._by_steps.get(rank), self._by_windows.get(rank),
                                 f and Condition(STRAGGLER_RANK, self.job, rank, WARNING, f.summary(rank),
-                                                f.since, f.step, self.cfg.for_s)) if c is not None]
+                                                f.since, f.step, self.cfg.for_s, found=(GPU_BUSIER,)))
+                    if c is not None]
             first = min(held, key=lambda c: c.since)
             merged[rank] = first if len(held) == 1 else \
-                dataclasses.replace(first, summary="; ".join(c.summary for c in held))
+                dataclasses.replace(first, summary="; ".join(c.summary for c in held),
+                                    found=tuple(dict.fromkeys(k for c in held for k in c.found)))
         changed = set(merged) != set(self.conditions)
         self.conditions = merged
         return changed
@@ -395,7 +400,8 @@ class StragglerDetector:
             summary = (f"rank {rank} is a straggler: {ratio:.2f}x the other ranks' step time "
                        f"(own step {t * 1e3:.1f} ms vs {mt * 1e3:.1f} ms, data-loader wait {w * 1e3:.1f} ms "
                        f"vs {mw * 1e3:.1f} ms) in {slow} of the last {len(hist)} blocks since step {step:,}")
-        cond = Condition(STRAGGLER_RANK, self.job, rank, WARNING, summary, since, step, cfg.for_s)
+        cond = Condition(STRAGGLER_RANK, self.job, rank, WARNING, summary, since, step, cfg.for_s,
+                         found=(OWN_WORK,) if by_phase is not None else (STEPS,))
         self._by_steps[rank] = cond
         if by_phase is not None:
             self._by_phases.add(rank)

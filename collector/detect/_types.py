@@ -50,7 +50,10 @@ class Condition:
     level moved again by another change, with ``since``/``step`` the newest onset).
     ``evidence``: what the shift came with at that onset (drift), and ``decided`` how it was
     told a change: "job" (by that evidence), "steps" (by the step times alone: the evidence
-    compared and none held it), "" (not known or not asked).
+    compared and none held it), "" (not known or not asked). ``found``: what a rule found, by
+    name, where other rules reason on it (stragglers: "own_work", its work before the
+    collectives longer than the others'; "gpu_busier", its GPU busier; "steps", its step time or
+    loader wait; "windows", its compute in profiler windows): read by the why, never its prose.
     """
 
     alertname: str
@@ -65,6 +68,7 @@ class Condition:
     change: int = 0
     evidence: Optional[Backing] = None
     decided: str = ""
+    found: tuple = ()
 
     @property
     def key(self) -> tuple:

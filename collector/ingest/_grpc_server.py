@@ -20,6 +20,7 @@ from google.protobuf.message import DecodeError
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from stepwatch.core.contract import label_problem
+from stepwatch.proto import MAX_PACE_S  # the longest batch interval acknowledgements ask for
 from stepwatch.proto.stepwatch.v1 import agent_pb2
 
 from ._control import CONTROL_SERVICE_NAME, CaptureService, StreamTable
@@ -32,7 +33,6 @@ __all__ = ["IngestServer", "SERVICE_NAME"]
 
 log = logging.getLogger("stepwatch.collector")
 
-MAX_PACE_S = 30.0  # the longest batch interval acknowledgements ask for (the sidecar caps it too)
 
 SERVICE_NAME = "stepwatch.v1.AgentService"
 _METHOD = "Connect"

@@ -239,7 +239,7 @@ def test_an_hour_long_ramp_in_real_noise_is_raised_and_the_healthy_hour_is_quiet
     alerts = replay(events(inject(series, "ramp", 0.05, at, 3600)), DetectionConfig())
     drift = [a for a in alerts if a.alertname == "StepwatchThroughputDrift"]
     assert len(drift) == 1 and drift[0].fired_at <= at + 3600 + 600, [(a.severity, a.fired_summary) for a in alerts]
-    assert "vs this job's level at" in drift[0].fired_summary, drift[0].fired_summary
+    assert "vs this job's level settled at" in drift[0].fired_summary, drift[0].fired_summary
 
 
 @pytest.mark.parametrize("name", ["h100_1gpu_l.jsonl.gz", "h200x_1gpu_m.jsonl.gz"])
@@ -282,7 +282,7 @@ def test_a_ramp_injected_into_a_real_series_is_raised_against_the_settled_level(
     drift = [a for a in alerts if a.alertname == "StepwatchThroughputDrift"]
     assert len(drift) == 1, [(a.severity, a.fired_summary) for a in alerts]
     assert drift[0].fired_at <= at + 900 + 600
-    assert "vs this job's level at" in drift[0].fired_summary, drift[0].fired_summary
+    assert "vs this job's level settled at" in drift[0].fired_summary, drift[0].fired_summary
 
 
 def test_one_slow_data_loader_in_a_real_2_gpu_job_is_named_once(lines):

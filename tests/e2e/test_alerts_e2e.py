@@ -77,7 +77,7 @@ def test_slowed_job_raises_drift_and_healthy_job_none(stack):
     alert = am.wait_for(alertname="StepwatchThroughputDrift", training_job="slowed", rank=0)
     assert alert["labels"]["source"] == "collector", alert
     summary = alert["annotations"]["summary"]
-    assert ("vs this job's level at" in summary or "vs the level before" in summary) and "since step" in summary, summary
+    assert ("vs this job's level settled at" in summary or "vs the level before" in summary) and "since step" in summary, summary
     since = int(summary.rsplit("since step ", 1)[1].replace(",", ""))
     assert SLOW_FROM - 10 <= since <= SLOW_FROM + 15, summary
     assert int(alert["annotations"]["step"]) >= SLOW_FROM - 5

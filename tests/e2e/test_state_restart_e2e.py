@@ -58,5 +58,5 @@ def test_sigkill_mid_ramp_keeps_the_settled_level(tmp_path):
         time.sleep(0.3)
     assert alerts, "the ramp was not raised after the restart"
     summary = alerts[0]["summary"]
-    assert "vs this job's level at" in summary and "(40.0 ms" in summary, summary
+    assert "vs this job's level settled at" in summary and "(40.0 ms" in summary, summary
     col.kill()

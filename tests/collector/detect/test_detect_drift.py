@@ -95,7 +95,7 @@ def test_a_ramp_is_raised_against_the_settled_level(seed, noise):
     (t = 1,200 s), against the job's settled level, whatever the level just before says."""
     seen = _run(seed, noise, lambda t: 1 + 0.05 * min(1.0, max(0.0, t - 300) / 900), 1800)
     assert seen and seen[0][0] <= 1800, seen
-    assert "this job's level at" in seen[0][2], seen
+    assert "this job's level settled at" in seen[0][2], seen
 
 
 @settings(max_examples=5, deadline=None)

@@ -268,3 +268,18 @@ def test_segment_bounds_equal_putting_every_point_in_its_segment(data, n_seg):
         want = [0] + [next(i for i, s in enumerate(direct + [segments]) if s >= k) for k in range(1, segments)] \
             + [len(times)]
         assert segment_bounds(tuple(times), segments) == want
+
+
+def test_one_sample_stamped_an_hour_ahead_does_not_freeze_the_leak_trend():
+    """A rank's clock stamps one sample an hour ahead, then the real ones follow: the trend
+    restarts from before that sample instead of finding every later one too close to it, and
+    a leak of 6 GiB/h that starts then is still warned (one sample an hour ahead froze the
+    trend for that hour: 0 of 200 real samples kept)."""
+    e = DetectionEngine()
+    for k in range(60):  # 10 flat minutes, a sample every 10 s
+        e.allocator("j", 0, point(T0 + 10 * k))
+    e.allocator("j", 0, point(T0 + 600 + 3600))  # stamped an hour ahead
+    for k in range(1, 240):  # 40 minutes of a 6 GiB/h leak on the real clock
+        t = T0 + 600 + 10 * k
+        e.allocator("j", 0, point(t, allocated=40 * GIB + 6 * GIB * (t - T0 - 600) / 3600))
+    assert "StepwatchGpuMemoryLeak" in names(e), names(e)

@@ -45,7 +45,7 @@ def test_a_restart_keeps_the_settled_level_so_a_ramp_is_still_measured_from_it(t
     again = DetectionEngine(CFG, DriftStore(str(tmp_path)))
     s, now, seen = _feed(again, rng, s, now, 900, ramp)
     assert seen, "the ramp was not raised after the restart"
-    assert "vs this job's level at" in seen[0].summary and "(40.0 ms" in seen[0].summary, seen[0].summary
+    assert "vs this job's level settled at" in seen[0].summary and "(40.0 ms" in seen[0].summary, seen[0].summary
 
 
 def test_an_open_episode_goes_on_after_a_restart(tmp_path):

@@ -1,0 +1,52 @@
+"""An alert's text never contradicts its severity, and its times stay true when read later
+(issue: a firing critical alert read "+0.5%" for 20-30 s; "1 min ago" stayed "1 min ago")."""
+
+from __future__ import annotations
+
+import math
+import random
+
+from stepwatch.collector.detect import DetectionEngine, parse_detection
+
+CFG = parse_detection({"warmup_steps": 10})
+T0 = 1.7e9
+
+
+def _run(level, seconds, seed=3):
+    """40 ms steps at ``level(t)`` for ``seconds``; each tick's drift condition (or None)."""
+    rng, engine = random.Random(seed), DetectionEngine(CFG)
+    s, now, seen = 0, T0, []
+    while now - T0 < seconds:
+        steps, times, durs = [], [], []
+        for _ in range(25):
+            s += 1
+            dt = 0.04 * level(now - T0) * math.exp(rng.gauss(0, 0.01))
+            now += dt
+            steps.append(s), times.append(now), durs.append(dt)
+        engine.steps("j", 0, steps, times, durs, [0.0] * 25)
+        engine.tick(now)
+        seen.append(next((c for c in engine.conditions() if c.alertname == "StepwatchThroughputDrift"), None))
+    return seen
+
+
+def test_a_firing_critical_episode_never_reads_under_its_severity_through_a_dip():
+    """+20% from 400 s; at 520 s the job runs at its old pace for 25 s (less than the 60 s the
+    episode needs to clear), then +20% again: the episode goes on, critical, and every summary
+    it shows meanwhile reads at least what a critical shift is raised at (0.8 x +10%)."""
+    def level(t):
+        return 1.2 if t >= 400 and not 520 <= t < 545 else 1.0
+
+    seen = [c for c in _run(level, 700) if c is not None]
+    assert seen and seen[-1].severity == "critical" and len({c.since for c in seen}) == 1, seen[-1]
+    critical = [c for c in seen if c.severity == "critical"]
+    assert min(c.ratio for c in critical) >= 1.08, min(c.ratio for c in critical)
+    shown = [float(c.summary.split("step time ")[1].split("%")[0]) for c in critical]
+    assert min(shown) >= 8.0, shown
+
+
+def test_the_settled_level_is_dated_against_the_onset_not_the_moment_it_was_written():
+    """A slow ramp (to +8% over 15 minutes from 400 s) is raised against the settled level; the
+    summary dates that level against the onset, which stays true however late it is read."""
+    seen = [c for c in _run(lambda t: 1.0 + 0.08 * min(1.0, max(0.0, t - 400) / 900), 1500) if c is not None]
+    text = seen[0].summary
+    assert "vs this job's level settled at " in text and " before the onset" in text and " ago" not in text, text
