@@ -24,11 +24,16 @@ def test_top_shows_every_rank_of_a_live_job(tmp_path):
         assert run.returncode == 0, run.stderr
         lines = run.stdout.strip().splitlines()
         assert lines[0].split()[:4] == ["JOB", "RANK", "STATE", "STEPS"]
-        rows = [line.split() for line in lines[1:]]
+        table = lines[1:lines.index("")] if "" in lines else lines[1:]  # (then the RUNS lines)
+        rows = [line.split() for line in table if not line.startswith("unarmed:")]
         assert [(r[0], r[1], r[3]) for r in rows] == [("topjob", "0", "30"), ("topjob", "1", "30")], run.stdout
         # finished: "ended", no rate; the step time is the median of the last steps (>= the
-        # 10 ms sleep, far below the first step's start-up); no GPU on CPU
-        assert all(r[2] == "ended" and r[4] == "-" and 10 <= float(r[5]) < 500 and r[7] == "-" for r in rows), run.stdout
+        # 10 ms sleep, far below the first step's start-up); no GPU on CPU; ended before its
+        # detector armed (3 minutes), which a note under the table says how to change
+        assert all(r[2] == "ended" and r[4] == "-" and 10 <= float(r[5]) < 500 and r[7] == "-" and r[8] == "unarmed"
+                   for r in rows), run.stdout
+        assert any(line.startswith("unarmed: the rank ended before") for line in table), run.stdout
+        assert any(line.startswith("topjob") and " run from " in line for line in lines), run.stdout
     finally:
         col.kill()
 
