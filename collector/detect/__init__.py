@@ -6,7 +6,8 @@ from ._config import (DetectionConfig, DriftConfig, GpuConfig, LivenessConfig, M
 from ._drift import DriftDetector
 from ._drift_pair import RankDrift
 from ._engine import DetectionEngine
-from ._lineage import RunComparison, RunIdentity, RunStore
+from ._run_record import RunComparison, RunIdentity
+from ._run_store import RunStore
 from ._names import *  # noqa: F401,F403  (the alert names, declared once)
 from ._names import __all__ as _NAMES
 from ._straggler import StragglerDetector

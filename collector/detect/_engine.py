@@ -15,7 +15,9 @@ from typing import Iterable, Iterator, Optional, Sequence
 from ._config import DetectionConfig
 from ._drift_pair import RankDrift
 from ._evidence import RankEvidence
-from ._lineage import Lineage, RunIdentity, RunStore
+from ._lineage import Lineage
+from ._run_record import RunIdentity
+from ._run_store import RunStore
 from ._liveness import RankLiveness, throttle_condition
 from ._memory import MemoryDetector
 from ._straggler import StragglerDetector

@@ -18,7 +18,7 @@ version and settings, the step it started from); a rank much slower than the job
 is named. A faster or equal run is recorded, never raised. The condition lasts while the run
 does.
 
-Records (:class:`RunStore`): one SQLite table next to the drift state (``state_dir``), the
+Records (detect/_run_store.py): one SQLite table next to the drift state (``state_dir``), the
 newest ``runs.keep`` runs per job; in memory only without a ``state_dir``. Written when a run
 starts, settles, once a minute of data while it runs, and when it ends. A store that fails
 (damaged, read-only, full) logs once; detection and the in-memory lineage go on.
@@ -27,233 +27,19 @@ starts, settles, once a minute of data while it runs, and when it ends. A store 
 from __future__ import annotations
 
 import dataclasses
-import json
-import logging
 import math
-import os
-import sqlite3
 import threading
-import time
 from typing import Callable, Optional
 
 from ._names import RUN_REGRESSION
+from ._run_record import RankRun, Run, RunComparison, RunIdentity, changes, first_step
+from ._run_store import RunStore
 from ._types import WARNING, Condition, median
 
-__all__ = ["RunIdentity", "RunComparison", "RunStore", "Lineage"]
+__all__ = ["Lineage"]
 
-log = logging.getLogger("stepwatch.collector")
-
-# agent settings that name paths, addresses or credentials: never "what changed"
-_SETTINGS_IGNORED = frozenset({"job", "collector", "spool_dir", "trace_dir", "tls", "tls_ca", "tls_cert", "tls_key",
-                               "auth_token", "token", "log_level"})
 _SAVE_EVERY_S = 60.0   # a live run's record is written at most this often (its end time moves)
 _RANK_APART = 0.05     # a rank this much slower than the median rank's change is named
-
-
-@dataclasses.dataclass(frozen=True)
-class RunIdentity:
-    """What a rank's Hello says about its run (the collector's wire types stay out of detect/)."""
-
-    session: str
-    world: int
-    host: str = ""
-    gpu: str = ""
-    driver: str = ""
-    torch: str = ""
-    cuda: str = ""
-    agent: str = ""
-    attach_time_s: float = 0.0
-    settings: tuple = ()  # sorted (name, value) pairs of the agent's effective settings
-
-    @property
-    def tokens(self) -> Optional[int]:
-        return _count(dict(self.settings).get("tokens_per_step"))
-
-    @property
-    def samples(self) -> Optional[int]:
-        return _count(dict(self.settings).get("samples_per_step"))
-
-
-def _count(text: Optional[str]) -> Optional[int]:
-    try:
-        n = int(str(text))
-    except (TypeError, ValueError):
-        return None
-    return n if n > 0 else None
-
-
-@dataclasses.dataclass(frozen=True)
-class RunComparison:
-    """A run's settled level against the newest settled run of its lineage (typed evidence of
-    :data:`RUN_REGRESSION`): ``against`` that run's id and start (Unix), ``before_s`` /
-    ``after_s`` seconds per step, ``ratio`` after/before, ``noise`` the two runs' spreads added
-    (log), ``changed`` what differs ("torch 2.10.0 -> 2.11.0"), ``rank``/``rank_ratio`` a rank
-    much slower than the others (None when none)."""
-
-    against: str
-    against_started: float
-    before_s: float
-    after_s: float
-    ratio: float
-    noise: float
-    changed: tuple = ()
-    rank: Optional[int] = None
-    rank_ratio: Optional[float] = None
-    rank_host: str = ""
-
-    def text(self) -> str:
-        when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(self.against_started))
-        word = "slower" if self.ratio >= 1 else "faster"
-        out = (f"this run settled {abs(self.ratio - 1):.1%} {word} than the run of {when} "
-               f"({1e3 * self.before_s:.1f} -> {1e3 * self.after_s:.1f} ms/step at the same tokens per step)")
-        if self.rank is not None:
-            out += (f"; rank {self.rank}{f' ({self.rank_host})' if self.rank_host else ''} "
-                    f"settled {self.rank_ratio - 1:+.1%}, the job {self.ratio - 1:+.1%}")
-        out += "; changed: " + (", ".join(self.changed) if self.changed else "nothing stepwatch sees (hosts, GPU, "
-                                "driver, torch, CUDA, agent and its settings are the same)")
-        return out
-
-
-@dataclasses.dataclass
-class _Rank:
-    ident: RunIdentity
-    first_step: Optional[int] = None
-    settled_s: Optional[float] = None
-    noise: Optional[float] = None  # log spread of 90 s medians at settling
-    gone: bool = False
-
-
-@dataclasses.dataclass
-class _Run:
-    job: str
-    run_id: str
-    world: int
-    tokens: Optional[int]
-    samples: Optional[int]
-    started_at: float
-    ranks: dict = dataclasses.field(default_factory=dict)  # rank -> _Rank
-    last_time: float = 0.0
-    settled_s: Optional[float] = None
-    noise: Optional[float] = None
-    first_settled: Optional[float] = None  # data time the first rank settled
-    compared: Optional[RunComparison] = None
-    regression: bool = False
-    ended: bool = False
-    saved_at: float = -math.inf
-
-    def record(self) -> dict:
-        """The run as stored and served (``/api/jobs/<job>/runs``)."""
-        ranks = {}
-        for rank, r in sorted(self.ranks.items()):
-            i = r.ident
-            ranks[str(rank)] = {"session": i.session, "host": i.host, "gpu": i.gpu, "driver": i.driver,
-                                "torch": i.torch, "cuda": i.cuda, "agent": i.agent, "settings": dict(i.settings),
-                                "first_step": r.first_step, "settled_s": r.settled_s, "noise": r.noise}
-        per = self.tokens and self.settled_s and self.tokens / self.settled_s
-        per_s = self.samples and self.settled_s and self.samples / self.settled_s
-        return {"v": 1, "job": self.job, "run": self.run_id, "world_size": self.world,
-                "tokens_per_step": self.tokens, "samples_per_step": self.samples,
-                "started_at": self.started_at, "ended_at": self.last_time if self.ended else None,
-                "last_data_at": self.last_time, "first_step": _min(r.first_step for r in self.ranks.values()),
-                "settled_step_s": self.settled_s, "noise": self.noise,
-                "tokens_per_s": per or None, "samples_per_s": per_s or None,
-                "compared": dict(dataclasses.asdict(self.compared), changed=list(self.compared.changed))
-                if self.compared else None,
-                "regression": self.regression, "ranks": ranks}
-
-    @classmethod
-    def from_record(cls, rec: dict) -> "_Run":
-        run = cls(job=str(rec["job"]), run_id=str(rec["run"]), world=int(rec["world_size"]),
-                  tokens=rec.get("tokens_per_step"), samples=rec.get("samples_per_step"),
-                  started_at=float(rec["started_at"]), last_time=float(rec.get("last_data_at") or 0.0),
-                  settled_s=rec.get("settled_step_s"), noise=rec.get("noise"),
-                  regression=bool(rec.get("regression")), ended=rec.get("ended_at") is not None)
-        for rank, r in (rec.get("ranks") or {}).items():
-            ident = RunIdentity(session=str(r.get("session", "")), world=run.world, host=str(r.get("host", "")),
-                                gpu=str(r.get("gpu", "")), driver=str(r.get("driver", "")),
-                                torch=str(r.get("torch", "")), cuda=str(r.get("cuda", "")),
-                                agent=str(r.get("agent", "")),
-                                settings=tuple(sorted((str(k), str(v)) for k, v in (r.get("settings") or {}).items())))
-            run.ranks[int(rank)] = _Rank(ident, r.get("first_step"), r.get("settled_s"), r.get("noise"))
-        comp = rec.get("compared")
-        if isinstance(comp, dict):
-            run.compared = RunComparison(**{**comp, "changed": tuple(comp.get("changed") or ())})
-        return run
-
-
-def _min(values) -> Optional[int]:
-    vals = [v for v in values if v is not None]
-    return min(vals) if vals else None
-
-
-class RunStore:
-    """The runs' records: ``runs(job)`` oldest first, ``save(record)``. ``directory`` None: in
-    memory. SQLite in autocommit mode with a short busy timeout, so two collector replicas that
-    share the directory each write whole rows (one statement each) and never a torn one."""
-
-    def __init__(self, directory: Optional[str], keep: int = 50):
-        self.keep = keep
-        self.path = os.path.join(directory, "detection.sqlite") if directory else ":memory:"
-        self._failed = False
-        self._db: Optional[sqlite3.Connection] = None
-        try:
-            if directory:
-                os.makedirs(directory, mode=0o700, exist_ok=True)
-            self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=1.0)
-            self._db.execute("CREATE TABLE IF NOT EXISTS runs (job TEXT NOT NULL, run TEXT NOT NULL, "
-                             "started_at REAL NOT NULL, record TEXT NOT NULL, PRIMARY KEY (job, run))")
-        except (OSError, sqlite3.Error) as exc:
-            self._fail("open", exc)
-            self._db = None
-        self._memory: dict[str, dict[str, dict]] = {}  # job -> run -> record, when the file fails
-
-    def _fail(self, what: str, exc: Exception) -> None:
-        if not self._failed:
-            log.error("stepwatch collector: run records %s %s failed (%s); runs are kept in memory from now on",
-                      self.path, what, exc)
-        self._failed = True
-
-    def runs(self, job: str) -> list[dict]:
-        """The job's stored runs, oldest first (at most ``keep``)."""
-        out = dict(self._memory.get(job, {}))
-        if self._db is not None and not self._failed:
-            try:
-                rows = self._db.execute("SELECT run, record FROM runs WHERE job = ?", (job,)).fetchall()
-            except sqlite3.Error as exc:
-                self._fail("read", exc)
-                rows = []
-            for run, text in rows:
-                try:
-                    rec = json.loads(text)
-                except ValueError:
-                    continue
-                if isinstance(rec, dict) and run not in out:
-                    out[run] = rec
-        return sorted(out.values(), key=lambda r: float(r.get("started_at", 0)))[-self.keep:]
-
-    def save(self, record: dict) -> None:
-        job, run = record["job"], record["run"]
-        if self._db is not None and not self._failed:
-            try:
-                self._db.execute("REPLACE INTO runs (job, run, started_at, record) VALUES (?, ?, ?, ?)",
-                                 (job, run, float(record["started_at"]), json.dumps(record)))
-                self._db.execute("DELETE FROM runs WHERE job = ? AND run NOT IN (SELECT run FROM runs WHERE job = ? "
-                                 "ORDER BY started_at DESC LIMIT ?)", (job, job, self.keep))
-                return
-            except (sqlite3.Error, ValueError) as exc:
-                self._fail("write", exc)
-        held = self._memory.setdefault(job, {})
-        held[run] = record
-        for old in sorted(held, key=lambda k: float(held[k]["started_at"]))[:-self.keep]:
-            del held[old]
-
-    def close(self) -> None:
-        if self._db is not None:
-            try:
-                self._db.close()
-            except sqlite3.Error:
-                pass
-            self._db = None
 
 
 class Lineage:
@@ -267,7 +53,7 @@ class Lineage:
                  enabled: bool = True):
         self.store = store if store is not None else RunStore(None)
         self.min_ratio, self.wait_s, self.enabled = min_ratio, wait_s, enabled
-        self._current: dict[str, _Run] = {}
+        self._current: dict[str, Run] = {}
         self._conditions: dict[str, Condition] = {}
         # the HTTP worker thread and a scrape read runs while the event loop changes them
         self._lock = threading.RLock()
@@ -305,30 +91,30 @@ class Lineage:
                 held.gone = False
                 return False  # a reconnect (a collector restart in between included)
             if held is None and run.world == ident.world and ident.session not in self._sessions(run):
-                run.ranks[rank] = _Rank(ident)
+                run.ranks[rank] = RankRun(ident)
                 self._save(run, now, force=True)
                 return False
         if run is not None:
             self._end(run, now)
-        run = _Run(job=job, run_id=ident.session or f"{job}-{now:.0f}", world=ident.world, tokens=ident.tokens,
+        run = Run(job=job, run_id=ident.session or f"{job}-{now:.0f}", world=ident.world, tokens=ident.tokens,
                    samples=ident.samples, started_at=ident.attach_time_s or now, last_time=now)
-        run.ranks[rank] = _Rank(ident)
+        run.ranks[rank] = RankRun(ident)
         self._current[job] = run
         self._save(run, now, force=True)
         return True
 
     @staticmethod
-    def _sessions(run: _Run) -> set:
+    def _sessions(run: Run) -> set:
         return {r.ident.session for r in run.ranks.values()}
 
-    def _resumed(self, job: str, rank: int, ident: RunIdentity) -> Optional[_Run]:
+    def _resumed(self, job: str, rank: int, ident: RunIdentity) -> Optional[Run]:
         """After a collector restart: the job's newest stored run when it holds this session
         (it goes on); one that does not, and was not ended before the restart, ends here."""
         stored = self.store.runs(job)
         if not stored or stored[-1].get("ended_at") is not None:
             return None
         try:
-            run = _Run.from_record(stored[-1])
+            run = Run.from_record(stored[-1])
         except (KeyError, TypeError, ValueError):
             return None
         held = run.ranks.get(rank)
@@ -361,14 +147,14 @@ class Lineage:
             return self._conditions.pop(job, None) is not None
         return False
 
-    def _end(self, run: _Run, now: float) -> None:
+    def _end(self, run: Run, now: float) -> None:
         run.ended = True
         self._save(run, now, force=True)
         if self._current.get(run.job) is run:
             del self._current[run.job]
         self._conditions.pop(run.job, None)
 
-    def _save(self, run: _Run, now: float, force: bool = False) -> None:
+    def _save(self, run: Run, now: float, force: bool = False) -> None:
         if force or now - run.saved_at >= _SAVE_EVERY_S:
             run.saved_at = now
             self.store.save(run.record())
@@ -386,7 +172,7 @@ class Lineage:
         return changed
 
     @staticmethod
-    def _refresh(run: _Run, level) -> None:
+    def _refresh(run: Run, level) -> None:
         """The ranks' spreads measured again over the run's quiet history (at settling they are
         measured on its first two minutes only): what a later run is compared against."""
         for rank, r in run.ranks.items():
@@ -396,7 +182,7 @@ class Lineage:
         noises = [r.noise for r in run.ranks.values() if r.noise is not None]
         run.noise = max(noises) if noises else run.noise
 
-    def _settle(self, run: _Run, now: float, level) -> bool:
+    def _settle(self, run: Run, now: float, level) -> bool:
         for rank, r in run.ranks.items():
             if r.settled_s is None:
                 got = level(run.job, rank)
@@ -421,7 +207,7 @@ class Lineage:
             return True
         return False
 
-    def _previous(self, run: _Run) -> Optional[_Run]:
+    def _previous(self, run: Run) -> Optional[Run]:
         """The newest settled run of the same lineage, started before this one."""
         for rec in reversed(self.store.runs(run.job)):
             if rec.get("run") == run.run_id or float(rec.get("started_at", 0)) > run.started_at:
@@ -431,12 +217,12 @@ class Lineage:
                 return None  # the name was reused by another model: a new lineage starts here
             if rec.get("settled_step_s"):
                 try:
-                    return _Run.from_record(rec)
+                    return Run.from_record(rec)
                 except (KeyError, TypeError, ValueError):
                     return None
         return None
 
-    def _compare(self, run: _Run, before: _Run) -> RunComparison:
+    def _compare(self, run: Run, before: Run) -> RunComparison:
         ratio = run.settled_s / before.settled_s
         worst = None
         per = {k: r.settled_s / before.ranks[k].settled_s for k, r in run.ranks.items()
@@ -450,11 +236,11 @@ class Lineage:
         return RunComparison(
             against=before.run_id, against_started=before.started_at, before_s=before.settled_s,
             after_s=run.settled_s, ratio=ratio, noise=(run.noise or 0.0) + (before.noise or 0.0),
-            changed=tuple(_changes(before, run)), rank=worst,
+            changed=tuple(changes(before, run)), rank=worst,
             rank_ratio=per[worst] if worst is not None else None,
             rank_host=run.ranks[worst].ident.host if worst is not None else "")
 
-    def _condition(self, run: _Run, comp: RunComparison, now: float) -> Condition:
+    def _condition(self, run: Run, comp: RunComparison, now: float) -> Condition:
         return Condition(RUN_REGRESSION, run.job, -1, WARNING, comp.text(), now, ratio=comp.ratio,
                          evidence=comp, decided="runs")
 
@@ -482,7 +268,7 @@ class Lineage:
                 return None
             c = run.compared
             return {"run": run.run_id, "started_at": run.started_at,
-                    "first_step": _min(r.first_step for r in run.ranks.values()),
+                    "first_step": first_step(r.first_step for r in run.ranks.values()),
                     "settled_step_s": run.settled_s, "previous_step_s": c.before_s if c else None,
                     "previous_started_at": c.against_started if c else None,
                     "ratio": c.ratio if c else None, "regression": run.regression}
@@ -491,27 +277,3 @@ class Lineage:
         """``{job: ratio}``: each live run's settled level over its previous run's, once compared."""
         with self._lock:
             return {job: run.compared.ratio for job, run in self._current.items() if run.compared is not None}
-
-
-def _changes(before: _Run, after: _Run) -> list:
-    """What differs between two runs: per-rank hosts (the rank named where the job has several),
-    then the GPU model, driver, torch, CUDA and agent version, and each agent setting."""
-    out = []
-    many = len(after.ranks) > 1
-    for rank in sorted(after.ranks):
-        a, b = after.ranks[rank].ident, before.ranks.get(rank)
-        if b is not None and b.ident.host != a.host:
-            out.append(f"host{f' of rank {rank}' if many else ''} {b.ident.host} -> {a.host}")
-    first_a = after.ranks[min(after.ranks)].ident
-    first_b = before.ranks[min(before.ranks)].ident if before.ranks else None
-    if first_b is not None:
-        for name, field in (("GPU", "gpu"), ("driver", "driver"), ("torch", "torch"), ("CUDA", "cuda"),
-                            ("agent", "agent")):
-            x, y = getattr(first_b, field), getattr(first_a, field)
-            if x != y:
-                out.append(f"{name} {x or '?'} -> {y or '?'}")
-        sa, sb = dict(first_a.settings), dict(first_b.settings)
-        for k in sorted(set(sa) | set(sb)):
-            if k not in _SETTINGS_IGNORED and sa.get(k) != sb.get(k):
-                out.append(f"{k} {sb.get(k, '(unset)')} -> {sa.get(k, '(unset)')}")
-    return out
