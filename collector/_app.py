@@ -169,8 +169,9 @@ class Collector:
             await self.stop(grace_s=0)
             raise
         self._start_tasks()
-        log.info("stepwatch collector: gRPC on %s, HTTP on http://%s/metrics (rendered on the %s)", self.grpc_address,
-                 self.http_address, "render process" if self._fork is not None else "HTTP thread")
+        log.info("stepwatch collector: gRPC on %s; the page http://%s/, metrics http://%s/metrics (rendered on the %s)",
+                 self.grpc_address, self.http_address, self.http_address,
+                 "render process" if self._fork is not None else "HTTP thread")
 
     def _open_trace_store(self, directory: str) -> None:
         if directory == "auto":  # this collector's own, never another user's or collector's

@@ -9,9 +9,11 @@ event loop thread of the ``grpc.aio`` server.
 from __future__ import annotations
 
 import asyncio
+import errno
 import hmac
 import logging
 import math
+import socket
 import time
 from typing import AsyncIterator, Callable, Optional
 
@@ -51,6 +53,26 @@ def _decoder(cls):
         except DecodeError as exc:
             return _Malformed(str(exc) or "cannot decode")
     return decode
+
+
+def _in_use(listen: str) -> str:
+    """Why ``listen`` (HOST:PORT) cannot be bound because something listens there already, or
+    "" (port 0, a name that does not resolve, any other error: gRPC's own bind decides)."""
+    host, _, port = listen.rpartition(":")
+    host = host.strip("[]")
+    try:
+        if int(port) == 0:
+            return ""
+        family, kind, proto, _, addr = socket.getaddrinfo(host or None, int(port), type=socket.SOCK_STREAM,
+                                                          flags=socket.AI_PASSIVE)[0]
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # (a socket in TIME_WAIT is no user)
+            probe.bind(addr)
+    except OSError as exc:
+        return f"the port is in use ({exc.strerror}): another collector?" if exc.errno == errno.EADDRINUSE else ""
+    except ValueError:
+        return ""
+    return ""
 
 
 class _Refused(Exception):
@@ -119,6 +141,9 @@ class IngestServer:
                 # a connection with no call for 2 minutes is closed (GOAWAY): idle sockets from
                 # anyone who reaches the port do not pile up; an agent's stream keeps its own open
                 ("grpc.max_connection_idle_ms", 120_000)]
+        in_use = _in_use(listen)
+        if in_use:  # said once, plainly, before gRPC's core logs its own add_port line to stderr
+            raise RuntimeError(f"cannot bind gRPC address {listen}: {in_use}")
         server = grpc.aio.server(options=opts)
         self._add_services(server)
         try:

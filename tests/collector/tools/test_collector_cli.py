@@ -75,7 +75,8 @@ def test_collector_subprocess_ready_healthz_sigterm(tmp_path):
                 list(replies)
         assert proc.returncode == 0, err
         assert time.monotonic() - start < 5
-        assert f"stepwatch collector: gRPC on {info['grpc']}, HTTP on http://{info['http']}/metrics" in err.decode()
+        assert (f"stepwatch collector: gRPC on {info['grpc']}; the page http://{info['http']}/, "
+            f"metrics http://{info['http']}/metrics") in err.decode()
         assert not list(tmp_path.glob("ready.json.tmp*"))
     finally:
         if proc.poll() is None:
@@ -93,3 +94,17 @@ def test_port_in_use_exits_1(tmp_path):
                                "127.0.0.1:0", "--http-listen", f"127.0.0.1:{port}"],
                               capture_output=True, timeout=30, env=ENV)
     assert proc.returncode == 1 and b"cannot bind HTTP address" in proc.stderr
+
+
+def test_a_grpc_port_in_use_is_said_once_without_grpcs_own_log_line():
+    import socket
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        port = sock.getsockname()[1]
+        proc = subprocess.run([sys.executable, "-m", "stepwatch.collector.tools", "collector", "--grpc-listen",
+                               f"127.0.0.1:{port}", "--http-listen", "127.0.0.1:0"],
+                              capture_output=True, timeout=30, env=ENV)
+    err = proc.stderr.decode()
+    assert proc.returncode == 1 and f"cannot bind gRPC address 127.0.0.1:{port}: the port is in use" in err, err
+    assert "add_port" not in err and "chttp2" not in err, err
