@@ -228,10 +228,25 @@ class Sidecar:
                 part.stop(deadline)
         for left in self.leftovers:
             left.stop(deadline)
+        if (len(self.spool) or self.spool.quarantined) and not trainer_alive(self.config.trainer_pid):
+            _log_beside(self.spool.path)
         self.spool.close()
         for left in self.leftovers:
             left.spool.close()  # removed when everything was delivered
         _remove_workdir(self.config.workdir)
+
+
+def _log_beside(spool_path: str) -> None:
+    """From now on the sidecar's log lines go to ``sidecar.log`` in its spool directory, not to
+    stderr: the trainer has exited, and the terminal they share is the next command's (the
+    "N unacknowledged batch(es) left" line printed into whatever the user ran next). The spool
+    is kept (batches are pending), and the next run of the job and rank delivers them."""
+    try:
+        handler = logging.FileHandler(os.path.join(spool_path, "sidecar.log"))
+    except OSError:
+        return  # (the spool's own close logs what it can)
+    handler.setFormatter(logging.Formatter("%(asctime)s stepwatch-sidecar: %(levelname)s %(message)s"))
+    LOG.handlers[:] = [handler]
 
 
 def _remove_workdir(path: str) -> None:

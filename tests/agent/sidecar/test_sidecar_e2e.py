@@ -332,3 +332,18 @@ def test_a_damaged_spool_file_is_quarantined_not_resent_forever(tmp_path):
         assert "quarantined" in side.stderr
     finally:
         col.kill()
+
+
+def test_after_the_trainer_exited_what_is_left_is_logged_in_the_spool_not_into_the_next_command(tmp_path):
+    """The trainer is gone before the sidecar's shutdown (collector never up): the line saying
+    what is left goes to sidecar.log in the kept spool, not to the terminal the next command now
+    uses."""
+    trainer = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(1.5)"])
+    side = SidecarProc(tmp_path, free_port(), trainer_pid=trainer.pid, shutdown_timeout_s=0.5)
+    side.steps(1, 10)
+    trainer.wait()
+    assert side.proc.wait(30) == 0, side.stderr
+    side.proc.stdin.close()
+    assert "unacknowledged" not in side.stderr, side.stderr
+    log = open(os.path.join(side.spool, "sidecar.log")).read()
+    assert "unacknowledged batch(es) left in " + side.spool in log, log
