@@ -35,7 +35,8 @@ body{font:14px/1.4 system-ui,sans-serif;margin:0;color:#1d232b;background:#f4f5f
 header{display:flex;gap:1em;align-items:baseline;padding:.6em 1.2em;background:#1d232b;color:#fff}
 header h1{font-size:1.2em;margin:0}header a{color:#9cc3ff}#status{margin-left:auto;color:#c9ced6}
 main{padding:0 1.2em 2em;max-width:1200px}h2{font-size:1.1em;margin:1.2em 0 .4em}
-.card{background:#fff;border:1px solid #dde1e6;border-radius:6px;padding:.6em 1em;margin:.6em 0}
+.card{background:#fff;border:1px solid #dde1e6;border-radius:6px;padding:.6em 1em;margin:.6em 0;overflow-x:auto}
+#traces td{overflow-wrap:anywhere}
 .card h3{margin:.2em 0;font-size:1.05em;word-break:break-all}.muted{color:#6b7480}
 table{border-collapse:collapse;margin:.4em 0;font-size:13px}
 th,td{text-align:left;padding:.2em .7em;border-bottom:1px solid #eceef1;vertical-align:top}
@@ -251,6 +252,17 @@ function windowCard(job, latest) {
     bar, h("div", {class: "legend"}, legend), kernels.length ? table(kernels, 0) : null);
 }
 
+function tracesTable(doc) {
+  // one row per rank's trace of each request, newest first: when it was asked, for which job
+  // and steps, where it is (a link once uploaded) or why there is none
+  const rows = (doc.requests || []).flatMap((r) => (r.traces.length ? r.traces : [{}]).map((t) => ({
+    asked: ago(r.time_s), job: r.job, steps: t.first_step != null ? `${t.first_step}–${t.last_step}` : `${r.steps}`,
+    rank: t.rank ?? "—", host: t.host ?? "—",
+    trace: t.url || t.error || t.upload_error || t.path || "waiting for the ranks",
+    size: t.bytes ? `${(t.bytes / 2 ** 20).toFixed(1)} MiB` : "—"})));
+  return rows.length ? table(rows, 0) : h("p", {class: "muted"}, "none yet");
+}
+
 function cell(v, depth, key) {
   if (v == null) return "—";
   if (typeof v === "number" && v > 1e9 && /time|since|_at$/.test(key)) return ago(v);  // Unix seconds
@@ -307,7 +319,8 @@ async function refresh() {
     } else {
       optional("windows", has("/api/jobs/{job}/windows") ? [] : undefined, "window summary");
     }
-    optional("traces", has("/api/traces") ? await getJSON("api/traces") : undefined, "trace");
+    if (has("/api/traces")) $("traces").replaceChildren(tracesTable(await getJSON("api/traces")));
+    else optional("traces", undefined, "trace");
     $("status").textContent = `updated ${new Date().toLocaleTimeString()}`;
   } catch (err) {
     $("status").textContent = `update failed (${err.message}); retrying`;

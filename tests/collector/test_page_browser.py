@@ -211,6 +211,13 @@ def test_the_alerting_job_among_fourteen_is_in_the_first_screen(collector_factor
                 break
             assert time.monotonic() < deadline, layout
             time.sleep(0.25)
+        # the alert asked the slowed job's ranks for a trace: its row in "Captured traces" (when
+        # asked, job, steps, rank, where), inside its card, no raw ISO time
+        deadline = time.monotonic() + 30
+        while "slowed-job" not in (traces := browser.eval('document.getElementById("traces").textContent')):
+            assert time.monotonic() < deadline, traces
+            time.sleep(0.25)
+        wide = browser.eval("[document.documentElement.scrollWidth, window.innerWidth]")
         shot = os.environ.get("STEPWATCH_PAGE_SCREENSHOT")
         if shot:
             data = browser.call("Page.captureScreenshot", session=browser.session, format="png")["data"]
@@ -224,6 +231,8 @@ def test_the_alerting_job_among_fourteen_is_in_the_first_screen(collector_factor
             browser.close()
         slowed.kill()
         slowed.wait()
+    assert not re.search(r"\d{4}-\d\d-\d\dT\d\d", traces) and " ago" in traces, traces
+    assert wide[0] <= wide[1], wide  # nothing wider than the window: a long path wraps in its card
     first = layout["alerts"][0]
     assert first["job"] == "slowed-job" and 0 <= first["top"] < layout["height"] - 100, layout
     assert "ThroughputDrift +" in first["text"] and "slowed-job rank 0" in first["text"], first
