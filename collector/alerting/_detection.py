@@ -186,6 +186,8 @@ class Detection:
                 if key is not None:
                     self.book.annotate(key, trace=_trace_text(hello.host, ref))
             feed_batch(self.engine, hello.job, hello.rank, batch, steps, samples)
+            if len(steps):
+                self.engine.received(hello.job, hello.rank, now)
             if batch.HasField("gpu"):  # the GPU became known after the Hello: the run's record
                 self.engine.lineage.gpu(hello.job, hello.rank, batch.gpu.name)
             if self.engine.changed:

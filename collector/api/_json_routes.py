@@ -68,6 +68,10 @@ def _rank(st: RankState, events: bool, armed: Optional[bool] = None,
                      "driver": h.driver_version},
         "connected": st.connected, "last_seen": st.last_seen, "disconnected_at": st.disconnected_at,
         "steps_total": st.steps_total, "last_step_time": st.last_step_time,
+        # the collector's clock at the rank's last batch minus its last step's time: its batching
+        # delay (seconds), or the agent host's clock off by that much (an hour: a clock that jumped)
+        "clock_lag_s": (round(st.last_seen - st.last_step_time, 3)
+                        if st.last_seen is not None and st.last_step_time is not None else None),
         "step_median_s": st.recent_median,
         "samples_total": st.samples_total if st.samples_known else None,
         "tokens_total": st.tokens_total if st.tokens_known else None,

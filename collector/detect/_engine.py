@@ -397,6 +397,13 @@ class DetectionEngine:
                 if memory.host(p, available) or memory.conditions:
                     self._sync(memory, memory.conditions.values())
 
+    def received(self, job: str, rank: int, now: float) -> None:
+        """A batch with steps of ``rank`` arrived at the collector's time ``now`` (the stall
+        rule's clock: an agent host's clock that steps back or ahead raises no stall)."""
+        r = self._ranks.get((job, rank))
+        if r is not None:
+            r.live.last_received = now
+
     def connection(self, job: str, rank: int, connected: bool, disconnected_at: Optional[float]) -> None:
         """Live only: whether a rank has an open agent stream, and since when it has none."""
         live = self._rank(job, rank).live

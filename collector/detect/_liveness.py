@@ -1,7 +1,8 @@
 """Rules on time and NVML state: GPU clock throttling, stalled rank, agent gone.
 
-``RankLiveness`` remembers a rank's last step (data time) and recent step times; ``tick(now)``
-judges stalls at Unix time ``now``. Agent-gone is judged by the engine, which knows the
+``RankLiveness`` remembers a rank's last step (data time), when it arrived (the collector's
+time) and recent step times; ``tick(now)`` judges stalls at the collector's Unix time ``now``
+against the arrival, never the agent's clock. Agent-gone is judged by the engine, which knows the
 connection state of every rank of a job. Not thread-safe.
 """
 
@@ -43,6 +44,9 @@ class RankLiveness:
         self.cfg, self.job, self.rank = cfg, job, rank
         self.last_step: Optional[int] = None
         self.last_time: Optional[float] = None
+        # the collector's clock when the rank's latest steps arrived (live and replayed): the
+        # stall rule's clock, so an agent whose host clock steps back or ahead raises no stall
+        self.last_received: Optional[float] = None
         self._recent: collections.deque = collections.deque(maxlen=64)
         self.connected = True
         self.disconnected_at: Optional[float] = None
@@ -51,7 +55,8 @@ class RankLiveness:
         """A batch of steps, as columns: the latest (by time, the last of equal times) is the
         rank's last step; positive step times join the recent ones."""
         i = last_max_index(end_time_s)  # the last of the steps with the latest time (as step by step)
-        if self.last_time is None or end_time_s[i] >= self.last_time:
+        if (self.last_time is None or end_time_s[i] >= self.last_time
+                or end_time_s[i] < self.last_time - self.cfg.stall_min_s):  # (the agent's clock stepped back)
             self.last_step, self.last_time = step[i], end_time_s[i]
         total = sum(duration_s)  # NaN when one is (min() does not see it)
         self._recent.extend(duration_s if min(duration_s) > 0 and total == total else
@@ -60,7 +65,8 @@ class RankLiveness:
     def stalled(self, now: float) -> Optional[Condition]:
         if not self.cfg.enabled or self.last_time is None or not self.connected:
             return None
-        idle = now - self.last_time
+        last = self.last_received if self.last_received is not None else self.last_time
+        idle = now - last
         if idle <= self.cfg.stall_min_s:  # the usual case: the limit is at least this (no median)
             return None
         usual = median(self._recent) if self._recent else 0.0
@@ -70,7 +76,7 @@ class RankLiveness:
         summary = (f"no training step for {idle:.0f} s (usual step {usual * 1e3:.1f} ms, limit {limit:.0f} s) "
                    f"after step {self.last_step:,}")
         return Condition(JOB_STALLED, self.job, self.rank, CRITICAL, summary,
-                         self.last_time + limit, self.last_step, 0.0)
+                         last + limit, self.last_step, 0.0)
 
     def gone(self, now: float, others_connected: int) -> Optional[Condition]:
         if (not self.cfg.enabled or self.connected or self.disconnected_at is None or others_connected == 0

@@ -73,6 +73,8 @@ def test_api_jobs_says_why_windows_run_on_demand_with_the_figures(start_collecto
         list(stub.Connect(iter([hi, batch(1, steps=steps(1, 5))]), timeout=10))
     (rank,) = [r for j in json.loads(col.get("/api/jobs?job=w")[2])["jobs"] for r in j["ranks"]]
     assert rank["windows"]["mode"] == "on_demand" and "+1.22%" in rank["windows"]["why"], rank["windows"]
+    # the steps are stamped 1.7e9 + 0.05 k, the collector's clock is its test clock: the lag says by how much
+    assert rank["clock_lag_s"] == round(col.clock.now - (1_700_000_000.0 + 0.05 * 5), 3), rank["clock_lag_s"]
 
 
 def test_api_jobs_says_a_rank_settles_again_after_a_shift_that_began_before_it_armed(start_collector):

@@ -486,3 +486,41 @@ def test_a_rank_that_stops_sending_does_not_hold_the_others_blocks_for_long():
         det.feed_many(rank, steps, ends, durations, waits)
     assert set(det.conditions) == {1}, det.conditions
     assert len(det._blocks) <= 2 * 7 + 2 + 1, len(det._blocks)
+
+
+def _clocked(shift_after_s, jump_s):
+    """A rank sending a batch of 40 ms steps every second of the collector's clock for 20
+    minutes; from ``shift_after_s`` its host clock is ``jump_s`` off. Each tick's conditions."""
+    from stepwatch.collector.detect import DetectionEngine
+    engine, seen, step = DetectionEngine(), [], 0
+    for k in range(1200):
+        now = 1.7e9 + k
+        off = jump_s if k >= shift_after_s else 0.0
+        steps = list(range(step + 1, step + 26))
+        step += 25
+        ends = [now + off - 1 + 0.04 * (j + 1) for j in range(25)]
+        engine.steps("j", 0, steps, ends, [0.04] * 25, [0.0] * 25)
+        engine.received("j", 0, now)
+        engine.tick(now)
+        seen += [c.alertname for c in engine.conditions()]
+    return engine, seen
+
+
+def test_an_agent_clock_that_steps_back_or_ahead_an_hour_raises_no_stall():
+    """Steps keep arriving every second; the agent's host clock jumps back an hour at 5 min
+    (it raised a false critical "job stalled" from 10 min on), or an hour ahead."""
+    for jump in (-3600.0, 3600.0):
+        engine, seen = _clocked(300, jump)
+        assert "StepwatchJobStalled" not in seen, (jump, sorted(set(seen)))
+        assert engine.last_step("j", 0) == 1200 * 25, engine.last_step("j", 0)
+
+
+def test_a_real_stall_is_still_raised_on_the_collectors_clock():
+    from stepwatch.collector.detect import DetectionEngine
+    engine = DetectionEngine()
+    engine.steps("j", 0, [1, 2, 3], [1.7e9 + 0.04 * k for k in (1, 2, 3)], [0.04] * 3, [0.0] * 3)
+    engine.received("j", 0, 1.7e9 + 0.2)
+    engine.tick(1.7e9 + 250)
+    assert not engine.conditions()
+    engine.tick(1.7e9 + 301)
+    assert [c.alertname for c in engine.conditions()] == ["StepwatchJobStalled"]
