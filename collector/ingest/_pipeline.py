@@ -2,7 +2,7 @@
 
     ingest (gRPC stream) --connect/batch/disconnect--> Pipeline
         -> cut window name lists to their bound, drop records with non-finite numbers or
-           far times (each counted)
+           far times, clear sample counters above int64 (each counted)
         -> CollectorState.apply_batch (duplicates and sequence jumps stop here, counted)
         -> listeners, in order: Detection (alerting), Recorder (optional)
     housekeeping(now): expire gone ranks -> listeners forget them -> Detection.tick (live: in
@@ -28,7 +28,7 @@ from stepwatch.proto.stepwatch.v1 import agent_pb2
 
 from ..wire._columns import SampleColumns, step_columns
 from ..wire._bounds import bound_window_names
-from ..wire._sanitize import drop_far, drop_nonfinite
+from ..wire._sanitize import clear_out_of_range, drop_far, drop_nonfinite
 from ..state._ingest_counters import IngestCounters
 from ..state._state import CollectorState, RankKey
 
@@ -74,6 +74,10 @@ class Pipeline:
                 steps = step_columns(batch)  # without the dropped steps or phase times
             if not sampled:
                 samples = SampleColumns(batch)  # without the dropped samples
+        huge = clear_out_of_range(batch)
+        if huge:
+            counters.add("out_of_range_fields", huge)
+            samples = SampleColumns(batch)  # without the cleared counters
         far = drop_far(batch, now, steps, samples)
         if far:
             counters.add("far_records", far)

@@ -30,6 +30,9 @@ _PLAIN = {
                           "Agent records dropped at ingest for a NaN or infinite number."),
     "far_records": ("stepwatch_collector_far_records", "Agent steps and samples dropped at ingest: time more than "
                     "a day from the collector's clock, or a step number beyond 1e12."),
+    "out_of_range_fields": ("stepwatch_collector_out_of_range_fields",
+                            "Agent sample counters cleared at ingest: above 2^63 - 1 (the sample's other "
+                            "values kept)."),
     "records_dropped": ("stepwatch_collector_records_dropped",
                         "Records dropped by agents, summed over all agents seen."),
 }
@@ -48,7 +51,7 @@ class IngestCounters:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._n = {"streams_accepted": 0, "batches_received": 0, "batches_duplicate": 0, "batches_seq_refused": 0,
-                   "decode_errors": 0, "nonfinite_records": 0, "far_records": 0, "records_dropped": 0}
+                   "decode_errors": 0, "nonfinite_records": 0, "far_records": 0, "out_of_range_fields": 0, "records_dropped": 0}
         self._by = {"streams_rejected": dict.fromkeys(REJECT_REASONS, 0),
                     "trimmed": {"string": 0, "window_names": 0},
                     "accepts_failed": {"fd_exhausted": 0, "no_memory": 0}}

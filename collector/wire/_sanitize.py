@@ -15,10 +15,44 @@ from google.protobuf.message import Message
 
 from stepwatch.proto.stepwatch.v1 import agent_pb2
 
-__all__ = ["drop_nonfinite", "drop_far", "FAR_S", "MAX_STEP"]
+__all__ = ["drop_nonfinite", "drop_far", "clear_out_of_range", "FAR_S", "MAX_STEP", "MAX_COUNTER"]
 
 FAR_S = 86400.0  # a record's time further than this from the collector's clock is refused
 MAX_STEP = 10 ** 12  # a step number beyond this is refused (31 years of 1 ms steps)
+MAX_COUNTER = 2 ** 63 - 1  # a sample's counter above this is cleared (the collector keeps int64)
+_UINTS = (FieldDescriptor.TYPE_UINT64, FieldDescriptor.TYPE_FIXED64)
+_SAMPLES = ("gpu_samples", "allocator", "host")
+_INT_GETTERS: dict = {}
+
+
+def _uints(desc) -> tuple:
+    """(unsigned 64-bit singular fields, a getter of them all) of a sample type."""
+    got = _INT_GETTERS.get(desc)
+    if got is None:
+        names = tuple(f.name for f in desc.fields if f.type in _UINTS and not _repeated(f))
+        got = _INT_GETTERS[desc] = (names, operator.attrgetter(*names, *names[:1]) if names else None)
+    return got
+
+
+def clear_out_of_range(batch: agent_pb2.Batch) -> int:
+    """Clear, in place, every sample counter (unsigned 64-bit field) above MAX_COUNTER; return how
+    many. The field is refused, not the sample: its other values still count. (A GPU counter at
+    2^63 overflowed the collector's int64 columns and left the rank's detection off.) The usual
+    batch costs one sum per sample kind."""
+    cleared = 0
+    for name in _SAMPLES:
+        records = getattr(batch, name)
+        if not records:
+            continue
+        names, getter = _uints(records[0].DESCRIPTOR)
+        if getter is None or max(chain.from_iterable(map(getter, records))) <= MAX_COUNTER:
+            continue
+        for r in records:
+            for field in names:
+                if getattr(r, field) > MAX_COUNTER:
+                    r.ClearField(field)
+                    cleared += 1
+    return cleared
 
 _FLOATS = (FieldDescriptor.TYPE_DOUBLE, FieldDescriptor.TYPE_FLOAT)
 _RECORDS = ("steps", "allocator", "gpu_samples", "host", "events", "windows", "traces", "phase_times")
