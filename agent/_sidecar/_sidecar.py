@@ -31,7 +31,7 @@ from ._pacing import paced_interval, seal_due
 from ._reader import Reader
 from ._records import Record
 from ._sender import Sender
-from ._spool import Spool, orphans, spool_path
+from ._spool import LOG_FILE, Spool, orphans, spool_path
 from ._service import PeriodicService
 from ._traces import TraceArchive
 from ._upload import TraceUploader
@@ -242,7 +242,7 @@ def _log_beside(spool_path: str) -> None:
     "N unacknowledged batch(es) left" line printed into whatever the user ran next). The spool
     is kept (batches are pending), and the next run of the job and rank delivers them."""
     try:
-        handler = logging.FileHandler(os.path.join(spool_path, "sidecar.log"))
+        handler = logging.FileHandler(os.path.join(spool_path, LOG_FILE))
     except OSError:
         return  # (the spool's own close logs what it can)
     handler.setFormatter(logging.Formatter("%(asctime)s stepwatch-sidecar: %(levelname)s %(message)s"))

@@ -30,12 +30,13 @@ from stepwatch.core.contract import safe_name
 from stepwatch.core.support import makedirs_private
 from ._log import LOG
 
-__all__ = ["Spool", "spool_path", "orphans"]
+__all__ = ["Spool", "spool_path", "orphans", "LOG_FILE"]
 
 _SUFFIX = ".pb"
 _SEQ_FILE = "seq"
 _OWNER_FILE = "owner"   # "<pid>": the sidecar writing this session's spool
 _HELLO_FILE = "hello.pb"  # the session's Hello: a later sidecar can deliver what is left
+LOG_FILE = "sidecar.log"  # what the sidecar said after its trainer exited (what it left here)
 
 
 def spool_path(root: str, job: str, rank: int, session_id: str) -> str:
@@ -250,7 +251,7 @@ class Spool:
             return
         if count:
             return
-        for name in (_SEQ_FILE, _OWNER_FILE, _HELLO_FILE):
+        for name in (_SEQ_FILE, _OWNER_FILE, _HELLO_FILE, LOG_FILE):  # (delivered: its log said what was left)
             try:
                 os.unlink(os.path.join(self.path, name))
             except OSError:
