@@ -20,13 +20,34 @@ import sqlite3
 import time
 from typing import Optional
 
-__all__ = ["DriftStore"]
+__all__ = ["DriftStore", "open_db", "close_db"]
 
 log = logging.getLogger("stepwatch.collector")
 
 _SCHEMA = """CREATE TABLE IF NOT EXISTS drift (
     job TEXT NOT NULL, rank INTEGER NOT NULL, state TEXT NOT NULL, saved_at REAL NOT NULL,
     PRIMARY KEY (job, rank))"""
+
+
+def open_db(directory: Optional[str], schema: str, timeout: float = 5.0) -> sqlite3.Connection:
+    """The collector's ``detection.sqlite`` in ``directory`` (made 0700; None: in memory), in
+    autocommit mode, any thread, with ``schema`` applied; raises OSError or sqlite3.Error."""
+    path = ":memory:"
+    if directory:
+        os.makedirs(directory, mode=0o700, exist_ok=True)
+        path = os.path.join(directory, "detection.sqlite")
+    db = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=timeout)
+    db.execute(schema)
+    return db
+
+
+def close_db(db: Optional[sqlite3.Connection]) -> None:
+    """Close a connection of :func:`open_db`, if any; a close that fails is nothing to report."""
+    if db is not None:
+        try:
+            db.close()
+        except sqlite3.Error:
+            pass
 
 
 class DriftStore:
@@ -40,9 +61,7 @@ class DriftStore:
         self._db: Optional[sqlite3.Connection] = None
         self._failed = False
         try:
-            os.makedirs(directory, mode=0o700, exist_ok=True)
-            self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
-            self._db.execute(_SCHEMA)
+            self._db = open_db(directory, _SCHEMA)
         except (OSError, sqlite3.Error) as exc:
             self._fail("open", exc)
 
@@ -79,9 +98,5 @@ class DriftStore:
             self._fail("write", exc)
 
     def close(self) -> None:
-        if self._db is not None:
-            try:
-                self._db.close()
-            except sqlite3.Error:
-                pass
-            self._db = None
+        close_db(self._db)
+        self._db = None

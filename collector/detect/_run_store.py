@@ -10,6 +10,8 @@ import os
 import sqlite3
 from typing import Optional
 
+from ._persist import close_db, open_db
+
 __all__ = ["RunStore"]
 
 log = logging.getLogger("stepwatch.collector")
@@ -26,11 +28,8 @@ class RunStore:
         self._failed = False
         self._db: Optional[sqlite3.Connection] = None
         try:
-            if directory:
-                os.makedirs(directory, mode=0o700, exist_ok=True)
-            self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=1.0)
-            self._db.execute("CREATE TABLE IF NOT EXISTS runs (job TEXT NOT NULL, run TEXT NOT NULL, "
-                             "started_at REAL NOT NULL, record TEXT NOT NULL, PRIMARY KEY (job, run))")
+            self._db = open_db(directory, "CREATE TABLE IF NOT EXISTS runs (job TEXT NOT NULL, run TEXT NOT NULL, "
+                               "started_at REAL NOT NULL, record TEXT NOT NULL, PRIMARY KEY (job, run))", timeout=1.0)
         except (OSError, sqlite3.Error) as exc:
             self._fail("open", exc)
             self._db = None
@@ -77,9 +76,5 @@ class RunStore:
             del held[old]
 
     def close(self) -> None:
-        if self._db is not None:
-            try:
-                self._db.close()
-            except sqlite3.Error:
-                pass
-            self._db = None
+        close_db(self._db)
+        self._db = None
