@@ -20,7 +20,7 @@ from stepwatch.proto.stepwatch.v1 import agent_pb2
 
 from ..wire._columns import SampleColumns, StepColumns
 from ..detect import (GPU_THROTTLED, PROFILER_OVERHEAD, SEVERITIES, STRAGGLER_RANK, THROUGHPUT_DRIFT, DetectionConfig,
-                      DetectionEngine, RunIdentity, WindowPoint)
+                      DetectionEngine, Phases, RunIdentity, Steps, WindowPoint)
 from ..detect._straggler import GPU_BUSIER, OWN_WORK
 from ..detect._engine import TICK_SLICE
 from ._alertmanager import AlertmanagerClient
@@ -58,38 +58,27 @@ def _trace_text(host: str, ref) -> str:
 
 def feed_batch(engine: DetectionEngine, job: str, rank: int, batch: agent_pb2.Batch,
                steps: StepColumns, samples: SampleColumns) -> None:
-    """Hand one batch's phase times, step, allocator, NVML and host samples (``steps``,
-    ``samples``: the batch read as columns) to ``engine``."""
+    """Hand one batch (``steps``, ``samples``: the batch read as columns) to ``engine`` as the
+    rules' columns (:meth:`DetectionEngine.feed`)."""
     p = steps.phase_times
-    if p is not None:
-        steps_, pres, owns, syncs = [], [], [], []
-        data, forward, _, sync, optimizer = p.device
-        for i, seen in enumerate(p.points):
-            if seen & _SYNC_SEEN == _SYNC_SEEN:  # the gradients and the optimizer start seen: phases apart
-                steps_.append(p.step[i])
-                syncs.append(sync[i])
-                pres.append(data[i] + forward[i] + optimizer[i])
-                owns.append(sum(d[i] for d in p.device) - sync[i])
-        engine.phase_times(job, rank, steps_, pres, owns, syncs, steps.step[0] if len(steps) else None)
-        engine.phase_samples(job, rank, p.end_time_s, p.points, p.device, p.host)
     c = steps
-    if len(c):
-        engine.steps(job, rank, c.step, c.end_time_s, c.duration_s, c.dataloader_wait_s, c.tokens, c.profiled,
-                     {i: phase_name(p) for i, p in c.phase.items()} if c.phase else None)
     s = samples
-    if len(s.allocator):
-        engine.allocator_columns(job, rank, s.allocator)
-    if len(s.gpu):
-        engine.gpu_columns(job, rank, s.gpu)
-    if len(s.host):
-        engine.host_columns(job, rank, s.host)
-    if batch.events:
-        engine.agent_events(job, rank, [(e.time_s, e.kind, e.message) for e in batch.events])
+    windows = []
     for w in batch.windows or ():  # (an empty repeated field: its truth is cheaper than its loop)
-        steps = w.last_step - w.first_step + 1 if w.last_step >= w.first_step > 0 else 0
-        if steps and w.breakdown.step_time_s > 0:
-            engine.window(job, rank, WindowPoint(w.start_time_s, w.first_step, steps, w.compute_s,
-                                                 w.communication_s, w.breakdown.step_time_s))
+        n = w.last_step - w.first_step + 1 if w.last_step >= w.first_step > 0 else 0
+        if n and w.breakdown.step_time_s > 0:
+            windows.append(WindowPoint(w.start_time_s, w.first_step, n, w.compute_s, w.communication_s,
+                                       w.breakdown.step_time_s))
+    engine.feed(
+        job, rank,
+        Steps(c.step, c.end_time_s, c.duration_s, c.dataloader_wait_s, c.tokens) if len(c) else None,
+        profiled=c.profiled, marks={i: phase_name(m) for i, m in c.phase.items()} if c.phase else None,
+        phases=None if p is None else Phases(p.step, p.end_time_s, p.points, p.device, p.host,
+                                             c.step[0] if len(c) else None),
+        allocator=s.allocator if len(s.allocator) else None, gpu=s.gpu if len(s.gpu) else None,
+        host=s.host if len(s.host) else None,
+        events=[(e.time_s, e.kind, e.message) for e in batch.events] if batch.events else (),
+        windows=windows)
 
 
 def _unix(iso_time: str) -> float:
@@ -99,7 +88,6 @@ def _unix(iso_time: str) -> float:
 # A window asked of a rank serves every slowdown raised on it this soon after (a straggler and
 # the same rank's drift are raised a second apart): one profiler session, not one per alert
 _WINDOW_AGAIN_S = 30.0
-_SYNC_SEEN = 0b1110  # StepPhaseTimes.points: the first and last gradient (bits 1, 2), the optimizer start (3)
 
 
 class Detection:

@@ -5,7 +5,8 @@ from ._config import (DetectionConfig, DriftConfig, GpuConfig, LivenessConfig, M
                       RunsConfig, describe_options, parse_detection)
 from ._drift import DriftDetector
 from ._drift_pair import RankDrift
-from ._engine import DetectionEngine
+from ._engine import RULES, Columns, DetectionEngine
+from ._rule import Context, Phases, Rule, Steps
 from ._run_record import RunComparison, RunIdentity
 from ._run_store import RunStore
 from ._names import *  # noqa: F401,F403  (the alert names, declared once)
@@ -15,6 +16,7 @@ from ._types import CRITICAL, SEVERITIES, WARNING, AllocatorPoint, Condition, Gp
 
 __all__ = ["DetectionConfig", "DriftConfig", "StragglerConfig", "MemoryConfig", "GpuConfig", "LivenessConfig",
            "RunsConfig", "RunIdentity", "RunComparison", "RunStore",
-           "parse_detection", "describe_options", "DetectionEngine", "DriftDetector", "RankDrift", "StragglerDetector",
+           "parse_detection", "describe_options", "DetectionEngine", "RULES", "Rule", "Context", "Steps", "Phases",
+           "Columns", "DriftDetector", "RankDrift", "StragglerDetector",
            "Condition", "AllocatorPoint", "GpuPoint", "HostPoint", "WindowPoint", "WARNING", "CRITICAL", "SEVERITIES",
            *_NAMES]

@@ -103,7 +103,7 @@ def test_a_reused_name_never_restores_another_runs_level(tmp_path):
                 job="victim")
     alerts, det = _play(big, tmp_path, drift_state=True)
     assert alerts == [], [(a.alertname, a.fired_summary) for a in alerts]
-    assert 0.039 < det.engine._ranks[("victim", 0)].drift.settled()[0] < 0.042
+    assert 0.039 < det.engine.drift_of("victim", 0).settled()[0] < 0.042
 
 
 def test_a_restart_inside_one_run_keeps_that_runs_level_and_run(h200q, tmp_path):
@@ -207,7 +207,7 @@ def test_a_new_run_under_a_name_the_collector_still_holds_learns_its_own_level(t
     big = rerun(load(str(REAL / "h200q_1gpu_m.jsonl.gz")), max(o["time"] for o in small) + 60, "real", job="victim")
     alerts = [a for a in replay(events(big), CFG, detection=det) if a.fired_at >= big[0]["time"]]
     assert alerts == [], [(a.alertname, a.fired_summary) for a in alerts]
-    assert 0.039 < det.engine._ranks[("victim", 0)].drift.settled()[0] < 0.042
+    assert 0.039 < det.engine.drift_of("victim", 0).settled()[0] < 0.042
 
 
 # -- where users look: a real collector on loopback, real gRPC -------------------------------------

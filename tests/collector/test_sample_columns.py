@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from stepwatch.collector.wire._columns import SampleColumns
 from stepwatch.collector.state._state import _latest
-from stepwatch.collector.detect._engine import _GPU_FIELDS as _GPU_POINT
+from stepwatch.collector.detect._memory_rule import GPU_FIELDS as _GPU_POINT
 from stepwatch.proto.stepwatch.v1 import agent_pb2
 
 # an optional counter: unset, set to 0, or set to a value

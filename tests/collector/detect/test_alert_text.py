@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 import random
 
-from stepwatch.collector.detect import DetectionEngine, parse_detection
+from stepwatch.collector.detect import DetectionEngine, Steps, parse_detection
 
 CFG = parse_detection({"warmup_steps": 10})
 T0 = 1.7e9
@@ -23,7 +23,7 @@ def _run(level, seconds, seed=3):
             dt = 0.04 * level(now - T0) * math.exp(rng.gauss(0, 0.01))
             now += dt
             steps.append(s), times.append(now), durs.append(dt)
-        engine.steps("j", 0, steps, times, durs, [0.0] * 25)
+        engine.feed("j", 0, Steps(steps, times, durs, [0.0] * 25))
         engine.tick(now)
         seen.append(next((c for c in engine.conditions() if c.alertname == "StepwatchThroughputDrift"), None))
     return seen

@@ -12,7 +12,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from stepwatch.collector._ring import Ring
-from stepwatch.collector.detect import DetectionConfig, DetectionEngine
+from stepwatch.collector.detect import DetectionConfig, DetectionEngine, Steps
+from stepwatch.collector.detect._memory_rule import MemoryRule
+from stepwatch.collector.detect._throttle_rule import ThrottleRule
 from stepwatch.collector.detect._config import DriftConfig, StragglerConfig
 from stepwatch.collector.detect._drift import DriftDetector
 from stepwatch.collector.detect._straggler import StragglerDetector
@@ -143,17 +145,18 @@ def test_engine_steps_matches_step(seed):
             for step, t, v, profiled, phase, tokens in batch:
                 one.step("j", rank, step, t, v, tokens, 0.0, profiled=profiled, phase=phase)
             tokens = [b[5] for b in batch]
-            many.steps("j", rank, [b[0] for b in batch], [b[1] for b in batch], [b[2] for b in batch],
-                       [0.0] * len(batch), tokens if any(x is not None for x in tokens) else None,
-                       tuple(i for i, b in enumerate(batch) if b[3]),
-                       {i: b[4] for i, b in enumerate(batch) if b[4]} or None)
+            many.feed("j", rank, Steps([b[0] for b in batch], [b[1] for b in batch], [b[2] for b in batch],
+                                       [0.0] * len(batch), tokens if any(x is not None for x in tokens) else None),
+                      profiled=tuple(i for i, b in enumerate(batch) if b[3]),
+                      marks={i: b[4] for i, b in enumerate(batch) if b[4]} or None)
             assert sorted(map(repr, many.conditions())) == sorted(map(repr, one.conditions()))
         a, b = one._rank("j", rank), many._rank("j", rank)
-        assert (a.seen, a.profiled, a.marked, a.last_phase, a.ref_tokens) == \
-            (b.seen, b.profiled, b.marked, b.last_phase, b.ref_tokens)
+        assert (a.seen, a.profiled, a.marked, a.last_phase) == (b.seen, b.profiled, b.marked, b.last_phase)
+        assert one.drift._ranks[("j", rank)].ref_tokens == many.drift._ranks[("j", rank)].ref_tokens
         assert (a.live.last_step, a.live.last_time, list(a.live._recent)) == \
             (b.live.last_step, b.live.last_time, list(b.live._recent))
-        assert a.drift.pauses == b.drift.pauses and all(list(x._history) == list(y._history) for x, y in ((a.drift.median, b.drift.median), (a.drift.floor, b.drift.floor)))
+        da, db = one.drift_of("j", rank), many.drift_of("j", rank)
+        assert da.pauses == db.pauses and all(list(x._history) == list(y._history) for x, y in ((da.median, db.median), (da.floor, db.floor)))
 
 
 @settings(max_examples=300, deadline=None)
@@ -218,14 +221,14 @@ def test_engine_gpus_matches_the_rule_sample_by_sample(seed):
             reasons = rng.choice([None, 0, 0, 0, 1, 4, 8, 32, 64, 128])  # masked and unmasked bits
             points.append(GpuPoint(t, rng.choice([None, 1 << 30]), 80 << 30, reasons,
                                    rng.choice([None, 1.2e9]), rng.choice([None, 60.0])))
-        engine.gpus("j", 0, points)
+        if points:
+            engine.feed("j", 0, gpu=_Table(points))
         for p in points:  # the rule, sample by sample
             held = throttle_condition(cfg.gpu, "j", 0, p, held, None)
-        r = engine._rank("j", 0)
-        assert r.throttle == held
+        assert engine.rule(ThrottleRule)._held.get(("j", 0)) == held
         assert [c for c in engine.conditions() if c.alertname == "StepwatchGpuThrottled"] == ([held] if held else [])
         if points:
-            assert r.memory._gpu == points[-1]
+            assert engine.rule(MemoryRule)._ranks[("j", 0)]._gpu == points[-1]
 
 
 def _memory_samples(rng: random.Random, n: int) -> list:
@@ -281,12 +284,13 @@ class _Table:
 def test_engine_memory_columns_match_the_samples_one_by_one(seed):
     """A batch of allocator, NVML and host samples as columns (the collector's path: points
     only of what the leak trend keeps and the last sample, unless something is held or moved)
-    against each sample fed in order: the same conditions, the same keys touched per batch, the
-    same memory detector state."""
+    against each sample fed in order to a memory detector of its own: the same conditions, the
+    same detector state."""
     from stepwatch.collector.detect._config import MemoryConfig
+    from stepwatch.collector.detect._memory import MemoryDetector
 
     cfg = DetectionConfig(memory=MemoryConfig(leak_window_s=240.0))
-    one, many = DetectionEngine(cfg), DetectionEngine(cfg)
+    a, many = MemoryDetector(cfg.memory, "j", 0), DetectionEngine(cfg)
     rng = random.Random(seed)
     rows = _memory_samples(rng, 900)
     i = 0
@@ -294,18 +298,16 @@ def test_engine_memory_columns_match_the_samples_one_by_one(seed):
         batch = rows[i:i + rng.choice([1, 2, 5, 5, 8, 20])]
         i += len(batch)
         for alloc, gpu, host, available in batch:
-            one.allocator("j", 0, alloc)
+            a.allocator(alloc)
         for alloc, gpu, host, available in batch:
-            one.gpu("j", 0, gpu)
+            a.gpu(gpu)
         for alloc, gpu, host, available in batch:
-            one.host("j", 0, host, available)
-        many.allocator_columns("j", 0, _Table([b[0] for b in batch]))
-        many.gpu_columns("j", 0, _Table([b[1] for b in batch]))
-        many.host_columns("j", 0, _Table([(b[2].time, b[2].resident_memory_bytes, b[3]) for b in batch],
-                                         ("time", "resident_memory_bytes", "host_memory_available_bytes")))
-        assert sorted(map(repr, many.conditions())) == sorted(map(repr, one.conditions()))
-        assert many.take_touched() == one.take_touched()
-        a, b = one._rank("j", 0).memory, many._rank("j", 0).memory
+            a.host(host, available)
+        many.feed("j", 0, allocator=_Table([b[0] for b in batch]), gpu=_Table([b[1] for b in batch]),
+                  host=_Table([(b[2].time, b[2].resident_memory_bytes, b[3]) for b in batch],
+                              ("time", "resident_memory_bytes", "host_memory_available_bytes")))
+        assert sorted(map(repr, many.conditions())) == sorted(map(repr, a.conditions.values()))
+        b = many.rule(MemoryRule)._ranks[("j", 0)]
         assert (a._alloc, a._gpu, a._until) == (b._alloc, b._gpu, b._until)
         assert [list(t._pts) for t in a._gpu_trend.trends] == [list(t._pts) for t in b._gpu_trend.trends]
         assert [list(t._pts) for t in a._host_trend.trends] == [list(t._pts) for t in b._host_trend.trends]

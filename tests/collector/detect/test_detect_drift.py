@@ -15,7 +15,7 @@ import random
 
 from hypothesis import given, settings, strategies as st
 
-from stepwatch.collector.detect import DetectionEngine, parse_detection
+from stepwatch.collector.detect import DetectionEngine, Steps, parse_detection
 from stepwatch.collector.detect._types import SEVERITIES
 
 CFG = parse_detection({"warmup_steps": 10})
@@ -37,7 +37,7 @@ def _run(seed: int, noise: float, level, seconds: float, step_s: float = 0.04, w
         if pause_every_s and t >= next_pause:
             dt, next_pause = 4.0, next_pause + pause_every_s  # an unmarked evaluation
         now += dt
-        engine.steps("j", 0, [s], [now], [dt], [0.0])
+        engine.feed("j", 0, Steps([s], [now], [dt], [0.0]))
         conds = [c for c in engine.conditions() if c.alertname == "StepwatchThroughputDrift"]
         cur = conds[0] if conds else None
         if (cur and (cur.severity, cur.summary)) != (last and (last.severity, last.summary)):
@@ -144,12 +144,12 @@ def _with_windows(shift_at: float, shift: float, seconds: float = 700, seed: int
                 profiled.append(i)
         if window:
             next_window += 60.0
-        engine.steps("j", 0, steps, times, durs, [0.0] * len(steps), profiled=profiled)
+        engine.feed("j", 0, Steps(steps, times, durs, [0.0] * len(steps)), profiled=profiled)
         if own_at and t >= own_at:
             engine.the_jobs_own("j", 0, "allocator churn: cudaMalloc/cudaFree 0.0 -> 42.1 per step")
         if backoff_at and t >= backoff_at:
             backoff_at = 0.0
-            engine.agent_events("j", 0, [(now, "window_aftereffect",
+            engine.feed("j", 0, events=[(now, "window_aftereffect",
                                           "after-effect +8% over 2 spans; dropped cpu+cuda sessions; profiling is off")])
         for c in engine.conditions():
             if c.alertname in ("StepwatchThroughputDrift", "StepwatchProfilerOverhead") and \
@@ -192,7 +192,7 @@ def test_an_overhead_episode_keeps_the_window_it_names_across_a_collector_restar
     assert seen and seen[-1][0] == "StepwatchProfilerOverhead", seen
     window = seen[-1][2].split("ending at step ", 1)[1].split(" ", 1)[0]
     again = RankDrift(CFG.drift, "j", 0)
-    again.restore(engine._ranks[("j", 0)].drift.state())
+    again.restore(engine.drift_of("j", 0).state())
     assert again.condition is not None and again.condition.alertname == "StepwatchProfilerOverhead"
     assert again.the_jobs_own("allocator churn: cudaMalloc/cudaFree 0.0 -> 42.1 per step")
     assert f"first taken for the agent's profiler window ending at step {window} " in again.condition.summary, \
@@ -233,7 +233,7 @@ def test_a_rank_settling_again_says_since_when_until_it_is_armed_again():
         t = now - T0
         dt = 0.04 * (1.12 if 165 <= t < 255 else 1.0) * (1 + 0.002 * math.sin(s))
         now += dt
-        engine.steps("j", 0, [s], [now], [dt], [0.0])
+        engine.feed("j", 0, Steps([s], [now], [dt], [0.0]))
         if s % 250 == 0:
             seen.append((now - T0, engine.armed()[("j", 0)], engine.settling_again().get(("j", 0))))
     again = [(t, since - T0) for t, armed, since in seen if since is not None]

@@ -7,7 +7,7 @@ import math
 import random
 import sqlite3
 
-from stepwatch.collector.detect import DetectionEngine, parse_detection
+from stepwatch.collector.detect import DetectionEngine, Steps, parse_detection
 from stepwatch.collector.detect._persist import DriftStore
 
 CFG = parse_detection({"warmup_steps": 10})
@@ -25,7 +25,7 @@ def _feed(engine, rng, start_step, start_time, seconds, level):
             dt = 0.04 * level(now - T0) * math.exp(rng.gauss(0, 0.01))
             now += dt
             steps.append(s), times.append(now), durs.append(dt)
-        engine.steps("j", 0, steps, times, durs, [0.0] * 25)
+        engine.feed("j", 0, Steps(steps, times, durs, [0.0] * 25))
         engine.tick(now)
         engine.save(now)
         seen += [c for c in engine.conditions() if c.alertname == "StepwatchThroughputDrift"]

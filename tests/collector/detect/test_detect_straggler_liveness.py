@@ -7,9 +7,20 @@ import random
 
 from hypothesis import given, settings, strategies as st
 
-from stepwatch.collector.detect import DetectionEngine, parse_detection
+from stepwatch.collector.detect import DetectionEngine, Phases, Steps, parse_detection
+from stepwatch.collector.detect._straggler_rule import StragglerRule
 
 T0 = 1_700_000_000.0
+
+
+def _phase_times(engine, job, rank, steps, pres, owns, syncs, batch_first_step=None):
+    """Sampled phase times whose phases were seen apart, given as the straggler rule reads
+    them (before the collectives, the rank's own time, sync), as one batch's phase columns."""
+    n = len(steps)
+    zero = [0.0] * n
+    engine.feed(job, rank, phases=Phases(steps, zero, [0b1110] * n,
+                                         [pres, zero, [o - p for o, p in zip(owns, pres)], syncs, zero],
+                                         [zero] * 5, batch_first_step))
 
 
 def run_job(engine, steps, ranks=4, step_s=0.1, jitter=0.0, slow_rank=None, slow_wait_s=0.0, slow_from=0,
@@ -253,7 +264,7 @@ def run_phased_job(engine, steps, ranks=2, step_s=0.045, own_extra_s=0.0, slow_r
                 own += own_extra_s
             if s % every == 0:
                 pre = 0.02 * (1 + rng.uniform(-jitter, jitter))  # (the extra work is in backward)
-                engine.phase_times("j", r, [s], [pre], [own * (1 + rng.uniform(-jitter, jitter))], [sync])
+                _phase_times(engine, "j", r, [s], [pre], [own * (1 + rng.uniform(-jitter, jitter))], [sync])
             engine.step("j", r, s, t, mine * (1 + rng.uniform(-jitter / 10, jitter / 10)), wait_s=0.001)
         if first_alarm is None and stragglers(engine):
             first_alarm = s
@@ -285,9 +296,9 @@ def test_phase_samples_of_warm_up_steps_are_left_out():
         e = DetectionEngine(parse_detection({"warmup_steps": warmup}))
         for steps in batches:
             n = len(steps)
-            e.phase_times("j", 1, steps, [0.02] * n, [0.1] * n, [0.002] * n, batch_first_step=first)
+            _phase_times(e, "j", 1, steps, [0.02] * n, [0.1] * n, [0.002] * n, batch_first_step=first)
             first = None
-        return e._straggler("j")._phases.pooled(1, (batches[-1][-1] + 10) // 10)
+        return e.rule(StragglerRule)._job("j")._phases.pooled(1, (batches[-1][-1] + 10) // 10)
     assert pool(10, 1, [[3, 4, 5], [129, 140]]) is None       # 2 samples left: too few
     assert pool(0, 1, [[3, 4, 5], [129, 140]]) is not None   # (all 5 pooled)
     assert pool(10, 1, [[3, 4, 5, 11], [12, 129, 140, 150]]) is not None  # steps 11 on: 5
@@ -339,7 +350,7 @@ def run_backward_wait_job(engine, steps, extra_s, slow_from, costs=True, step_s=
             if slow and r == 1:
                 pre += extra_s
             own = period - sync  # (a rank's own time: its pre and its backward, all but sync)
-            engine.phase_times("j", r, [s], [pre], [own * j()], [sync])
+            _phase_times(engine, "j", r, [s], [pre], [own * j()], [sync])
             engine.step("j", r, s, t, period * (1 + rng.uniform(-jitter / 10, jitter / 10)), wait_s=0.001)
         if first_alarm is None and stragglers(engine):
             first_alarm = s
@@ -412,14 +423,16 @@ def test_a_tick_in_slices_judges_what_the_whole_tick_judges_and_skips_a_rank_for
     whole.tick(T0 + 10 + 301)
     slices = sliced.tick_slices(T0 + 10 + 301, per=10)
     yields = sum(1 for _ in slices)
-    assert yields == 4, yields  # 25 ranks: 2 in the first pass (counts per job), 2 in the second
+    # 25 ranks: 2 in the first pass (counts per job), then 2 in each rule that judges ranks on the
+    # tick (drift, memory, liveness)
+    assert yields == 2 + 3 * 2, yields
     key = lambda c: (c.alertname, c.job, c.rank, c.severity, c.step, c.since)  # noqa: E731
     assert sorted(map(key, sliced.conditions())) == sorted(map(key, whole.conditions()))
     assert len(whole.conditions()) == 25 and {c.alertname for c in whole.conditions()} == {"StepwatchJobStalled"}
 
     e = stalled_engine()
     slices = e.tick_slices(T0 + 10 + 301, per=10)
-    for _ in range(3):  # the counting pass and the second pass's first slice (ranks 0-9)
+    for _ in range(7):  # the counting pass, drift's and memory's, liveness's first slice (ranks 0-9)
         next(slices)
     e.forget("j", 24)
     for _ in slices:
@@ -499,7 +512,7 @@ def _clocked(shift_after_s, jump_s):
         steps = list(range(step + 1, step + 26))
         step += 25
         ends = [now + off - 1 + 0.04 * (j + 1) for j in range(25)]
-        engine.steps("j", 0, steps, ends, [0.04] * 25, [0.0] * 25)
+        engine.feed("j", 0, Steps(steps, ends, [0.04] * 25, [0.0] * 25))
         engine.received("j", 0, now)
         engine.tick(now)
         seen += [c.alertname for c in engine.conditions()]
@@ -518,7 +531,7 @@ def test_an_agent_clock_that_steps_back_or_ahead_an_hour_raises_no_stall():
 def test_a_real_stall_is_still_raised_on_the_collectors_clock():
     from stepwatch.collector.detect import DetectionEngine
     engine = DetectionEngine()
-    engine.steps("j", 0, [1, 2, 3], [1.7e9 + 0.04 * k for k in (1, 2, 3)], [0.04] * 3, [0.0] * 3)
+    engine.feed("j", 0, Steps([1, 2, 3], [1.7e9 + 0.04 * k for k in (1, 2, 3)], [0.04] * 3, [0.0] * 3))
     engine.received("j", 0, 1.7e9 + 0.2)
     engine.tick(1.7e9 + 250)
     assert not engine.conditions()

@@ -1,0 +1,146 @@
+"""DriftRule: throughput drift of each rank (:class:`~._drift_pair.RankDrift`) with the evidence
+it decides with (:class:`~._evidence.RankEvidence`), its saved state and what it answers about
+a rank's arming, reach and settled level.
+
+Fed: phase samples, allocator calls and GPU busy time (evidence); the judged steps, their time
+normalised to the rank's first token count; windows' ends; the agent's after-effect events. A
+job none of whose ranks has been connected for 10 s has ended: its episodes end on the tick.
+"""
+
+from __future__ import annotations
+
+from typing import Iterator, Optional
+
+from ._drift_pair import RankDrift
+from ._evidence import RankEvidence
+from ._rule import Context, Phases, Rule, Steps
+from ._types import SampleTable
+
+__all__ = ["DriftRule"]
+
+_ENDED_AFTER_S = 10.0  # every rank of a job disconnected this long: its drift episodes end
+
+
+class _Rank:
+    __slots__ = ("evidence", "drift", "ref_tokens")
+
+    def __init__(self, cfg, job: str, rank: int):
+        self.evidence = RankEvidence()
+        self.drift = RankDrift(cfg.drift, job, rank, self.evidence)
+        self.ref_tokens: Optional[int] = None
+
+    def per_token(self, duration_s: list, tokens: Optional[list]) -> list:
+        """Step times normalised to the rank's first token count (a step of no count: as it is)."""
+        if not tokens:
+            return duration_s
+        ref = self.ref_tokens
+        if ref is None:
+            ref = self.ref_tokens = next((t for t in tokens if t), None)
+        if ref is None or tokens.count(ref) == len(tokens):  # (all at the reference: as they are)
+            return duration_s
+        return [d * ref / t if t else d for d, t in zip(duration_s, tokens)]
+
+
+class DriftRule(Rule):
+    """``store``: a :class:`~._persist.DriftStore` or None: a rank's state is restored when it
+    is first seen, for the agent session it was saved under only, and saved by :meth:`save`."""
+
+    def __init__(self, cfg, ctx: Context, store=None):
+        super().__init__(cfg, ctx)
+        self._store = store
+        self._ranks: dict[tuple, _Rank] = {}
+        self._saved: dict[tuple, int] = {}
+        self._on = cfg.enabled and cfg.drift.enabled
+        self._evidence = self._on and cfg.drift.evidence
+
+    def added(self, job: str, rank: int) -> None:
+        r = self._ranks[(job, rank)] = _Rank(self.cfg, job, rank)
+        if self._store is not None:
+            state = self._store.load(job, rank)
+            # a settled level is restored into the run it was learnt in only: another run
+            # under the same name (a restart, a reused name) learns its own
+            if state is not None and state.get("session", "") == self.ctx.session(job, rank):
+                r.drift.restore(state)
+                if r.drift.condition is not None:
+                    self.ctx.emit(r.drift, [r.drift.condition])
+
+    def phases(self, job: str, rank: int, p: Phases) -> None:
+        if self._evidence and p.end_time_s:
+            self._ranks[(job, rank)].evidence.phase_samples(p.end_time_s, p.points, p.device, p.host)
+
+    def steps(self, job: str, rank: int, s: Steps) -> None:
+        r = self._ranks[(job, rank)]
+        for step, end in s.window_ends:
+            r.drift.note_window(step, end)
+        kept = s.kept()
+        if not (self.cfg.enabled and len(kept)):
+            return
+        if self._evidence:
+            r.evidence.steps(kept.end_time_s, kept.dataloader_wait_s)
+        if self._on and (r.drift.feed_many(kept.step, kept.end_time_s, r.per_token(kept.duration_s, kept.tokens))
+                         or r.drift.condition):
+            self.ctx.emit(r.drift, [r.drift.condition] if r.drift.condition else [])
+
+    def allocator(self, job: str, rank: int, table: SampleTable) -> None:
+        if self._evidence:
+            self._ranks[(job, rank)].evidence.allocator(
+                table["time_s"], [a + f for a, f in zip(table["device_allocs"], table["device_frees"])])
+
+    def gpu(self, job: str, rank: int, table: SampleTable) -> None:
+        if self._evidence:
+            self._ranks[(job, rank)].evidence.gpu(table["time_s"], table.optional("sm_active_ratio"))
+
+    def events(self, job: str, rank: int, events) -> None:
+        for t, kind, message in events:
+            r = self._ranks.get((job, rank)) if kind == "window_aftereffect" else None
+            if r is not None and r.drift.backed_off(t, message):
+                self.ctx.emit(r.drift, [r.drift.condition])
+
+    def tick(self, now: float, per: int) -> Iterator[None]:
+        for i, ((job, rank), r) in enumerate(list(self._ranks.items())):
+            if i % per == per - 1:
+                yield
+            # A job none of whose ranks is connected any more has ended (or lost its collector):
+            # its slowdown episodes end, so they resolve within a minute instead of firing on
+            # until the ranks expire (agent_grace_s).
+            if r.drift.condition is not None and self._ranks.get((job, rank)) is r \
+                    and self.ctx.ended(job, now, _ENDED_AFTER_S):
+                r.drift.end_episode()
+                self.ctx.emit(r.drift, [])
+
+    def forget(self, job: str, rank: int, expired: bool) -> None:
+        self._saved.pop((job, rank), None)
+        r = self._ranks.pop((job, rank), None)
+        if r is not None:
+            self.ctx.emit(r.drift, [])
+
+    # -- what the engine asks -----------------------------------------------------------------
+    def save(self) -> None:
+        """Save the state of each armed rank whose state changed since its last save (armed,
+        its noise measured again, an episode raised, risen or cleared: at most about once a
+        minute of data per rank)."""
+        if self._store is None:
+            return
+        for key, r in list(self._ranks.items()):
+            if r.drift.version != self._saved.get(key):
+                state = r.drift.state()
+                if state is not None:
+                    state["session"] = self.ctx.session(*key)
+                    self._store.save(key[0], key[1], state)
+                    self._saved[key] = r.drift.version
+
+    def of(self, job: str, rank: int) -> Optional[RankDrift]:
+        """The rank's drift detector, or None."""
+        r = self._ranks.get((job, rank))
+        return r.drift if r is not None else None
+
+    def values(self, job: Optional[str], value) -> dict:
+        """``{(job, rank): value(its RankDrift)}`` where that is not None; ``job``: that job's
+        ranks only."""
+        out = {}
+        for key, r in list(self._ranks.items()):
+            if job is None or key[0] == job:
+                got = value(r.drift)
+                if got is not None:
+                    out[key] = got
+        return out
