@@ -139,6 +139,9 @@ class DetectionEngine:
         built = {DriftRule: lambda: DriftRule(self.cfg, self.ctx, store),
                  RunRule: lambda: RunRule(self.cfg, self.ctx, runs)}
         self.rules: list[Rule] = [built[cls]() if cls in built else cls(self.cfg, self.ctx) for cls in rules]
+        # per feed, the bound methods of the rules that read it (a rule's default reads nothing)
+        self._feeds = {name: [getattr(r, name) for r in self.rules if getattr(type(r), name) is not getattr(Rule, name)]
+                       for name in ("phases", "steps", "allocator", "gpu", "host", "events", "window")}
         self.drift: DriftRule = self.rule(DriftRule)
         self.lineage = self.rule(RunRule).lineage
         self._agent: AgentRule = self.rule(AgentRule)
@@ -212,27 +215,27 @@ class DetectionEngine:
         plain step; a run of steps marked with one kind counts as one pause of that kind (at
         most _MAX_PHASE_KINDS kinds per rank, later ones count as "other"). What feeding a
         batch step by step gives: tests/collector/detect/test_batch_path.py."""
-        rules = self.rules
+        feeds = self._feeds
         if phases is not None or steps or allocator or gpu or host or windows:
             r = self._rank(job, rank)
             if phases is not None:
-                for rule in rules:
-                    rule.phases(job, rank, phases)
+                for f in feeds["phases"]:
+                    f(job, rank, phases)
             if steps:
                 r.live.steps(steps.step, steps.end_time_s, steps.duration_s)
                 r.judge(steps, profiled, marks, self.cfg.warmup_steps)
-                for rule in rules:
-                    rule.steps(job, rank, steps)
+                for f in feeds["steps"]:
+                    f(job, rank, steps)
             for part, table in (("allocator", allocator), ("gpu", gpu), ("host", host)):
                 if table:
-                    for rule in rules:
-                        getattr(rule, part)(job, rank, table)
+                    for f in feeds[part]:
+                        f(job, rank, table)
         if events:
-            for rule in rules:
-                rule.events(job, rank, events)
+            for f in feeds["events"]:
+                f(job, rank, events)
         for w in windows:
-            for rule in rules:
-                rule.window(job, rank, w)
+            for f in feeds["window"]:
+                f(job, rank, w)
 
     def step(self, job: str, rank: int, step: int, time: float, step_time_s: float,
              tokens: Optional[int] = None, wait_s: float = 0.0, profiled: bool = False,
