@@ -56,7 +56,7 @@ HELD_OUT = {"h100_1gpu_l.jsonl.gz", "h100_1gpu_m_short.jsonl.gz", "h100b_1gpu_s.
             "h200za_2gpu_m_short.jsonl.gz", "h200za_2gpu_m_sched_short.jsonl.gz", "h200zb_2gpu_m.jsonl.gz",
             "h200zc_2gpu_m_short.jsonl.gz"}
 # (h200y_1gpu_s and h200t_2gpu_s were held out until 2026-11-30: the host rule's evenness,
-# collector/alerting/_diagnosis.py _HOST_EVEN, was widened on them.)
+# collector/why/_explain.py _HOST_EVEN, was widened on them.)
 # Recordings with a real change in them (tests/data/real/README.md): the host under all three
 # h100b jobs got slower at 12:46:00 UTC and stayed so. Episodes from 60 s before it on are that
 # change found (not false alarms); no change is injected into these.

@@ -25,7 +25,7 @@ from ..detect._straggler import GPU_BUSIER, OWN_WORK
 from ..detect._engine import TICK_SLICE
 from ._alertmanager import AlertmanagerClient
 from ._book import Alert, AlertBook
-from ._diagnosis import Evidence, against_others, diagnose
+from ..why import Evidence, against_others, diagnose
 
 __all__ = ["Detection", "feed_batch"]
 

@@ -33,7 +33,7 @@ def add_parser(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..alerting._diagnosis import compare_windows, fmt  # (with the command: the collector extra)
+    from ..why import compare_windows, fmt  # (with the command: the collector extra)
 
     if len(args.traces) > 2:
         print("stepwatch analyze: error: give one trace, or two to compare", file=sys.stderr)
@@ -60,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _changes(a, b) -> dict:
-    from ..alerting._diagnosis import compare_windows
+    from ..why import compare_windows
 
     return {"step_time_ms": (b.breakdown.step_time_s - a.breakdown.step_time_s) * 1e3,
             "contributors": [{"name": n, "delta_ms_per_step": d, "detail": det}

@@ -7,7 +7,7 @@ import statistics
 from hypothesis import given, settings, strategies as st
 
 from collector_testlib import columns
-from stepwatch.collector.alerting._diagnosis import Evidence, diagnose
+from stepwatch.collector.why import Evidence, diagnose
 from stepwatch.proto.stepwatch.v1 import agent_pb2
 
 T0 = 1_700_000_000.0
@@ -211,7 +211,7 @@ def test_the_detection_cuts_the_evidence_with_the_straggler_rules_block():
 
 def test_what_no_profiler_window_makes_is_churn_tensor_work_or_a_loader_wait_that_explains_the_change():
     from stepwatch.collector.alerting._detection import _no_window_makes
-    from stepwatch.collector.alerting._diagnosis import Diagnosis
+    from stepwatch.collector.why import Diagnosis
 
     churn = Diagnosis("allocator churn: cudaMalloc/cudaFree 0.0 -> 42.1 per step (the cache ...); host CPU +10.6 ms/step",
                       (("host CPU", 10.6, ""),), 6.0, True, "allocator churn: cudaMalloc/cudaFree 0.0 -> 42.1 per step")
@@ -257,7 +257,7 @@ def test_a_host_slower_in_every_phase_alike_is_named_as_the_host():
     become one "host" contributor; one phase that holds most of it, or shares far apart, stay
     the phases (a slow data loader, GEMMs in forward). A short phase's share (under a tenth of
     the phases' time) is left out of the evenness when two longer ones remain."""
-    from stepwatch.collector.alerting._diagnosis import _host_slower
+    from stepwatch.collector.why._explain import _host_slower
 
     hb = "host-bound: its host time +1.0 ms"
     alike = [("backward", 1.0, hb), ("forward", 0.6, hb), ("optimizer", 0.2, hb), ("sync", 0.0, "")]
@@ -280,7 +280,7 @@ def test_block_medians_weigh_each_row_by_the_steps_it_holds():
     """Merged old rows hold 200 steps, recent ones 10: five slow merged rows (1,000 steps at
     11.5 ms) and sixty fast recent ones (600 steps at 10.0 ms) have the slow median; an
     equal-weight median of the 65 rows would say 10.0."""
-    from stepwatch.collector.alerting._diagnosis import _step_median
+    from stepwatch.collector.why._explain import _step_median
     old = [(k * 200, k * 200 + 199, T0 + k, 0.0115, 0.0) for k in range(5)]
     recent = [(1000 + k * 10, 1009 + k * 10, T0 + 10 + k, 0.0100, 0.0) for k in range(60)]
     assert statistics.median(r[3] for r in old + recent) == 0.0100

@@ -4,7 +4,7 @@ profiler window; the host is named only when it did more work, never for waiting
 from __future__ import annotations
 
 from collector_testlib import columns
-from stepwatch.collector.alerting._diagnosis import Evidence, diagnose
+from stepwatch.collector.why import Evidence, diagnose
 from stepwatch.proto.stepwatch.v1 import agent_pb2
 
 T0 = 1_700_000_000.0
