@@ -36,25 +36,25 @@ from prometheus_client.openmetrics.exposition import generate_latest as openmetr
 from stepwatch.core.support import read_pem
 
 from . import _gcstats as gcstats
-from .api._json_routes import SharedRender, jobs_json, jobs_summary_json, runs_json, steps_json
+from .api import SharedRender, jobs_json, jobs_summary_json, runs_json, steps_json
 from ._config import CollectorSettings
 from .detect import RunStore
-from .detect._persist import DriftStore
-from .export._exposition import render
-from .ingest._accept_guard import AcceptGuard, raise_fd_limit
-from .api._http_server import FileBody, HttpServer, accepts
+from .detect import DriftStore
+from .export import render
+from .ingest import AcceptGuard, raise_fd_limit
+from .api import FileBody, HttpServer, accepts
 from .alerting import AlertmanagerClient, AlertMetrics, Detection
-from .export._metrics import RankMetrics
-from .api._page import page
-from .ingest._pipeline import Pipeline
-from .ingest._record import Recorder
-from .ingest._grpc_server import IngestServer
-from .state._health import CollectorHealth
-from .state._state import CollectorState
-from .state._trace_store import TraceStore, TraceStoreMetrics
-from .api._window_routes import traces_json, windows_json
-from .state._yield import ScrapeYield, no_pause, scrape_timeout
-from .export._fork_render import ForkRender, available as fork_available, cores
+from .export import RankMetrics
+from .api import page
+from .ingest import Pipeline
+from .ingest import Recorder
+from .ingest import IngestServer
+from .state import CollectorHealth
+from .state import CollectorState
+from .state import TraceStore, TraceStoreMetrics
+from .api import traces_json, windows_json
+from .state import ScrapeYield, no_pause, scrape_timeout
+from .export import ForkRender, available as fork_available, cores
 from . import grpc_fork_handlers_off as _fork_handlers_off
 from stepwatch.proto.stepwatch.v1 import agent_pb2
 

@@ -13,9 +13,9 @@ from typing import Iterable, Optional
 
 from .alerting import Alert, Detection
 from .detect import DetectionConfig
-from .ingest._pipeline import Pipeline
-from .ingest._record import RecordError, RecordEvent
-from .state._state import CollectorState
+from .ingest import Pipeline
+from .ingest import RecordError, RecordEvent
+from .state import CollectorState
 
 __all__ = ["replay"]
 

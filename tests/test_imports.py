@@ -43,7 +43,7 @@ def tree(tmp_path):
 def test_import_contracts_hold(tree):
     run = lint(tree)
     assert run.returncode == 0, run.stdout + run.stderr
-    assert "Contracts: 5 kept, 0 broken" in run.stdout, run.stdout
+    assert "Contracts: 6 kept, 0 broken" in run.stdout, run.stdout
 
 
 def test_a_forbidden_import_is_caught(tree):
@@ -58,3 +58,12 @@ def test_the_collector_loading_the_agent_is_caught(tree):
     run = lint(tree)
     assert run.returncode != 0
     assert "The collector never loads the agent, only its tools run agent code BROKEN" in run.stdout, run.stdout
+
+
+def test_reaching_into_another_rooms_private_module_is_caught(tree):
+    (tree / "stepwatch" / "collector" / "api" / "_leak.py").write_text(
+        "from stepwatch.collector.state._state import CollectorState\n")
+    run = lint(tree)
+    assert run.returncode != 0
+    assert "The collector's rooms are reached through their faces BROKEN" in run.stdout, run.stdout
+    assert "stepwatch.collector.api._leak -> stepwatch.collector.state._state" in run.stdout, run.stdout

@@ -18,11 +18,11 @@ from stepwatch.core.contract import phase_name
 from stepwatch.core.support import OnceLog
 from stepwatch.proto.stepwatch.v1 import agent_pb2
 
-from ..wire._columns import SampleColumns, StepColumns
+from ..wire import SampleColumns, StepColumns
 from ..detect import (GPU_THROTTLED, PROFILER_OVERHEAD, SEVERITIES, STRAGGLER_RANK, THROUGHPUT_DRIFT, DetectionConfig,
                       DetectionEngine, Phases, RunIdentity, Steps, WindowPoint)
-from ..detect._straggler import GPU_BUSIER, OWN_WORK
-from ..detect._engine import TICK_SLICE
+from ..detect import GPU_BUSIER, OWN_WORK
+from ..detect import TICK_SLICE
 from ._alertmanager import AlertmanagerClient
 from ._book import Alert, AlertBook
 from ..why import Evidence, against_others, diagnose

@@ -11,8 +11,8 @@ import threading
 import time
 from typing import Any, Callable, Mapping, Optional
 
-from ..state._state import CollectorState, RankState
-from ..state._yield import no_pause
+from ..state import CollectorState, RankState
+from ..state import no_pause
 
 __all__ = ["SharedRender", "jobs_document", "jobs_json", "jobs_summary", "jobs_summary_json", "steps_document", "steps_json"]
 

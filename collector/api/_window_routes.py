@@ -14,9 +14,9 @@ from typing import Any, Optional
 from google.protobuf.descriptor import FieldDescriptor
 
 from ._json_routes import _finite
-from ..state._state import CollectorState
-from ..state._trace_requests import TraceRequest
-from ..export._windows_metrics import aligned_compute
+from ..state import CollectorState
+from ..state import TraceRequest
+from ..export import aligned_compute
 
 __all__ = ["message_dict", "windows_document", "windows_json", "traces_document", "traces_json"]
 

@@ -47,7 +47,7 @@ import time
 import warnings
 from typing import Callable, ContextManager, Optional
 
-from ..state._state import SELF_BOUNDS_S, Histogram
+from ..state import SELF_BOUNDS_S, Histogram
 
 __all__ = ["ForkRender", "FAILURE_REASONS", "available", "cores", "memory_room"]
 

@@ -13,9 +13,9 @@ from typing import Callable
 
 from ._exposition import Family, labels_text
 from ._rank_table import RankTable
-from ..state._state import STEP_BUCKETS, WAIT_BUCKETS, Histogram
+from ..state import STEP_BUCKETS, WAIT_BUCKETS, Histogram
 from ._windows_metrics import skew_ratio
-from ..state._yield import PAUSE_EVERY_RANKS, no_pause
+from ..state import PAUSE_EVERY_RANKS, no_pause
 
 __all__ = ["job_families"]
 

@@ -21,14 +21,14 @@ from __future__ import annotations
 from typing import Callable, NamedTuple, Optional
 
 from ._exposition import Family, labels_text
-from ..wire._columns import PHASES
+from ..wire import PHASES
 from .._gcstats import GC_STATS
 from ._job_metrics import job_families
 from ._rank_table import RankTable
-from ..state._health import CollectorHealth
-from ..state._state import STEP_BUCKETS, WAIT_BUCKETS, CollectorState, cumulative
+from ..state import CollectorHealth
+from ..state import STEP_BUCKETS, WAIT_BUCKETS, CollectorState, cumulative
 from ._windows_metrics import window_families
-from ..state._yield import PAUSE_EVERY_RANKS, no_pause
+from ..state import PAUSE_EVERY_RANKS, no_pause
 
 __all__ = ["RankMetrics", "MODES", "SUMMARY", "CLOCK_EVENT_REASONS", "RANK_LABELS"]
 

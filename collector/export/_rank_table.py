@@ -16,9 +16,9 @@ from __future__ import annotations
 import operator
 from typing import Callable, Optional
 
-from ..wire._columns import Samples
-from ..state._state import CollectorState, mean_step_s, wait_ratio
-from ..state._yield import no_pause
+from ..wire import Samples
+from ..state import CollectorState, mean_step_s, wait_ratio
+from ..state import no_pause
 
 __all__ = ["RankTable", "aligned"]
 

@@ -24,8 +24,8 @@ import grpc
 
 from stepwatch.proto.stepwatch.v1 import agent_pb2, agent_pb2_grpc
 
-from ..state._state import CollectorState
-from ..state._trace_store import CHUNK_BYTES, TraceStore
+from ..state import CollectorState
+from ..state import CHUNK_BYTES, TraceStore
 
 __all__ = ["AgentStream", "StreamTable", "CaptureService", "CONTROL_SERVICE_NAME", "validate_capture"]
 

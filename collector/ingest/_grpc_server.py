@@ -27,9 +27,9 @@ from stepwatch.proto.stepwatch.v1 import agent_pb2
 
 from ._control import CONTROL_SERVICE_NAME, CaptureService, StreamTable
 from ._pipeline import Pipeline
-from ..wire._bounds import bound_strings
-from ..state._health import CollectorHealth
-from ..state._trace_store import TraceRejected, TraceStore
+from ..wire import bound_strings
+from ..state import CollectorHealth
+from ..state import TraceRejected, TraceStore
 
 __all__ = ["IngestServer", "SERVICE_NAME"]
 

@@ -26,11 +26,11 @@ from typing import Generator, Optional, Sequence
 
 from stepwatch.proto.stepwatch.v1 import agent_pb2
 
-from ..wire._columns import SampleColumns, step_columns
-from ..wire._bounds import bound_window_names
-from ..wire._sanitize import clear_out_of_range, drop_far, drop_nonfinite
-from ..state._ingest_counters import IngestCounters
-from ..state._state import CollectorState, RankKey
+from ..wire import SampleColumns, step_columns
+from ..wire import bound_window_names
+from ..wire import clear_out_of_range, drop_far, drop_nonfinite
+from ..state import IngestCounters
+from ..state import CollectorState, RankKey
 
 __all__ = ["Pipeline"]
 

@@ -2,3 +2,16 @@
 (``_health``), the capture requests it
 issued and the traces they brought (``_trace_requests``), the store of uploaded trace files
 (``_trace_store``), and how long reads of the state give way to ingest (``_yield``)."""
+
+from ._health import CollectorHealth
+from ._ingest_counters import IngestCounters
+from ._state import (CollectorState, Histogram, RankKey, RankState, SELF_BOUNDS_S, STEP_BUCKETS, WAIT_BUCKETS,
+                     cumulative, mean_step_s, own, wait_ratio)
+from ._trace_requests import TraceRequest
+from ._trace_store import CHUNK_BYTES, TraceRejected, TraceStore, TraceStoreMetrics
+from ._yield import PAUSE_EVERY_RANKS, ScrapeYield, no_pause, scrape_timeout
+
+__all__ = ["CHUNK_BYTES", "CollectorHealth", "CollectorState", "Histogram", "IngestCounters", "PAUSE_EVERY_RANKS",
+           "RankKey", "RankState", "SELF_BOUNDS_S", "STEP_BUCKETS", "ScrapeYield", "TraceRejected", "TraceRequest",
+           "TraceStore", "TraceStoreMetrics", "WAIT_BUCKETS", "cumulative", "mean_step_s", "no_pause", "own",
+           "scrape_timeout", "wait_ratio"]

@@ -19,8 +19,8 @@ from typing import Any, Callable, Iterable, Iterator, Optional
 
 from stepwatch.proto.stepwatch.v1 import agent_pb2
 
-from ..wire._columns import SampleColumns, Samples, StepColumns
-from ..detect._types import median
+from ..wire import SampleColumns, Samples, StepColumns
+from ..detect import median
 from .._ring import Ring
 
 from ._trace_requests import TraceBook

@@ -20,7 +20,7 @@ import math
 import statistics
 from typing import Iterable, Optional
 
-from ..ingest._record import read_record
+from ..ingest import read_record
 
 __all__ = ["load", "first_step_time", "rank_steps", "inject", "slow_loader", "grow", "repeat", "matched_cut", "pulse_end", "rerun", "events",
            "reach_at"]

@@ -11,7 +11,7 @@ import sys
 from typing import IO, TYPE_CHECKING, Optional
 
 from .._config import load_settings
-from ..ingest._record import read_record
+from ..ingest import read_record
 
 if TYPE_CHECKING:  # (the pipeline loads with the command: the collector extra's packages)
     from ..alerting import Alert

@@ -15,10 +15,10 @@ from typing import Optional
 
 from stepwatch.proto.stepwatch.v1 import agent_pb2
 
-from ..wire._columns import SampleColumns, StepColumns
+from ..wire import SampleColumns, StepColumns
 from .._ring import Ring
-from ..state._state import own
-from ..detect._types import median
+from ..state import own
+from ..detect import median
 
 __all__ = ["Evidence"]
 

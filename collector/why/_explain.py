@@ -24,7 +24,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Optional
 
-from ..wire._columns import PHASES
+from ..wire import PHASES
 from ._evidence import _HOST_CLOCK, _PHASE_BLOCKS_COMPARED, _Rank
 from ._signals import _activity, _busier, _churn, _clocks, _cpu_per_step, _median, _retries
 from ._windows import _EXPLAINED, _add_kernel, _discount_gpu_wait, _rank_key, compare_windows

@@ -19,7 +19,7 @@ from stepwatch.proto.stepwatch.v1 import agent_pb2
 
 from ._bounds import STRING_BOUNDS
 from ._sanitize import _plan
-from ..detect._types import last_max_index
+from ..detect import last_max_index
 
 __all__ = ["SampleColumns", "Samples", "StepColumns", "step_columns", "PhaseColumns", "phase_columns"]
 
