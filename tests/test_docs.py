@@ -98,3 +98,30 @@ def test_the_architecture_layout_names_every_module_of_the_tree():
                for p in (ROOT / room).glob("*.py")}
     for name in named:
         assert name in present, f"docs/ARCHITECTURE.md's layout names {name}, which is not in the tree"
+
+
+def test_the_collectors_docstrings_and_comments_carry_no_history():
+    """Code says what is true now: no dates and no "previously" / "formerly" / "used to" / "the
+    old code" in the collector's docstrings and comments (history goes to commit messages and
+    bench/results/)."""
+    import ast
+    import io
+    import tokenize
+
+    history = re.compile(r"\b20\d\d-\d\d-\d\d\b|\bpreviously\b|\bformerly\b|\bused to\b|\bthe old code\b|"
+                         r"\bbefore the fix\b", re.I)
+    found = []
+    for path in sorted((ROOT / "collector").rglob("*.py")):
+        if path.name.endswith("_pb2.py") or path.name.endswith("_pb2_grpc.py"):
+            continue
+        src = path.read_text()
+        texts = [(tok.start[0], tok.string) for tok in tokenize.generate_tokens(io.StringIO(src).readline)
+                 if tok.type == tokenize.COMMENT]
+        for node in ast.walk(ast.parse(src)):
+            if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+                doc = ast.get_docstring(node, clean=False)
+                if doc:
+                    texts.append((getattr(node, "lineno", 1), doc))
+        found += [f"{path.relative_to(ROOT)}:{line}: {history.search(t).group(0)!r}"
+                  for line, t in texts if history.search(t)]
+    assert not found, found

@@ -216,9 +216,9 @@ def jobs_json(state: CollectorState, job: Optional[str] = None,
     encoded ``_ENCODE_RANKS`` ranks at a time from a snapshot taken a chunk at a time
     (:meth:`CollectorState.snapshot_chunks`; ``chunk`` ranks, its default when None): the C
     encoder holds the GIL for the whole of one call (the whole fleet's 21 MB in one call held
-    ingest and acks for it), and the whole document of 10,000 ranks alive at once was hundreds
+    ingest and acks for it), and the whole document of 10,000 ranks alive at once is hundreds
     of thousands of young objects for the event loop's young-generation collection to walk
-    (80-120 ms each time it was built; collector_scale_polled.md). Only the encoded text is
+    (80-120 ms each time it is built whole; collector_scale_polled.md). Only the encoded text is
     kept. ``pause()`` is called after each chunk (a :class:`~..state._yield.ScrapeYield`'s: the
     build gives way to a busy ingest as a scrape does)."""
     armed, reach, again, arming = armed or {}, reach or {}, again or {}, arming or {}

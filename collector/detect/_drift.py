@@ -589,8 +589,8 @@ class DriftDetector:
         """Whether a critical shift (under 1.5x ``critical_ratio``) also stands above half its
         size on two thirds of the last ``critical_sustain`` x ``critical_window_s``: a healthy
         40 ms H200 job (tests/data/real/h200q_1gpu_m) rose +8..13% for five 5 s buckets and came
-        back, which the critical window alone (30 s) raised; a lasting +10% now raises ~30 s
-        after it began instead of ~20 s."""
+        back, which the critical window alone (30 s) raises; a lasting +10% raises ~30 s after it
+        began (the critical window alone: ~20 s)."""
         n = self._n_sustain
         return _stands(self._history.tail(2, min(len(self._history), n)), ref, shift, n)
 

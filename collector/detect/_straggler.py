@@ -337,8 +337,8 @@ class StragglerDetector:
         cfg, changed = self.cfg, False
         ranks = list(vals)
         times = [vals[r][0] for r in ranks]
-        # The other ranks' medians for every rank at once, O(n log n): recomputed per rank it
-        # was O(n^2 log n) per block, minutes for a job of 16,384 ranks.
+        # The other ranks' medians for every rank at once, O(n log n) (recomputed per rank:
+        # O(n^2 log n) per block, minutes for a job of 16,384 ranks).
         mts, mws = medians_without_each(times), medians_without_each([vals[r][1] for r in ranks])
         # Spread: the others' MAD around the others' median, for every rank at once.
         spreads = mads_without_each(times, mts) if len(ranks) >= 4 else None

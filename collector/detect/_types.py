@@ -150,8 +150,8 @@ def median(values) -> float:
 class SortedWindow:
     """The newest ``maxlen`` values, kept sorted as well: ``median()`` in O(1) and
     ``mad(center)`` (median absolute deviation) in O(log n), equal to ``median`` over the same
-    values. Appending is a bisection and a list insert/delete (memmove in C), where sorting the
-    window afresh for every new value was O(n log n) in Python per block."""
+    values. Appending is a bisection and a list insert/delete (memmove in C), not a sort of the
+    window per new value (O(n log n) in Python per block)."""
 
     __slots__ = ("maxlen", "_order", "_sorted")
 
