@@ -15,6 +15,7 @@ from typing import Callable, Iterator, Optional
 
 import grpc
 
+from stepwatch.proto import MALFORMED_MESSAGE
 from stepwatch.proto.stepwatch.v1 import agent_pb2
 
 from stepwatch.core.placement import Placement
@@ -153,7 +154,7 @@ class Sender(Service):
             self._reconnecting.clear()
             return 0.0
         details = exc.details() if hasattr(exc, "details") else str(exc)
-        if code == grpc.StatusCode.INVALID_ARGUMENT and "malformed" in (details or ""):
+        if code == grpc.StatusCode.INVALID_ARGUMENT and (details or "").startswith(MALFORMED_MESSAGE):
             # The collector could not decode a batch (a spool file damaged on disk). Batches go
             # in sequence order and are acked in order, so it is the lowest pending one; twice
             # in a row the same one, and it is moved aside instead of being sent forever.

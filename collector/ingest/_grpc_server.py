@@ -22,7 +22,7 @@ from google.protobuf.message import DecodeError
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from stepwatch.core.contract import label_problem
-from stepwatch.proto import MAX_PACE_S  # the longest batch interval acknowledgements ask for
+from stepwatch.proto import MALFORMED_MESSAGE, MAX_PACE_S  # (MAX_PACE_S: the longest batch interval acks ask for)
 from stepwatch.proto.stepwatch.v1 import agent_pb2
 
 from ._control import CONTROL_SERVICE_NAME, CaptureService, StreamTable
@@ -292,7 +292,7 @@ class IngestServer:
         """(reason, status, details) when the stream's first message is not a Hello this
         collector takes, else None."""
         if isinstance(first, _Malformed):
-            return first.code, grpc.StatusCode.INVALID_ARGUMENT, f"malformed AgentMessage: {first.reason}"
+            return first.code, grpc.StatusCode.INVALID_ARGUMENT, f"{MALFORMED_MESSAGE}: {first.reason}"
         if first.WhichOneof("payload") != "hello":
             return ("no_hello", grpc.StatusCode.INVALID_ARGUMENT,
                     "the first AgentMessage must carry a Hello, got "
@@ -375,7 +375,7 @@ class IngestServer:
     async def _handle(self, msg, key, hello: agent_pb2.Hello, context) -> Optional[agent_pb2.Command]:
         if isinstance(msg, _Malformed):
             await self._abort(context, msg.code, grpc.StatusCode.INVALID_ARGUMENT,
-                              f"malformed AgentMessage: {msg.reason}")
+                              f"{MALFORMED_MESSAGE}: {msg.reason}")
         kind = msg.WhichOneof("payload")
         if kind == "hello":
             await self._abort(context, "invalid_hello", grpc.StatusCode.INVALID_ARGUMENT,
@@ -388,7 +388,7 @@ class IngestServer:
             # agent seals (5,000 steps at most) is refused whole, as malformed, and counted;
             # the agent moves it aside after the second refusal instead of resending it.
             await self._abort(context, "batch_too_large", grpc.StatusCode.INVALID_ARGUMENT, (
-                f"malformed AgentMessage: a batch of {len(b.steps)} steps and "
+                f"{MALFORMED_MESSAGE}: a batch of {len(b.steps)} steps and "
                 f"{max(len(b.gpu_samples), len(b.host), len(b.allocator))} samples of one kind is over the "
                 f"collector's bound of {MAX_BATCH_STEPS} steps and {MAX_BATCH_SAMPLES} samples per batch"))
         cut = bound_strings(msg.batch)
