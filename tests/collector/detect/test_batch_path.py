@@ -98,7 +98,7 @@ def test_drift_feed_many_matches_feed(seed):
         assert many.condition == one.condition
     assert many.pauses == one.pauses
     assert list(many._history) == list(one._history)
-    assert many._bucket == one._bucket and many.baseline_s == one.baseline_s
+    assert many._steps._bucket == one._steps._bucket and many.baseline_s == one.baseline_s
 
 
 @settings(max_examples=15, deadline=None)

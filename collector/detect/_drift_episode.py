@@ -1,0 +1,139 @@
+"""Episode: the open episode of a drift detector (what it is measured against, its onset and
+further changes, its evidence, the agent's notes) and the Condition it shows.
+
+Severity only rises while the change lasts, one level at a time. The ratio and summary follow
+the sustained level; the summary says what the shift is measured against ("vs this job's level
+settled at HH:MM UTC, N min before the onset" or "vs the level before"), the step time before
+and now, where the episode began after a further change, the profiler window it is taken for,
+the agent's back-off, and how it was decided (its evidence, or the step times alone).
+"""
+
+from __future__ import annotations
+
+import datetime
+import math
+from typing import Optional
+
+from ._config import DriftConfig
+from ._names import PROFILER_OVERHEAD, THROUGHPUT_DRIFT
+from ._types import Backing, Condition
+
+__all__ = ["Episode", "clock", "before_onset"]
+
+
+def clock(t: float) -> str:
+    return datetime.datetime.fromtimestamp(t, datetime.timezone.utc).strftime("%H:%M UTC")
+
+
+def before_onset(seconds: float) -> str:
+    if seconds >= 5400:
+        return f"{seconds / 3600:.0f} h before the onset"
+    return f"{max(1, round(seconds / 60))} min before the onset"
+
+
+class Episode:
+    """``judged_with_evidence``: the detector decides with the rank's evidence (else ``decided``
+    is ""). ``version`` changes whenever the shown condition or the saved episode would."""
+
+    def __init__(self, cfg: DriftConfig, job: str, rank: int, quantile: float, judged_with_evidence: bool):
+        self.cfg, self.job, self.rank, self.quantile = cfg, job, rank, quantile
+        self._with_evidence = judged_with_evidence
+        self.ref: Optional[float] = None  # log seconds: the level the episode is measured against
+        self.ref_text = ""
+        self.raised = 0.0  # log shift the episode was raised on
+        self.alertname, self.window_note = THROUGHPUT_DRIFT, ""
+        self.window_step: Optional[int] = None  # the profiler window an overhead episode names
+        self.backoff: Optional[tuple[float, str]] = None  # the agent's last back-off (time, message)
+        self.onset: Optional[tuple[int, float]] = None
+        self.change = 0  # further changes in the open episode
+        self.peak = 0.0  # largest log shift measured in the open episode
+        self.began: Optional[tuple[int, float]] = None  # (onset step, raised ratio) of the episode's start
+        self.backing: Optional[Backing] = None  # the open episode's evidence at its latest onset
+        self.unknown = ""  # what the evidence could not compare there
+        self.backing_span: Optional[tuple] = None  # (lo, edge, step s) the evidence was read against
+        self.condition: Optional[Condition] = None
+        self.version = 0
+
+    def end(self) -> None:
+        """The open episode, if any, ends."""
+        if self.condition is not None:
+            self.condition, self.onset, self.ref = None, None, None
+            self.change, self.began = 0, None
+            self.backing, self.unknown, self.backing_span = None, "", None
+            self.version += 1
+
+    def set(self, sev: str, shift_log: float) -> bool:
+        """Show the episode at ``sev`` and ``shift_log`` (log units over ``ref``); True when the
+        condition changed."""
+        shift = math.expm1(shift_log)
+        step, since = self.onset
+        base_ms = math.exp(self.ref) * 1e3
+        further = ""
+        if self.began is not None:
+            further = (f" (a further change: the episode began at step {self.began[0]:,} at "
+                       f"{self.began[1]:+.1%})")
+        q = self.quantile
+        which = "" if q == 0.5 else f"p{100 * q:.0f} step "
+        summary = (f"step time {shift:+.1%} {self.ref_text} ({which}{base_ms:.1f} ms -> "
+                   f"{base_ms * (1 + shift):.1f} ms) since step {step:,}{further}{self.window_note}"
+                   f"{self._evidence_note()}")
+        old = self.condition
+        self.version += 1
+        self.peak = max(self.peak, shift_log)
+        self.condition = Condition(self.alertname, self.job, self.rank, sev, summary,
+                                   since, step, self.cfg.for_s, ratio=1 + shift, change=self.change,
+                                   evidence=self.backing, decided=self.decided())
+        return self.condition != old
+
+    def decided(self) -> str:
+        """How the episode was decided: "job" (its evidence holds it), "steps" (the step times
+        alone: no evidence holds it), "" (its evidence could not be compared, or is not asked)."""
+        if not self._with_evidence:
+            return ""
+        if self.backing is not None:
+            return "job"
+        return "" if "phase times" in self.unknown else "steps"
+
+    def _evidence_note(self) -> str:
+        d = self.decided()
+        if d == "job":
+            return f"; a change of the job: {self.backing.text()}"
+        if d == "steps":
+            return "; nothing the agent measures beside the step time moved with it (the host's own pace?)"
+        return ""
+
+    def backed_off(self, t: float, message: str) -> bool:
+        """The agent's ``window_aftereffect`` event (at ``t``): it found a session's lasting
+        after-effect and dropped that kind of session. An open StepwatchProfilerOverhead episode
+        says so; when the job then recovers it resolves with that in its summary, and when it
+        does not, the summary shows the back-off did not help. An event that comes before the
+        episode is raised (the agent's check can end before the collector's window: a slow CPU
+        host) is noted when it is, if it came after the episode's onset. True when it changed."""
+        self.backoff = (t, message)
+        return self.note_backoff()
+
+    def note_backoff(self) -> bool:
+        """Note the agent's last back-off in the open StepwatchProfilerOverhead episode, once,
+        if it came after the episode's onset. True when it changed."""
+        if (self.backoff is None or self.condition is None or self.alertname != PROFILER_OVERHEAD
+                or "backed off" in self.window_note):
+            return False
+        t, message = self.backoff
+        if self.onset is not None and t < self.onset[1] - self.cfg.bucket_s:
+            return False  # (an earlier window's)
+        what = message.split("; ", 2)[1] if message.count("; ") >= 2 else "it dropped that kind of session"
+        self.window_note += f"; the agent backed off at {clock(t)} ({what[:80]})"
+        return self.set(self.condition.severity, math.log(self.condition.ratio))
+
+    def the_jobs_own(self, evidence: str) -> bool:
+        """The open episode, raised as the profiler's after-effect, is the job's own
+        (``evidence`` says why: a cause no profiler window makes): it becomes throughput drift,
+        its summary says what it was first taken for. True when it changed."""
+        if self.condition is None or self.alertname != PROFILER_OVERHEAD:
+            return False
+        window = (f"profiler window ending at step {self.window_step:,}" if self.window_step is not None
+                  else "profiler window")  # (a state saved without the window's step)
+        self.alertname = THROUGHPUT_DRIFT
+        self.window_note = (f"; first taken for the agent's {window} "
+                            f"(it closed as the step time rose), but {evidence[:160]} is the job's own")
+        return self.set(self.condition.severity, math.log(self.condition.ratio))

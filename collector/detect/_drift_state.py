@@ -1,0 +1,66 @@
+"""What of a drift detector survives a collector restart (``_persist.DriftStore``): the settled
+level, the noise spreads, the pauses counted and an open episode."""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Optional
+
+from ._names import THROUGHPUT_DRIFT
+from ._types import SEVERITIES
+
+if TYPE_CHECKING:
+    from ._drift import DriftDetector
+
+__all__ = ["drift_state", "restore_drift"]
+
+
+def drift_state(d: "DriftDetector") -> Optional[dict]:
+    """The detector's state; None before it is armed."""
+    if d._settled is None:
+        return None
+    out = {"v": 1, "settled": d._settled, "settled_at": d._settled_at,
+           "noise": dict(d._noise.spreads), "pauses": dict(d.pauses)}
+    ep = d._ep
+    c = ep.condition
+    if c is not None:
+        out["episode"] = {"alertname": c.alertname, "severity": c.severity, "ref": ep.ref,
+                          "ref_text": ep.ref_text, "onset": list(ep.onset), "raised": ep.raised,
+                          "note": ep.window_note, "window": ep.window_step,
+                          "ratio": c.ratio, "change": ep.change,
+                          "began": list(ep.began) if ep.began else None}
+    return out
+
+
+def restore_drift(d: "DriftDetector", state: dict) -> None:
+    """Take up ``state`` (from :func:`drift_state`): armed at once against the saved settled
+    level (no warm-up or settling again), an open episode goes on from its saved onset. The
+    bucket history starts empty: the tests judge once their windows hold new buckets. A state
+    that does not read is ignored (the rank settles afresh)."""
+    try:
+        settled, at = float(state["settled"]), float(state["settled_at"])
+        noise = {k: float(v) for k, v in state.get("noise", {}).items() if k in d._n}
+    except (KeyError, TypeError, ValueError):
+        return
+    if not (math.isfinite(settled) and math.isfinite(at)):
+        return
+    d._settled, d._settled_at, d._noise.spreads = settled, at, noise
+    d._noise.measure_reach()
+    d._steps.level, d.baseline_s = settled, math.exp(settled)
+    d._steps.first_time = at - d.cfg.warmup_s - d.cfg.settle_s
+    d.pauses.update({str(k): int(v) for k, v in state.get("pauses", {}).items()})
+    e = state.get("episode")
+    if isinstance(e, dict) and e.get("severity") in SEVERITIES:
+        ep = d._ep
+        try:
+            ep.ref, ep.raised = float(e["ref"]), float(e["raised"])
+            ep.onset = (int(e["onset"][0]), float(e["onset"][1]))
+            ep.ref_text, ep.window_note = str(e["ref_text"]), str(e.get("note", ""))
+            ep.window_step = int(e["window"]) if e.get("window") is not None else None
+            ep.alertname = str(e.get("alertname", THROUGHPUT_DRIFT))
+            ep.change = int(e.get("change", 0))
+            began = e.get("began")
+            ep.began = (int(began[0]), float(began[1])) if began else None
+            ep.set(e["severity"], math.log(float(e["ratio"])))
+        except (KeyError, TypeError, ValueError, IndexError):
+            ep.condition = None
