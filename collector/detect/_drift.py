@@ -78,8 +78,6 @@ short lists). Not thread-safe: one caller at a time.
 
 from __future__ import annotations
 
-import collections
-import itertools
 import math
 from typing import TYPE_CHECKING, Optional
 
@@ -87,22 +85,17 @@ from .._ring import Ring
 from ._config import DriftConfig
 from ._drift_buckets import StepBuckets
 from ._drift_episode import Episode, before_onset, clock
-from ._drift_noise import RAISE, Noise
+from ._drift_noise import RAISE
 from ._drift_state import drift_state, restore_drift
+from ._drift_tests import ShiftTests, estimate_onset
 from ._names import PROFILER_OVERHEAD, THROUGHPUT_DRIFT
-from ._types import CRITICAL, INFO, SEVERITIES, WARNING, Backing, Condition, median
+from ._types import CRITICAL, INFO, SEVERITIES, WARNING, Condition, median
 
 if TYPE_CHECKING:
     from ._evidence import RankEvidence
 
 __all__ = ["DriftDetector"]
 
-_SUSTAINED_SHARE = 2 / 3  # share of a test window's buckets above half the shift
-# A critical shift under this many critical ratios (+15%) must also be sustained over
-# critical_sustain critical windows: the real jobs' humps measured +8..14% (h200q_1gpu_m for
-# 25 s, h200t_2gpu_m_short for 90 s); a larger change is raised on the critical window alone
-_SUSTAIN_BELOW = 1.5
-_MIN_BEFORE_S = 120.0  # the "level before" reference spans at least this long
 _NOISE_EVERY = 12  # buckets between recomputations of the noise spreads
 # A further change is at least this share of the shift already raised: the first raise can
 # measure a large change short by a few percent (a +49% demo slowdown raised at +41% on the
@@ -111,10 +104,6 @@ _FURTHER_SHARE = 0.5
 # A shift raised after arming with its onset inside the settling time settles the rank again,
 # at most this many times (then it is raised: a job whose level never holds is still judged)
 _RESETTLE_MAX = 2
-_GONE_SHARE = 0.3  # an episode's evidence under this share of its growth at the raise: gone
-_WAVES_KEPT = 16  # the job's latest waves (episodes that ended by themselves) remembered
-_WAVE_SIZE = 0.8  # a shift under 1/0.8 of a wave's peak must outlast the wave to raise
-_WAVE_OUTLAST = 1.5  # ... by this factor of the wave's length
 _MAX_BUCKETS = 4096  # history kept (5 s buckets: 5.7 h)
 # An episode clears once the level is back under this share of the shift it was raised on (and
 # under half of info_ratio): a real +3% hovering at +2.1% against the settled level must not clear
@@ -134,33 +123,17 @@ class DriftDetector:
         self.cfg, self.job, self.rank = cfg, job, rank
         # the rank's evidence (_evidence.RankEvidence), None to judge the steps alone
         self._evidence = evidence if cfg.evidence else None
-        # an episode ended by its evidence going away (data time): no test window reaches back
-        # before it (its longer windows still hold the change that went away)
-        self._gone_at: Optional[float] = None
         self.quantile = quantile  # each bucket's steps summarised by this quantile (0.5: median)
-        b = max(cfg.bucket_s, 1e-6)
-        self._n = {sev: max(1, math.ceil(w / b)) for sev, w in
-                   ((CRITICAL, cfg.critical_window_s), (WARNING, cfg.warning_window_s),
-                    (INFO, cfg.info_window_s))}
-        self._n_before = {sev: max(n, math.ceil(_MIN_BEFORE_S / b)) for sev, n in self._n.items()}
-        self._n_clear = max(1, math.ceil(cfg.clear_s / b))
-        self._n_sustain = max(self._n[CRITICAL], math.ceil(cfg.critical_window_s * cfg.critical_sustain / b))
-        self._sustain_below = math.log1p(_SUSTAIN_BELOW * cfg.critical_ratio)
-        self._ratio = {INFO: cfg.info_ratio, WARNING: cfg.warning_ratio, CRITICAL: cfg.critical_ratio}
-        self._clip = math.log(cfg.pause_ratio)
         self._steps = StepBuckets(cfg, quantile, self._on_bucket)
-        self._noise = Noise(cfg.z, self._n, max(1, math.ceil(cfg.noise_history_s / b)), self._ratio)
         self._ep = Episode(cfg, job, rank, quantile, self._evidence is not None)
         # (first step, end time, log bucket median, quiet 1/0) of every bucket since settling
         self._history = Ring("Qddd", _MAX_BUCKETS)
+        self._t = t = ShiftTests(cfg, self._history, cfg.noise_history_s, self._evidence)
+        self._noise, self._n, self._n_before = t.noise, t.n, t.n_before
         self._settle: list[float] = []
         self._settled: Optional[float] = None  # log seconds
         self._settled_at: Optional[float] = None
         self._since_noise = 0
-        self._outlast = 0  # buckets the shift being raised had to outlast a wave
-        # (end time, peak log shift, seconds from onset to clear) of episodes that ended by
-        # themselves within transient_s: the job's own waves
-        self._waves: collections.deque = collections.deque(maxlen=_WAVES_KEPT)
         self._resettles = 0  # times a shift with its onset in the settling time disarmed the rank
         self._resettled_from: Optional[float] = None  # that shift's onset (Unix time), the latest
         self.baseline_s: Optional[float] = None
@@ -310,120 +283,11 @@ class DriftDetector:
         self.baseline_s = math.exp(y)
 
     # -- judging --------------------------------------------------------------------------------
-    def _shift(self, sev: str, ref: float, n: int = 0, backed: bool = False) -> Optional[float]:
-        """The shift of ``sev``'s window (or of the last ``n`` buckets) above ``ref`` (log
-        units) when it raises ``sev``: at least 0.8x its ratio (0.7x for info) and ``z`` noise
-        spreads, sustained over two thirds of the window's buckets; else None. ``backed``: a
-        warning or critical shift under ``z`` but at least ``evidence_z`` spreads also raises
-        when its evidence holds it (:meth:`_backed`; a healthy 40 ms H200 job's forward grew
-        0.8 ms for minutes, +2.4% of its step: info keeps ``z``)."""
-        n = n or self._n[sev]
-        window = self._history.tail(2, n)
-        shift = median(window) - ref
-        if shift < math.log1p(RAISE[sev] * self._ratio[sev]) or not _stands(window, ref, shift, n):
-            return None
-        noise = self._noise.get(sev)
-        if shift >= self.cfg.z * noise:
-            return shift
-        if (backed and sev != INFO and shift >= self.cfg.evidence_z * noise
-                and self._backed(ref, shift, n) is not None):  # (info, the long +3%: z, as ever)
-            return shift
-        return None
-
-    def _backed(self, ref: float, shift: float, n: int) -> Optional[Backing]:
-        """The evidence of a shift of ``shift`` above ``ref`` over the last ``n`` buckets, at
-        its onset estimated as at a raise; None without."""
-        if self._evidence is None:
-            return None
-        m = n + self._n_before[WARNING] + self._outlast
-        rows = self._history.tail(1, min(len(self._history), m))
-        ys = self._history.tail(2, min(len(self._history), m))
-        k = _estimate_onset(ys, ref, shift, self._clip)
-        return self._backing_at(rows[k] - self.cfg.bucket_s, ref, shift)[0]
-
-    def _backing_at(self, onset_at: float, ref: float, shift: float) -> tuple[Optional[Backing], str, Optional[tuple]]:
-        """The rank's evidence of a shift of ``shift`` (log) above ``ref`` from ``onset_at``, what
-        it could not compare, and the span before (lo, edge, step s) it was read against: that
-        span ends two buckets ahead of the onset and is at least ``_MIN_BEFORE_S`` long (as long
-        as the span after, when that is longer); the span after begins a bucket after it."""
-        if self._evidence is None:
-            return None, "", None
-        now = self._history[-1][1]
-        edge = onset_at - 2 * self.cfg.bucket_s
-        step_s = math.exp(ref)
-        lo = edge - max(_MIN_BEFORE_S, now - onset_at)
-        backing, unknown = self._evidence.backing(lo, edge, onset_at + self.cfg.bucket_s, now, step_s,
-                                                  step_s * math.expm1(shift))
-        return backing, unknown, (lo, edge, step_s)
-
-    def _evidence_gone(self, recent: float) -> bool:
-        """The open episode's evidence is back under ``_GONE_SHARE`` of what it held at the raise
-        over the clear window, and the step level (``recent``) under half the shift raised: the
-        job's change went away, whatever the level the episode compares against did meanwhile (a
-        healthy H200 job's level stood +2..4% over its settled level for minutes: an episode of a
-        +10% change that came and went stayed open through the next change, which it hid)."""
-        b, span = self._ep.backing, self._ep.backing_span
-        if b is None or span is None or self._evidence is None or recent - self._ep.ref >= self._ep.raised / 2:
-            return False
-        hist = self._history
-        now = hist[-1][1]
-        since = max(self._ep.onset[1] + self.cfg.bucket_s, now - self.cfg.clear_s)
-        grown = self._evidence.grown(b, span[0], span[1], since, now, span[2])
-        return grown is not None and grown < _GONE_SHARE * (b.after - b.before)
-
-    def _test(self, sev: str) -> Optional[tuple[float, float, str]]:
-        """(shift, reference, which) for ``sev`` over its window against the settled level, else
-        the level just before the window, or None."""
-        n, nb = self._n[sev], self._n_before[sev]
-        hist = self._history
-        if len(hist) < n or (self._gone_at is not None and hist[-n][1] - self.cfg.bucket_s < self._gone_at):
-            return None
-        refs = [(self._settled, "settled")]
-        if len(hist) >= n + nb // 2:
-            refs.append((median(hist.tail(2, min(len(hist), n + nb))[:-n]), "before"))
-        for ref, which in refs:  # the settled level first: the job's own long-run level
-            shift = self._shift(sev, ref, backed=True)
-            if shift is None or (sev == CRITICAL and shift < self._sustain_below
-                                 and not self._sustained(ref, shift)):
-                continue
-            if self._outlasts_waves(ref, shift) or self._backed(ref, shift, n) is not None:
-                return shift, ref, which  # (a shift its evidence holds is the job's: no wave holds it)
-        return None
-
-    def _sustained(self, ref: float, shift: float) -> bool:
-        """Whether a critical shift (under 1.5x ``critical_ratio``) also stands above half its
-        size on two thirds of the last ``critical_sustain`` x ``critical_window_s``: a healthy
-        40 ms H200 job (tests/data/real/h200q_1gpu_m) rose +8..13% for five 5 s buckets and came
-        back, which the critical window alone (30 s) raises; a lasting +10% raises ~30 s after it
-        began (the critical window alone: ~20 s)."""
-        n = self._n_sustain
-        return _stands(self._history.tail(2, min(len(self._history), n)), ref, shift, n)
-
-    def _outlasts_waves(self, ref: float, shift: float) -> bool:
-        """False while a shift no larger than one of the job's recent waves (an episode that
-        ended by itself within ``transient_s``, in the last ``noise_history_s``) has stood for
-        less than 1.5x that wave's length: on a host whose speed wanders +-10% for minutes, a
-        change of that size is told from the wandering only by outlasting it."""
-        now = self._history[-1][1]
-        need = max((lasted for end, peak, lasted in self._waves
-                    if now - end <= self.cfg.noise_history_s and shift <= peak / _WAVE_SIZE), default=0.0)
-        self._outlast = 0
-        if not need:
-            return True
-        k = self._outlast = math.ceil(_WAVE_OUTLAST * need / self.cfg.bucket_s)
-        ys = self._history.tail(2, min(len(self._history), k))
-        stood = 0
-        for y in reversed(ys):
-            if y - ref < shift / 2:
-                break
-            stood += 1
-        return stood >= k
-
     def _judge(self) -> bool:
         old = self.condition
         if old is None:
             for sev in (CRITICAL, WARNING, INFO):
-                found = self._test(sev)  # (a shift under z spreads that its evidence holds raises too)
+                found = self._t.test(sev, self._settled)  # (a shift under z spreads that its evidence holds raises too)
                 if found is not None:
                     return self._raise(sev, *found)
             self._set_level(median(self._history.tail(2, min(len(self._history), self._n[CRITICAL]))))
@@ -431,16 +295,16 @@ class DriftDetector:
         hist = self._history
         # the clear window never reaches back before the onset: just after a raise it would
         # hold mostly the old level (a critical raise holds 30 s, the clear window is 60 s)
-        since = sum(1 for t in hist.tail(1, min(len(hist), self._n_clear)) if t > self._ep.onset[1])
+        since = sum(1 for t in hist.tail(1, min(len(hist), self._t.n_clear)) if t > self._ep.onset[1])
         recent = median(hist.tail(2, max(1, since)))
         gone = recent - self._ep.ref >= min(math.log1p(self.cfg.info_ratio) / 2, _CLEAR_SHARE * self._ep.raised)
-        if not gone or self._evidence_gone(recent):
+        if not gone or self._t.evidence_gone(self._ep, recent):
             if gone:
-                self._gone_at = hist[-1][1]
+                self._t.gone_at = hist[-1][1]
             lasted = hist[-1][1] - self._ep.onset[1]
             if (lasted <= self.cfg.transient_s and self._ep.alertname == THROUGHPUT_DRIFT
                     and self._ep.backing is None):  # (a change its evidence held is no wave of the job's)
-                self._waves.append((hist[-1][1], self._ep.peak, lasted))  # it came back by itself
+                self._t.waves.append((hist[-1][1], self._ep.peak, lasted))  # it came back by itself
             self.end_episode()
             self._steps.level = recent
             return True
@@ -453,14 +317,14 @@ class DriftDetector:
             # make a +5% episode critical for good.
             sev = SEVERITIES[i + 1]
             n = max(self._n[sev], self._n[WARNING])
-            shift = self._shift(sev, self._ep.ref, n, backed=self._ep.backing is not None) if len(hist) >= n else None
+            shift = self._t.shift(sev, self._ep.ref, n, backed=self._ep.backing is not None) if len(hist) >= n else None
             if shift is not None:
                 return self._ep.set(sev, shift)
         # the ratio and summary follow the sustained level (the warning window's median), but
         # never show a figure under the episode's severity: a dip (a trace's steps left out, a
         # pause) shows the episode's peak, so a firing critical alert never reads "+0.5%"
         level = median(hist.tail(2, min(len(hist), self._n[WARNING]))) - self._ep.ref
-        if level < math.log1p(RAISE[old.severity] * self._ratio[old.severity]):
+        if level < math.log1p(RAISE[old.severity] * self._t.ratio[old.severity]):
             level = max(level, self._ep.peak)
         if abs(level - math.log(old.ratio)) >= 0.005:
             return self._ep.set(old.severity, level)
@@ -468,13 +332,13 @@ class DriftDetector:
 
     def _raise(self, sev: str, shift: float, ref: float, which: str) -> bool:
         self._ep.peak = 0.0
-        n = self._n[sev] + self._n_before[sev] + self._outlast  # (the onset lies further back)
+        n = self._n[sev] + self._n_before[sev] + self._t.outlast  # (the onset lies further back)
         rows = [self._history[k] for k in range(max(0, len(self._history) - n), len(self._history))]
         ys = [r[2] for r in rows]
-        k = _estimate_onset(ys, ref, shift, self._clip)
+        k = estimate_onset(ys, ref, shift, self._t.clip)
         onset_at = rows[k][1] - self.cfg.bucket_s
         window = self._steps.window_at(onset_at, shift)
-        backing, unknown, span = self._backing_at(onset_at, ref, shift)
+        backing, unknown, span = self._t.backing_at(onset_at, ref, shift)
         if (onset_at < self._settled_at - self.cfg.bucket_s and self._resettles < _RESETTLE_MAX
                 and window is None and backing is None):  # (stepwatch's own cost, and a change its
             return self._resettle(onset_at, ys[k:])        # evidence holds, are raised wherever they fall)
@@ -520,33 +384,17 @@ class DriftDetector:
         top = self._ep.ref + self._ep.raised
         if len(self._history) < n or self._ep.alertname != THROUGHPUT_DRIFT:
             return False
-        shift = self._shift(WARNING, top, n, backed=True)
+        shift = self._t.shift(WARNING, top, n, backed=True)
         if shift is None or shift < _FURTHER_SHARE * self._ep.raised:
             return False
         m = n + self._n_before[WARNING]
         rows = [self._history[k] for k in range(max(0, len(self._history) - m), len(self._history))]
         rows = [r for r in rows if r[1] - self.cfg.bucket_s >= self._ep.onset[1]] or rows[-n:]
-        k = _estimate_onset([r[2] for r in rows], top, shift, self._clip)
+        k = estimate_onset([r[2] for r in rows], top, shift, self._t.clip)
         if self._ep.began is None:
             self._ep.began = (self._ep.onset[0], math.expm1(self._ep.raised))
         self._ep.onset = (int(rows[k][0]), rows[k][1] - self.cfg.bucket_s)
-        self._ep.backing, self._ep.unknown, self._ep.backing_span = self._backing_at(self._ep.onset[1], top, shift)
+        self._ep.backing, self._ep.unknown, self._ep.backing_span = self._t.backing_at(self._ep.onset[1], top, shift)
         self._ep.raised += shift
         self._ep.change += 1
         return self._ep.set(self.condition.severity, self._ep.raised)
-
-
-def _stands(ys: list, ref: float, shift: float, n: int) -> bool:
-    """Whether two thirds of ``n`` buckets (of which ``ys`` are the last) stand above half of
-    ``shift`` over ``ref``: sustained, not one spike."""
-    return sum(1 for y in ys if y - ref >= shift / 2) >= _SUSTAINED_SHARE * n
-
-
-def _estimate_onset(ys: list, ref: float, level: float, clip: float) -> int:
-    """Index in ``ys`` (log bucket medians) of the maximum-likelihood start of a shift of
-    ``level`` above ``ref`` (log units)."""
-    if not ys:
-        return 0
-    half = min(level, clip) / 2
-    totals = list(itertools.accumulate([min(y - ref, clip) - half for y in reversed(ys)]))
-    return len(ys) - 1 - totals.index(max(totals))
