@@ -16,47 +16,30 @@ housekeeping task, stop the Alertmanager client, then close the recorder.
 from __future__ import annotations
 
 import asyncio
-import gzip
 import json
 import logging
 import os
 import shutil
 import signal
-import ssl
 import sys
 import tempfile
 import time
 import uuid
 from typing import Callable, Optional
 
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
-from prometheus_client.openmetrics.exposition import CONTENT_TYPE_LATEST as OPENMETRICS_CONTENT_TYPE
-from prometheus_client.openmetrics.exposition import generate_latest as openmetrics_latest
+from prometheus_client import CollectorRegistry
 
-from stepwatch.core.support import read_pem
+from stepwatch.proto.stepwatch.v1 import agent_pb2
 
 from . import _gcstats as gcstats
-from .api import SharedRender, jobs_json, jobs_summary_json, runs_json, steps_json
-from ._config import CollectorSettings
-from .detect import RunStore
-from .detect import DriftStore
-from .export import render
-from .ingest import AcceptGuard, raise_fd_limit
-from .api import FileBody, HttpServer, accepts
-from .alerting import AlertmanagerClient, AlertMetrics, Detection
-from .export import RankMetrics
-from .api import page
-from .ingest import Pipeline
-from .ingest import Recorder
-from .ingest import IngestServer
-from .state import CollectorHealth
-from .state import CollectorState
-from .state import TraceStore, TraceStoreMetrics
-from .api import traces_json, windows_json
-from .state import ScrapeYield, no_pause, scrape_timeout
-from .export import ForkRender, available as fork_available, cores
 from . import grpc_fork_handlers_off as _fork_handlers_off
-from stepwatch.proto.stepwatch.v1 import agent_pb2
+from ._config import CollectorSettings
+from .alerting import AlertmanagerClient, AlertMetrics, Detection
+from .api import HttpServer, Routes, accepts, ssl_context, tls_files
+from .detect import DriftStore, RunStore
+from .export import ForkRender, RankMetrics, Scrape, available as fork_available, cores
+from .ingest import AcceptGuard, IngestServer, Pipeline, Recorder, raise_fd_limit
+from .state import CollectorHealth, CollectorState, TraceStore, TraceStoreMetrics
 
 __all__ = ["Collector", "run"]
 
@@ -100,8 +83,6 @@ class Collector:
         # freezing, the thread switch interval) is changed only when the process is the
         # collector's own (`stepwatch collector` passes process_wide=True).
         self.process_wide = process_wide
-        self._shared = SharedRender()
-        self._build_cpu_s: dict[str, float] = {}  # CPU of the last whole-fleet build, by kind
         if process_wide:
             gcstats.install()
         self.gc = gcstats.GcFreezer(settings.gc_full_every_s if process_wide else 0.0)
@@ -124,6 +105,9 @@ class Collector:
                      runs=self.detection.engine.lineage.ratios, arming=self.detection.engine.arming,
                      per_rank=settings.metrics_per_rank == "full", armed=self.detection.engine.armed,
                      reach=self.detection.engine.reach)
+        self.routes = Routes(self.state, self.health, self.detection.engine, self.detection.book.json,
+                             lambda: self.trace_store)
+        self.scrape = Scrape(self.registry, self.rank_metrics, self.health, self._fork, self.state.lock, accepts)
         self.grpc_address: Optional[str] = None
         self.http_address: Optional[str] = None
         self._recorder: Optional[Recorder] = None
@@ -159,7 +143,7 @@ class Collector:
                                         max_message_bytes=self.settings.max_message_bytes, clock=self.clock,
                                         store=self.trace_store, max_jobs=self.settings.max_jobs,
                                         max_ranks_per_job=self.settings.max_ranks_per_job,
-                                        tls=self._tls_files(), control_token=self.settings.control_token,
+                                        tls=tls_files(self.settings), control_token=self.settings.control_token,
                                         capture_every_s=self.settings.capture_every_s,
                                         max_batches_per_s=self.settings.max_batches_per_s)
             grpc_host, _ = _split(self.settings.grpc_listen)
@@ -182,15 +166,9 @@ class Collector:
 
     async def _start_http(self) -> None:
         http_host, http_port = _split(self.settings.http_listen)
-        self._http = HttpServer({"/healthz": _healthz,
-                                 "/api/alerts": self._alerts, "/": page, "/api": self._index},
-                                query_routes={"/api/jobs": self._jobs, "/api/steps": self._steps},
-                                path_routes={"/api/jobs/{job}/windows": self._windows, "/api/traces": self._traces,
-                                             "/api/jobs/{job}/runs": self._job_runs,
-                                             "/api/traces/{trace_id}": self._trace_file},
-                                threaded_routes={"/metrics": self._metrics}, token=self.settings.http_token,
-                                nice=self.settings.http_nice if self.process_wide else 0)
-        self.http_address = f"{http_host}:{await self._http.start(http_host, http_port, self._ssl_context())}"
+        self._http = self.routes.server(self.scrape, self.settings.http_token,
+                                        self.settings.http_nice if self.process_wide else 0)
+        self.http_address = f"{http_host}:{await self._http.start(http_host, http_port, ssl_context(self.settings))}"
 
     def _start_tasks(self) -> None:
         """The Alertmanager client, housekeeping, the loop watch, the GC pacer; the switch
@@ -301,145 +279,6 @@ class Collector:
             await asyncio.sleep(LOOP_WATCH_S)
             self.health.loop_lag.observe(max(0.0, loop.time() - due))
             self.health.load.sample()
-
-    def _tls_files(self) -> Optional[tuple]:
-        """(cert, key, client CA or None) PEM bytes for gRPC, or None without TLS."""
-        s = self.settings
-        if not s.tls_cert:
-            return None
-        return (read_pem(s.tls_cert, "tls_cert"), read_pem(s.tls_key, "tls_key"),
-                read_pem(s.tls_client_ca, "tls_client_ca") if s.tls_client_ca else None)
-
-    def _ssl_context(self):
-        """The HTTPS context (same certificate; client certificates required with
-        tls_client_ca), or None for plain HTTP."""
-        s = self.settings
-        if not s.tls_cert:
-            return None
-        ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-        ctx.load_cert_chain(s.tls_cert, s.tls_key)
-        if s.tls_client_ca:
-            ctx.load_verify_locations(s.tls_client_ca)
-            ctx.verify_mode = ssl.CERT_REQUIRED
-        return ctx
-
-    def _metrics(self, headers):
-        """The scrape, never on the event loop: OpenMetrics when the scraper asks for it, gzip
-        when it accepts it (Prometheus does). Rendered by a forked child (``_fork_render``) or
-        on the HTTP worker thread, giving way to a busy ingest between stages, inside the scraper's
-        timeout (``_yield``)."""
-        openmetrics = accepts(headers.get("accept", ""), "application/openmetrics-text")
-        zipped = accepts(headers.get("accept-encoding", ""), "gzip")
-        ctype = OPENMETRICS_CONTENT_TYPE if openmetrics else CONTENT_TYPE_LATEST
-        extra = ("Content-Encoding: gzip",) if zipped else ()
-        # The alert book's and trace store's families (prometheus_client, with locks of their
-        # own) on this thread; ours after them, then one # EOF.
-        small = openmetrics_latest(self.registry).removesuffix(b"# EOF\n") if openmetrics \
-            else generate_latest(self.registry)
-
-        def body(pause, frozen: bool = False) -> bytes:
-            text = render(self.rank_metrics.families(pause, frozen), openmetrics=openmetrics).encode()
-            data = b"".join((small, text, b"# EOF\n" if openmetrics else b""))
-            pause()
-            return gzip.compress(data, 1) if zipped else data
-
-        # (it ends inside the timeout the scraper sends: Prometheus sends its scrape_timeout)
-        pacing = ScrapeYield(self.health.load, scrape_timeout(headers.get("x-prometheus-scrape-timeout-seconds")))
-        # The label texts of ranks new since the last scrape first, giving way to ingest (10,000
-        # new ranks are ~0.1 s; what a render process added to the cache would die with it).
-        self.rank_metrics.warm(pacing.pause)
-        if self._fork is not None:
-            pacing.done()
-            data = self._fork.run(self.state.lock, lambda: body(no_pause, frozen=True))
-            if data is not None:
-                self.health.scrape_yield_s += pacing.slept
-                return 200, ctype, data, extra
-        try:
-            return 200, ctype, body(pacing.pause), extra
-        finally:
-            pacing.done()
-            self.health.scrape_yield_s += pacing.slept
-
-    def _alerts(self):
-        return 200, "application/json", self.detection.book.json()
-
-    def _jobs(self, query):
-        """``/api/jobs``: every rank; ``?job=NAME``: one job's ranks with their events;
-        ``?summary=1``: one line per job (the page's overview at any fleet size). The whole list
-        and the summary are shared while fresh (:class:`SharedRender`)."""
-        if query.get("summary") not in (None, "", "0"):
-            return 200, "application/json", self._shared.get(
-                "summary", lambda: self._paced("summary", lambda pause: jobs_summary_json(self.state, pause,
-                                                                       self.detection.engine.lineage.summary)))
-        if query.get("job") is None:  # the whole fleet: one answer shared while it is fresh
-            return 200, "application/json", self._shared.get("jobs", lambda: self._paced(
-                "jobs", lambda pause: jobs_json(self.state, None, self.detection.engine.armed(), pause=pause,
-                                                 reach=self.detection.engine.reach(),
-                                                 again=self.detection.engine.settling_again(),
-                                                 arming=self.detection.engine.arming())))
-        job = query.get("job")
-        return 200, "application/json", jobs_json(self.state, job, self.detection.engine.armed(job),
-                                                  reach=self.detection.engine.reach(job),
-                                                  again=self.detection.engine.settling_again(job),
-                                                  arming=self.detection.engine.arming(job))
-
-    def _paced(self, kind: str, build):
-        """``build(pause)`` giving way to a busy ingest between its chunks as a scrape does
-        (:class:`ScrapeYield`, the default scrape timeout's span, expecting the CPU its kind took
-        last time): at 10,000 ranks a whole-fleet build takes 1.5-2 s of CPU on the core ingest
-        needs. Its sleeps count in stepwatch_collector_scrape_yield_seconds."""
-        pacing = ScrapeYield(self.health.load, None, expect_s=self._build_cpu_s.get(kind, 0.0))
-        try:
-            return build(pacing.pause)
-        finally:
-            self._build_cpu_s[kind] = pacing.done()
-            self.health.scrape_yield_s += pacing.slept
-
-    def _index(self):
-        """``{"routes": [path, ...]}``: the page fetches only what is listed (a 404 is a console error)."""
-        return 200, "application/json", json.dumps({"routes": self._http.paths}).encode()
-
-    def _steps(self, query):
-        """``/api/steps?job=NAME``: the job's ranks' step-time trend; ``&ranks=N``: the lowest N
-        ranks only (the page asks for the 32 it draws)."""
-        if "job" not in query:
-            return 400, "text/plain; charset=utf-8", b"missing ?job=\n"
-        ranks = query.get("ranks")
-        if ranks is not None:
-            if not (ranks.isascii() and ranks.isdigit() and 0 < int(ranks) <= 1_000_000):
-                return 400, "text/plain; charset=utf-8", b"ranks= must be a whole number from 1 to 1000000\n"
-            ranks = int(ranks)
-        return 200, "application/json", steps_json(self.state, query["job"], ranks)
-
-    def _windows(self, params):
-        status, body = windows_json(self.state, params["job"])
-        return status, "application/json", body
-
-    def _job_runs(self, params):
-        status, body = runs_json(self.detection.engine.lineage.runs(params["job"]), params["job"])
-        return status, "application/json", body
-
-    def _traces(self, _params):
-        held = self.trace_store.listing() if self.trace_store is not None else []
-        return 200, "application/json", traces_json(self.state, held)
-
-    def _trace_file(self, params):
-        """An uploaded trace as stored: gzip JSON (Perfetto and chrome://tracing open it)."""
-        trace_id = params["trace_id"]
-        path = self.trace_store.path(trace_id) if self.trace_store is not None else None
-        try:
-            if path is None:
-                raise FileNotFoundError
-            fh = open(path, "rb")  # streamed by the HTTP server, which closes it
-            size = os.fstat(fh.fileno()).st_size
-        except OSError:
-            return 404, "application/json", json.dumps({"error": f"no uploaded trace {trace_id!r}"}).encode()
-        return 200, "application/gzip", FileBody(fh, size), (f'Content-Disposition: attachment; filename="{trace_id}.json.gz"',)
-
-
-def _healthz():
-    return 200, "text/plain; charset=utf-8", b"ok\n"
-
 
 def _write_ready_file(path: str, collector: Collector) -> None:
     """Write ``{"grpc", "http", "pid"}`` atomically (tmp file, then rename)."""

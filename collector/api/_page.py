@@ -51,7 +51,7 @@ margin-left:.6em;font-size:12px;font-weight:600;color:#fff;background:#6b7480;ve
 .sev-critical{background:#b42318}.sev-warning{background:#c4570c}.sev-info{background:#2f6fb2}
 .alert{border-left:5px solid #6b7480}.alert.sev-critical{border-left-color:#b42318;background:#fff}
 .alert.sev-warning{border-left-color:#c4570c;background:#fff}.alert.sev-info{border-left-color:#2f6fb2;background:#fff}
-.alert p{margin:.2em 0;overflow-wrap:anywhere}details{margin:.4em 0}
+.alert p{margin:.2em 0;overflow-wrap:anywhere}.alert.resolved{opacity:.75;border-left-style:dashed}details{margin:.4em 0}
 """
 
 _JS = r"""
@@ -160,20 +160,28 @@ function alertList(doc) {
   }
   return doc || [];
 }
+const unix = (iso) => (iso ? Date.parse(iso) / 1000 : null);
 function alertCard(a) {
   const name = String(a.alertname || "alert").replace(/^Stepwatch/, "");
   const change = typeof a.ratio === "number" && a.ratio > 0 ? ` ${a.ratio >= 1 ? "+" : ""}${((a.ratio - 1) * 100).toFixed(1)}%` : "";
-  return h("div", {class: "card alert sev-" + (a.severity || "none"), "data-job": a.job},
+  const over = a.state === "firing" ? "" : `, resolved ${ago(unix(a.ends_at))}`;
+  return h("div", {class: "card alert sev-" + (a.severity || "none") + (over ? " resolved" : ""), "data-job": a.job},
     h("h3", {}, badge(a.severity || "?", a.severity), ` ${name}${change} — ${a.job} rank ${a.rank}`),
+    a.state === "firing" ? null : h("p", {class: "muted"}, "resolved: the figures below are those it ended with"),
     a.summary ? h("p", {}, a.summary) : null,
     a.diagnosis ? h("p", {}, h("b", {}, "why: "), a.diagnosis) : null,
-    h("p", {class: "muted"}, `since ${a.starts_at || "?"}` + (a.trace ? `, trace ${a.trace}` : "")));
+    h("p", {class: "muted"}, `since ${a.starts_at || "?"}${over}` + (a.trace ? `, trace ${a.trace}` : "")));
 }
 function alertsSection(list) {
   if (list === undefined) return [h("p", {class: "muted"}, "not available: this collector has no alerts API yet")];
   const firing = list.filter((a) => a.state === "firing").sort((a, b) => sevRank(a) - sevRank(b));
   const resolved = list.filter((a) => a.state !== "firing");
-  const out = firing.length ? firing.map(alertCard) : [h("p", {class: "muted"}, "No alert firing.")];
+  // nothing firing: the latest episode to resolve stays drawn whole, why included (a job that
+  // ended resolves its slowdown a minute later; whoever looks then still sees what it was)
+  const latest = resolved.reduce((x, a) => (x && (unix(x.ends_at) || 0) >= (unix(a.ends_at) || 0) ? x : a), null);
+  const out = firing.length ? firing.map(alertCard) : [h("p", {class: "muted"},
+    latest ? "No alert firing. The latest to resolve:" : "No alert firing.")];
+  if (!firing.length && latest) out.push(alertCard(latest));
   if (resolved.length) {
     out.push(h("details", {}, h("summary", {class: "muted"}, `${resolved.length} resolved recently`),
       table(resolved.map((a) => ({alert: a.alertname, severity: a.severity, job: a.job, rank: a.rank,

@@ -244,3 +244,51 @@ def test_the_alerting_job_among_fourteen_is_in_the_first_screen(collector_factor
     assert all("finished" in j["text"] for j in layout["jobs"][1:]), layout["jobs"]
     assert layout["more"].startswith("2 more jobs not drawn (2 ranks;"), layout["more"]
     assert "healthy-11, healthy-12" in layout["more"], layout["more"]  # sorted by name after the live one
+
+
+def test_the_latest_resolved_alert_stays_drawn_whole_when_nothing_fires(start_collector, tmp_path):
+    """A job's episode resolves (here: two sessions claimed one rank, then one left); with nothing
+    firing, the page still draws that episode's card, marked resolved, above the folded list."""
+    from collector_testlib import batch, hello, step
+    from test_duplicate_rank import Stream, dup_alerts
+
+    from stepwatch.collector.detect import parse_detection
+
+    col = start_collector(detection=parse_detection({"resolve_hold_s": 0, "liveness": {"duplicate_for_s": 0}}))
+    with col.channel() as chan:
+        a = Stream(chan, hello(rank=1, session="sa", pid=100))
+        a.send(batch(1, steps=[step(1)]))
+        b = Stream(chan, hello(rank=1, session="sb", pid=200))
+        b.send(batch(1, steps=[step(1)]))
+        assert dup_alerts(col)[0].state == "firing"
+        b.close()
+        deadline = time.monotonic() + 5
+        while dup_alerts(col)[0].state != "resolved":
+            assert time.monotonic() < deadline, dup_alerts(col)
+            time.sleep(0.05)
+        browser = Chromium(tmp_path / "chromium")
+        try:
+            browser.call("Page.navigate", session=browser.session, url=f"http://{col.collector.http_address}/")
+            deadline = time.monotonic() + 20
+            shown = None
+            while time.monotonic() < deadline:
+                shown = browser.eval("""(() => {
+                  const s = document.getElementById("alerts");
+                  const card = s && s.querySelector(".alert");
+                  return card ? {text: s.textContent, resolved: card.classList.contains("resolved"),
+                                 title: card.querySelector("h3").textContent} : null;
+                })()""")
+                if shown:
+                    break
+                time.sleep(0.25)
+            time.sleep(0.3)
+            browser.eval("0")
+            assert browser.problems() == []
+        finally:
+            browser.close()
+        a.close()
+    assert shown is not None, "no alert card drawn"
+    assert shown["resolved"] and "DuplicateRank" in shown["title"] and "j rank 1" in shown["title"], shown
+    assert "No alert firing. The latest to resolve:" in shown["text"], shown
+    assert "resolved" in shown["text"] and "2 agent sessions report as rank 1" in shown["text"], shown
+    assert "1 resolved recently" in shown["text"], shown  # (and the folded list, as before)

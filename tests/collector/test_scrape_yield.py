@@ -1,4 +1,4 @@
-"""A scrape gives way to a busy ingest (collector/state/_yield.py): the load meter, the pacing
+"""A scrape gives way to a busy ingest (collector/export/_scrape_pacing.py): the load meter, the pacing
 arithmetic, and a real collector whose scrape sleeps while its process is busy."""
 
 from __future__ import annotations
@@ -8,8 +8,9 @@ import time
 
 import pytest
 
-from stepwatch.collector.state import _yield
-from stepwatch.collector.state._yield import LoadMeter, ScrapeYield
+from stepwatch.collector.export import _scrape_pacing as _yield
+from stepwatch.collector.export._scrape_pacing import ScrapeYield
+from stepwatch.collector.state import LoadMeter
 
 
 class _Clock:
