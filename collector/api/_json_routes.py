@@ -269,14 +269,17 @@ def runs_json(runs: list, job: str) -> tuple[int, bytes]:
 
 
 def steps_document(state: CollectorState, job: str, ranks: Optional[int] = None) -> dict[str, Any]:
-    """``{"job", "ranks": [{"rank", "points": [[step, end_time_s, duration_s], ...]}]}``.
+    """``{"job", "ranks": [{"rank", "points": [[step, end_time_s, duration_s], ...],
+    "life": [[first step, end_time_s, mean duration_s], ...]}]}``.
 
-    Points are the rank's last ``TREND_POINTS`` steps in arrival order (seconds); an unknown
-    job has no ranks. ``ranks``: only the lowest this many ranks (the page draws 32 lines; a
+    Points are the rank's last ``TREND_POINTS`` steps in arrival order (seconds); ``life`` its
+    step time since its start, the mean of each span of 10 s or more (at most 360 spans: a span
+    doubles when they are full; ``_life.LifeTrend``), oldest first. An unknown job has no ranks. ``ranks``: only the lowest this many ranks (the page draws 32 lines; a
     64-rank job's whole answer is about 1 MB, a 1,024-rank job's 16 MB).
     """
     out = []
-    state.read_ranks(lambda chunk: out.extend({"rank": st.rank, "points": [list(p) for p in st.trend]}
+    state.read_ranks(lambda chunk: out.extend({"rank": st.rank, "points": [list(p) for p in st.trend],
+                                               "life": st.life.document()}
                                               for st in chunk), job, limit=ranks)
     return {"job": job, "ranks": out}
 

@@ -90,9 +90,10 @@ function median(xs) {
   return s.length ? s[s.length >> 1] : null;
 }
 
-function trend(series) {
-  const W = 720, H = 170, L = 64, R = 8, T = 8, B = 22;
-  const box = svg("svg", {viewBox: `0 0 ${W} ${H}`, class: "trend", role: "img"});
+function trend(series, life) {
+  // life: the ranks' step time since their start (one mean per span), else their last steps
+  const W = 720, H = life ? 120 : 170, L = 64, R = 8, T = 8, B = 22;
+  const box = svg("svg", {viewBox: `0 0 ${W} ${H}`, class: "trend" + (life ? " life" : ""), role: "img"});
   const pts = series.flatMap((s) => s.points);
   if (!pts.length) {
     box.append(svg("text", {x: W / 2, y: H / 2, "text-anchor": "middle"}, "no steps yet"));
@@ -108,8 +109,9 @@ function trend(series) {
                svg("text", {x: L - 6, y: +y(v) + 4, "text-anchor": "end"}, ms(v)));
   }
   const span = t1 - t0, clipped = top > ymax ? `, slower steps (up to ${ms(top)}) clipped` : "";
-  box.append(svg("text", {x: L, y: H - 4}, `${span.toFixed(span < 10 ? 1 : 0)} s earlier`),
-             svg("text", {x: W - R, y: H - 4, "text-anchor": "end"}, `latest step${clipped}`));
+  const earlier = life ? `since the start, ${dur(span)} ago (means of ${dur(life)})` : `${span.toFixed(span < 10 ? 1 : 0)} s earlier`;
+  box.append(svg("text", {x: L, y: H - 4}, earlier),
+             svg("text", {x: W - R, y: H - 4, "text-anchor": "end"}, `${life ? "latest span" : "latest step"}${clipped}`));
   for (const s of series) {
     const line = svg("polyline", {stroke: color(s.rank), "data-rank": s.rank,
       points: [...s.points].sort((a, b) => a[1] - b[1]).map((p) => `${x(p[1])},${y(p[2])}`).join(" ")});
@@ -207,8 +209,13 @@ function runsTable(doc) {
 }
 
 function jobCard(job, steps, alerts, runs) {
-  const byRank = new Map((steps ? steps.ranks : []).map((s) => [s.rank, s.points]));
-  const series = job.ranks.slice(0, MAX_SERIES).map((r) => ({rank: r.rank, points: byRank.get(r.rank) || []}));
+  const byRank = new Map((steps ? steps.ranks : []).map((s) => [s.rank, s]));
+  const series = job.ranks.slice(0, MAX_SERIES).map((r) => ({rank: r.rank, points: (byRank.get(r.rank) || {}).points || []}));
+  // the whole life, once a rank has two spans: a step-up of an hour ago is on it
+  const lives = job.ranks.slice(0, MAX_SERIES).map((r) => ({rank: r.rank, points: (byRank.get(r.rank) || {}).life || []}));
+  const spans = lives.flatMap((s) => s.points);
+  const lifeSpan = spans.length > 2 ? Math.max(...lives.filter((s) => s.points.length > 1).map(
+    (s) => (s.points[s.points.length - 1][1] - s.points[0][1]) / (s.points.length - 1)), 0) : 0;
   const up = job.ranks.filter((r) => r.connected).length;
   const cols = ["rank", "host", "pid", "GPU", "status", "detector", "steps", "median step", "last step",
                 "data wait", "GPU util", "memory"];
@@ -219,6 +226,7 @@ function jobCard(job, steps, alerts, runs) {
       up === 0 ? badge("finished") : null),
     h("div", {class: "muted"}, `${job.ranks.length} ranks, ${up} connected`),
     trend(series),
+    lifeSpan > 0 ? trend(lives, lifeSpan) : null,
     h("div", {class: "legend"}, series.map((s) => {
       const dot = h("b", {}, "— ");
       dot.style.color = color(s.rank);

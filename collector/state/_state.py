@@ -24,6 +24,7 @@ from ..detect import median
 from .._ring import Ring
 
 from ._trace_requests import TraceBook
+from ._life import LifeTrend
 from ._yield import PAUSE_EVERY_RANKS, no_pause
 
 __all__ = ["Histogram", "RankKey", "RankState", "CollectorState", "STEP_BUCKETS", "WAIT_BUCKETS", "TREND_POINTS"]
@@ -146,6 +147,7 @@ class RankState:
     recent_sums: Optional[tuple] = None  # (wait, duration) sums of ``recent`` once read; None after a batch
     recent_median: Optional[float] = None  # median duration of ``recent`` once read; None after a batch
     trend: Ring = dataclasses.field(default_factory=lambda: Ring("Qdd", TREND_POINTS))  # (step, end, duration)
+    life: LifeTrend = dataclasses.field(default_factory=LifeTrend)  # the step time since the rank's start
     last_step_time: Optional[float] = None
     allocator: Optional[agent_pb2.AllocatorSample] = None
     gpu_sample: Optional[agent_pb2.GpuSample] = None
@@ -350,6 +352,7 @@ class CollectorState:
             waits = c.dataloader_wait_s if min(c.dataloader_wait_s) >= 0.0 else [w if w > 0.0 else 0.0 for w in c.dataloader_wait_s]
             st.add_recent(waits, c.duration_s)
             st.trend.extend_columns(c.step, c.end_time_s, c.duration_s)  # arrival order
+            st.life.add(c.step, c.end_time_s, c.duration_s)
             last = max(c.end_time_s)
         else:  # negative durations (a clock stepped back): skipped where they would count
             keep = [i for i, d in enumerate(c.duration_s) if d >= 0]
@@ -357,6 +360,7 @@ class CollectorState:
             if keep:
                 st.add_recent([max(0.0, c.dataloader_wait_s[i]) for i in keep], durations)
                 st.trend.extend_columns([c.step[i] for i in keep], [c.end_time_s[i] for i in keep], durations)
+                st.life.add([c.step[i] for i in keep], [c.end_time_s[i] for i in keep], durations)
             last = max((c.end_time_s[i] for i in keep), default=None)
         if last is not None and (st.last_step_time is None or last > st.last_step_time):
             st.last_step_time = last
@@ -460,7 +464,7 @@ def _clone(obj):
 
 # What a light copy holds in place of its step rings: shared and empty (copies are only read;
 # two fresh rings per rank cost 9% of a scrape's CPU at 2,000 ranks, py-spy).
-_NO_RECENT, _NO_TREND = Ring("dd", RATIO_WINDOW), Ring("Qdd", TREND_POINTS)
+_NO_RECENT, _NO_TREND, _NO_LIFE = Ring("dd", RATIO_WINDOW), Ring("Qdd", TREND_POINTS), LifeTrend()
 _NO_SESSIONS: "collections.OrderedDict[str, _Session]" = collections.OrderedDict()
 
 
@@ -497,7 +501,7 @@ def _sequence(sess: _Session, seq: int, last_step: Optional[int]) -> str:
 
 def _copy(st: RankState, light: bool = False, median: bool = False) -> RankState:
     """Copy the mutable containers; protobuf samples are replaced, never mutated, so they are
-    shared. ``light`` (a scrape): ``recent`` (its sums are kept), the page's step trend, the
+    shared. ``light`` (a scrape): ``recent`` (its sums are kept), the page's step trends, the
     event list and the sessions (their steps_total is kept) are left empty."""
     st.sums()  # (kept by a light copy, which has no ``recent``)
     if median:
@@ -513,6 +517,7 @@ def _copy(st: RankState, light: bool = False, median: bool = False) -> RankState
         setattr(dup, name, h)
     dup.recent = _NO_RECENT if light else st.recent.copy()
     dup.trend = _NO_TREND if light else st.trend.copy()
+    dup.life = _NO_LIFE if light else st.life.copy()
     dup.event_counts = dict(st.event_counts)
     dup.events = collections.deque(() if light else st.events, maxlen=KEPT_EVENTS)
     dup.windows = collections.deque(st.windows, maxlen=st.windows.maxlen)

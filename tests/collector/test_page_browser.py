@@ -106,8 +106,10 @@ class Chromium:
 PROBE = """(() => {
   const card = [...document.querySelectorAll(".job")].find((e) => e.dataset.job === %s);
   if (!card) return null;
-  const lines = [...card.querySelectorAll("svg polyline")].map((l) => l.getAttribute("points").trim().split(/\\s+/).length);
-  return {title: card.querySelector("h3").firstChild.textContent, lines,
+  const lines = [...card.querySelectorAll("svg.trend:not(.life) polyline")].map((l) => l.getAttribute("points").trim().split(/\\s+/).length);
+  const life = [...card.querySelectorAll("svg.trend.life polyline")].map((l) => l.getAttribute("points").trim().split(/\\s+/).length);
+  return {title: card.querySelector("h3").firstChild.textContent, lines, life,
+          lifeText: (card.querySelector("svg.trend.life") || {}).textContent || "",
           ranks: [...card.querySelectorAll("table.ranks tbody tr")].map((r) => r.cells[0].textContent),
           scripts: document.scripts.length, imgs: document.images.length, pwned: window.pwned ?? null,
           alerts: document.getElementById("alerts").textContent,
@@ -292,3 +294,51 @@ def test_the_latest_resolved_alert_stays_drawn_whole_when_nothing_fires(start_co
     assert "No alert firing. The latest to resolve:" in shown["text"], shown
     assert "resolved" in shown["text"] and "2 agent sessions report as rank 1" in shown["text"], shown
     assert "1 resolved recently" in shown["text"], shown  # (and the folded list, as before)
+
+
+def test_a_step_up_of_minutes_ago_is_on_the_life_chart(start_collector, tmp_path):
+    """A rank's steps of 5 minutes (real gRPC, the agent's own end times), 40 ms then 60 ms
+    from its third minute on: the recent-steps chart shows the last steps only, the chart since
+    the start shows both levels, the later one higher (an SVG y further up)."""
+    from collector_testlib import batch, hello
+    from test_duplicate_rank import Stream
+
+    from stepwatch.proto.stepwatch.v1 import agent_pb2
+
+    col = start_collector()
+    t0, n, seq = 1_700_000_000.0, 0, 0
+    with col.channel() as chan:
+        s = Stream(chan, hello(job="long-job", rank=0, session="s-long"))
+        t = t0
+        while t - t0 < 300:
+            rows = []
+            for _ in range(250):
+                n += 1
+                d = 0.040 if t - t0 < 180 else 0.060
+                t += d
+                rows.append(agent_pb2.StepRecord(step=n, end_time_s=t, duration_s=d, dataloader_wait_s=0.001,
+                                                 clock=agent_pb2.STEP_CLOCK_CUDA_EVENT))
+            seq += 1
+            s.send(batch(seq, steps=rows))
+        browser = Chromium(tmp_path / "chromium")
+        try:
+            browser.call("Page.navigate", session=browser.session, url=f"http://{col.collector.http_address}/")
+            deadline, card = time.monotonic() + 20, None
+            while time.monotonic() < deadline:
+                card = browser.eval(PROBE % json.dumps("long-job"))
+                if card and card["life"]:
+                    break
+                time.sleep(0.25)
+            ys = browser.eval("""[...document.querySelectorAll('.job svg.trend.life polyline')].map(
+                (l) => l.getAttribute('points').trim().split(/\\s+/).map((p) => +p.split(',')[1]))""")
+            time.sleep(0.3)
+            browser.eval("0")
+            assert browser.problems() == []
+        finally:
+            browser.close()
+        s.close()
+    assert card and card["life"] and card["life"][0] >= 25, card  # 300 s in 10 s spans (the open one not drawn)
+    assert "since the start" in card["lifeText"], card["lifeText"]
+    (y,) = ys
+    early, late = y[:10], y[-10:]
+    assert max(late) < min(early), (early, late)  # 60 ms drawn above 40 ms: the step-up is on it
