@@ -15,115 +15,37 @@ Unix time ``now``. ``conditions()`` lists what holds now; it never raises.
 
 from __future__ import annotations
 
-import collections
-from typing import Iterable, Iterator, Optional, Sequence
+from typing import TYPE_CHECKING, Iterator, Optional, Sequence
 
 from ._agent_rule import AgentRule
 from ._config import DetectionConfig
-from ._drift_pair import RankDrift
 from ._drift_rule import DriftRule
 from ._liveness import RankLiveness
 from ._liveness_rule import LivenessRule
 from ._memory_rule import ALLOCATOR_FIELDS, GPU_FIELDS, MemoryRule
-from ._rule import Context, Phases, Rule, Steps
+from ._rank_facts import Columns, RankFacts
+from ._rule import ConditionSet, Context, Phases, Rule, Steps
 from ._run_record import RunIdentity
 from ._run_rule import RunRule
 from ._run_store import RunStore
 from ._straggler_rule import StragglerRule
 from ._throttle_rule import ThrottleRule
-from ._types import AllocatorPoint, Condition, GpuPoint, HostPoint, SampleTable, WindowPoint, median
+from ._types import AllocatorPoint, Condition, GpuPoint, HostPoint, SampleTable, WindowPoint
+
+if TYPE_CHECKING:
+    from ._drift_pair import RankDrift
 
 __all__ = ["DetectionEngine", "RULES", "Columns"]
 
 # The rules every engine holds, in the order each batch is fed to them.
 RULES = (DriftRule, StragglerRule, MemoryRule, ThrottleRule, LivenessRule, AgentRule, RunRule)
 
-_MAX_PHASE_KINDS = 8  # marked phase kinds per rank (a label each); more count as "other"
-# A marked step is left out of drift and stragglers only when the phase delayed it: at least
-# this many times the median of the rank's last 64 steps. Marks never hide a slowdown: a Hugging
-# Face job logging every step marks every step "log", and a +70% slowdown went unreported when
-# every marked step was left out.
-_MARK_DELAY = 1.2
 TICK_SLICE = 1000  # ranks per slice of a tick on the event loop (10,000 ranks: ~3 ms a slice)
 
 
-class Columns:
-    """A :class:`~._types.SampleTable` over named columns (the engine's one-sample entry points;
-    a column not given reads 0, or None through :meth:`optional`)."""
-
-    def __init__(self, **columns: list):
-        self._cols = columns
-        self._n = len(next(iter(columns.values()))) if columns else 0
-
-    def __len__(self) -> int:
-        return self._n
-
-    def __getitem__(self, name: str) -> list:
-        v = self._cols.get(name)
-        return [0] * self._n if v is None else [0 if x is None else x for x in v]
-
-    def optional(self, name: str) -> list:
-        return list(self._cols.get(name, [None] * self._n))
-
-    def last(self, name: str, optional: bool = False) -> object:
-        return (self.optional(name) if optional else self[name])[-1]
-
-
-class _Rank:
-    """What the rules share about one rank."""
-
-    def __init__(self, cfg: DetectionConfig, job: str, rank: int):
-        self.seen = 0
-        self.profiled = 0
-        self.marked: dict[str, int] = {}  # phase kind -> marked pause episodes
-        self.last_phase = ""
-        self.recent: collections.deque = collections.deque(maxlen=64)  # durations (marked or not)
-        self.live = RankLiveness(cfg.liveness, job, rank)
-
-    def judge(self, s: Steps, profiled: Sequence[int], phases: Optional[dict], warmup_steps: int) -> None:
-        """Which of a batch's steps the slowdown rules judge (``s.judged``: None for all of them,
-        the usual batch) and where profiler windows ended (``s.window_ends``). Left out: the
-        rank's first ``warmup_steps``, profiled steps and marked steps their phase delayed.
-        Every step counts in the rank's recent ones and its marks."""
-        n = len(s)
-        warm = max(0, warmup_steps - self.seen)  # rows before this index are warm-up
-        self.seen += n
-        if not profiled and not phases and not self.last_phase:
-            self.recent.extend(s.duration_s[-64:])
-            s.judged = None if warm == 0 else list(range(warm, n))
-            return
-        keep = []
-        skip = set(profiled)
-        s.window_ends = [(s.step[i], s.end_time_s[i]) for i in sorted(skip) if i + 1 not in skip and i < n]
-        recent = self.recent
-        for i in range(n):
-            phase = self.mark(phases.get(i, "") if phases else "")
-            if i in skip:
-                self.profiled += 1
-                continue
-            # a marked step the phase did not delay (against the rank's recent steps, marked
-            # or not) is a plain step
-            if i >= warm and (not phase or (len(recent) >= 8 and s.duration_s[i] < _MARK_DELAY * median(recent))):
-                keep.append(i)
-            recent.append(s.duration_s[i])
-        s.judged = keep
-
-    def mark(self, phase: str) -> str:
-        """A step's marked phase ("" for none): a run of one kind counts once in ``marked``;
-        past _MAX_PHASE_KINDS kinds it is "other". Returns the phase as counted."""
-        if phase != self.last_phase:
-            if phase:
-                if phase not in self.marked and len(self.marked) >= _MAX_PHASE_KINDS:
-                    phase = "other"
-                self.marked[phase] = self.marked.get(phase, 0) + 1
-            self.last_phase = phase
-        return phase
-
-
 class DetectionEngine:
-    """Holds every rule. ``touched`` holds the keys of the conditions that came, changed or
-    went since :meth:`take_touched` (an alert book updates those, not every condition of the
-    fleet); ``changed``: whether there are any. ``store``: a _persist.DriftStore (drift state
+    """Holds every rule and what they emitted (``held``: :class:`ConditionSet`; an alert book
+    updates the ``touched`` keys, not every condition of the fleet). ``store``: a _persist.DriftStore (drift state
     saved when it changed, restored when a rank is first seen, for the same agent session
     only); ``runs``: the run records' store (in memory when None)."""
 
@@ -131,11 +53,9 @@ class DetectionEngine:
                  rules: Sequence[type] = RULES):
         self.cfg = cfg or DetectionConfig()
         self._session: dict[tuple, str] = {}  # (job, rank) -> the agent session its data comes from
-        self._ranks: dict[tuple, _Rank] = {}
-        self._active: dict[tuple, Condition] = {}
-        self._owned: dict[object, set] = {}
-        self.touched: set = set()
-        self.ctx = Context(self._sync, self._live, lambda job, rank: self._session.get((job, rank), ""))
+        self._ranks: dict[tuple, RankFacts] = {}
+        self.held = ConditionSet()  # what every rule emitted, by owner
+        self.ctx = Context(self.held.emit, self._live, lambda job, rank: self._session.get((job, rank), ""))
         built = {DriftRule: lambda: DriftRule(self.cfg, self.ctx, store),
                  RunRule: lambda: RunRule(self.cfg, self.ctx, runs)}
         self.rules: list[Rule] = [built[cls]() if cls in built else cls(self.cfg, self.ctx) for cls in rules]
@@ -159,44 +79,31 @@ class DetectionEngine:
         r = self._ranks.get((job, rank))
         return r.live if r is not None else None
 
-    def _rank(self, job: str, rank: int) -> _Rank:
+    def _rank(self, job: str, rank: int) -> RankFacts:
         r = self._ranks.get((job, rank))
         if r is None:
-            r = self._ranks[(job, rank)] = _Rank(self.cfg, job, rank)
+            r = self._ranks[(job, rank)] = RankFacts(self.cfg, job, rank)
             for rule in self.rules:
                 rule.added(job, rank)
         return r
 
-    def _sync(self, owner: object, conds: Iterable[Condition]) -> None:
-        """:meth:`Context.emit`: ``conds`` replace what ``owner`` held."""
-        if not conds and not self._owned.get(owner):  # the usual tick of a quiet rank
-            return
-        new = {c.key: c for c in conds}
-        for key in self._owned.get(owner, set()) - new.keys():
-            self._active.pop(key, None)
-            self.touched.add(key)
-        for key, c in new.items():
-            if self._active.get(key) != c:
-                self._active[key] = c
-                self.touched.add(key)
-        if new:
-            self._owned[owner] = set(new)
-        else:
-            self._owned.pop(owner, None)
+    @property
+    def touched(self) -> set:
+        """The keys of the conditions that came, changed or went since :meth:`take_touched`."""
+        return self.held.touched
 
     @property
     def changed(self) -> bool:
         """Whether the active conditions changed since :meth:`take_touched`."""
-        return bool(self.touched)
+        return bool(self.held.touched)
 
     def take_touched(self) -> set:
         """The keys touched since the last call."""
-        touched, self.touched = self.touched, set()
-        return touched
+        return self.held.take_touched()
 
     def condition(self, key: tuple) -> Optional[Condition]:
         """The active condition of ``key`` (``Condition.key``), or None."""
-        return self._active.get(key)
+        return self.held.active.get(key)
 
     # -- feeding ------------------------------------------------------------------------------
     def feed(self, job: str, rank: int, steps: Optional[Steps] = None, *, profiled: Sequence[int] = (),
@@ -343,7 +250,7 @@ class DetectionEngine:
         self.drift.save()
 
     # -- what the API, the alert book and the metrics read ------------------------------------
-    def drift_of(self, job: str, rank: int) -> Optional[RankDrift]:
+    def drift_of(self, job: str, rank: int) -> Optional["RankDrift"]:
         """The rank's drift detector, or None."""
         return self.drift.of(job, rank)
 
@@ -357,37 +264,23 @@ class DetectionEngine:
         own (:meth:`DriftDetector.the_jobs_own`)."""
         d = self.drift.of(job, rank)
         if d is not None and d.the_jobs_own(evidence):
-            self._sync(d, [d.condition])
+            self.held.emit(d, [d.condition])
 
     def armed(self, job: Optional[str] = None) -> dict[tuple, bool]:
-        """``{(job, rank): armed}``: whether the rank's drift detector has its settled level
-        (warm-up and settling over; before, nothing is judged); ``job``: that job's ranks only."""
-        return self.drift.values(job, lambda d: d.armed)
+        """:meth:`DriftRule.armed` (``job``: that job's ranks only; so the three below)."""
+        return self.drift.armed(job)
 
     def settling_again(self, job: Optional[str] = None) -> dict[tuple, float]:
-        """``{(job, rank): onset}`` for the ranks that settle again because a shift found after
-        arming began inside their settling time (:attr:`DriftDetector.settling_again_since`);
-        ``job``: that job's ranks only."""
-        return self.drift.values(job, lambda d: d.settling_again_since)
+        """:meth:`DriftRule.settling_again`."""
+        return self.drift.settling_again(job)
 
     def arming(self, job: Optional[str] = None) -> dict[tuple, tuple]:
-        """``{(job, rank): (armed_at, last step's end time)}`` for the ranks not armed yet: the
-        data time their drift detector arms at (:attr:`DriftDetector.armed_at`) and how far the
-        rank's data has got; ``job``: that job's ranks only."""
-        out = {}
-        for key, at in self.drift.values(job, lambda d: d.armed_at).items():
-            live = self._live(*key)
-            if live is not None and live.last_time is not None:
-                out[key] = (at, live.last_time)
-        return out
+        """:meth:`DriftRule.arming`, with how far each rank's data has got."""
+        return self.drift.arming(job, self._live)
 
     def reach(self, job: Optional[str] = None) -> dict[tuple, dict[str, float]]:
-        """``{(job, rank): {severity: ratio}}`` for the armed ranks: the smallest sustained
-        step-time shift each severity can raise now at the rank's own noise
-        (:meth:`DriftDetector.reach`, kept per rank when its spreads are measured);
-        ``job``: that job's ranks only. 4.6 ms for 10,000 armed ranks on the 2-core development
-        machine, as :meth:`armed` (5.3 ms)."""
-        return self.drift.values(job, RankDrift.reach)
+        """:meth:`DriftRule.reach`."""
+        return self.drift.reach(job)
 
     def pauses(self) -> dict[tuple, dict[str, int]]:
         """``{(job, rank): {kind: count}}``: pause episodes the drift detector left out
@@ -406,7 +299,7 @@ class DetectionEngine:
         return out
 
     def conditions(self) -> list[Condition]:
-        return list(self._active.values())
+        return list(self.held.active.values())
 
     def rank_keys(self) -> set:
         return set(self._ranks)

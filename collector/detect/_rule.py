@@ -29,7 +29,7 @@ if TYPE_CHECKING:  # (types only: the engine imports the rules)
     from ._liveness import RankLiveness
     from ._run_record import RunIdentity
 
-__all__ = ["Rule", "Context", "Steps", "Phases"]
+__all__ = ["Rule", "Context", "Steps", "Phases", "ConditionSet"]
 
 
 @dataclasses.dataclass
@@ -81,6 +81,37 @@ class Phases:
 
 
 SYNC_SEEN = 0b1110  # Phases.points: the first and last gradient (bits 1, 2), the optimizer start (3)
+
+
+class ConditionSet:
+    """The conditions every rule emitted, by owner: ``active`` {key: Condition}; ``touched`` the
+    keys that came, changed or went since :meth:`take_touched`."""
+
+    def __init__(self):
+        self.active: dict[tuple, Condition] = {}
+        self._owned: dict[object, set] = {}
+        self.touched: set = set()
+
+    def emit(self, owner: object, conds: Iterable[Condition]) -> None:
+        """``conds`` replace what ``owner`` held."""
+        if not conds and not self._owned.get(owner):  # the usual tick of a quiet rank
+            return
+        new = {c.key: c for c in conds}
+        for key in self._owned.get(owner, set()) - new.keys():
+            self.active.pop(key, None)
+            self.touched.add(key)
+        for key, c in new.items():
+            if self.active.get(key) != c:
+                self.active[key] = c
+                self.touched.add(key)
+        if new:
+            self._owned[owner] = set(new)
+        else:
+            self._owned.pop(owner, None)
+
+    def take_touched(self) -> set:
+        touched, self.touched = self.touched, set()
+        return touched
 
 
 class Context:

@@ -1,0 +1,95 @@
+"""What every rule shares about a rank, kept by the engine (:class:`RankFacts`: its liveness,
+which of a batch's steps the slowdown rules judge, the pauses counted), and :class:`Columns`, a
+SampleTable over named columns for the engine's one-sample entry points."""
+
+from __future__ import annotations
+
+import collections
+from typing import Optional, Sequence
+
+from ._config import DetectionConfig
+from ._liveness import RankLiveness
+from ._rule import Steps
+from ._types import median
+
+__all__ = ["RankFacts", "Columns"]
+
+_MAX_PHASE_KINDS = 8  # marked phase kinds per rank (a label each); more count as "other"
+# A marked step is left out of drift and stragglers only when the phase delayed it: at least
+# this many times the median of the rank's last 64 steps. Marks never hide a slowdown: a Hugging
+# Face job logging every step marks every step "log", and a +70% slowdown went unreported when
+# every marked step was left out.
+_MARK_DELAY = 1.2
+
+
+class Columns:
+    """A :class:`~._types.SampleTable` over named columns (the engine's one-sample entry points;
+    a column not given reads 0, or None through :meth:`optional`)."""
+
+    def __init__(self, **columns: list):
+        self._cols = columns
+        self._n = len(next(iter(columns.values()))) if columns else 0
+
+    def __len__(self) -> int:
+        return self._n
+
+    def __getitem__(self, name: str) -> list:
+        v = self._cols.get(name)
+        return [0] * self._n if v is None else [0 if x is None else x for x in v]
+
+    def optional(self, name: str) -> list:
+        return list(self._cols.get(name, [None] * self._n))
+
+    def last(self, name: str, optional: bool = False) -> object:
+        return (self.optional(name) if optional else self[name])[-1]
+
+
+class RankFacts:
+    """What the rules share about one rank."""
+
+    def __init__(self, cfg: DetectionConfig, job: str, rank: int):
+        self.seen = 0
+        self.profiled = 0
+        self.marked: dict[str, int] = {}  # phase kind -> marked pause episodes
+        self.last_phase = ""
+        self.recent: collections.deque = collections.deque(maxlen=64)  # durations (marked or not)
+        self.live = RankLiveness(cfg.liveness, job, rank)
+
+    def judge(self, s: Steps, profiled: Sequence[int], phases: Optional[dict], warmup_steps: int) -> None:
+        """Which of a batch's steps the slowdown rules judge (``s.judged``: None for all of them,
+        the usual batch) and where profiler windows ended (``s.window_ends``). Left out: the
+        rank's first ``warmup_steps``, profiled steps and marked steps their phase delayed.
+        Every step counts in the rank's recent ones and its marks."""
+        n = len(s)
+        warm = max(0, warmup_steps - self.seen)  # rows before this index are warm-up
+        self.seen += n
+        if not profiled and not phases and not self.last_phase:
+            self.recent.extend(s.duration_s[-64:])
+            s.judged = None if warm == 0 else list(range(warm, n))
+            return
+        keep = []
+        skip = set(profiled)
+        s.window_ends = [(s.step[i], s.end_time_s[i]) for i in sorted(skip) if i + 1 not in skip and i < n]
+        recent = self.recent
+        for i in range(n):
+            phase = self.mark(phases.get(i, "") if phases else "")
+            if i in skip:
+                self.profiled += 1
+                continue
+            # a marked step the phase did not delay (against the rank's recent steps, marked
+            # or not) is a plain step
+            if i >= warm and (not phase or (len(recent) >= 8 and s.duration_s[i] < _MARK_DELAY * median(recent))):
+                keep.append(i)
+            recent.append(s.duration_s[i])
+        s.judged = keep
+
+    def mark(self, phase: str) -> str:
+        """A step's marked phase ("" for none): a run of one kind counts once in ``marked``;
+        past _MAX_PHASE_KINDS kinds it is "other". Returns the phase as counted."""
+        if phase != self.last_phase:
+            if phase:
+                if phase not in self.marked and len(self.marked) >= _MAX_PHASE_KINDS:
+                    phase = "other"
+                self.marked[phase] = self.marked.get(phase, 0) + 1
+            self.last_phase = phase
+        return phase
