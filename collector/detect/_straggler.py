@@ -41,19 +41,8 @@ step time stands ``phase_cost_share`` x the run's first excess above its level b
 once begun, that run goes on through blocks at a quarter of ``phase_ratio``'s excess and half the
 z (another rank's host blip narrows the gap for seconds).
 
-A rank whose GPU is slow (throttled, degraded, a noisy neighbour) hides inside the collectives:
-every rank's step time and data-loader wait stay the same. The profiler windows, taken at the
-same global steps on every rank, show it: the slow rank computes longest and waits least.
-Windows are grouped by their first step; a group is judged once every rank seen sent its
-window (older groups first, with the ranks they have), or when more than ``_MAX_OPEN_GROUPS``
-are open; a group with one rank (an early window asked of that rank) is never judged. A rank's window is skewed when its
-compute per step is >= ``compute_ratio`` x the other ranks' median and the others' median
-wait exceeds its own by between ``wait_share`` x and 1 / ``wait_share`` x the compute excess
-(equal step periods make the two equal); wait is the step outside
-compute (collectives, and the idle time before a collective is launched: NCCL kernel time
-alone undercounted it on two H200s). Flagged after ``min_compute_windows`` of
-the rank's last ``compute_windows`` judged windows were skewed, cleared below half that.
-One ``StepwatchStragglerRank`` condition per rank carries whichever evidence holds (both
+A rank whose GPU is slow hides inside the collectives; the profiler windows show it
+(:mod:`._straggler_windows`). One ``StepwatchStragglerRank`` condition per rank carries whichever evidence holds (both
 joined when both do). Not thread-safe.
 """
 
@@ -67,17 +56,17 @@ from typing import Optional
 from ._activity import ActivitySkew
 from ._config import StragglerConfig
 from ._phase_rule import BEFORE_COLLECTIVES, WAIT_IN_BACKWARD, PhaseRule
+from ._straggler_windows import WINDOWS, WindowSkew
 
 # What a straggler condition found (Condition.found): the why reasons on these, never on prose.
-OWN_WORK, GPU_BUSIER, STEPS, WINDOWS = "own_work", "gpu_busier", "steps", "windows"
+OWN_WORK, GPU_BUSIER, STEPS = "own_work", "gpu_busier", "steps"
 from ._names import STRAGGLER_RANK
 from ._types import WARNING, Condition, WindowPoint, finite_positive, mads_without_each, median, medians_without_each
 
-__all__ = ["StragglerDetector"]
+__all__ = ["StragglerDetector", "OWN_WORK", "GPU_BUSIER", "STEPS", "WINDOWS"]
 
 _MAX_OPEN_BLOCKS = 64     # blocks waiting for their ranks; past this the oldest is judged as it is
 _MAX_SPAN = (_MAX_OPEN_BLOCKS - 2) // 2  # a batch span past this waits no longer
-_MAX_OPEN_GROUPS = 4
 
 
 class StragglerDetector:
@@ -100,10 +89,8 @@ class StragglerDetector:
         # kept without a pass over every rank at each close
         self._spans = [0] * (_MAX_SPAN + 1)
         self._wait_blocks = 4  # blocks a block waits for its missing ranks (_lag_blocks)
-        self._groups: "collections.OrderedDict[int, dict]" = collections.OrderedDict()
-        self._whist: dict[int, collections.deque] = {}
         self._by_steps: dict[int, Condition] = {}
-        self._by_windows: dict[int, Condition] = {}
+        self._windows = WindowSkew(cfg, job)  # the profiler windows' evidence
         self._by_phases: set[int] = set()  # ranks whose step-block condition the phase times raised
         self.conditions: dict[int, Condition] = {}
         self._phases = PhaseRule(cfg)  # phase samples, the job's level per block, runs of verdicts
@@ -194,23 +181,9 @@ class StragglerDetector:
         if w.steps <= 0 or not finite_positive(w.step_time_s) or w.compute_s < 0:
             return False
         self._ranks.add(rank)
-        group = self._groups.get(w.first_step)
-        if group is None:
-            group = self._groups[w.first_step] = {}
-            self._groups = collections.OrderedDict(sorted(self._groups.items()))
-        group[rank] = w
         changed = False
-        if len(group) >= max(2, len(self._ranks)):  # complete: older groups will not complete now
-            while self._groups:
-                first, vals = self._groups.popitem(last=False)
-                if len(vals) >= 2:
-                    changed |= self._judge_windows(vals)
-                if first == w.first_step:
-                    break
-        while len(self._groups) > _MAX_OPEN_GROUPS:
-            _, vals = self._groups.popitem(last=False)
-            if len(vals) >= 2:
-                changed |= self._judge_windows(vals)
+        for came_or_went in self._windows.add(rank, w, len(self._ranks)):  # (each group judged)
+            changed |= self._merge() or came_or_went
         return changed
 
     def forget(self, rank: int) -> bool:
@@ -218,7 +191,6 @@ class StragglerDetector:
         self._cur.pop(rank, None)
         self._hist.pop(rank, None)
         self._slow.pop(rank, None)
-        self._whist.pop(rank, None)
         self._phases.forget(rank)
         old = self._span.pop(rank, None)
         if old is not None:
@@ -226,63 +198,17 @@ class StragglerDetector:
             self._wait_blocks = self._lag_blocks()
         self._by_phases.discard(rank)
         self._by_steps.pop(rank, None)
-        self._by_windows.pop(rank, None)
+        self._windows.forget(rank)
         self._activity.forget(rank)
         return self.conditions.pop(rank, None) is not None
-
-    def _judge_windows(self, vals: dict) -> bool:
-        cfg = self.cfg
-        per_step = {r: w.compute_s / w.steps for r, w in vals.items()}
-        # Waiting = the step outside compute. NCCL kernel time alone undercounts it: measured on two
-        # H200s, the fast rank spent 11.7 ms/step outside compute but only 1.5-6 ms in NCCL kernels
-        # (the rest idle before the collective was launched).
-        wait = {r: max(w.step_time_s - per_step[r], 0.0) for r, w in vals.items()}
-        comm = {r: w.communication_s / w.steps for r, w in vals.items()}
-        comm_seen = any(c > 0 for c in comm.values())
-        changed = False
-        ranks = list(vals)
-        mcs = dict(zip(ranks, medians_without_each([per_step[r] for r in ranks])))
-        mws = dict(zip(ranks, medians_without_each([wait[r] for r in ranks])))
-        mcomm = dict(zip(ranks, medians_without_each([comm[r] for r in ranks])))
-        for rank, w in vals.items():
-            mc, mw = mcs[rank], mws[rank]
-            excess = per_step[rank] - mc
-            # Under a synchronous collective every rank's step period is the same, so the others'
-            # extra wait equals the excess; one far larger than the excess is not explained by it
-            # (a healthy CPU job on a loaded 2-core machine: 1.32x compute, +0.7 ms, others +3.7 ms).
-            extra = mw - wait[rank]
-            skewed = (mc > 0 and per_step[rank] >= cfg.compute_ratio * mc
-                      and cfg.wait_share * excess <= extra <= excess / cfg.wait_share)
-            hist = self._whist.setdefault(rank, collections.deque(maxlen=cfg.compute_windows))
-            hist.append((skewed, w.first_step, w.time))
-            n = sum(1 for s, _, _ in hist if s)
-            old = self._by_windows.get(rank)
-            if (old is None and n < cfg.min_compute_windows) or (old is not None and n * 2 < cfg.min_compute_windows):
-                changed |= self._by_windows.pop(rank, None) is not None
-                continue
-            if not skewed and old is not None:
-                continue  # keep the figures of the last skewed window
-            step, since = (old.step, old.since) if old is not None else \
-                next((st, tm) for s, st, tm in hist if s)
-            in_comm = (f"; in collectives {comm[rank] * 1e3:.1f} vs {mcomm[rank] * 1e3:.1f} ms"
-                       if comm_seen else "")
-            summary = (f"rank {rank} compute {per_step[rank] * 1e3:.1f} ms/step vs median "
-                       f"{mc * 1e3:.1f} ms of the other ranks ({per_step[rank] / mc:.2f}x); others wait "
-                       f"{(mw - wait[rank]) * 1e3:+.1f} ms/step longer outside compute ({wait[rank] * 1e3:.1f} vs "
-                       f"{mw * 1e3:.1f} ms{in_comm}), in {n} of the last {len(hist)} profiler windows since "
-                       f"step {step:,}")
-            self._by_windows[rank] = Condition(STRAGGLER_RANK, self.job, rank, WARNING, summary,
-                                               since, step, cfg.for_s, found=(WINDOWS,))
-            changed |= old is None
-        return self._merge() or changed
 
     def _merge(self) -> bool:
         """``conditions`` from the step blocks, the windows and the GPU activity; True when a
         rank came or went."""
         merged, flags = {}, self._activity.flags
-        for rank in set(self._by_steps) | set(self._by_windows) | set(flags):
+        for rank in set(self._by_steps) | set(self._windows.flagged) | set(flags):
             f = flags.get(rank)
-            held = [c for c in (self._by_steps.get(rank), self._by_windows.get(rank),
+            held = [c for c in (self._by_steps.get(rank), self._windows.flagged.get(rank),
                                 f and Condition(STRAGGLER_RANK, self.job, rank, WARNING, f.summary(rank),
                                                 f.since, f.step, self.cfg.for_s, found=(GPU_BUSIER,)))
                     if c is not None]
