@@ -262,83 +262,97 @@ class AlertMetrics(Collector):
         registry.register(self)
 
     def collect(self):
+        yield self._firing()
+        for source, family in ((self._pauses, self._pause_family), (self._arming, self._arming_family),
+                               (self._runs, self._runs_family), (self._armed, self._armed_family),
+                               (self._reach, self._reach_family), (self._client, self._sent_family)):
+            if source is not None:
+                yield family()
+
+    def _firing(self):
         fam = GaugeMetricFamily("stepwatch_alert_active",
                                 "1 for each firing stepwatch alert (pending and resolved ones are absent).",
                                 labels=("alertname", "severity", "training_job", "rank"))
         for a in self._book.firing():
             fam.add_metric((a.alertname, a.severity, a.job, str(a.rank)), 1.0)
-        yield fam
-        if self._pauses is not None:
-            pauses = CounterMetricFamily(
-                "stepwatch_pauses", "Step-time outliers the drift detector recognised and left out, by "
-                "kind: stall (one slow step), pause (a run of slow steps: evaluation, checkpoint), "
-                "profiler (steps inside the agent's own profiler windows), or the kind the user or an "
-                "integration marked (agent.pause(\"eval\"), agent.mark(\"checkpoint\")). Per rank "
-                "with per-rank series full, else summed over the job's ranks.",
-                labels=("training_job", "rank", "kind") if self._per_rank else ("training_job", "kind"))
-            summed: dict = {}
-            for (job, rank), kinds in sorted(self._pauses().items()):
-                for kind, n in sorted(kinds.items()):
-                    if self._per_rank:
-                        pauses.add_metric((job, str(rank), kind), n)
-                    else:
-                        summed[job, kind] = summed.get((job, kind), 0) + n
-            for key, n in sorted(summed.items()):
-                pauses.add_metric(key, n)
-            yield pauses
-        if self._arming is not None:
-            arming = GaugeMetricFamily(
-                "stepwatch_drift_armed_in_seconds", "Seconds of training, from its latest step, until the last "
-                "of the job's ranks not armed yet arms its drift detector (warm-up and settling: slowdowns are "
-                "judged after it). Absent once every rank is armed.", labels=("training_job",))
-            left: dict = {}
-            for (job, _rank), (at, last) in sorted(self._arming().items()):
-                left[job] = max(left.get(job, 0.0), max(0.0, at - last))
-            for job, s in sorted(left.items()):
-                arming.add_metric((job,), s)
-            yield arming
-        if self._runs is not None:
-            runs = GaugeMetricFamily(
-                "stepwatch_run_level_ratio", "The job's live run's settled step time over the settled step time "
-                "of its run before (same job name, world size, tokens and samples per step): 1.08 is 8% "
-                "slower. One series per job, once the run has settled and has a run before it.",
-                labels=("training_job",))
-            for job, ratio in sorted(self._runs().items()):
-                runs.add_metric((job,), ratio)
-            yield runs
-        if self._armed is not None:
-            armed = GaugeMetricFamily(
-                "stepwatch_drift_armed_ranks", "Ranks of the job whose drift detector is armed: past "
-                "warm-up (detection.drift.warmup_s) and settling (settle_s), judging step time "
-                "against the job's settled level. Before, no drift is raised.", labels=("training_job",))
-            counts: dict = {}
-            for (job, _rank), on in sorted(self._armed().items()):
-                counts[job] = counts.get(job, 0) + (1 if on else 0)
-            for job, n in sorted(counts.items()):
-                armed.add_metric((job,), n)
-            yield armed
-        if self._reach is not None:
-            reach = GaugeMetricFamily(
-                "stepwatch_drift_reach_ratio", "The smallest sustained step-time shift the drift "
-                "detector raises at each severity at the job's own noise, as a ratio (0.08: +8%), "
-                "over that severity's window (detection.drift.critical_window_s, ...): the median "
-                "over the job's armed ranks. A shift under it is not raised; on a host whose speed "
-                "wanders it can stand far above the severity's ratio.", labels=("training_job", "severity"))
-            by_job: dict = {}
-            for (job, _rank), sevs in sorted(self._reach().items()):
-                for sev, ratio in sevs.items():
-                    by_job.setdefault((job, sev), []).append(ratio)
-            for key, ratios in sorted(by_job.items()):
-                reach.add_metric(key, statistics.median(ratios))
-            yield reach
-        if self._client is not None:
-            sent = CounterMetricFamily(
-                "stepwatch_collector_alertmanager_alerts",
-                "Alert updates posted to Alertmanager (sent), given up after retries (failed), "
-                "or dropped from the full send queue (dropped).", labels=("outcome",))
-            for outcome in ("sent", "failed", "dropped"):
-                sent.add_metric((outcome,), getattr(self._client, outcome))
-            yield sent
+        return fam
+
+    def _pause_family(self):
+        pauses = CounterMetricFamily(
+            "stepwatch_pauses", "Step-time outliers the drift detector recognised and left out, by "
+            "kind: stall (one slow step), pause (a run of slow steps: evaluation, checkpoint), "
+            "profiler (steps inside the agent's own profiler windows), or the kind the user or an "
+            "integration marked (agent.pause(\"eval\"), agent.mark(\"checkpoint\")). Per rank "
+            "with per-rank series full, else summed over the job's ranks.",
+            labels=("training_job", "rank", "kind") if self._per_rank else ("training_job", "kind"))
+        summed: dict = {}
+        for (job, rank), kinds in sorted(self._pauses().items()):
+            for kind, n in sorted(kinds.items()):
+                if self._per_rank:
+                    pauses.add_metric((job, str(rank), kind), n)
+                else:
+                    summed[job, kind] = summed.get((job, kind), 0) + n
+        for key, n in sorted(summed.items()):
+            pauses.add_metric(key, n)
+        return pauses
+
+    def _arming_family(self):
+        arming = GaugeMetricFamily(
+            "stepwatch_drift_armed_in_seconds", "Seconds of training, from its latest step, until the last "
+            "of the job's ranks not armed yet arms its drift detector (warm-up and settling: slowdowns are "
+            "judged after it). Absent once every rank is armed.", labels=("training_job",))
+        left: dict = {}
+        for (job, _rank), (at, last) in sorted(self._arming().items()):
+            left[job] = max(left.get(job, 0.0), max(0.0, at - last))
+        for job, s in sorted(left.items()):
+            arming.add_metric((job,), s)
+        return arming
+
+    def _runs_family(self):
+        runs = GaugeMetricFamily(
+            "stepwatch_run_level_ratio", "The job's live run's settled step time over the settled step time "
+            "of its run before (same job name, world size, tokens and samples per step): 1.08 is 8% "
+            "slower. One series per job, once the run has settled and has a run before it.",
+            labels=("training_job",))
+        for job, ratio in sorted(self._runs().items()):
+            runs.add_metric((job,), ratio)
+        return runs
+
+    def _armed_family(self):
+        armed = GaugeMetricFamily(
+            "stepwatch_drift_armed_ranks", "Ranks of the job whose drift detector is armed: past "
+            "warm-up (detection.drift.warmup_s) and settling (settle_s), judging step time "
+            "against the job's settled level. Before, no drift is raised.", labels=("training_job",))
+        counts: dict = {}
+        for (job, _rank), on in sorted(self._armed().items()):
+            counts[job] = counts.get(job, 0) + (1 if on else 0)
+        for job, n in sorted(counts.items()):
+            armed.add_metric((job,), n)
+        return armed
+
+    def _reach_family(self):
+        reach = GaugeMetricFamily(
+            "stepwatch_drift_reach_ratio", "The smallest sustained step-time shift the drift "
+            "detector raises at each severity at the job's own noise, as a ratio (0.08: +8%), "
+            "over that severity's window (detection.drift.critical_window_s, ...): the median "
+            "over the job's armed ranks. A shift under it is not raised; on a host whose speed "
+            "wanders it can stand far above the severity's ratio.", labels=("training_job", "severity"))
+        by_job: dict = {}
+        for (job, _rank), sevs in sorted(self._reach().items()):
+            for sev, ratio in sevs.items():
+                by_job.setdefault((job, sev), []).append(ratio)
+        for key, ratios in sorted(by_job.items()):
+            reach.add_metric(key, statistics.median(ratios))
+        return reach
+
+    def _sent_family(self):
+        sent = CounterMetricFamily(
+            "stepwatch_collector_alertmanager_alerts",
+            "Alert updates posted to Alertmanager (sent), given up after retries (failed), "
+            "or dropped from the full send queue (dropped).", labels=("outcome",))
+        for outcome in ("sent", "failed", "dropped"):
+            sent.add_metric((outcome,), getattr(self._client, outcome))
+        return sent
 
     def describe(self):
         return []

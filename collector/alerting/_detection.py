@@ -19,11 +19,12 @@ from stepwatch.core.support import OnceLog
 from stepwatch.proto.stepwatch.v1 import agent_pb2
 
 from ..wire import SampleColumns, StepColumns
-from ..detect import (GPU_THROTTLED, PROFILER_OVERHEAD, SEVERITIES, STRAGGLER_RANK, THROUGHPUT_DRIFT, DetectionConfig,
+from ..detect import (GPU_THROTTLED, PROFILER_OVERHEAD, STRAGGLER_RANK, THROUGHPUT_DRIFT, DetectionConfig,
                       DetectionEngine, Phases, RunIdentity, Steps, WindowPoint)
 from ..detect import GPU_BUSIER, OWN_WORK
 from ..detect import TICK_SLICE
 from ._alertmanager import AlertmanagerClient
+from ._asks import Asks
 from ._book import Alert, AlertBook
 from ..why import Evidence, against_others, diagnose
 
@@ -85,11 +86,6 @@ def _unix(iso_time: str) -> float:
     return datetime.datetime.fromisoformat(iso_time.replace("Z", "+00:00")).timestamp()
 
 
-# A window asked of a rank serves every slowdown raised on it this soon after (a straggler and
-# the same rank's drift are raised a second apart): one profiler session, not one per alert
-_WINDOW_AGAIN_S = 30.0
-
-
 class Detection:
     """Pipeline listener. ``client`` (optional) receives every alert change and, every
     ``client.resend_s``, the firing alerts again. ``log_changes`` logs each change (live; replay
@@ -102,15 +98,6 @@ class Detection:
                  store=None, runs=None):
         self.cfg = cfg
         self._log_changes = log_changes
-        # (job, rank, reason) -> sent: ask a rank for a window now (live only), so a slowdown
-        # episode gets a profiler window after its onset soon
-        self._request_window = request_window
-        self._window_asked: dict[tuple, float] = {}  # (job, rank) -> data time a window was last asked
-        # (job, rank, steps) -> request id or None: a full trace of the next steps (live only)
-        self._request_trace = request_trace
-        self._traced_at: dict[str, float] = {}      # job -> data time of its last alert trace
-        self._trace_alerts: dict[str, tuple] = {}   # request id -> alert key
-        self._trace_episodes: set = set()           # alert keys a trace was asked for
         # (job, rank) -> {session_id: ["host pid N", open streams]} (a reconnect overlaps streams)
         self._live: dict[tuple, dict] = {}
         self._phase_blocks: dict[tuple, int] = {}  # (job, rank) -> phase blocks at the last diagnosis
@@ -120,6 +107,7 @@ class Detection:
         # (store: drift state kept across restarts; runs: the runs' records, _lineage.RunStore)
         self.engine = DetectionEngine(cfg, store, runs)
         self.book = AlertBook(cfg.resolved_retention_s, cfg.resolve_hold_s, steps=self.engine.last_step)
+        self.asks = Asks(cfg, self.book, request_window, request_trace)  # windows and traces asked
         self.evidence = Evidence(cfg.straggler.block_steps)  # (one block size for stragglers and the why)
         self.client = client
         self._last_resend = 0.0
@@ -170,7 +158,7 @@ class Detection:
         try:
             self.evidence.on_batch(hello, batch, now, steps, samples)
             for ref in batch.traces or ():
-                key = self._trace_alerts.pop(ref.request_id, None)
+                key = self.asks.trace_alerts.pop(ref.request_id, None)
                 if key is not None:
                     self.book.annotate(key, trace=_trace_text(hello.host, ref))
             feed_batch(self.engine, hello.job, hello.rank, batch, steps, samples)
@@ -204,7 +192,7 @@ class Detection:
         for job, rank in keys:
             self._incomplete.discard((job, rank))
             self._phase_blocks.pop((job, rank), None)
-            self._window_asked.pop((job, rank), None)
+            self.asks.window_asked.pop((job, rank), None)
         self.evidence.forget(keys)
 
     def tick(self, now: float, connections: Iterable[tuple]) -> None:
@@ -244,9 +232,10 @@ class Detection:
                 self._incomplete.add((a.job, a.rank))  # diagnosed as data comes (no window asked)
             if a.state == "firing" and a.alertname in SLOWDOWNS:
                 if len(a.history) == 1 or a.further:  # raised, or a further change's new onset
-                    self._on_slowdown(a, now)
-                elif a.key not in self._trace_episodes:
-                    self._maybe_trace(a, now)  # an episode that has grown to the trace severity
+                    self._incomplete.add((a.job, a.rank))
+                    self.asks.slowdown(a, now)
+                elif a.key not in self.asks.trace_episodes:
+                    self.asks.maybe_trace(a, now)  # an episode that has grown to the trace severity
         stragglers = {a.job for a in changes if a.alertname == STRAGGLER and a.state == "firing"
                       and len(a.history) == 1}
         firing = [a for a in changes if a.state == "firing"]
@@ -265,38 +254,6 @@ class Detection:
                         a.job, a.rank, a.summary, f" [why: {a.diagnosis}]" if a.diagnosis else "")
         if self.client is not None and changes:
             self.client.submit(changes)
-
-    def _on_slowdown(self, a: Alert, now: float) -> None:
-        """A slowdown episode fired: ask the rank for a window now (unless one was asked of it in
-        the last ``_WINDOW_AGAIN_S``: that window serves this episode's diagnosis too) and, at
-        most once per job per ``trace_every_s``, for a full trace whose reference is attached to
-        the alert."""
-        self._incomplete.add((a.job, a.rank))
-        asked = self._window_asked.get((a.job, a.rank))
-        if self._request_window is not None and (asked is None or not 0 <= now - asked < _WINDOW_AGAIN_S):
-            if self._request_window(a.job, a.rank, a.alertname):
-                self._window_asked[(a.job, a.rank)] = now
-        self._maybe_trace(a, now)
-
-    def _maybe_trace(self, a: Alert, now: float) -> None:
-        """A full trace for an episode at or above ``trace_min_severity``, at most once per
-        job per ``trace_every_s`` (and once per episode)."""
-        if SEVERITIES.index(a.severity) < SEVERITIES.index(self.cfg.trace_min_severity):
-            return
-        last = self._traced_at.get(a.job)
-        if self._request_trace is None or not self.cfg.trace_steps or \
-                (last is not None and now - last < self.cfg.trace_every_s):
-            return
-        self._trace_episodes.add(a.key)
-        if len(self._trace_episodes) > 10_000:
-            self._trace_episodes.clear()
-        request_id = self._request_trace(a.job, a.rank, int(self.cfg.trace_steps))
-        if request_id:
-            self._traced_at[a.job] = now
-            self._trace_alerts[request_id] = a.key
-            self.book.annotate(a.key, trace=f"requested {request_id}")
-            if len(self._trace_alerts) > 1000:  # never answered: forget the oldest
-                self._trace_alerts.pop(next(iter(self._trace_alerts)))
 
     def _new_phase_block(self, rank: tuple) -> bool:
         """The rank's evidence gained a block of phase times since the last look (a slowdown
@@ -332,32 +289,7 @@ class Detection:
                 own = _no_window_makes(d)
                 if own:
                     self.engine.the_jobs_own(a.job, a.rank, own)
-            text = d.text
-            if a.alertname == STRAGGLER:
-                versus = against_others(self.evidence.rank(a.job, a.rank),
-                                        self.evidence.others(a.job, a.rank), since)
-                if versus:
-                    text = f"{versus}; before -> after: {text}"
-                if d.busier:  # its device did more work: a GPU cause, named first
-                    for item in d.busier:
-                        text = text.replace(f"; {item}", "")
-                    text = f"its GPU did more work: {', '.join(d.busier)}; {text}"
-            top = d.contributors[0] if d.contributors else None
-            # its top contributor holds 30% or more of the change
-            leads = top is not None and top[1] > 0 and top[1] >= 0.3 * d.step_delta_ms
-            in_sync = leads and top[0].startswith("sync")
-            in_backward = leads and top[0].startswith("backward")
-            if a.alertname != STRAGGLER:
-                # this rank waited for another: in sync, or (its own device no busier) inside its
-                # own backward, where DDP waits for a rank whose GPU does more work or whose own
-                # work before the collectives is longer (named by either wait: the others wait in
-                # sync and in their backward alike, h200ze_2gpu_m_host_r1)
-                slow = sorted(s.rank for s in self.book.firing() if s.alertname == STRAGGLER
-                              and s.job == a.job and s.rank != a.rank
-                              and (in_sync or (not d.busier and (GPU_BUSIER in s.found or (
-                                  in_backward and OWN_WORK in s.found)))))
-                if slow:
-                    text = f"waiting for rank {', '.join(map(str, slow[:4]))} (straggler): {text}"
+            text = self._text(a, d, since)
             new = self.book.annotate(a.key, diagnosis=text, diagnosis_complete=d.complete)
             if new is not None:
                 updated.append(new)
@@ -366,6 +298,38 @@ class Detection:
         if by_key and self.client is not None:
             self.client.submit(list(by_key.values()))  # a diagnosis completed later
         return out
+
+    def _text(self, a: Alert, d, since: float) -> str:
+        """The why of ``a`` from its diagnosis ``d``: a straggler's phases against the other
+        ranks' first (and its GPU's extra work before all, a GPU cause); another rank's slowdown
+        that waits for a named straggler says so first."""
+        text = d.text
+        if a.alertname == STRAGGLER:
+            versus = against_others(self.evidence.rank(a.job, a.rank),
+                                    self.evidence.others(a.job, a.rank), since)
+            if versus:
+                text = f"{versus}; before -> after: {text}"
+            if d.busier:  # its device did more work: a GPU cause, named first
+                for item in d.busier:
+                    text = text.replace(f"; {item}", "")
+                text = f"its GPU did more work: {', '.join(d.busier)}; {text}"
+        top = d.contributors[0] if d.contributors else None
+        # its top contributor holds 30% or more of the change
+        leads = top is not None and top[1] > 0 and top[1] >= 0.3 * d.step_delta_ms
+        in_sync = leads and top[0].startswith("sync")
+        in_backward = leads and top[0].startswith("backward")
+        if a.alertname != STRAGGLER:
+            # this rank waited for another: in sync, or (its own device no busier) inside its
+            # own backward, where DDP waits for a rank whose GPU does more work or whose own
+            # work before the collectives is longer (named by either wait: the others wait in
+            # sync and in their backward alike, h200ze_2gpu_m_host_r1)
+            slow = sorted(s.rank for s in self.book.firing() if s.alertname == STRAGGLER
+                          and s.job == a.job and s.rank != a.rank
+                          and (in_sync or (not d.busier and (GPU_BUSIER in s.found or (
+                              in_backward and OWN_WORK in s.found)))))
+            if slow:
+                text = f"waiting for rank {', '.join(map(str, slow[:4]))} (straggler): {text}"
+        return text
 
     def _log(self, exc: Exception) -> None:
         self._once.log(logging.ERROR, (type(exc).__name__, str(exc)[:80]),

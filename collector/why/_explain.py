@@ -174,12 +174,10 @@ def _contributors(rows: list, span: tuple, wait: float, cpu: Optional[float],
                    else "phases: no profiler window after the onset yet"]
 
 
-def _phase_contributors(rows: list, span: tuple, wait: float, cpu: Optional[float],
-                        busier: bool) -> Optional[tuple[list, str]]:
-    """The phases' changes (ms/step) from phase-time blocks in ``lo..edge`` to those from
-    ``since`` on (``span``), and a note on the host's CPU time; None without 3 blocks on each
-    side of one kind of points seen. ``busier``: the device's activity rose across the onset,
-    so a phase's longer host time is its launches waiting on a full queue, never host-bound."""
+def _phase_medians_across(rows: list, span: tuple) -> Optional[tuple[int, list]]:
+    """(the points seen, [(before, after) median of each of the 10 columns]) of the phase blocks
+    in ``lo..edge`` and from ``since`` on (``span``), of the newest kind of points seen; None
+    without 3 blocks on each side."""
     lo, edge, since = span
     after = [p for p in rows if p[2] >= since]
     if len(after) < 3:
@@ -189,7 +187,19 @@ def _phase_contributors(rows: list, span: tuple, wait: float, cpu: Optional[floa
     before = [p for p in rows if lo <= p[2] < edge and p[3] == points][-60:]
     if len(before) < 3 or len(after) < 3:
         return None
-    med = [(_median(p[4 + k] for p in before), _median(p[4 + k] for p in after)) for k in range(10)]
+    return points, [(_median(p[4 + k] for p in before), _median(p[4 + k] for p in after)) for k in range(10)]
+
+
+def _phase_contributors(rows: list, span: tuple, wait: float, cpu: Optional[float],
+                        busier: bool) -> Optional[tuple[list, str]]:
+    """The phases' changes (ms/step) from phase-time blocks in ``lo..edge`` to those from
+    ``since`` on (``span``), and a note on the host's CPU time; None without 3 blocks on each
+    side of one kind of points seen. ``busier``: the device's activity rose across the onset,
+    so a phase's longer host time is its launches waiting on a full queue, never host-bound."""
+    found = _phase_medians_across(rows, span)
+    if found is None:
+        return None
+    points, med = found
     grew = [((da - db) * 1e3, (ha - hb) * 1e3) for (db, da), (hb, ha) in zip(med[:5], med[5:])]
     waits = _host_waits_before_optimizer(grew, points)
     out, bound, skipped = [], 0.0, []
@@ -222,17 +232,23 @@ def _phase_contributors(rows: list, span: tuple, wait: float, cpu: Optional[floa
             shares[label] = (d / max(db * 1e3, 1e-6), db)
         out.append((label, d, ", ".join(parts)))
     out = _host_slower(out, shares, sum(db for db, _ in med[:5]))
-    note = ""
-    if cpu is not None and abs(cpu) >= 0.5:
-        if points & _HOST_CLOCK:
-            out.append(("host CPU", cpu, ""))
-        elif bound >= 0.5:
-            # the host's extra work is the host-bound phases' (named there, with where it went):
-            # ranked on its own it led a for-loop optimizer's +1.5 ms/step on an H200 by a hair
-            note = f"host CPU {cpu:+.1f} ms/step (in the host-bound phases)"
-        else:
-            note = f"host CPU {cpu:+.1f} ms/step (the host waiting for the device, not a cause)"
-    return out, note
+    return out, _host_cpu(out, cpu, points, bound)
+
+
+def _host_cpu(out: list, cpu: Optional[float], points: int, bound: float) -> str:
+    """The host's CPU time across the onset: a contributor of its own only on the host clock
+    (CPU-only jobs, appended to ``out``); else a note: the host-bound phases' work, or the host
+    waiting for the device."""
+    if cpu is None or abs(cpu) < 0.5:
+        return ""
+    if points & _HOST_CLOCK:
+        out.append(("host CPU", cpu, ""))
+        return ""
+    if bound >= 0.5:
+        # the host's extra work is the host-bound phases' (named there, with where it went):
+        # ranked on its own it led a for-loop optimizer's +1.5 ms/step on an H200 by a hair
+        return f"host CPU {cpu:+.1f} ms/step (in the host-bound phases)"
+    return f"host CPU {cpu:+.1f} ms/step (the host waiting for the device, not a cause)"
 
 
 def _host_slower(out: list, shares: dict, before_s: float = 0.0) -> list:
