@@ -30,7 +30,7 @@ class Collector:
     """A collector subprocess; ``start()`` may be called again after ``kill()`` (same ports).
     Per-rank series are ``full`` unless ``--metrics-per-rank`` is among ``extra_args``: these
     tests read per-rank detail (events, windows, wait histograms) from /metrics; the default
-    summary mode is tested in tests/collector/test_metrics_modes.py, the stack and replica tests."""
+    summary mode is tested in tests/collector/export/test_metrics_modes.py, the stack and replica tests."""
 
     _instances = 0  # unique ready/log file names when a test starts several collectors
 

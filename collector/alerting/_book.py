@@ -251,7 +251,7 @@ class AlertMetrics(Collector):
     Registers itself on ``registry``."""
 
     def __init__(self, book: AlertBook, registry, client=None, pauses=None, per_rank: bool = True,
-                 armed=None, reach=None, runs=None, arming=None):
+                 armed=None, reach=None, runs=None, arming=None, store_failures=None):
         self._book, self._per_rank = book, per_rank
         self._client = client
         self._pauses = pauses  # () -> {(job, rank): {kind: count}}
@@ -259,13 +259,15 @@ class AlertMetrics(Collector):
         self._reach = reach  # () -> {(job, rank): {severity: ratio}}, armed ranks only
         self._runs = runs  # () -> {job: the live run's settled level over its previous run's}
         self._arming = arming  # () -> {(job, rank): (armed_at, last step time)}, ranks not armed
+        self._store_failures = store_failures  # () -> failed reads and flushes of the drift state store
         registry.register(self)
 
     def collect(self):
         yield self._firing()
         for source, family in ((self._pauses, self._pause_family), (self._arming, self._arming_family),
                                (self._runs, self._runs_family), (self._armed, self._armed_family),
-                               (self._reach, self._reach_family), (self._client, self._sent_family)):
+                               (self._reach, self._reach_family), (self._client, self._sent_family),
+                               (self._store_failures, self._store_family)):
             if source is not None:
                 yield family()
 
@@ -353,6 +355,14 @@ class AlertMetrics(Collector):
         for outcome in ("sent", "failed", "dropped"):
             sent.add_metric((outcome,), getattr(self._client, outcome))
         return sent
+
+    def _store_family(self):
+        fam = CounterMetricFamily(
+            "stepwatch_collector_state_store_failures", "Reads and writes of the drift state file (state_dir) "
+            "that failed: a lock another process held, a full or read-only disk, a damaged file. Writes are "
+            "tried again at the next flush.")
+        fam.add_metric((), self._store_failures())
+        return fam
 
     def describe(self):
         return []

@@ -4,11 +4,16 @@ level, its measured noise and an open episode instead of warming up again: jobs 
 and a slow ramp must be judged against the level the job settled at, not the level it had
 drifted to by the restart.
 
-One SQLite file (the standard library's ``sqlite3``) in the collector's ``state_dir``. The
-caller is the engine, on the collector's event loop thread: a save is one small row per armed
-rank at most once a minute (``REPLACE``), a load one indexed read when a rank is first seen.
-A store that fails (disk full, read-only, damaged file) logs once and answers "nothing saved":
-detection goes on without it.
+One SQLite file (the standard library's ``sqlite3``) in the collector's ``state_dir``, never
+written on the collector's event loop: a save (one small row per armed rank, at most about once
+a minute) is a dict entry the store's own thread writes every ``flush_s`` in one transaction,
+waiting at most ``lock_wait_s`` for another process's lock; a load (once, when a rank is first
+seen) is one indexed read that waits at most ``read_wait_s`` (then the rank learns afresh). A
+failure (disk full, read-only, a lock held, a damaged file) is counted (``failures``:
+stepwatch_collector_state_store_failures_total), logged once per run of failures, and the
+writes wait for the next flush: saving resumes when the disk has room again (a store that
+could not open at start tries again every ``_REOPEN_S``). A kill loses at most the last
+``flush_s`` of saves; ``close`` writes what is pending.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ import json
 import logging
 import os
 import sqlite3
+import threading
 import time
 from typing import Optional
 
@@ -50,53 +56,131 @@ def close_db(db: Optional[sqlite3.Connection]) -> None:
             pass
 
 
+_REOPEN_S = 30.0  # a store that could not open tries again this often
+
+
 class DriftStore:
     """``load(job, rank)`` -> the state saved for that rank, or None; ``save(job, rank,
     state)``. Rows carry the wall clock of their save; ``max_age_s``: older rows are not
-    restored (that job is gone). ``clock`` is injectable."""
+    restored (that job is gone). ``clock`` is injectable; ``thread=False``: no writer thread
+    (``flush()`` by hand)."""
 
-    def __init__(self, directory: str, max_age_s: float = 7 * 86400.0, clock=time.time):
+    def __init__(self, directory: str, max_age_s: float = 7 * 86400.0, clock=time.time, flush_s: float = 1.0,
+                 lock_wait_s: float = 1.0, read_wait_s: float = 0.05, thread: bool = True):
+        self.directory = directory
         self.path = os.path.join(directory, "detection.sqlite")
         self.max_age_s, self._clock = max_age_s, clock
-        self._db: Optional[sqlite3.Connection] = None
-        self._failed = False
+        self.flush_s, self.lock_wait_s, self.read_wait_s = flush_s, lock_wait_s, read_wait_s
+        self.failures = 0  # reads and flushes that failed
+        self._logged = False  # a failure logged since the last success
+        self._db: Optional[sqlite3.Connection] = None  # the writer's (its thread only)
+        self._reader: Optional[sqlite3.Connection] = None  # the loads' (the caller's thread)
+        self._opened_at = -_REOPEN_S
+        self._pending: dict[tuple, tuple] = {}  # (job, rank) -> (state text, saved at)
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._open()
+        self._thread: Optional[threading.Thread] = None
+        if thread:
+            self._thread = threading.Thread(target=self._run, name="stepwatch-state-store", daemon=True)
+            self._thread.start()
+
+    def _open(self) -> None:
+        self._opened_at = time.monotonic()
         try:
-            self._db = open_db(directory, _SCHEMA)
+            self._db = open_db(self.directory, _SCHEMA, timeout=self.lock_wait_s)
+            self._reader = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False,
+                                           timeout=self.read_wait_s)
         except (OSError, sqlite3.Error) as exc:
+            close_db(self._db)
+            self._db = self._reader = None
             self._fail("open", exc)
 
     def _fail(self, what: str, exc: Exception) -> None:
-        if not self._failed:
+        self.failures += 1
+        if not self._logged:
             log.error("stepwatch collector: detection state %s %s failed (%s); detection goes on "
-                      "without it", self.path, what, exc)
-        self._failed = True
+                      "without it, saves are tried again", self.path, what, exc)
+        self._logged = True
 
     def load(self, job: str, rank: int) -> Optional[dict]:
-        if self._db is None:
+        with self._lock:
+            held = self._pending.get((job, rank))
+        if held is not None:
+            text, saved_at = held
+        else:
+            if self._reader is None:
+                return None
+            try:
+                row = self._reader.execute("SELECT state, saved_at FROM drift WHERE job = ? AND rank = ?",
+                                           (job, rank)).fetchone()
+            except sqlite3.Error as exc:
+                self._fail("read", exc)
+                return None
+            if row is None:
+                return None
+            text, saved_at = row
+        if self._clock() - saved_at > self.max_age_s:
             return None
         try:
-            row = self._db.execute("SELECT state, saved_at FROM drift WHERE job = ? AND rank = ?",
-                                   (job, rank)).fetchone()
-        except sqlite3.Error as exc:
-            self._fail("read", exc)
-            return None
-        if row is None or self._clock() - row[1] > self.max_age_s:
-            return None
-        try:
-            state = json.loads(row[0])
+            state = json.loads(text)
         except ValueError:
             return None
         return state if isinstance(state, dict) else None
 
     def save(self, job: str, rank: int, state: dict) -> None:
-        if self._db is None:
-            return
+        """Keep ``state`` for the next flush (no I/O here)."""
         try:
-            self._db.execute("REPLACE INTO drift (job, rank, state, saved_at) VALUES (?, ?, ?, ?)",
-                             (job, rank, json.dumps(state), self._clock()))
-        except (sqlite3.Error, ValueError) as exc:
+            text = json.dumps(state)
+        except ValueError as exc:
             self._fail("write", exc)
+            return
+        with self._lock:
+            self._pending[(job, rank)] = (text, self._clock())
+
+    def flush(self) -> bool:
+        """Write what is pending in one transaction; True when nothing is left pending. On a
+        failure the rows stay pending (a newer save of a row wins)."""
+        with self._lock:
+            rows, self._pending = self._pending, {}
+        if not rows:
+            return True
+        if self._db is None and time.monotonic() - self._opened_at >= _REOPEN_S:
+            self._open()
+        try:
+            if self._db is None:
+                raise sqlite3.OperationalError("not open")
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                self._db.executemany("REPLACE INTO drift (job, rank, state, saved_at) VALUES (?, ?, ?, ?)",
+                                     [(job, rank, text, at) for (job, rank), (text, at) in rows.items()])
+                self._db.execute("COMMIT")
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+        except sqlite3.Error as exc:
+            if self._db is not None:
+                self._fail("write", exc)
+            with self._lock:
+                for key, row in rows.items():
+                    self._pending.setdefault(key, row)
+            return False
+        self._logged = False
+        return True
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.flush_s):
+            try:
+                self.flush()
+            except Exception:  # noqa: BLE001 - the writer outlives one bad flush
+                log.exception("stepwatch collector: detection state flush failed")
 
     def close(self) -> None:
+        """Stop the writer, write what is pending, close."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=self.lock_wait_s + self.flush_s + 1.0)
+        self.flush()
         close_db(self._db)
-        self._db = None
+        close_db(self._reader)
+        self._db = self._reader = None

@@ -128,7 +128,7 @@ class IngestServer:
         # gRPC queues calls the application has not taken yet up to max_pending_requests (1,000
         # by default) and refuses the rest with INTERNAL: after a collector restart every agent
         # of a fleet reconnects within seconds, and a quarter of 10,000 streams were refused
-        # (tests/collector/test_stream_burst.py; the benchmark's "late" streams before).
+        # (tests/collector/ingest/test_stream_burst.py; the benchmark's "late" streams before).
         # BDP probing (a PING per burst of data received, to grow flow-control windows) cost the
         # collector per connection: 2,000 agents on 2,000 connections took 0.24-0.30 core with it
         # and 0.20 without, what 200 connections cost (bench/results/collector_scale_2core.md);

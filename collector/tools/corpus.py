@@ -3,7 +3,7 @@ objects, play it several times in a row as one longer job (:func:`repeat`, cut w
 match so that no seam is a larger step than the job's own), and inject a change into its real
 step series, or read the drift reach part-way, or one rank's steps and its profiler sessions
 with the step time around them. Used by bench/detection_real.py, bench/detection_reach_real.py,
-bench/aftereffect_real.py, bench/window_arms_real.py, tests/collector/test_real_corpus.py and
+bench/aftereffect_real.py, bench/window_arms_real.py, tests/collector/detect/test_real_corpus.py and
 tests/_aftereffect_verdict.py.
 
 An injected change multiplies a step's duration by the change at its end time, and every later

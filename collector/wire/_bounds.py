@@ -2,7 +2,7 @@
 server, before state, detection, recording or export see it), and what was cut is counted
 (``stepwatch_collector_trimmed{what="string"}``). One table, ``STRING_BOUNDS``, names the bound
 of every string field (and every string map's keys and values) reachable from
-``AgentMessage``; tests/collector/test_string_bounds.py walks the proto and fails on a field
+``AgentMessage``; tests/collector/wire/test_string_bounds.py walks the proto and fails on a field
 the table does not name, so a new field cannot slip through unbounded.
 
 A Hello's ``job`` is checked, not cut (``label_problem``: a refusal); everything else is cut.

@@ -50,7 +50,7 @@ class StepColumns:
 
     def finite(self) -> bool:
         """Every float of every step record is finite (a step record's float fields are these
-        three: tests/collector/test_nonfinite.py holds it to that). False may also mean an
+        three: tests/collector/wire/test_nonfinite.py holds it to that). False may also mean an
         overflowing sum: then the exact check decides. Computed once (the pipeline and the
         state both ask; the columns are not changed after they are read)."""
         if self._finite is None:

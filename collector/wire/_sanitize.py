@@ -117,7 +117,7 @@ def _all_finite(records) -> bool:
 
 
 # What nearly every batch holds; the shortcut below names the rest of _RECORDS (and stats) itself
-# (tests/collector/test_nonfinite.py holds the two to that).
+# (tests/collector/wire/test_nonfinite.py holds the two to that).
 _USUAL = frozenset(("steps", "gpu_samples", "host", "allocator"))
 
 

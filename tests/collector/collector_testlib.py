@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from stepwatch.proto.stepwatch.v1 import agent_pb2
+import queue
+
+from stepwatch.proto.stepwatch.v1 import agent_pb2, agent_pb2_grpc
 
 
 def hello(job: str = "j", rank: int = 0, session: str = "s1", **kw) -> agent_pb2.AgentMessage:
@@ -36,3 +38,50 @@ def columns(batch: agent_pb2.Batch) -> tuple:
     from stepwatch.collector.wire._columns import SampleColumns, step_columns
 
     return step_columns(batch), SampleColumns(batch)
+
+
+class Stream:
+    """One agent stream over real gRPC: ``send`` a message and take its first reply."""
+
+    def __init__(self, chan, first):
+        self.out: queue.Queue = queue.Queue()
+        self.out.put(first)
+        self.replies = agent_pb2_grpc.AgentServiceStub(chan).Connect(iter(self.out.get, None), timeout=30)
+
+    def send(self, msg):
+        self.out.put(msg)
+        return next(self.replies)
+
+    def close(self):
+        self.out.put(None)
+        list(self.replies)
+
+
+class AckStream:
+    """One agent stream fed message by message; ``send`` waits for the ack of a batch."""
+
+    def __init__(self, chan, first: agent_pb2.AgentMessage):
+        self._out: queue.Queue = queue.Queue()
+        self.commands: list = []
+        self.answered = False
+        self._out.put(first)
+        self._replies = agent_pb2_grpc.AgentServiceStub(chan).Connect(iter(self._out.get, None), timeout=60)
+
+    def send(self, batch: agent_pb2.Batch) -> None:
+        """Send a batch (with the trace of an earlier capture request, as an agent would) and
+        wait for its ack; window and capture requests arriving meanwhile are kept."""
+        for request in self.commands:
+            if request.HasField("capture_trace") and not self.answered:
+                batch.traces.add(request_id=request.capture_trace.request_id, path="/traces/rank1.json.gz",
+                                 first_step=1, last_step=5)
+                self.answered = True
+        self._out.put(agent_pb2.AgentMessage(batch=batch))
+        reply = next(self._replies)
+        while reply.HasField("window_now") or reply.HasField("capture_trace"):
+            self.commands.append(reply)
+            reply = next(self._replies)
+        assert reply.ack.seq == batch.seq, reply
+
+    def close(self) -> None:
+        self._out.put(None)
+        assert list(self._replies) == []

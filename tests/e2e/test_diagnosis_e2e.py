@@ -28,7 +28,7 @@ from _procs import Collector, start_trainer, trainer_env
 # machine's own swings raised the healthy job (CI: +2.5..3.0% for 13 s and more, info; +5% for
 # 3 s, warning; twice in a row in one run, its retry included). The injected causes are +12 ms on
 # ~43 ms steps (+28%), far above these; the detector's levels at its defaults are judged on the
-# real GPU recordings (tests/collector/test_real_corpus.py), not on this machine's noise.
+# real GPU recordings (tests/collector/detect/test_real_corpus.py), not on this machine's noise.
 DETECTION = {"warmup_steps": 10, "resolve_hold_s": 600,
              "drift": {"bucket_s": 0.5, "min_bucket_steps": 3, "warmup_s": 2, "settle_s": 6, "critical_window_s": 2, "warning_window_s": 3, "info_window_s": 6, "clear_s": 1, "z": 4,
                        "transient_s": 6, "floor_quantile": 0, "info_ratio": 0.08, "warning_ratio": 0.12, "critical_ratio": 0.2}}

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 import random
+import sqlite3
 import time
 
 import grpc
@@ -36,6 +37,16 @@ def _send(col, session, seq, step, now, seconds, level, rng):
     return seq, step, now
 
 
+def _saved(path) -> bool:
+    db = sqlite3.connect(str(path), timeout=1.0)
+    try:
+        return db.execute("SELECT COUNT(*) FROM drift WHERE job = 'ramp'").fetchone()[0] == 1
+    except sqlite3.Error:  # (the table not made yet)
+        return False
+    finally:
+        db.close()
+
+
 def test_sigkill_mid_ramp_keeps_the_settled_level(tmp_path):
     state = tmp_path / "state"
     col = Collector(tmp_path, ["--state-dir", str(state), "--detection", "{eval_interval_s: 0.5}"]).start()
@@ -46,7 +57,9 @@ def test_sigkill_mid_ramp_keeps_the_settled_level(tmp_path):
     while not (state / "detection.sqlite").exists() or col.value("stepwatch_drift_armed_ranks", training_job="ramp") != 1:
         assert time.monotonic() < deadline, "the rank was never armed and saved"
         time.sleep(0.2)
-    time.sleep(1.5)  # a housekeeping tick saves it
+    while not _saved(state / "detection.sqlite"):  # a housekeeping tick saves it, the store's thread writes it
+        assert time.monotonic() < deadline, "the rank's state was never written"
+        time.sleep(0.2)
     assert col.api("/api/alerts")["alerts"] == []
     col.kill()  # SIGKILL in the middle of the ramp
     col.start()

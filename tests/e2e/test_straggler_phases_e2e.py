@@ -47,7 +47,7 @@ def test_slow_work_on_one_rank_is_named_from_phase_times_alone(tmp_path, collect
     # of 5 sparse samples can be slower by the host alone (8 runs replayed: rank 1's samples of
     # warm-up steps, now left out, had made a block before the change slow in 3, at step 140 in
     # one, as a live run's onset 140; without them, 1 of 8 still had one, at steps 60-70).
-    # How close onsets come on GPUs: tests/collector/test_real_phases.py.
+    # How close onsets come on GPUs: tests/collector/detect/test_real_phases.py.
     assert FROM - 10 <= alert["step"] < alert["raised_step"], alert
     excess = float(summary.split("its own work takes +")[1].split(" ms")[0])
     waited = float(summary.split("they wait +")[1].split(" ms")[0])

@@ -1,7 +1,7 @@
 """The straggler rule's GPU-activity evidence (collector/detect/_activity.py) on series with
 known answers: a rank whose GPU compute pipes grow busier than the others' is named with the
 onset step; even ranks, a rank busier from the start, idle GPUs and a rank that stopped sending
-name nobody. The real 2 x H200 recordings are tests/collector/test_real_phases.py's."""
+name nobody. The real 2 x H200 recordings are tests/collector/detect/test_real_phases.py's."""
 
 from __future__ import annotations
 

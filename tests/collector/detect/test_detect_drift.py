@@ -1,6 +1,6 @@
 """Drift detector rules (Hypothesis, default settings, data time): a unit test of the rules on
 synthetic series; the evidence that they are quiet on real hosts is the real-recording replay
-(tests/collector/test_real_corpus.py, bench/detection_real.py).
+(tests/collector/detect/test_real_corpus.py, bench/detection_real.py).
 
 Stationary series with per-step noise, a slow wobble and pauses stay quiet; warm-up (a slow
 first minute) never raises; shifts are raised within their window (+10% critical within 60 s,

@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 import random
 import sqlite3
+import time
 
 from stepwatch.collector.detect import DetectionEngine, Steps, parse_detection
 from stepwatch.collector.detect._persist import DriftStore
@@ -41,7 +42,7 @@ def test_a_restart_keeps_the_settled_level_so_a_ramp_is_still_measured_from_it(t
     first = DetectionEngine(CFG, store)
     s, now, seen = _feed(first, rng, 0, T0, 480, ramp)
     assert seen == [] and first.armed()[("j", 0)]
-    store.close()  # the collector is killed here
+    store.close()  # the collector stops here (its pending saves written; a kill loses the last flush_s)
     again = DetectionEngine(CFG, DriftStore(str(tmp_path)))
     s, now, seen = _feed(again, rng, s, now, 900, ramp)
     assert seen, "the ramp was not raised after the restart"
@@ -55,6 +56,7 @@ def test_an_open_episode_goes_on_after_a_restart(tmp_path):
     s, now, seen = _feed(first, rng, 0, T0, 480, shift)
     assert seen and seen[-1].severity == "critical"
     since = seen[-1].since
+    store.flush()  # (the writer thread's flush, done here: a kill loses at most the last flush_s of saves)
     again = DetectionEngine(CFG, DriftStore(str(tmp_path)))
     _, _, seen = _feed(again, rng, s, now, 2, shift)
     assert seen and seen[0].severity == "critical" and seen[0].since == since, seen
@@ -73,3 +75,79 @@ def test_a_damaged_state_file_is_logged_and_detection_goes_on(tmp_path, caplog):
     except sqlite3.DatabaseError:
         damaged = True
     assert damaged  # left as it was for a person to look at; never raised into detection
+
+
+def test_a_lock_held_by_another_process_never_stalls_the_caller_and_saving_resumes(tmp_path):
+    """Another connection (as another process would) holds the state file's write lock: saves
+    return at once (no I/O on the caller's thread), the writer's flushes fail and are counted,
+    the rows stay pending; once the lock goes, the next flush writes them."""
+    store = DriftStore(str(tmp_path), thread=False, lock_wait_s=0.05)
+    other = sqlite3.connect(str(tmp_path / "detection.sqlite"), isolation_level=None)
+    other.execute("BEGIN EXCLUSIVE")
+    for rank in range(200):
+        store.save("j", rank, {"settled": 0.04, "rank": rank})
+    assert store.load("j", 7) == {"settled": 0.04, "rank": 7}  # (what is pending is read back)
+    assert store.flush() is False and store.failures == 1
+    assert store.flush() is False and store.failures == 2  # counted each time, logged once
+    other.execute("ROLLBACK")
+    assert store.flush() is True
+    rows = other.execute("SELECT COUNT(*) FROM drift").fetchone()[0]
+    assert rows == 200
+    other.close()
+    store.close()
+
+
+def test_a_load_under_another_process_lock_waits_only_read_wait_s(tmp_path):
+    store = DriftStore(str(tmp_path), thread=False, read_wait_s=0.02)
+    store.save("j", 0, {"settled": 0.04})
+    store.flush()
+    fresh = DriftStore(str(tmp_path), thread=False, read_wait_s=0.02)
+    other = sqlite3.connect(str(tmp_path / "detection.sqlite"), isolation_level=None)
+    other.execute("BEGIN EXCLUSIVE")
+    assert fresh.load("j", 0) is None and fresh.failures == 1  # the rank learns afresh; counted
+    other.execute("ROLLBACK")
+    assert fresh.load("j", 0) == {"settled": 0.04}
+    for s in (store, fresh):
+        s.close()
+    other.close()
+
+
+def test_a_store_that_could_not_open_opens_later_and_writes_what_waited(tmp_path, monkeypatch):
+    from stepwatch.collector.detect import _persist
+
+    where = tmp_path / "state"
+    where.write_text("a file where the directory should be")  # (as a full or missing disk would)
+    store = DriftStore(str(where), thread=False)
+    assert store.failures == 1
+    store.save("j", 0, {"settled": 0.04})
+    monkeypatch.setattr(_persist, "_REOPEN_S", 0.0)
+    assert store.flush() is False  # still cannot open
+    where.unlink()
+    where.mkdir()
+    assert store.flush() is True
+    assert DriftStore(str(where), thread=False).load("j", 0) == {"settled": 0.04}
+    store.close()
+
+
+def test_the_writer_thread_flushes_on_its_own(tmp_path):
+    store = DriftStore(str(tmp_path), flush_s=0.05)
+    store.save("j", 3, {"settled": 0.05})
+    reader = sqlite3.connect(str(tmp_path / "detection.sqlite"))
+    for _ in range(200):  # (bounded: 10 s at most)
+        if reader.execute("SELECT COUNT(*) FROM drift").fetchone()[0] == 1:
+            break
+        time.sleep(0.05)
+    assert reader.execute("SELECT state FROM drift WHERE job = 'j' AND rank = 3").fetchone()[0] == '{"settled": 0.05}'
+    reader.close()
+    store.close()
+
+
+def test_the_collector_exports_the_store_failures(start_collector, tmp_path):
+    col = start_collector(state_dir=str(tmp_path / "state"))
+    status, _, body = col.get("/metrics")
+    assert status == 200
+    line = [x for x in body.decode().splitlines() if x.startswith("stepwatch_collector_state_store_failures_total")]
+    assert line == ["stepwatch_collector_state_store_failures_total 0.0"], line
+    col.collector._store.failures += 2  # (as two failed flushes would leave it)
+    _, _, body = col.get("/metrics")
+    assert "stepwatch_collector_state_store_failures_total 2.0" in body.decode()

@@ -1,6 +1,6 @@
 """What the drift detector can see: once armed, each rank's smallest sustained shift each
 severity raises at the job's own noise (``DriftDetector.reach``), exported per job as
-``stepwatch_drift_reach_ratio``. On real recordings: tests/collector/test_real_corpus.py."""
+``stepwatch_drift_reach_ratio``. On real recordings: tests/collector/detect/test_real_corpus.py."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The evidence drift decides with (collector/detect/_evidence.py): which source holds a
 step-time shift, and how the drift detector uses it. Synthetic series here are unit tests of
-the rules; the real recordings are in tests/collector/test_real_corpus.py."""
+the rules; the real recordings are in tests/collector/detect/test_real_corpus.py."""
 
 from __future__ import annotations
 

@@ -48,7 +48,8 @@ def test_steps_reports_points_per_rank_for_an_odd_job_name(collector):
     status, _, body = collector.get("/api/steps?job=" + quote(job, safe=""))
     doc = json.loads(body)
     assert status == 200 and doc["job"] == job
-    assert doc["ranks"] == [{"rank": 1, "points": [[1, T0 + 1, 0.5], [2, T0 + 2, 0.25]]}]
+    # (two steps a second apart: no span of 10 s has closed, so nothing since the start yet)
+    assert doc["ranks"] == [{"rank": 1, "points": [[1, T0 + 1, 0.5], [2, T0 + 2, 0.25]], "life": []}]
 
 
 def test_trend_is_bounded_and_skips_bad_durations():

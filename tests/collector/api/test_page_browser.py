@@ -251,8 +251,7 @@ def test_the_alerting_job_among_fourteen_is_in_the_first_screen(collector_factor
 def test_the_latest_resolved_alert_stays_drawn_whole_when_nothing_fires(start_collector, tmp_path):
     """A job's episode resolves (here: two sessions claimed one rank, then one left); with nothing
     firing, the page still draws that episode's card, marked resolved, above the folded list."""
-    from collector_testlib import batch, hello, step
-    from test_duplicate_rank import Stream, dup_alerts
+    from collector_testlib import Stream, batch, hello, step
 
     from stepwatch.collector.detect import parse_detection
 
@@ -262,11 +261,13 @@ def test_the_latest_resolved_alert_stays_drawn_whole_when_nothing_fires(start_co
         a.send(batch(1, steps=[step(1)]))
         b = Stream(chan, hello(rank=1, session="sb", pid=200))
         b.send(batch(1, steps=[step(1)]))
-        assert dup_alerts(col)[0].state == "firing"
+        dup = lambda: [a for a in col.collector.detection.book.snapshot()  # noqa: E731
+                       if a.alertname == "StepwatchDuplicateRank"]
+        assert dup()[0].state == "firing"
         b.close()
         deadline = time.monotonic() + 5
-        while dup_alerts(col)[0].state != "resolved":
-            assert time.monotonic() < deadline, dup_alerts(col)
+        while dup()[0].state != "resolved":
+            assert time.monotonic() < deadline, dup()
             time.sleep(0.05)
         browser = Chromium(tmp_path / "chromium")
         try:
@@ -300,8 +301,7 @@ def test_a_step_up_of_minutes_ago_is_on_the_life_chart(start_collector, tmp_path
     """A rank's steps of 5 minutes (real gRPC, the agent's own end times), 40 ms then 60 ms
     from its third minute on: the recent-steps chart shows the last steps only, the chart since
     the start shows both levels, the later one higher (an SVG y further up)."""
-    from collector_testlib import batch, hello
-    from test_duplicate_rank import Stream
+    from collector_testlib import Stream, batch, hello
 
     from stepwatch.proto.stepwatch.v1 import agent_pb2
 

@@ -11,7 +11,7 @@ from stepwatch.collector._replay import replay
 from stepwatch.collector.detect import DetectionConfig, DriftConfig
 from stepwatch.collector.tools.corpus import events, inject, load
 
-PHASES = pathlib.Path(__file__).resolve().parents[1] / "data" / "real" / "phases"
+PHASES = pathlib.Path(__file__).resolve().parents[2] / "data" / "real" / "phases"
 
 
 def _replay(name: str) -> list:

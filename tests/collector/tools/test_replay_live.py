@@ -10,15 +10,14 @@ times, covering the step, allocator, GPU and host detectors alike.
 from __future__ import annotations
 
 import json
-import queue
 
-from collector_testlib import hello
+from collector_testlib import AckStream, hello
 
 from stepwatch.collector._replay import replay
 from stepwatch.collector.ingest._record import read_record
 from stepwatch.collector.tools import main
 from stepwatch.collector.detect import parse_detection
-from stepwatch.proto.stepwatch.v1 import agent_pb2, agent_pb2_grpc
+from stepwatch.proto.stepwatch.v1 import agent_pb2
 
 T0 = 1_700_000_000.0
 TICK_S = 10.0
@@ -53,36 +52,6 @@ def rank_batches(rank: int, steps: int = 2000, per_batch: int = 20):
     return out
 
 
-class Stream:
-    """One agent stream fed message by message; ``send`` waits for the ack of a batch."""
-
-    def __init__(self, chan, first: agent_pb2.AgentMessage):
-        self._out: queue.Queue = queue.Queue()
-        self.commands: list = []
-        self.answered = False
-        self._out.put(first)
-        self._replies = agent_pb2_grpc.AgentServiceStub(chan).Connect(iter(self._out.get, None), timeout=60)
-
-    def send(self, batch: agent_pb2.Batch) -> None:
-        """Send a batch (with the trace of an earlier capture request, as an agent would) and
-        wait for its ack; window and capture requests arriving meanwhile are kept."""
-        for request in self.commands:
-            if request.HasField("capture_trace") and not self.answered:
-                batch.traces.add(request_id=request.capture_trace.request_id, path="/traces/rank1.json.gz",
-                                 first_step=1, last_step=5)
-                self.answered = True
-        self._out.put(agent_pb2.AgentMessage(batch=batch))
-        reply = next(self._replies)
-        while reply.HasField("window_now") or reply.HasField("capture_trace"):
-            self.commands.append(reply)
-            reply = next(self._replies)
-        assert reply.ack.seq == batch.seq, reply
-
-    def close(self) -> None:
-        self._out.put(None)
-        assert list(self._replies) == []
-
-
 def run_live(running) -> list:
     """Send both ranks' batches interleaved in data-time order; tick housekeeping exactly where
     replay's data clock ticks (every TICK_S from the first event)."""
@@ -90,7 +59,7 @@ def run_live(running) -> list:
     clock, col = running.clock, running.collector
     clock.now = T0
     with running.channel() as chan:
-        streams = {rank: Stream(chan, hello(rank=rank, session=f"s{rank}")) for rank in (0, 1)}
+        streams = {rank: AckStream(chan, hello(rank=rank, session=f"s{rank}")) for rank in (0, 1)}
         streams[0].send(agent_pb2.Batch(seq=0))  # both Hellos are applied before any data
         streams[1].send(agent_pb2.Batch(seq=0))
         next_tick = T0

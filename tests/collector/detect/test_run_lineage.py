@@ -19,16 +19,19 @@ from stepwatch.collector.detect._lineage import Lineage
 from stepwatch.collector.detect._persist import DriftStore
 from stepwatch.collector.tools.corpus import events, first_step_time, inject, load, rerun
 
-REAL = pathlib.Path(__file__).resolve().parents[1] / "data" / "real"
+REAL = pathlib.Path(__file__).resolve().parents[2] / "data" / "real"
 CFG = DetectionConfig()
 RUN_REGRESSION = "StepwatchRunRegression"
 
 
 def _play(lines, directory, drift_state=False):
     """Replay ``lines`` into a fresh collector (Detection) on ``directory``: (alerts, detection)."""
-    det = Detection(CFG, log_changes=False, runs=RunStore(str(directory)),
-                    store=DriftStore(str(directory)) if drift_state else None)
-    return replay(events(lines), CFG, detection=det), det
+    store = DriftStore(str(directory)) if drift_state else None
+    det = Detection(CFG, log_changes=False, runs=RunStore(str(directory)), store=store)
+    alerts = replay(events(lines), CFG, detection=det)
+    if store is not None:  # (its writer flushes every second of the collector's time; a replay takes less)
+        store.flush()
+    return alerts, det
 
 
 def _second(first, path, ratio=0.0, **hello):
@@ -214,7 +217,7 @@ def test_a_new_run_under_a_name_the_collector_still_holds_learns_its_own_level(t
 def _stream(running, lines):
     """Send a recording's batches to a running collector over real gRPC, housekeeping on the
     data clock every eval_interval_s as the live timer would."""
-    from test_replay_live import Stream  # (one agent stream that waits for each ack)
+    from collector_testlib import AckStream as Stream  # (one agent stream that waits for each ack)
 
     from stepwatch.proto.stepwatch.v1 import agent_pb2
 

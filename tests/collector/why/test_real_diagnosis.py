@@ -12,7 +12,7 @@ from stepwatch.collector._replay import replay
 from stepwatch.collector.detect import DetectionConfig, parse_detection
 from stepwatch.collector.tools.corpus import events, load
 
-DIAG = pathlib.Path(__file__).resolve().parents[1] / "data" / "real" / "diag"
+DIAG = pathlib.Path(__file__).resolve().parents[2] / "data" / "real" / "diag"
 
 
 def _alerts(name: str) -> list:
@@ -75,7 +75,7 @@ def test_an_optimizer_that_lost_its_fused_kernels_is_named_first():
                                            ("gemm_backward", 1795764035.98)])
 def test_nothing_is_raised_before_the_change(name, changed):
     """(+5% changes with 90 s after them raise nothing yet; the GEMMs in backward are raised
-    45 s after, named in tests/collector/alerting/test_diagnosis.py)"""
+    45 s after, named in tests/collector/why/test_diagnosis.py)"""
     assert all(a.fired_at > changed for a in _h100h(name)), [(a.alertname, a.fired_at - changed) for a in _h100h(name)]
 
 

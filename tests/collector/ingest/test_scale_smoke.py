@@ -10,7 +10,7 @@ import pathlib
 import subprocess
 import sys
 
-BENCH = pathlib.Path(__file__).resolve().parents[2] / "bench" / "collector_scale.py"
+BENCH = pathlib.Path(__file__).resolve().parents[3] / "bench" / "collector_scale.py"
 
 
 def test_200_ranks_for_20_s_every_batch_acked_no_stream_error(tmp_path):

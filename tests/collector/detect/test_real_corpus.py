@@ -16,7 +16,7 @@ from stepwatch.collector.detect import DetectionConfig, DriftConfig
 from stepwatch.collector.tools.corpus import (events, first_step_time, grow, inject, load, pulse_end, rank_steps,
                                               reach_at, repeat, seams, slow_loader)
 
-REAL = pathlib.Path(__file__).resolve().parents[1] / "data" / "real"
+REAL = pathlib.Path(__file__).resolve().parents[2] / "data" / "real"
 CORPUS = sorted(p.name for p in REAL.glob("*.jsonl.gz"))
 # The h100b jobs carry a real host-wide slowdown from 12:46:00 UTC on (README): not quiet.
 HOST_SHIFT_AT = 1795697160.0

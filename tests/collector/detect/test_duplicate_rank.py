@@ -3,28 +3,11 @@ a reconnect of the same session does not; the alert resolves once one session is
 
 from __future__ import annotations
 
-import queue
 import time
 
-from collector_testlib import batch, hello, step
+from collector_testlib import Stream, batch, hello, step
 
 from stepwatch.collector.detect import parse_detection
-from stepwatch.proto.stepwatch.v1 import agent_pb2_grpc
-
-
-class Stream:
-    def __init__(self, chan, first):
-        self.out: queue.Queue = queue.Queue()
-        self.out.put(first)
-        self.replies = agent_pb2_grpc.AgentServiceStub(chan).Connect(iter(self.out.get, None), timeout=30)
-
-    def send(self, msg):
-        self.out.put(msg)
-        return next(self.replies)
-
-    def close(self):
-        self.out.put(None)
-        list(self.replies)
 
 
 def dup_alerts(col):
