@@ -4,19 +4,16 @@ level, the noise spreads, the pauses counted and an open episode."""
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Optional
+from typing import Optional
 
 from ._names import THROUGHPUT_DRIFT
 from ._types import SEVERITIES
 
-if TYPE_CHECKING:
-    from ._drift import DriftDetector
-
 __all__ = ["drift_state", "restore_drift"]
 
 
-def drift_state(d: "DriftDetector") -> Optional[dict]:
-    """The detector's state; None before it is armed."""
+def drift_state(d) -> Optional[dict]:
+    """The state of ``d`` (a DriftDetector); None before it is armed."""
     if d._settled is None:
         return None
     out = {"v": 1, "settled": d._settled, "settled_at": d._settled_at,
@@ -32,7 +29,7 @@ def drift_state(d: "DriftDetector") -> Optional[dict]:
     return out
 
 
-def restore_drift(d: "DriftDetector", state: dict) -> None:
+def restore_drift(d, state: dict) -> None:
     """Take up ``state`` (from :func:`drift_state`): armed at once against the saved settled
     level (no warm-up or settling again), an open episode goes on from its saved onset. The
     bucket history starts empty: the tests judge once their windows hold new buckets. A state

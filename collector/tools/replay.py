@@ -11,7 +11,6 @@ import sys
 from typing import IO, TYPE_CHECKING, Optional
 
 from .._config import load_settings
-from ..ingest import read_record
 
 if TYPE_CHECKING:  # (the pipeline loads with the command: the collector extra's packages)
     from ..alerting import Alert
@@ -60,6 +59,7 @@ def _reach(job: str, rank: int, reach: dict, fmt: str) -> str:
 def _run(args: argparse.Namespace, out: Optional[IO[str]] = None) -> int:
     from .._replay import replay
     from ..alerting import Detection
+    from ..ingest import read_record  # (with the command: the collector extra's gRPC health)
 
     out = out or sys.stdout  # looked up per call: the default is not bound at import
     try:
