@@ -234,7 +234,9 @@ def start_collector(tmp, i, args):
            "--http-listen", "127.0.0.1:0", "--ready-file", ready, "--max-jobs", "100000",
            "--log-level", "WARNING"] + (["--metrics-per-rank", args.per_rank] if args.per_rank != "unset" else []) \
         + (["--max-batches-per-s", str(args.max_batches_per_s)] if args.max_batches_per_s is not None else []) \
-        + (["--metrics-render", args.render] if args.render != "unset" else [])
+        + (["--metrics-render", args.render] if args.render != "unset" else []) \
+        + (["--state-dir", os.path.join(tmp, f"state-{i}")] if args.state_dir else []) \
+        + (["--detection", args.detection] if args.detection else [])
     if args.loop_stalls:  # every event-loop callback of 50 ms or more, recorded (bench/loop_stalls.py)
         out = args.loop_stalls if args.replicas == 1 else f"{args.loop_stalls}.{i}"
         cmd = [sys.executable, os.path.join(os.path.dirname(os.path.abspath(__file__)), "loop_stalls.py"),
@@ -554,6 +556,11 @@ def run_once(n, args):
                 for g, v in gc_stats.items()},
             "collector_self_quiet": self_delta(self_mid, self_start) if self_start and self_mid else None,
             "collector_self_scraping": self_delta(self_end, self_mid) if self_mid and self_end else None,
+            # at the end: ranks whose drift detector armed (and so saved its state, with --state-dir)
+            # and the state store's failures
+            "armed_ranks": sum(series(bodies[-1], "stepwatch_drift_armed_ranks{").values()) if bodies else None,
+            "state_store_failures": sum(series(bodies[-1], "stepwatch_collector_state_store_failures_total").values())
+            if bodies else None,
             # {second: [acks, acks over 250 ms, slowest ms]} for the seconds with a late ack
             "late_acks_by_second": {sec: row for sec, row in sorted(late.items()) if row[1]},
             # batches the measured replica got per second (by send time): how even the load is
@@ -602,6 +609,10 @@ def main():
                    "ranks that sent together together")
     p.add_argument("--max-batches-per-s", type=float, default=None,
                    help="the collector's max_batches_per_s (default: its own default)")
+    p.add_argument("--state-dir", type=int, default=0, help="1: the collectors keep their drift state in a "
+                   "directory on disk (state_dir)")
+    p.add_argument("--detection", default="", help="the collectors' --detection (YAML/JSON), e.g. a short "
+                   "warm-up so every rank arms (and saves its state) inside the run")
     p.add_argument("--gen-procs", type=int, default=4)
     p.add_argument("--collector-cpus", default="", help="taskset CPU list for the collector, e.g. 0; with "
                    "--replicas, one list per replica separated by ';' (0;1;2)")
