@@ -105,7 +105,7 @@ class Collector:
                      runs=self.detection.engine.lineage.ratios, arming=self.detection.engine.arming,
                      per_rank=settings.metrics_per_rank == "full", armed=self.detection.engine.armed,
                      reach=self.detection.engine.reach,
-                     store_failures=(lambda: self._store.failures) if self._store is not None else None)
+                     store_failures=lambda: (self._store.failures if self._store is not None else 0) + self._runs.failures)
         self.routes = Routes(self.state, self.health, self.detection.engine, self.detection.book.json,
                              lambda: self.trace_store)
         self.scrape = Scrape(self.registry, self.rank_metrics, self.health, self._fork, self.state.lock, accepts)

@@ -358,9 +358,9 @@ class AlertMetrics(Collector):
 
     def _store_family(self):
         fam = CounterMetricFamily(
-            "stepwatch_collector_state_store_failures", "Reads and writes of the drift state file (state_dir) "
-            "that failed: a lock another process held, a full or read-only disk, a damaged file. Writes are "
-            "tried again at the next flush.")
+            "stepwatch_collector_state_store_failures", "Reads and writes of the detection state file (state_dir: "
+            "the drift state and the run records) that failed: a lock another process held, a full or read-only "
+            "disk, a damaged file. Writes are tried again at the next flush.")
         fam.add_metric((), self._store_failures())
         return fam
 

@@ -27,9 +27,12 @@ RUN_REGRESSION = "StepwatchRunRegression"
 def _play(lines, directory, drift_state=False):
     """Replay ``lines`` into a fresh collector (Detection) on ``directory``: (alerts, detection)."""
     store = DriftStore(str(directory)) if drift_state else None
-    det = Detection(CFG, log_changes=False, runs=RunStore(str(directory)), store=store)
+    runs = RunStore(str(directory))
+    det = Detection(CFG, log_changes=False, runs=runs, store=store)
     alerts = replay(events(lines), CFG, detection=det)
-    if store is not None:  # (its writer flushes every second of the collector's time; a replay takes less)
+    # (the stores' writers flush every second of the collector's time; a replay takes less)
+    runs.flush()
+    if store is not None:
         store.flush()
     return alerts, det
 
@@ -146,6 +149,7 @@ def test_a_read_only_state_dir_logs_once_and_the_lineage_goes_on(tmp_path, caplo
     lin = Lineage(RunStore(str(tmp_path)))
     lin.hello("j", 0, _ident("s0"), 0.0)
     lin.tick(200.0, _level({0: (0.040, 0.01)}))
+    lin.store.close()  # (the collector stops: what it held is written)
     os.chmod(tmp_path / "detection.sqlite", 0o400)
     os.chmod(tmp_path, 0o500)
     try:
@@ -184,6 +188,9 @@ def _writer(directory, job, n):
     for k in range(n):
         lin.hello(job, 0, _ident(f"{job}-{k}"), float(k))
         lin.tick(float(k) + 0.5, _level({0: (0.04, 0.01)}))
+        if k % 7 == 0:
+            store.flush()  # (as its writer thread does: some rows while the other replica writes too)
+    store.close()
 
 
 def test_two_replicas_sharing_the_directory_do_not_corrupt_it(tmp_path):
@@ -289,3 +296,19 @@ def test_a_gpu_learnt_after_the_hello_is_in_the_record_and_in_what_changed():
         lin.tick(1000.0 * k + 200, _level({0: (0.040 * (1.1 if k else 1.0), 0.01)}))
     assert lin.runs("j")[0]["ranks"]["0"]["gpu"] == "NVIDIA H100 80GB HBM3"
     assert lin.runs("j")[1]["compared"]["changed"] == ["GPU NVIDIA H100 80GB HBM3 -> NVIDIA H200"]
+
+
+def test_a_lock_held_by_another_process_never_stalls_a_run_save_and_writing_resumes(tmp_path):
+    store = RunStore(str(tmp_path), thread=False, lock_wait_s=0.05, read_wait_s=0.02)
+    other = sqlite3.connect(str(tmp_path / "detection.sqlite"), isolation_level=None)
+    other.execute("BEGIN EXCLUSIVE")
+    for k in range(3):
+        store.save({"job": "j", "run": f"r{k}", "started_at": float(k)})
+    assert [r["run"] for r in store.runs("j")] == ["r0", "r1", "r2"]  # held, answered from memory
+    assert store.flush() is False and store.failures >= 1  # (the read under the lock counted too)
+    other.execute("ROLLBACK")
+    assert store.flush() is True
+    assert other.execute("SELECT run FROM runs WHERE job = 'j' ORDER BY started_at").fetchall() == [("r0",), ("r1",), ("r2",)]
+    assert [r["run"] for r in RunStore(str(tmp_path), thread=False).runs("j")] == ["r0", "r1", "r2"]
+    other.close()
+    store.close()
