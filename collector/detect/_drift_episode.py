@@ -15,6 +15,7 @@ import math
 from typing import Optional
 
 from ._config import DriftConfig
+from ._evidence import PHASE_TIMES
 from ._names import PROFILER_OVERHEAD, THROUGHPUT_DRIFT
 from ._types import Backing, Condition
 
@@ -49,7 +50,7 @@ class Episode:
         self.peak = 0.0  # largest log shift measured in the open episode
         self.began: Optional[tuple[int, float]] = None  # (onset step, raised ratio) of the episode's start
         self.backing: Optional[Backing] = None  # the open episode's evidence at its latest onset
-        self.unknown = ""  # what the evidence could not compare there
+        self.unknown: tuple = ()  # the sources of evidence that could not be compared there
         self.backing_span: Optional[tuple] = None  # (lo, edge, step s) the evidence was read against
         self.condition: Optional[Condition] = None
         self.version = 0
@@ -59,7 +60,7 @@ class Episode:
         if self.condition is not None:
             self.condition, self.onset, self.ref = None, None, None
             self.change, self.began = 0, None
-            self.backing, self.unknown, self.backing_span = None, "", None
+            self.backing, self.unknown, self.backing_span = None, (), None
             self.version += 1
 
     def set(self, sev: str, shift_log: float) -> bool:
@@ -92,7 +93,7 @@ class Episode:
             return ""
         if self.backing is not None:
             return "job"
-        return "" if "phase times" in self.unknown else "steps"
+        return "" if PHASE_TIMES in self.unknown else "steps"
 
     def _evidence_note(self) -> str:
         d = self.decided()

@@ -90,13 +90,13 @@ class ShiftTests:
         k = estimate_onset(ys, ref, shift, self.clip)
         return self.backing_at(rows[k] - self.cfg.bucket_s, ref, shift)[0]
 
-    def backing_at(self, onset_at: float, ref: float, shift: float) -> tuple[Optional[Backing], str, Optional[tuple]]:
+    def backing_at(self, onset_at: float, ref: float, shift: float) -> tuple[Optional[Backing], tuple, Optional[tuple]]:
         """The rank's evidence of a shift of ``shift`` (log) above ``ref`` from ``onset_at``, what
         it could not compare, and the span before (lo, edge, step s) it was read against: that
         span ends two buckets ahead of the onset and is at least ``MIN_BEFORE_S`` long (as long
         as the span after, when that is longer); the span after begins a bucket after it."""
         if self.evidence is None:
-            return None, "", None
+            return None, (), None
         now = self.history[-1][1]
         edge = onset_at - 2 * self.cfg.bucket_s
         step_s = math.exp(ref)

@@ -37,6 +37,9 @@ from ._types import Backing, median
 
 __all__ = ["Backing", "RankEvidence", "PHASES"]
 
+# The sources of evidence that may not be readable around an onset (RankEvidence.backing)
+PHASE_TIMES, LOADER_WAIT, ALLOCATOR_CALLS = "phase times", "loader wait", "allocator calls"
+
 PHASES = ("data", "forward", "backward", "sync", "optimizer")
 _BLOCK_S = 5.0
 _BLOCKS = 360            # 30 minutes of 5 s blocks per ring
@@ -109,20 +112,21 @@ class RankEvidence:
 
     # -- reading --------------------------------------------------------------------------------
     def backing(self, lo: float, edge: float, since: float, now: float, step_s: float,
-                delta_s: float) -> tuple[Optional[Backing], str]:
+                delta_s: float) -> tuple[Optional[Backing], tuple]:
         """The evidence of a shift of ``delta_s`` seconds per step on a step of ``step_s``:
         before is data time ``lo..edge``, after ``since..now``. Returns (the backing or None,
-        what could not be read: "" when every source was compared)."""
+        the sources that could not be read: of PHASE_TIMES, LOADER_WAIT, ALLOCATOR_CALLS; empty
+        when every source was compared)."""
         if delta_s <= 0:
-            return None, ""
+            return None, ()
         unknown = []
         found = self._phase_backing(lo, edge, since, now, delta_s)
         if found is None:
-            unknown.append("phase times")
+            unknown.append(PHASE_TIMES)
         best = found or None
         wait = self._wait_backing(lo, edge, since, now, delta_s)
         if wait is None:
-            unknown.append("loader wait")
+            unknown.append(LOADER_WAIT)
         elif wait and (best is None or wait.share > best.share):
             best = wait
         if best is None:
@@ -131,10 +135,10 @@ class RankEvidence:
                 best = busy
         churn = self._churn(lo, edge, since, now, step_s)
         if churn is None:
-            unknown.append("allocator calls")
+            unknown.append(ALLOCATOR_CALLS)
         elif churn and best is None:
             best = churn
-        return best, ", ".join(unknown)
+        return best, tuple(unknown)
 
     def grown(self, b: Backing, lo: float, edge: float, since: float, now: float, step_s: float) -> Optional[float]:
         """How much the source of ``b`` stands above its level of ``lo..edge`` over

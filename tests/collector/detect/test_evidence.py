@@ -43,7 +43,7 @@ def test_one_phase_that_grew_holds_the_shift():
     _feed(ev, T0, T0 + 300)
     _feed(ev, T0 + 300, T0 + 360, phases=_grown(4, 0.004))  # the optimizer +4 ms of a 40 ms step
     b, unknown = ev.backing(T0 + 150, T0 + 290, T0 + 305, T0 + 360, 0.040, 0.004)
-    assert unknown == "" and b is not None
+    assert unknown == () and b is not None
     assert (b.kind, b.name) == ("phase", "optimizer") and abs(b.after - b.before - 4.0) < 0.3, b
     assert "optimizer +4." in b.text()
 
@@ -55,7 +55,7 @@ def test_every_phase_grown_alike_by_a_slower_host_is_no_evidence():
     _feed(ev, T0, T0 + 300, host=0.95)
     _feed(ev, T0 + 300, T0 + 360, phases=[p * 1.10 for p in PHASE_S], host=0.95)
     b, unknown = ev.backing(T0 + 150, T0 + 290, T0 + 305, T0 + 360, 0.040, 0.004)
-    assert b is None and unknown == ""
+    assert b is None and unknown == ()
 
 
 def test_a_longer_loader_wait_holds_the_shift():
@@ -77,7 +77,7 @@ def test_allocator_churn_holds_the_shift():
 def test_too_few_blocks_say_what_could_not_be_compared():
     ev = RankEvidence()
     b, unknown = ev.backing(T0, T0 + 10, T0 + 20, T0 + 30, 0.040, 0.004)
-    assert b is None and unknown == "phase times, loader wait, allocator calls"
+    assert b is None and unknown == ("phase times", "loader wait", "allocator calls")
 
 
 def test_grown_reads_the_same_source_now():
