@@ -26,7 +26,7 @@ import threading
 import time
 from typing import Optional
 
-__all__ = ["DriftStore", "open_db", "close_db"]
+__all__ = ["DriftStore", "StoreFile", "open_db", "close_db"]
 
 log = logging.getLogger("stepwatch.collector")
 
@@ -59,6 +59,100 @@ def close_db(db: Optional[sqlite3.Connection]) -> None:
 _REOPEN_S = 30.0  # a store that could not open tries again this often
 
 
+class StoreFile:
+    """``detection.sqlite`` as a store uses it off the event loop: a writer connection
+    (``db``, the flushing thread's; waits ``lock_wait_s`` for another process's lock) and a
+    reader (waits ``read_wait_s``); ``failures`` counts reads and writes that failed, logged
+    once per run of failures as "``label`` PATH WHAT failed (ERROR); ``after``"; a file that
+    could not open is opened again at a write ``_REOPEN_S`` later. With ``thread``, a daemon
+    thread calls ``flush()`` every ``flush_s`` until :meth:`close`."""
+
+    def __init__(self, directory: str, schema: str, label: str, after: str, flush, flush_s: float = 1.0,
+                 lock_wait_s: float = 1.0, read_wait_s: float = 0.05, thread: bool = True):
+        self.directory, self._schema, self._label, self._after = directory, schema, label, after
+        self.path = os.path.join(directory, "detection.sqlite")
+        self.flush_s, self.lock_wait_s, self.read_wait_s = flush_s, lock_wait_s, read_wait_s
+        self.failures = 0
+        self._logged = False  # a failure logged since the last success
+        self.db: Optional[sqlite3.Connection] = None
+        self.reader: Optional[sqlite3.Connection] = None
+        self._opened_at = -_REOPEN_S
+        self._flush = flush
+        self._stop = threading.Event()
+        self.open()
+        self._thread: Optional[threading.Thread] = None
+        if thread:
+            self._thread = threading.Thread(target=self._run, name=f"stepwatch-{label.replace(' ', '-')}",
+                                            daemon=True)
+            self._thread.start()
+
+    def open(self) -> None:
+        self._opened_at = time.monotonic()
+        try:
+            self.db = open_db(self.directory, self._schema, timeout=self.lock_wait_s)
+            self.reader = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False,
+                                          timeout=self.read_wait_s)
+        except (OSError, sqlite3.Error) as exc:
+            close_db(self.db)
+            self.db = self.reader = None
+            self.fail("open", exc)
+
+    def fail(self, what: str, exc: Exception) -> None:
+        self.failures += 1
+        if not self._logged:
+            log.error("stepwatch collector: %s %s %s failed (%s); %s", self._label, self.path, what, exc, self._after)
+        self._logged = True
+
+    def read(self, sql: str, args: tuple) -> Optional[list]:
+        """The rows of ``sql``, or None (not open, or the read failed: counted)."""
+        if self.reader is None:
+            return None
+        try:
+            return self.reader.execute(sql, args).fetchall()
+        except sqlite3.Error as exc:
+            self.fail("read", exc)
+            return None
+
+    def write(self, statements) -> bool:
+        """``statements(db)`` in one transaction; False when it could not (not open, a lock held
+        past ``lock_wait_s``, a full disk: counted)."""
+        if self.db is None and time.monotonic() - self._opened_at >= _REOPEN_S:
+            self.open()
+        try:
+            if self.db is None:
+                raise sqlite3.OperationalError("not open")
+            self.db.execute("BEGIN IMMEDIATE")
+            try:
+                statements(self.db)
+                self.db.execute("COMMIT")
+            except BaseException:
+                self.db.execute("ROLLBACK")
+                raise
+        except (sqlite3.Error, ValueError) as exc:
+            if self.db is not None:
+                self.fail("write", exc)
+            return False
+        self._logged = False
+        return True
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.flush_s):
+            try:
+                self._flush()
+            except Exception:  # noqa: BLE001 - the writer outlives one bad flush
+                log.exception("stepwatch collector: %s flush failed", self._label)
+
+    def close(self) -> None:
+        """Stop the thread, flush what is held, close."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=self.lock_wait_s + self.flush_s + 1.0)
+        self._flush()
+        close_db(self.db)
+        close_db(self.reader)
+        self.db = self.reader = None
+
+
 class DriftStore:
     """``load(job, rank)`` -> the state saved for that rank, or None; ``save(job, rank,
     state)``. Rows carry the wall clock of their save; ``max_age_s``: older rows are not
@@ -67,41 +161,17 @@ class DriftStore:
 
     def __init__(self, directory: str, max_age_s: float = 7 * 86400.0, clock=time.time, flush_s: float = 1.0,
                  lock_wait_s: float = 1.0, read_wait_s: float = 0.05, thread: bool = True):
-        self.directory = directory
-        self.path = os.path.join(directory, "detection.sqlite")
         self.max_age_s, self._clock = max_age_s, clock
-        self.flush_s, self.lock_wait_s, self.read_wait_s = flush_s, lock_wait_s, read_wait_s
-        self.failures = 0  # reads and flushes that failed
-        self._logged = False  # a failure logged since the last success
-        self._db: Optional[sqlite3.Connection] = None  # the writer's (its thread only)
-        self._reader: Optional[sqlite3.Connection] = None  # the loads' (the caller's thread)
-        self._opened_at = -_REOPEN_S
         self._pending: dict[tuple, tuple] = {}  # (job, rank) -> (state text, saved at)
         self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._open()
-        self._thread: Optional[threading.Thread] = None
-        if thread:
-            self._thread = threading.Thread(target=self._run, name="stepwatch-state-store", daemon=True)
-            self._thread.start()
+        self.file = StoreFile(directory, _SCHEMA, "detection state", "detection goes on without it, saves are "
+                              "tried again", self.flush, flush_s, lock_wait_s, read_wait_s, thread)
+        self.path = self.file.path
 
-    def _open(self) -> None:
-        self._opened_at = time.monotonic()
-        try:
-            self._db = open_db(self.directory, _SCHEMA, timeout=self.lock_wait_s)
-            self._reader = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False,
-                                           timeout=self.read_wait_s)
-        except (OSError, sqlite3.Error) as exc:
-            close_db(self._db)
-            self._db = self._reader = None
-            self._fail("open", exc)
-
-    def _fail(self, what: str, exc: Exception) -> None:
-        self.failures += 1
-        if not self._logged:
-            log.error("stepwatch collector: detection state %s %s failed (%s); detection goes on "
-                      "without it, saves are tried again", self.path, what, exc)
-        self._logged = True
+    @property
+    def failures(self) -> int:
+        """Reads and flushes that failed."""
+        return self.file.failures
 
     def load(self, job: str, rank: int) -> Optional[dict]:
         with self._lock:
@@ -109,17 +179,10 @@ class DriftStore:
         if held is not None:
             text, saved_at = held
         else:
-            if self._reader is None:
+            rows = self.file.read("SELECT state, saved_at FROM drift WHERE job = ? AND rank = ?", (job, rank))
+            if not rows:
                 return None
-            try:
-                row = self._reader.execute("SELECT state, saved_at FROM drift WHERE job = ? AND rank = ?",
-                                           (job, rank)).fetchone()
-            except sqlite3.Error as exc:
-                self._fail("read", exc)
-                return None
-            if row is None:
-                return None
-            text, saved_at = row
+            text, saved_at = rows[0]
         if self._clock() - saved_at > self.max_age_s:
             return None
         try:
@@ -133,7 +196,7 @@ class DriftStore:
         try:
             text = json.dumps(state)
         except ValueError as exc:
-            self._fail("write", exc)
+            self.file.fail("write", exc)
             return
         with self._lock:
             self._pending[(job, rank)] = (text, self._clock())
@@ -143,44 +206,15 @@ class DriftStore:
         failure the rows stay pending (a newer save of a row wins)."""
         with self._lock:
             rows, self._pending = self._pending, {}
-        if not rows:
+        if not rows or self.file.write(lambda db: db.executemany(
+                "REPLACE INTO drift (job, rank, state, saved_at) VALUES (?, ?, ?, ?)",
+                [(job, rank, text, at) for (job, rank), (text, at) in rows.items()])):
             return True
-        if self._db is None and time.monotonic() - self._opened_at >= _REOPEN_S:
-            self._open()
-        try:
-            if self._db is None:
-                raise sqlite3.OperationalError("not open")
-            self._db.execute("BEGIN IMMEDIATE")
-            try:
-                self._db.executemany("REPLACE INTO drift (job, rank, state, saved_at) VALUES (?, ?, ?, ?)",
-                                     [(job, rank, text, at) for (job, rank), (text, at) in rows.items()])
-                self._db.execute("COMMIT")
-            except BaseException:
-                self._db.execute("ROLLBACK")
-                raise
-        except sqlite3.Error as exc:
-            if self._db is not None:
-                self._fail("write", exc)
-            with self._lock:
-                for key, row in rows.items():
-                    self._pending.setdefault(key, row)
-            return False
-        self._logged = False
-        return True
-
-    def _run(self) -> None:
-        while not self._stop.wait(self.flush_s):
-            try:
-                self.flush()
-            except Exception:  # noqa: BLE001 - the writer outlives one bad flush
-                log.exception("stepwatch collector: detection state flush failed")
+        with self._lock:
+            for key, row in rows.items():
+                self._pending.setdefault(key, row)
+        return False
 
     def close(self) -> None:
         """Stop the writer, write what is pending, close."""
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=self.lock_wait_s + self.flush_s + 1.0)
-        self.flush()
-        close_db(self._db)
-        close_db(self._reader)
-        self._db = self._reader = None
+        self.file.close()

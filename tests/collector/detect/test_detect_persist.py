@@ -148,6 +148,6 @@ def test_the_collector_exports_the_store_failures(start_collector, tmp_path):
     assert status == 200
     line = [x for x in body.decode().splitlines() if x.startswith("stepwatch_collector_state_store_failures_total")]
     assert line == ["stepwatch_collector_state_store_failures_total 0.0"], line
-    col.collector._store.failures += 2  # (as two failed flushes would leave it)
+    col.collector._store.file.failures += 2  # (as two failed flushes would leave it)
     _, _, body = col.get("/metrics")
     assert "stepwatch_collector_state_store_failures_total 2.0" in body.decode()
