@@ -73,6 +73,7 @@ HOST_SHIFT["h200u_1gpu_xs.jsonl.gz"] = 1795964392.44 + 230
 # SM clock flat, every phase's host time up): from 255 s on. (h200t_2gpu_m_short's hump
 # of +10% for 90 s at 165 s, back to its level after, is not a shift: any episode counts as false.)
 HOST_SHIFT["h200t_2gpu_s.jsonl.gz"] = 1795985198.46 + 255
+CYCLE = ("backward", "loader", "forward", "optimizer")  # --where cycle, start by start
 CHANGES = {"+3%": ("step", 0.03, 0), "+5%": ("step", 0.05, 0), "+10%": ("step", 0.10, 0),
            "ramp +5%/15min": ("ramp", 0.05, 900), "ramp +5%/30min": ("ramp", 0.05, 1800),
            "ramp +5%/60min": ("ramp", 0.05, 3600),
@@ -109,6 +110,10 @@ def main() -> None:
     p.add_argument("--changes", nargs="*", default=[c for c in CHANGES if CHANGES[c][0] != "pulse" and c != "ramp +5%/60min"],
                    help="changes injected (default: all but the hour's ramp, which needs --repeat, and "
                         "the changes that go away, which need 8 minutes after --at)")
+    p.add_argument("--where", default="none",
+                   help="what a step, ramp or pulse injected is made of (corpus.inject's where): none (the "
+                        "step time alone), loader, a phase, or cycle (the starts take backward, loader, "
+                        "forward and optimizer in turn)")
     p.add_argument("--repeat", type=int, default=1, help="play each recording this many times in a row")
     p.add_argument("--match", action="store_true",
                    help="with --repeat: the recording cut where its level at the end matches its level "
@@ -168,7 +173,8 @@ def main() -> None:
                     found = [e for e in episodes(replay(events(changed), cfg))
                              if e["alertname"] == "StepwatchStragglerRank" and e["rank"] == 1]
                 else:
-                    found = episodes(replay(events(inject(lines, kind, ratio, at, span)), cfg))
+                    where = _where(a.where, i)
+                    found = episodes(replay(events(inject(lines, kind, ratio, at, span, where=where)), cfg))
                 if kind == "ramp":  # a ramp has no change point: its episode is one raised after it
                     # began (the onset may be dated anywhere near its start) that lasts into its second
                     # half (+2.5% on); one raised by the job's own noise near its start and resolved
@@ -182,7 +188,8 @@ def main() -> None:
                 ref = at + (span if kind == "ramp" else 0)  # the ramp is measured from reaching +5%
                 first = min((e for e in after if e["fired_at"]), key=lambda e: e["fired_at"], default=None)
                 delay = None if first is None else round(_ts(first["fired_at"]) - ref, 1)
-                runs.append({"at": round(at - t0, 1), "raised": first is not None, "delay_s": delay,
+                runs.append({"at": round(at - t0, 1), "where": None if kind == "loader" else _where(a.where, i),
+                             "raised": first is not None, "delay_s": delay,
                              # job time the recording holds after the change (ramps: after +5%):
                              # under the target, a change not raised is not a miss of it
                              "data_after_s": round(t_end - ref, 1),
@@ -268,6 +275,13 @@ def _write(doc: dict, a, render) -> None:
     if a.md:
         with open(a.md, "w") as fh:
             fh.write(render(doc))
+
+
+def _where(where: str, i: int):
+    """What injection ``i`` is made of (``--where``): None for the step time alone."""
+    if where == "cycle":
+        return CYCLE[i % len(CYCLE)]
+    return None if where == "none" else where
 
 
 def _ranks(lines: list[dict]) -> int:

@@ -79,9 +79,9 @@ class DriftConfig:
                             "the data-loader wait or allocator calls grown by half of it is a change of the "
                             "job, raised whatever came before (no wave or settling holds it back); off: the "
                             "step times alone")
-    evidence_z: float = _n(4.0, "... and a warning or critical one needs this many of the job's spreads instead of z "
-                           "(below z it raised every live H200 cause in its first minutes at 2.5, and healthy "
-                           "real 2-GPU jobs too: bench/results/real_h200zg.md)")
+    evidence_z: float = _n(4.0, "... and a warning or critical one whose evidence stands this many of that "
+                           "source's own spreads out (its medians over the same span, in the quiet history) "
+                           "is raised at the severity's ratio, whatever the step time's spread")
 
     def __post_init__(self) -> None:
         if not self.info_ratio <= self.warning_ratio <= self.critical_ratio:

@@ -2,7 +2,8 @@
 of its history: the size and spread each severity needs (``_shift``'s rules: 0.8x the ratio,
 0.7x for info, ``z`` spreads, two thirds of the window above half the shift), the critical
 sustain, the job's waves a shift no larger must outlast, and the rank's evidence, which raises a
-warning or critical shift at ``evidence_z`` spreads and which, gone, ends an episode."""
+warning or critical shift at its ratio when the source that holds it stands ``evidence_z`` of its
+own spreads out, and which, gone, ends an episode."""
 
 from __future__ import annotations
 
@@ -63,9 +64,11 @@ class ShiftTests:
         """The shift of ``sev``'s window (or of the last ``n`` buckets) above ``ref`` (log
         units) when it raises ``sev``: at least 0.8x its ratio (0.7x for info) and ``z`` noise
         spreads, sustained over two thirds of the window's buckets; else None. ``backed``: a
-        warning or critical shift under ``z`` but at least ``evidence_z`` spreads also raises
-        when its evidence holds it (:meth:`_backed`; a healthy 40 ms H200 job's forward grew
-        0.8 ms for minutes, +2.4% of its step: info keeps ``z``)."""
+        warning or critical shift under ``z`` spreads of the step time also raises when its
+        evidence holds it and stands ``evidence_z`` spreads of its own source out
+        (:meth:`backed`, ``Backing.spreads``): the job changed, whatever the host's pace does to
+        the step time (a healthy 40 ms H200 job's forward grew 0.8 ms for minutes, +2.4% of its
+        step: info keeps ``z``)."""
         n = n or self.n[sev]
         window = self.history.tail(2, n)
         shift = median(window) - ref
@@ -74,9 +77,10 @@ class ShiftTests:
         noise = self.noise.get(sev)
         if shift >= self.cfg.z * noise:
             return shift
-        if (backed and sev != INFO and shift >= self.cfg.evidence_z * noise
-                and self.backed(ref, shift, n) is not None):  # (info, the long +3%: z, as ever)
-            return shift
+        if backed and sev != INFO:  # (info, the long +3%: z, as ever)
+            b = self.backed(ref, shift, n)
+            if b is not None and b.spreads is not None and b.spreads >= self.cfg.evidence_z:
+                return shift
         return None
 
     def backed(self, ref: float, shift: float, n: int) -> Optional[Backing]:
@@ -102,8 +106,25 @@ class ShiftTests:
         step_s = math.exp(ref)
         lo = edge - max(MIN_BEFORE_S, now - onset_at)
         backing, unknown = self.evidence.backing(lo, edge, onset_at + self.cfg.bucket_s, now, step_s,
-                                                  step_s * math.expm1(shift))
+                                                  step_s * math.expm1(shift), self.loud)
         return backing, unknown, (lo, edge, step_s)
+
+    def loud(self) -> list[tuple[float, float]]:
+        """The (start, end) data times of the history's buckets inside episodes, runs merged,
+        after the span before its first bucket (the warm-up): what the evidence's own spreads
+        leave out."""
+        if not len(self.history):
+            return []
+        b = self.cfg.bucket_s
+        spans: list = [[0.0, self.history[0][1] - b]]
+        for t, quiet in zip(self.history.tail(1, len(self.history)), self.history.tail(3, len(self.history))):
+            if quiet:
+                continue
+            if spans and spans[-1][1] >= t - b:
+                spans[-1][1] = t
+            else:
+                spans.append([t - b, t])
+        return [tuple(x) for x in spans]
 
     def evidence_gone(self, ep: Episode, recent: float) -> bool:
         """The open episode's evidence is back under ``_GONE_SHARE`` of what it held at the raise

@@ -30,9 +30,11 @@ asked (a few hundred rows). One caller at a time.
 
 from __future__ import annotations
 
-from typing import Optional, Sequence
+import dataclasses
+from typing import Callable, Optional, Sequence
 
 from .._ring import Ring
+from ._evidence_noise import SourceNoise
 from ._types import Backing, median
 
 __all__ = ["Backing", "RankEvidence", "PHASES"]
@@ -56,13 +58,14 @@ class RankEvidence:
     (end time, samples, points, 5 device then 5 host medians s), allocator (time, cumulative
     calls)."""
 
-    __slots__ = ("waits", "phases", "alloc", "busy", "_wait", "_phase", "_phase_end")
+    __slots__ = ("waits", "phases", "alloc", "busy", "noise", "_wait", "_phase", "_phase_end")
 
     def __init__(self) -> None:
         self.waits = Ring("ddQ", _BLOCKS)
         self.phases = Ring("dQQ" + "d" * 10, _BLOCKS)
         self.alloc = Ring("dd", _BLOCKS)
         self.busy = Ring("dd", _BLOCKS)  # (time, GPM SM activity) one sample per block
+        self.noise = SourceNoise()  # each source's own spread, for Backing.spreads
         self._wait: list = [0.0, 0.0, 0]  # the open block: its end time, wait sum, steps
         self._phase: list = []             # the open block's samples: (points, 5 device s)
         self._phase_end = 0.0
@@ -112,11 +115,13 @@ class RankEvidence:
 
     # -- reading --------------------------------------------------------------------------------
     def backing(self, lo: float, edge: float, since: float, now: float, step_s: float,
-                delta_s: float) -> tuple[Optional[Backing], tuple]:
+                delta_s: float, loud: Callable[[], Sequence[tuple]] = tuple) -> tuple[Optional[Backing], tuple]:
         """The evidence of a shift of ``delta_s`` seconds per step on a step of ``step_s``:
         before is data time ``lo..edge``, after ``since..now``. Returns (the backing or None,
         the sources that could not be read: of PHASE_TIMES, LOADER_WAIT, ALLOCATOR_CALLS; empty
-        when every source was compared)."""
+        when every source was compared). The backing's ``spreads`` is its growth in its source's
+        own spreads (:meth:`spreads`), measured outside the (start, end) spans ``loud()``
+        returns (the rank's episodes)."""
         if delta_s <= 0:
             return None, ()
         unknown = []
@@ -138,7 +143,35 @@ class RankEvidence:
             unknown.append(ALLOCATOR_CALLS)
         elif churn and best is None:
             best = churn
+        if best is not None:
+            best = dataclasses.replace(best, spreads=self.spreads(best, edge, since, now, step_s, loud))
         return best, tuple(unknown)
+
+    def spreads(self, b: Backing, edge: float, since: float, now: float, step_s: float,
+                loud: Callable[[], Sequence[tuple]] = tuple) -> Optional[float]:
+        """``b``'s growth in spreads of its source's medians over as many blocks as its span after
+        (``since..now``) holds, that source measured before ``edge`` outside ``loud()``
+        (:class:`SourceNoise`); None for allocator calls (their rule is a count: 3x), for the
+        GPU's busy time (one NVML sample a block, and the step time is half of it: a healthy
+        2 x H200 job's stood 4.6 spreads out on its host's wave), for a phase its host paces (``host_paced``: a 2 x H200 job's host wandered +10% for 40 s,
+        all of it in its host-bound forward, +2.7 ms, which had stood within 1 ms for minutes:
+        14 of its spreads), or when the history is too short to tell."""
+        if b.unit != "ms" or b.host_paced or b.kind == "gpu":
+            return None
+        if b.kind in ("phase", "device"):
+            after = [r for r in self.phases if since <= r[0] <= now + _BLOCK_S]
+            if not after:
+                return None
+            kind = after[-1][2]
+            ks = (PHASES.index(b.name),) if b.kind == "phase" else tuple(j for j in range(5) if PHASES[j] != "sync")
+            key: tuple = (b.kind, ks, kind)
+            n = sum(1 for r in after if r[2] == kind)
+            rows = lambda: [(r[0], sum(r[3 + k] for k in ks)) for r in self.phases if r[2] == kind]  # noqa: E731
+        else:
+            key, n = (b.kind,), sum(1 for r in self.waits if since <= r[0] <= now + _BLOCK_S)
+            rows = lambda: [(r[0], r[1]) for r in self.waits]  # noqa: E731
+        s = self.noise.spread(key, n, edge, step_s, rows, loud)
+        return None if s is None else round((b.after - b.before) / 1e3 / s, 1)
 
     def grown(self, b: Backing, lo: float, edge: float, since: float, now: float, step_s: float) -> Optional[float]:
         """How much the source of ``b`` stands above its level of ``lo..edge`` over
@@ -185,7 +218,9 @@ class RankEvidence:
             rest_b = sum(b) - b[k]
             rest = sum(grew) - d
             if rest_b <= 0 or rest <= 0 or d / b[k] >= _CONCENTRATED * rest / rest_b:
-                return Backing("phase", PHASES[k], b[k] * 1e3, a[k] * 1e3, "ms", d / delta_s)
+                host_k = median([r[8 + k] for r in after]) - median([r[8 + k] for r in before])
+                return Backing("phase", PHASES[k], b[k] * 1e3, a[k] * 1e3, "ms", d / delta_s,
+                               host_paced=host_k >= _HOST_GREW * d)
         # the device's own work (every phase but sync, the wait) grew by half the step's growth
         # with the host's time in those phases not grown with it: more work on the GPU (real
         # GEMMs added to an H200 job's backward: backward +2.2, forward +1.0..2.2, optimizer

@@ -23,7 +23,11 @@ SEVERITIES = (INFO, WARNING, CRITICAL)  # lowest first
 class Backing:
     """The evidence a step-time shift came with: ``kind`` ("phase", "loader", "allocator"),
     ``name`` (the phase, "data-loader wait", "allocator calls"), ``before``/``after`` in its unit
-    (``unit``: "ms" per step, or "calls/step"), and ``share``: its growth over the step's (ms)."""
+    (``unit``: "ms" per step, or "calls/step"), ``share``: its growth over the step's (ms), and
+    ``spreads``: its growth in spreads of its own source's medians over the same span (how
+    clearly the source itself changed; None where not measured), and ``host_paced``: a phase
+    whose host time grew with its device time (the host's pace sets it: more Python work, or a
+    host that slowed, which the times cannot tell apart)."""
 
     kind: str
     name: str
@@ -31,6 +35,8 @@ class Backing:
     after: float
     unit: str
     share: float
+    spreads: Optional[float] = None
+    host_paced: bool = False
 
     def text(self) -> str:
         d = self.after - self.before

@@ -153,3 +153,75 @@ def test_device_work_grown_across_phases_holds_the_shift_unless_the_host_grew_wi
     _feed(ev, T0 + 300, T0 + 360, phases=grown, host=0.95)
     b, _ = ev.backing(T0 + 150, T0 + 290, T0 + 305, T0 + 360, 0.040, 0.004)
     assert b is None
+
+
+def _wandering(det: DriftDetector, ev: RankEvidence, t0: float, t1: float, grown_s: float = 0.0) -> list:
+    """A launch-bound job of 12 ms steps whose host wanders: every phase's time (device and
+    host alike: the GPU waits on the launches) and so the step x (1 + 9% sin) over 150 s, with
+    10% noise per step; from ``t0`` on the optimizer's device time holds ``grown_s`` more (the
+    job's own change). Returns (time, condition) at each change of the condition."""
+    import math
+    rng = random.Random(int(t0))
+    base = [0.0003, 0.0040, 0.0040, 0.0002, 0.0035]  # 12 ms of phases
+    out, t, step = [], t0, int((t0 - T0) / 0.012)
+    while t < t1:
+        w = 1 + 0.09 * math.sin(2 * math.pi * (t - T0) / 150.0)
+        phases = [p * w * (1 + 0.1 * rng.gauss(0, 1)) for p in base]
+        phases[4] = base[4] * (1 + 0.01 * rng.gauss(0, 1)) + grown_s  # the optimizer's kernels: the device's pace
+        d = 0.0002 + sum(phases)
+        t += d
+        step += 1
+        ev.steps([t], [0.0001])
+        if step % 30 == 0:
+            ev.phase_samples([t], [0b1111], [[p] for p in phases], [[p * 0.9] for p in phases[:4]] + [[0.0012 * w]])
+        if det.feed(step, t, d):
+            out.append((t, det.condition))
+    return out
+
+
+def test_a_wandering_launch_bound_host_raises_nothing_but_a_phase_of_its_own_is_raised_at_once():
+    """The step time of a launch-bound job wanders +-9% with its host (30 s medians spread ~5%:
+    ``z`` spreads ask for +20% or more); the optimizer's device time, which the host does not
+    bound, hardly moves. That phase grown by +10% of the step stands hundreds of its own spreads
+    out: raised within 60 s as the job's change; the step times alone raise it late or never;
+    the wandering alone raises nothing in 15 minutes."""
+    cfg = DriftConfig()
+    ev = RankEvidence()
+    det = DriftDetector(cfg, "j", 0, evidence=ev)
+    assert not [c for c in _wandering(det, ev, T0, T0 + 900) if c[1] is not None]
+    for evidence in (True, False):
+        ev = RankEvidence()
+        det = DriftDetector(DriftConfig(evidence=evidence), "j", 0, evidence=ev)
+        _wandering(det, ev, T0, T0 + 420)
+        assert det.armed and det.condition is None
+        ups = [c for c in _wandering(det, ev, T0 + 420, T0 + 540, grown_s=0.0012) if c[1] is not None]
+        if evidence:
+            assert ups and ups[0][0] - (T0 + 420) <= 60, ups
+            c = ups[0][1]
+            assert c.decided == "job" and c.evidence.name == "optimizer", c
+            assert c.evidence.spreads >= cfg.evidence_z, c.evidence
+        else:
+            assert not ups or ups[0][0] - (T0 + 420) > 60, ups
+
+
+def test_a_phase_that_wanders_by_itself_is_read_in_its_own_spreads():
+    """The forward +4 ms of a 40 ms step: a still forward stands many of its own spreads out; a
+    forward that wanders by as much by itself (runs of 60 s at +0 and +4 ms) stands few."""
+    found = {}
+    for wanders in (False, True):
+        ev = RankEvidence()
+        t = T0
+        for i in range(1, 12000):
+            t += 0.1
+            ev.steps([t], [0.0004])
+            more = 0.004 if wanders and (i // 600) % 2 else 0.0
+            ev.phase_samples([t], [0b1111], [[p + (more if j == 1 else 0)] for j, p in enumerate(PHASE_S)],
+                             [[0.3 * p] for p in PHASE_S])
+        for i in range(600):
+            t += 0.1
+            ev.steps([t], [0.0004])
+            ev.phase_samples([t], [0b1111], [[p + (0.006 if j == 1 else 0)] for j, p in enumerate(PHASE_S)],
+                             [[0.3 * p] for p in PHASE_S])
+        found[wanders], _ = ev.backing(t - 200, t - 70, t - 55, t, 0.040, 0.004)
+    assert found[False] is not None and found[False].spreads >= 4 * DriftConfig().evidence_z, found
+    assert found[True] is not None and found[True].spreads < DriftConfig().evidence_z, found

@@ -82,13 +82,21 @@ def test_a_healthy_real_recording_raises_nothing(name, lines):
 
 
 @pytest.mark.parametrize("name, quiet_until_s", sorted(FLOOR_STEPPED.items()))
-def test_a_floor_that_stepped_up_at_the_end_is_raised_by_the_floor_alone(name, quiet_until_s, lines):
+def test_a_floor_that_stepped_up_at_the_end_is_raised_by_the_floor_or_by_its_evidence(name, quiet_until_s, lines):
+    """The whole step distribution stepped up +8% in the last 80 s: the floor (p10) raises it;
+    the medians alone do not (their spread is wider), unless the evidence holds it: the
+    forward's device time grew with it, many of its own spreads out."""
     start = first_step_time(lines(name))
     alerts = replay(events(lines(name)), DetectionConfig())
-    assert alerts and all(a.alertname == "StepwatchThroughputDrift" and "(p10 step " in a.fired_summary
-                          and a.starts_at - start >= quiet_until_s for a in alerts), \
-        [(a.alertname, a.starts_at - start, a.fired_summary) for a in alerts]
-    assert replay(events(lines(name)), DetectionConfig(drift=DriftConfig(floor_quantile=0.0))) == []
+    assert alerts and all(a.alertname == "StepwatchThroughputDrift" and a.starts_at - start >= quiet_until_s
+                          for a in alerts), [(a.alertname, a.starts_at - start, a.fired_summary) for a in alerts]
+    assert any("(p10 step " in a.fired_summary for a in alerts), [a.fired_summary for a in alerts]
+    medians = DetectionConfig(drift=DriftConfig(floor_quantile=0.0))
+    alone = DetectionConfig(drift=DriftConfig(floor_quantile=0.0, evidence=False))
+    assert replay(events(lines(name)), alone) == []
+    backed = replay(events(lines(name)), medians)
+    assert all(a.decided == "job" and a.evidence["name"] == "forward" and a.starts_at - start >= quiet_until_s
+               for a in backed), [(a.starts_at - start, a.decided, a.evidence) for a in backed]
 
 
 @pytest.mark.parametrize("name, level_until_s", sorted(HOST_SLOWED.items()))
