@@ -25,6 +25,7 @@ from stepwatch.core.contract import label_problem
 from stepwatch.proto import MALFORMED_MESSAGE, MAX_PACE_S  # (MAX_PACE_S: the longest batch interval acks ask for)
 from stepwatch.proto.stepwatch.v1 import agent_pb2
 
+from ._connect_log import ConnectLog
 from ._control import CONTROL_SERVICE_NAME, CaptureService, StreamTable
 from ._pipeline import Pipeline
 from ..wire import bound_strings
@@ -119,6 +120,7 @@ class IngestServer:
         self._health = health.aio.HealthServicer()
         self.streams = StreamTable()  # live Connect streams, for commands (ControlService)
         self._logged: dict[str, tuple] = {}  # refusal reason -> (last logged, refusals since)
+        self.connect_log = ConnectLog(log)  # connect/disconnect lines, at most 20 a minute
 
     async def start(self, listen: str) -> int:
         """Bind ``listen`` (HOST:PORT, port 0 allowed) and start serving; return the bound port.
@@ -192,6 +194,7 @@ class IngestServer:
             return
         await self._health.enter_graceful_shutdown()
         await server.stop(grace_s)
+        self.connect_log.flush()
 
     def _deserialize(self, data: bytes):
         if len(data) > self._max:
@@ -352,8 +355,7 @@ class IngestServer:
         if hello is None:
             return
         key = self._pipeline.connect(hello, self._clock())
-        log.info("stepwatch collector: agent connected: job=%s rank=%d host=%s session=%s",
-                 hello.job, hello.rank, hello.host, hello.session_id)
+        self.connect_log.connected(hello.job, hello.rank, hello.host, hello.session_id)
         stream = self.streams.open(hello, requests)  # commands can go out while the agent is silent
         self._open += 1
         self._pace()
@@ -370,7 +372,7 @@ class IngestServer:
             self._pace()
             self.streams.close(stream)
             self._pipeline.disconnect(key, hello, self._clock())
-            log.info("stepwatch collector: agent disconnected: job=%s rank=%d", hello.job, hello.rank)
+            self.connect_log.disconnected(hello.job, hello.rank)
 
     async def _handle(self, msg, key, hello: agent_pb2.Hello, context) -> Optional[agent_pb2.Command]:
         if isinstance(msg, _Malformed):
