@@ -290,28 +290,57 @@ H200ZG = [("gemm_backward", 1796186781.34, 1796186871.35), ("dataloader", 179618
           ("empty_cache", 1796187241.37, 1796187331.34), ("optimizer_loop", 1796187471.35, 1796187561.33)]
 
 
-def test_live_causes_in_turn_are_raised_each_in_its_own_episode_by_their_evidence():
-    """The live four-cause job replayed at the defaults: nothing raised while healthy; the
-    allocator churn and the for-loop optimizer each raised within 30 s of their start in an
-    episode of their own, decided by their evidence (allocator calls; the optimizer's device
-    time), named first in the why (the optimizer, not host CPU), and resolved within 2 minutes
-    of their end. With the step times alone (``drift.evidence`` off) the optimizer, no larger
-    than the churn's episode that had ended by itself, is held back as a wave: never raised.
-    (The +10% GEMMs and the +8% loader came before the job's spread was measured on a long
-    history: its reach read +14.7% then; bench/results/real_h200zg.md.)"""
-    lines = load(str(DIAG / "h200zg_1gpu_m_pulses.jsonl.gz"))
+def _causes_in_turn(lines: list, causes: list, expected: tuple) -> list:
+    """Drift episodes of a live four-cause job replayed at the defaults: nothing raised while
+    healthy; each ``expected`` (cause, within s, evidence's name or None for any, the why's
+    start) raised within its time of its start in an episode of its own, decided by its
+    evidence, named first in the
+    why, and resolved within 2 minutes of its end. Returns the alerts."""
     alerts = [a for a in replay(events(lines), DetectionConfig()) if a.alertname == "StepwatchThroughputDrift"]
-    assert all(a.starts_at >= H200ZG[0][1] - 30 for a in alerts), [a.fired_summary for a in alerts]
-    for cause, start, end, evidence, first in (
-            ("empty_cache", *H200ZG[2][1:], "allocator calls", "allocator churn"),
-            ("optimizer_loop", *H200ZG[3][1:], "optimizer", "optimizer +")):
+    assert all(a.starts_at >= causes[0][1] - 30 for a in alerts), [a.fired_summary for a in alerts]
+    when = {c: (start, end) for c, start, end in causes}
+    for cause, within, evidence, first in expected:
+        start, end = when[cause]
         mine = [a for a in alerts if start - 30 <= a.starts_at < end]
         assert len(mine) == 1, (cause, [a.fired_summary for a in mine])
         (a,) = mine
-        assert a.fired_at - start <= 30 and a.decided == "job" and a.evidence["name"] == evidence, \
+        assert a.fired_at - start <= within and a.decided == "job" and evidence in (None, a.evidence["name"]), \
             (cause, a.fired_at - start, a.fired_summary)
         assert a.diagnosis.startswith(first), a.diagnosis
         assert a.ends_at is not None and a.ends_at - end <= 120, (cause, a.ends_at - end)
+    return alerts
+
+
+def test_live_causes_in_turn_are_raised_each_in_its_own_episode_by_their_evidence():
+    """h200zg replayed: the allocator churn and the for-loop optimizer within 30 s (allocator
+    calls; the optimizer's device time, named before host CPU), the slower loader within 60 s by
+    its wait, 32 of its own spreads out where the step stood under ``z`` of its own. With the
+    step times alone (``drift.evidence`` off) the optimizer, no larger than the churn's episode
+    that had ended by itself, is held back as a wave: never raised. (The +10% GEMMs spread over
+    the phases with their host time: no source holds them; the device's work stood 2.2 of its
+    own spreads out: bench/results/real_h200zg.md, real_h200zi.md.)"""
+    lines = load(str(DIAG / "h200zg_1gpu_m_pulses.jsonl.gz"))
+    _causes_in_turn(lines, H200ZG, (("dataloader", 60, "data-loader wait", "data +"),
+                                    ("empty_cache", 30, "allocator calls", "allocator churn"),
+                                    ("optimizer_loop", 30, "optimizer", "optimizer +")))
     steps_alone = replay(events(lines), parse_detection('{"drift": {"evidence": false}}'))
     start, end = H200ZG[3][1:]
     assert not [a for a in steps_alone if start - 30 <= a.starts_at < end], "the wave rule no longer holds it"
+
+
+# h200zi (diag README, held out): the same four causes on another H200 lease, live at 43d2858
+H200ZI = [("gemm_backward", 1796233187.25, 1796233277.25), ("dataloader", 1796233417.23, 1796233507.23),
+          ("empty_cache", 1796233647.25, 1796233737.23), ("optimizer_loop", 1796233877.23, 1796233967.23)]
+
+
+def test_four_live_causes_each_raised_by_its_evidence_with_its_cause_named_first():
+    """Live at the defaults and replayed alike: the GEMMs (+6%) by the backward's device time in
+    63 s, the loader (+12%) by its wait in 45 s, the churn in 18 s, the for-loop optimizer (+9%)
+    by its device time in 26 s, each its own episode, resolved 65-72 s after its end; nothing
+    while healthy. (The churn's evidence at the raise was the device's work, +8.7 ms; its why
+    names the allocator churn first.)"""
+    lines = load(str(DIAG / "h200zi_1gpu_m_pulses.jsonl.gz"))
+    _causes_in_turn(lines, H200ZI, (("gemm_backward", 70, "backward", "backward +"),
+                                    ("dataloader", 60, "data-loader wait", "data +"),
+                                    ("empty_cache", 30, None, "allocator churn"),
+                                    ("optimizer_loop", 30, "optimizer", "optimizer +")))
