@@ -37,7 +37,7 @@ from ._config import CollectorSettings
 from .alerting import AlertmanagerClient, AlertMetrics, Detection
 from .api import HttpServer, Routes, accepts, ssl_context, tls_files
 from .detect import DriftStore, RunStore
-from .export import ForkRender, RankMetrics, Scrape, available as fork_available, cores
+from .export import Declared, ForkRender, RankMetrics, Scrape, available as fork_available, connected_families, cores
 from .ingest import AcceptGuard, IngestServer, Pipeline, Recorder, raise_fd_limit
 from .state import CollectorHealth, CollectorState, TraceStore, TraceStoreMetrics
 
@@ -97,10 +97,13 @@ class Collector:
                                    request_trace=self._request_trace, store=self._store, runs=self._runs)
         self.pipeline = Pipeline(self.state, [self.detection], self.health.ingest)
         self.registry = registry if registry is not None else CollectorRegistry(auto_describe=False)
-        self.rank_metrics = RankMetrics(self.state, settings.metrics_per_rank, settings.metrics_top_k, self.health)
+        self.rank_metrics = RankMetrics(self.state, settings.metrics_per_rank, settings.metrics_top_k)
         self.render_mode = resolve_render(settings.metrics_render)
         self._fork = ForkRender() if self.render_mode == "process" else None
-        self.health.scrape_child = self._fork
+        # every component's own families are the registry's (the ranks' series: RankMetrics)
+        for source in (lambda: connected_families(self.state), self.health.ingest.families,
+                       self.health.families, gcstats.GC_STATS.families) + ((self._fork.families,) if self._fork else ()):
+            Declared(source).register(self.registry)
         AlertMetrics(self.detection.book, self.registry, client, pauses=self.detection.engine.pauses,
                      runs=self.detection.engine.lineage.ratios, arming=self.detection.engine.arming,
                      per_rank=settings.metrics_per_rank == "full", armed=self.detection.engine.armed,

@@ -22,15 +22,13 @@ from typing import Callable, NamedTuple, Optional
 
 from ._exposition import Family, labels_text
 from ..wire import PHASES
-from .._gcstats import GC_STATS
 from ._job_metrics import job_families
 from ._rank_table import RankTable
-from ..state import CollectorHealth
 from ..state import STEP_BUCKETS, WAIT_BUCKETS, CollectorState, cumulative
 from ._windows_metrics import window_families
 from ..state import PAUSE_EVERY_RANKS, no_pause
 
-__all__ = ["RankMetrics", "MODES", "SUMMARY", "CLOCK_EVENT_REASONS", "RANK_LABELS"]
+__all__ = ["RankMetrics", "MODES", "SUMMARY", "CLOCK_EVENT_REASONS", "RANK_LABELS", "connected_families"]
 
 MODES = ("full", "summary", "off")
 RANK_LABELS = ("training_job", "rank", "local_rank", "node")
@@ -126,12 +124,10 @@ _KIND = {"c": "counter", "g": "gauge"}
 class RankMetrics:
     """The per-rank and per-job families of ``state`` for one scrape."""
 
-    def __init__(self, state: CollectorState, mode: str = "summary", top_k: int = 5,
-                 health: Optional[CollectorHealth] = None):
+    def __init__(self, state: CollectorState, mode: str = "summary", top_k: int = 5):
         if mode not in MODES:
             raise ValueError(f"metrics per-rank mode: expected one of {', '.join(MODES)}, got {mode!r}")
         self._state, self.mode, self._top_k = state, mode, top_k
-        self._health = health if health is not None else CollectorHealth()
         self._labels: dict = {}  # (job, rank) -> (Hello, GpuIdentity, Labels texts)
 
     def families(self, pause: Callable[[], None] = no_pause, frozen: bool = False) -> list[Family]:
@@ -143,7 +139,7 @@ class RankMetrics:
         mode = Family("stepwatch_collector_per_rank_series", "1 for the collector's per-rank series mode "
                       "(full, summary: a bounded set, off: per-job aggregates only).", "gauge")
         mode.add(f'mode="{self.mode}"', 1)
-        fams = [mode, *_collector(self._state, self._health), *job_families(table, pause)]
+        fams = [mode, *job_families(table, pause)]
         if self.mode == "off":
             return fams
         labels = self._texts(table)
@@ -217,30 +213,10 @@ def _label_texts(job: str, rank: int, hello, gpu, full: bool) -> tuple[str, str,
     return short, f'{short},gpu="{gpu.index if gpu is not None else ""}"', every
 
 
-def _collector(state: CollectorState, health: CollectorHealth) -> list[Family]:
-    """The collector's own families: the agents connected now, and the families its parts
-    declare (ingest's counts, the process's health, its garbage collections, the render process
-    of /metrics when there is one), rendered."""
-    connected = Family("stepwatch_collector_connected_agents", "Agent streams (ranks) connected now.", "gauge")
-    connected.add("", state.connected_agents())
-    declared = [*health.ingest.families(), *health.families(), *GC_STATS.families()]
-    if health.scrape_child is not None:
-        declared += health.scrape_child.families()
-    return [connected, *map(_declared, declared)]
-
-
-def _declared(family: tuple) -> Family:
-    """A family a component declared (``(name, help, kind, [(label names, label values,
-    value)])``, a histogram's value ``(cumulative, sum)``), rendered."""
-    name, doc, kind, rows = family
-    fam = Family(name, doc, kind)
-    for names, values, value in rows:
-        labels = labels_text(names, values) if names else ""
-        if kind == "histogram":
-            fam.add_histogram(labels, *value)
-        else:
-            fam.add(labels, value)
-    return fam
+def connected_families(state: CollectorState) -> list[tuple]:
+    """The agent streams (ranks) connected now, in the declared form (:class:`Declared`)."""
+    return [("stepwatch_collector_connected_agents", "Agent streams (ranks) connected now.", "gauge",
+             [((), (), state.connected_agents())])]
 
 
 def _info(labels: Labels) -> list[Family]:

@@ -8,8 +8,6 @@ histogram's value ``(cumulative [(le, count)], sum)``); the export renders them.
 
 from __future__ import annotations
 
-from typing import Any, Optional
-
 from ._ingest_counters import IngestCounters
 from ._state import SELF_BOUNDS_S, Histogram
 from ._yield import LoadMeter
@@ -25,7 +23,6 @@ class CollectorHealth:
         self.housekeeping = Histogram(SELF_BOUNDS_S)  # each housekeeping tick
         self.load = LoadMeter()  # CPU outside scrapes (sampled by the loop watch; scrapes yield to it)
         self.scrape_yield_s = 0.0  # seconds scrapes slept giving way to ingest
-        self.scrape_child: Optional[Any] = None  # the ForkRender of /metrics, when scrapes render in a child
 
     def families(self) -> list[tuple]:
         """Its own metric families, in the declared form (the ingest counters' and the render

@@ -63,9 +63,9 @@ def test_a_forked_render_returns_what_the_thread_renders(start_collector):
     assert 'stepwatch_gpu_utilization_ratio{training_job="j",rank="2"' in body.decode()
     assert _rank_lines(zipped) == lines
     assert c._fork.private_bytes > 0 and not c._fork.failures
-    assert b'stepwatch_collector_scrape_child_failures_total{reason="exit"} 0' in body
+    assert b'stepwatch_collector_scrape_child_failures_total{reason="exit"} 0.0\n' in body
     # each fork timed; a body shows the forks before its own
-    assert b"stepwatch_collector_scrape_fork_seconds_count 0\n" in body and c._fork.fork_seconds.count == 2
+    assert b"stepwatch_collector_scrape_fork_seconds_count 0.0\n" in body and c._fork.fork_seconds.count == 2
     assert _children() == before  # every child reaped
 
 
@@ -87,8 +87,10 @@ def test_a_failing_child_falls_back_to_the_thread_and_is_counted(start_collector
     assert _rank_lines(body) == _rank_lines(render(real(no_pause)).encode())
     assert c._fork.failures == {"exit": 1}
     assert "child exited with status 1" in caplog.text
-    # (the next scrape's child fails too; its fallback counts both; logged once a minute)
-    assert b'stepwatch_collector_scrape_child_failures_total{reason="exit"} 2' in running.get("/metrics")[2]
+    # (the next scrape's child fails too; logged once a minute. The registry's families are
+    # rendered before a scrape's child runs: a body counts the failures of the scrapes before it)
+    assert b'stepwatch_collector_scrape_child_failures_total{reason="exit"} 1.0\n' in running.get("/metrics")[2]
+    assert b'stepwatch_collector_scrape_child_failures_total{reason="exit"} 2.0\n' in running.get("/metrics")[2]
     assert caplog.text.count("child exited with status 1") == 1
     assert _children() == before
 

@@ -36,4 +36,4 @@ def test_a_stream_without_a_hello_is_closed_and_counted(start_collector, monkeyp
     silent.put(None)
     text = running.get("/metrics")[2].decode()
     assert [l for l in text.splitlines() if "hello_timeout" in l] == [
-        'stepwatch_collector_streams_rejected_total{reason="hello_timeout"} 1'], [l for l in text.splitlines() if "rejected" in l]
+        'stepwatch_collector_streams_rejected_total{reason="hello_timeout"} 1.0'], [l for l in text.splitlines() if "rejected" in l]

@@ -31,7 +31,7 @@ def test_nan_and_inf_records_are_dropped_and_counted(start_collector):
     assert st.steps_total == 1 and st.allocator is None and st.host.cpu_seconds == 1.0 and not st.windows
     assert st.stats.windows == 1 and math.isfinite(st.stats.overhead_ratio)
     assert collector.collector.health.ingest.snapshot()["nonfinite_records"] == 5
-    assert "stepwatch_collector_nonfinite_records_total 5\n" in text
+    assert "stepwatch_collector_nonfinite_records_total 5.0\n" in text
 
 
 def test_the_step_columns_finiteness_check_covers_every_float_of_a_step_record():
