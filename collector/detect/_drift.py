@@ -84,11 +84,11 @@ from typing import TYPE_CHECKING, Optional
 from .._ring import Ring
 from ._config import DriftConfig
 from ._drift_buckets import StepBuckets
-from ._drift_episode import Episode, before_onset, clock
+from ._drift_episode import Episode
 from ._drift_noise import RAISE
 from ._drift_state import drift_state, restore_drift
 from ._drift_tests import ShiftTests, estimate_onset
-from ._names import PROFILER_OVERHEAD, THROUGHPUT_DRIFT
+from ._names import THROUGHPUT_DRIFT
 from ._types import CRITICAL, INFO, SEVERITIES, WARNING, Condition, median
 
 if TYPE_CHECKING:
@@ -97,10 +97,6 @@ if TYPE_CHECKING:
 __all__ = ["DriftDetector"]
 
 _NOISE_EVERY = 12  # buckets between recomputations of the noise spreads
-# A further change is at least this share of the shift already raised: the first raise can
-# measure a large change short by a few percent (a +49% demo slowdown raised at +41% on the
-# warning window's median while its level still rose), which is that change, not another.
-_FURTHER_SHARE = 0.5
 # A shift raised after arming with its onset inside the settling time settles the rank again,
 # at most this many times (then it is raised: a job whose level never holds is still judged)
 _RESETTLE_MAX = 2
@@ -342,22 +338,8 @@ class DriftDetector:
         if (onset_at < self._settled_at - self.cfg.bucket_s and self._resettles < _RESETTLE_MAX
                 and window is None and backing is None):  # (stepwatch's own cost, and a change its
             return self._resettle(onset_at, ys[k:])        # evidence holds, are raised wherever they fall)
-        self._ep.backing, self._ep.unknown, self._ep.backing_span = backing, unknown, span
-        self._ep.onset = (int(rows[k][0]), onset_at)
-        self._ep.ref, self._ep.raised = ref, shift
-        self._ep.alertname, self._ep.window_note = THROUGHPUT_DRIFT, ""
-        self._ep.window_step = window
-        if window is not None:
-            self._ep.alertname = PROFILER_OVERHEAD
-            self._ep.window_note = (f"; it began when the agent's profiler window ending at step {window:,} "
-                                 "closed: stepwatch's own cost, not the job's (the agent backs off)")
-        if which == "settled":  # (a time relative to the onset stays true however late it is read)
-            before = onset_at - self._settled_at
-            self._ep.ref_text = f"vs this job's level settled at {clock(self._settled_at)}, {before_onset(before)}"
-        else:
-            self._ep.ref_text = "vs the level before"
-        changed = self._ep.set(sev, shift)
-        return self._ep.note_backoff() or changed
+        return self._ep.open(sev, (int(rows[k][0]), onset_at), ref, shift, window, (backing, unknown, span),
+                             self._settled_at if which == "settled" else None)
 
     def _resettle(self, onset_at: float, since_onset: list) -> bool:
         """A shift found after arming whose onset lies inside the settling time: the job had not
@@ -376,25 +358,10 @@ class DriftDetector:
         return False
 
     def _further(self) -> bool:
-        """A further change in the open episode: the warning window's level stands a warning
-        shift (``_shift``'s rules), and at least half the shift already raised, above the level
-        the episode was raised on. The episode takes the new onset, found as at a raise among
-        the buckets since the current one."""
-        n = self._n[WARNING]
-        top = self._ep.ref + self._ep.raised
-        if len(self._history) < n or self._ep.alertname != THROUGHPUT_DRIFT:
+        """A further change in the open episode (:meth:`ShiftTests.further`): the episode takes
+        its onset and the evidence there (:meth:`Episode.further`)."""
+        found = self._t.further(self._ep) if self._ep.alertname == THROUGHPUT_DRIFT else None
+        if found is None:
             return False
-        shift = self._t.shift(WARNING, top, n, backed=True)
-        if shift is None or shift < _FURTHER_SHARE * self._ep.raised:
-            return False
-        m = n + self._n_before[WARNING]
-        rows = [self._history[k] for k in range(max(0, len(self._history) - m), len(self._history))]
-        rows = [r for r in rows if r[1] - self.cfg.bucket_s >= self._ep.onset[1]] or rows[-n:]
-        k = estimate_onset([r[2] for r in rows], top, shift, self._t.clip)
-        if self._ep.began is None:
-            self._ep.began = (self._ep.onset[0], math.expm1(self._ep.raised))
-        self._ep.onset = (int(rows[k][0]), rows[k][1] - self.cfg.bucket_s)
-        self._ep.backing, self._ep.unknown, self._ep.backing_span = self._t.backing_at(self._ep.onset[1], top, shift)
-        self._ep.raised += shift
-        self._ep.change += 1
-        return self._ep.set(self.condition.severity, self._ep.raised)
+        step, onset_at, shift = found
+        return self._ep.further(step, onset_at, shift, self._t.backing_at(onset_at, self._ep.ref + self._ep.raised, shift))

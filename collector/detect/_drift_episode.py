@@ -63,6 +63,41 @@ class Episode:
             self.backing, self.unknown, self.backing_span = None, (), None
             self.version += 1
 
+    def open(self, sev: str, onset: tuple[int, float], ref: float, shift: float, window: Optional[int],
+             backing: tuple, settled_at: Optional[float]) -> bool:
+        """Raise an episode at ``sev``: a shift of ``shift`` (log) above ``ref`` from ``onset``
+        (step, Unix time), with what :meth:`ShiftTests.backing_at` read there; ``window``: the
+        agent's profiler window it began at (then it is stepwatch's own cost), or None;
+        ``settled_at``: when the job's level it is compared with was settled (None: the level
+        before). True when the condition changed (or a back-off already heard is noted)."""
+        onset_at = onset[1]
+        self.backing, self.unknown, self.backing_span = backing
+        self.onset, self.ref, self.raised = onset, ref, shift
+        self.alertname, self.window_note, self.window_step = THROUGHPUT_DRIFT, "", window
+        if window is not None:
+            self.alertname = PROFILER_OVERHEAD
+            self.window_note = (f"; it began when the agent's profiler window ending at step {window:,} "
+                                "closed: stepwatch's own cost, not the job's (the agent backs off)")
+        if settled_at is not None:  # (a time relative to the onset stays true however late it is read)
+            self.ref_text = (f"vs this job's level settled at {clock(settled_at)}, "
+                             f"{before_onset(onset_at - settled_at)}")
+        else:
+            self.ref_text = "vs the level before"
+        changed = self.set(sev, shift)
+        return self.note_backoff() or changed
+
+    def further(self, step: int, onset_at: float, shift: float, backing: tuple) -> bool:
+        """A further change of ``shift`` (log) from ``onset_at`` (``step``), with what
+        :meth:`ShiftTests.backing_at` read there: the episode takes the new onset, keeps where it
+        began and raises its shift by it. True when the condition changed."""
+        if self.began is None:
+            self.began = (self.onset[0], math.expm1(self.raised))
+        self.onset = (step, onset_at)
+        self.backing, self.unknown, self.backing_span = backing
+        self.raised += shift
+        self.change += 1
+        return self.set(self.condition.severity, self.raised)
+
     def set(self, sev: str, shift_log: float) -> bool:
         """Show the episode at ``sev`` and ``shift_log`` (log units over ``ref``); True when the
         condition changed."""

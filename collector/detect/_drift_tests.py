@@ -33,6 +33,10 @@ _GONE_SHARE = 0.3  # an episode's evidence under this share of its growth at the
 _WAVES_KEPT = 16  # the job's latest waves (episodes that ended by themselves) remembered
 _WAVE_SIZE = 0.8  # a shift under 1/0.8 of a wave's peak must outlast the wave to raise
 _WAVE_OUTLAST = 1.5  # ... by this factor of the wave's length
+# A further change is at least this share of the shift already raised: the first raise can
+# measure a large change short by a few percent (a +49% demo slowdown raised at +41% on the
+# warning window's median while its level still rose), which is that change, not another.
+_FURTHER_SHARE = 0.5
 
 
 class ShiftTests:
@@ -159,6 +163,24 @@ class ShiftTests:
             if self.outlasts_waves(ref, shift) or self.backed(ref, shift, n) is not None:
                 return shift, ref, which  # (a shift its evidence holds is the job's: no wave holds it)
         return None
+
+    def further(self, ep: Episode) -> Optional[tuple[int, float, float]]:
+        """A further change in the open episode ``ep``: the warning window's level stands a
+        warning shift (:meth:`shift`'s rules), and at least half the shift already raised, above
+        the level the episode was raised on. Returns (onset step, onset time, shift) with the
+        onset found as at a raise among the buckets since the current one, or None."""
+        n = self.n[WARNING]
+        hist, top = self.history, ep.ref + ep.raised
+        if len(hist) < n:
+            return None
+        shift = self.shift(WARNING, top, n, backed=True)
+        if shift is None or shift < _FURTHER_SHARE * ep.raised:
+            return None
+        m = n + self.n_before[WARNING]
+        rows = [hist[k] for k in range(max(0, len(hist) - m), len(hist))]
+        rows = [r for r in rows if r[1] - self.cfg.bucket_s >= ep.onset[1]] or rows[-n:]
+        k = estimate_onset([r[2] for r in rows], top, shift, self.clip)
+        return int(rows[k][0]), rows[k][1] - self.cfg.bucket_s, shift
 
     def sustained(self, ref: float, shift: float) -> bool:
         """Whether a critical shift (under 1.5x ``critical_ratio``) also stands above half its

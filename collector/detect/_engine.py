@@ -23,7 +23,7 @@ from ._drift_rule import DriftRule
 from ._liveness import RankLiveness
 from ._liveness_rule import LivenessRule
 from ._memory_rule import ALLOCATOR_FIELDS, GPU_FIELDS, MemoryRule
-from ._rank_facts import Columns, RankFacts
+from ._rank_facts import Columns, RankFacts, job_liveness
 from ._rule import ConditionSet, Context, Phases, Rule, Steps
 from ._run_record import RunIdentity
 from ._run_rule import RunRule
@@ -232,16 +232,7 @@ class DetectionEngine:
         rank in between (judged as it is then)."""
         if not self.cfg.enabled:
             return
-        connected: dict[str, int] = {}
-        last_gone: dict[str, float] = {}  # job -> when its last rank disconnected
-        for i, ((job, _), r) in enumerate(list(self._ranks.items())):
-            connected[job] = connected.get(job, 0) + (1 if r.live.connected else 0)
-            gone = r.live.disconnected_at
-            if not r.live.connected and gone is not None:
-                last_gone[job] = max(last_gone.get(job, gone), gone)
-            if i % per == per - 1:
-                yield
-        self.ctx.connected, self.ctx.last_gone = connected, last_gone
+        self.ctx.connected, self.ctx.last_gone = yield from job_liveness(list(self._ranks.items()), per)
         for rule in self.rules:
             yield from rule.tick(now, per)
 
@@ -286,17 +277,9 @@ class DetectionEngine:
         """``{(job, rank): {kind: count}}``: pause episodes the drift detector left out
         ("stall": one step, "pause": several), steps the agent profiled ("profiler") and
         marked phases (their kind: "eval", "checkpoint", ...)."""
-        out = {}
         drift = self.drift.values(None, lambda d: d.pauses)
-        for key, r in list(self._ranks.items()):
-            kinds = dict(drift.get(key, {}))
-            for kind, n in list(r.marked.items()):  # a scrape thread reads this
-                kinds[kind] = kinds.get(kind, 0) + n
-            if r.profiled:
-                kinds["profiler"] = r.profiled
-            if kinds:
-                out[key] = kinds
-        return out
+        kinds = {key: r.pauses(drift.get(key, {})) for key, r in list(self._ranks.items())}
+        return {key: k for key, k in kinds.items() if k}
 
     def conditions(self) -> list[Condition]:
         return list(self.held.active.values())

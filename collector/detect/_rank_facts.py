@@ -5,14 +5,14 @@ SampleTable over named columns for the engine's one-sample entry points."""
 from __future__ import annotations
 
 import collections
-from typing import Optional, Sequence
+from typing import Iterator, Optional, Sequence
 
 from ._config import DetectionConfig
 from ._liveness import RankLiveness
 from ._rule import Steps
 from ._types import median
 
-__all__ = ["RankFacts", "Columns"]
+__all__ = ["RankFacts", "Columns", "job_liveness"]
 
 _MAX_PHASE_KINDS = 8  # marked phase kinds per rank (a label each); more count as "other"
 # A marked step is left out of drift and stragglers only when the phase delayed it: at least
@@ -93,3 +93,29 @@ class RankFacts:
                 self.marked[phase] = self.marked.get(phase, 0) + 1
             self.last_phase = phase
         return phase
+
+    def pauses(self, drift: dict) -> dict:
+        """The rank's pause counts by kind: the drift detector's (``drift``), its marked phases'
+        and its profiled steps' ("profiler"). Read by a scrape thread: copies."""
+        kinds = dict(drift)
+        for kind, n in list(self.marked.items()):
+            kinds[kind] = kinds.get(kind, 0) + n
+        if self.profiled:
+            kinds["profiler"] = self.profiled
+        return kinds
+
+
+def job_liveness(ranks: list, per: int) -> Iterator[None]:
+    """Per job, the ranks connected now and when its last rank disconnected, over ``ranks``
+    (((job, rank), RankFacts) pairs): a generator that yields every ``per`` ranks and returns
+    ``(connected {job: n}, last_gone {job: time})``."""
+    connected: dict[str, int] = {}
+    last_gone: dict[str, float] = {}
+    for i, ((job, _), r) in enumerate(ranks):
+        connected[job] = connected.get(job, 0) + (1 if r.live.connected else 0)
+        gone = r.live.disconnected_at
+        if not r.live.connected and gone is not None:
+            last_gone[job] = max(last_gone.get(job, gone), gone)
+        if i % per == per - 1:
+            yield
+    return connected, last_gone

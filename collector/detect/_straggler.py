@@ -312,20 +312,15 @@ class StragglerDetector:
             return True
         first: Optional[tuple] = next(((st, tm) for s, st, tm in hist if s), None)
         step, since = (old.step, old.since) if old is not None else first
+        blocks = f"in {slow} of the last {len(hist)} blocks since step {step:,}"
         if by_phase is not None:
-            excess, pre, m_pre, sync, m_sync, where = by_phase
-            where = "longer in sync" if where == "sync" else WAIT_IN_BACKWARD
-            summary = (f"rank {rank} is a straggler: its own work takes {excess * 1e3:+.1f} ms/step longer "
-                       f"than the other ranks' ({ratio:.2f}x their step; {BEFORE_COLLECTIVES} "
-                       f"{pre * 1e3:.1f} vs {m_pre * 1e3:.1f} ms); they wait {(m_sync - sync) * 1e3:+.1f} "
-                       f"ms/step {where} ({m_sync * 1e3:.1f} vs {sync * 1e3:.1f} ms), in {slow} of "
-                       f"the last {len(hist)} blocks since step {step:,}")
+            summary = _by_phase_text(rank, ratio, by_phase, blocks)
         elif old is not None and rank in self._by_phases:
             return False  # still held: keep the phase figures of the last block that showed them
         else:
             summary = (f"rank {rank} is a straggler: {ratio:.2f}x the other ranks' step time "
                        f"(own step {t * 1e3:.1f} ms vs {mt * 1e3:.1f} ms, data-loader wait {w * 1e3:.1f} ms "
-                       f"vs {mw * 1e3:.1f} ms) in {slow} of the last {len(hist)} blocks since step {step:,}")
+                       f"vs {mw * 1e3:.1f} ms) {blocks}")
         cond = Condition(STRAGGLER_RANK, self.job, rank, WARNING, summary, since, step, cfg.for_s,
                          found=(OWN_WORK,) if by_phase is not None else (STEPS,))
         self._by_steps[rank] = cond
@@ -334,3 +329,14 @@ class StragglerDetector:
         else:
             self._by_phases.discard(rank)
         return self._merge() or old is None
+
+
+def _by_phase_text(rank: int, ratio: float, by_phase: tuple, blocks: str) -> str:
+    """A straggler named by its phase times: its own work before the collectives against the
+    others', and where the others wait for it."""
+    excess, pre, m_pre, sync, m_sync, where = by_phase
+    where = "longer in sync" if where == "sync" else WAIT_IN_BACKWARD
+    return (f"rank {rank} is a straggler: its own work takes {excess * 1e3:+.1f} ms/step longer "
+            f"than the other ranks' ({ratio:.2f}x their step; {BEFORE_COLLECTIVES} "
+            f"{pre * 1e3:.1f} vs {m_pre * 1e3:.1f} ms); they wait {(m_sync - sync) * 1e3:+.1f} "
+            f"ms/step {where} ({m_sync * 1e3:.1f} vs {sync * 1e3:.1f} ms), {blocks}")
