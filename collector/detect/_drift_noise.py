@@ -23,7 +23,7 @@ from typing import Optional
 from .._ring import Ring
 from ._types import CRITICAL, INFO, WARNING, median
 
-__all__ = ["Noise", "RAISE", "SIGMA_FLOOR"]
+__all__ = ["Noise", "RAISE", "SIGMA_FLOOR", "run_differences"]
 
 SIGMA_FLOOR = 0.002  # log units (0.2%): keeps z finite on perfectly steady series
 # A measured level this close to a severity's ratio raises it: the settled level itself sits
@@ -98,8 +98,13 @@ class Noise:
         buckets in ``ys``, divided by sqrt(2); None when ``ys`` holds too few runs."""
         if len(ys) < 2 * n + _NOISE_SAMPLES:
             return None
-        stride = max(1, n // 4)
-        meds = [median(ys[i:i + n]) for i in range(0, len(ys) - n + 1, stride)]
-        gap = max(1, n // stride)
-        diffs = [abs(b - a) for a, b in zip(meds, meds[gap:])]
-        return max(1.4826 * median(diffs) / math.sqrt(2), SIGMA_FLOOR)
+        return max(1.4826 * median(run_differences(ys, n)) / math.sqrt(2), SIGMA_FLOOR)
+
+
+def run_differences(ys: list, n: int) -> list:
+    """The absolute differences between the medians of adjacent runs of ``n`` values of ``ys``
+    (runs taken every quarter run, so each difference spans one run's length)."""
+    stride = max(1, n // 4)
+    meds = [median(ys[i:i + n]) for i in range(0, len(ys) - n + 1, stride)]
+    gap = max(1, n // stride)
+    return [abs(b - a) for a, b in zip(meds, meds[gap:])]

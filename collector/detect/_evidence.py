@@ -65,7 +65,7 @@ class RankEvidence:
         self.phases = Ring("dQQ" + "d" * 10, _BLOCKS)
         self.alloc = Ring("dd", _BLOCKS)
         self.busy = Ring("dd", _BLOCKS)  # (time, GPM SM activity) one sample per block
-        self.noise = SourceNoise()  # each source's own spread, for Backing.spreads
+        self.noise = SourceNoise(_BLOCK_S)  # each source's own spread, for Backing.spreads
         self._wait: list = [0.0, 0.0, 0]  # the open block: its end time, wait sum, steps
         self._phase: list = []             # the open block's samples: (points, 5 device s)
         self._phase_end = 0.0

@@ -8,10 +8,11 @@ forward 0.36 ms = 2.7% of its step; h200x_1gpu_m, 40 ms: forward 1.1%, the other
 A phase that grew by +10% of the step then stands hundreds of its own spreads out where the step
 time stands one or two: the evidence, not the step series, says whether the job changed.
 
-The spread of a source over a run of ``n`` blocks is measured as the drift detector measures the
-step time's (:meth:`._drift_noise.Noise.spread`): the robust spread of the differences between
-the medians of adjacent runs, divided by sqrt(2), in the source's own unit (seconds), over the
-source's blocks of the last ``_SPAN_S`` before the span a shift is compared against, leaving out
+The spread of a source over a run of ``n`` blocks is measured from the same differences as the
+step time's (:func:`._drift_noise.run_differences`, between the medians of adjacent runs), but
+read at their 90th percentile as 1.645 spreads of a normal series (a source's occasional waves
+are its pace too, which the median of the differences ignores), divided by sqrt(2), in the
+source's own unit (seconds), over the source's blocks of the last ``_SPAN_S`` before the span a shift is compared against, leaving out
 the blocks inside the rank's episodes and before its settling time (``loud`` spans: the warm-up's
 compiling and allocator growth are no measure of a source's pace). A history too short for runs of
 ``n`` measures runs as long as it holds (shorter runs spread more: the reading errs towards
@@ -29,7 +30,7 @@ import bisect
 import math
 from typing import Callable, Optional, Sequence
 
-from ._types import median
+from ._drift_noise import run_differences
 
 __all__ = ["SourceNoise"]
 
@@ -39,49 +40,45 @@ _MIN_RUN = 6       # blocks per run at the least (30 s: the critical window)
 _RUNS = 6          # runs the history must hold beyond two
 _FLOOR = 0.005     # of the step: the smallest spread a source is read with
 _KEPT_MAX = 64     # measurements kept per rank
-# the spread is read from this quantile of the differences (as many sigmas of a normal series):
-# a source's occasional waves are its own pace too, which the median of the differences ignores
-_QUANTILE, _Q_SIGMAS = 0.9, 1.645
+_QUANTILE, _Q_SIGMAS = 0.9, 1.645  # the differences' quantile read, and the normal sigmas it is
 
 
 class SourceNoise:
-    """Spreads of one rank's evidence sources, kept for a minute each. ``rows(key)`` returns the
-    source's (end time, value) blocks; ``key`` names the source (e.g. ("phase", 2, points))."""
+    """Spreads of one rank's evidence sources (blocks of ``block_s``), kept for a minute each;
+    ``key`` names a source (e.g. ("phase", (2,), points))."""
 
-    __slots__ = ("_kept",)
+    __slots__ = ("_kept", "_block_s")
 
-    def __init__(self) -> None:
+    def __init__(self, block_s: float) -> None:
         self._kept: dict = {}  # (key, n) -> (edge it was measured to, spread s or None)
+        self._block_s = block_s
 
     def spread(self, key: tuple, n: int, edge: float, step_s: float,
                rows: Callable[[], Sequence[tuple]], loud: Callable[[], Sequence[tuple]]) -> Optional[float]:
         """The spread (seconds) of ``key``'s medians over runs of ``n`` blocks, measured on its
-        blocks before ``edge`` outside the ``loud`` (start, end) spans; None when the history holds
-        too few blocks."""
+        blocks (``rows()``: (end time, value)) before ``edge`` outside the ``loud()`` (start, end)
+        spans; None when the history holds too few blocks."""
         kept = self._kept.get((key, n))
         if kept is not None and kept[0] <= edge < kept[0] + _KEEP_S:
             s = kept[1]
         else:
-            s = _spread(_quiet([r for r in rows() if edge - _SPAN_S <= r[0] < edge], loud()), n)
+            s = _spread(_quiet([r for r in rows() if edge - _SPAN_S <= r[0] < edge], loud(), self._block_s), n)
             if len(self._kept) >= _KEPT_MAX:
                 self._kept.clear()
             self._kept[(key, n)] = (edge, s)
         return None if s is None else max(s, _FLOOR * step_s)
 
-    def clear(self) -> None:
-        self._kept.clear()
 
-
-def _quiet(rows: list, loud: Sequence[tuple]) -> list:
-    """The values of ``rows`` ((end time, value), a 5 s block ending there) outside every span
-    of ``loud`` (sorted (start, end) pairs)."""
+def _quiet(rows: list, loud: Sequence[tuple], block_s: float) -> list:
+    """The values of ``rows`` ((end time, value), a block of ``block_s`` ending there) outside
+    every span of ``loud`` (sorted (start, end) pairs)."""
     if not loud:
         return [r[1] for r in rows]
     starts = [s for s, _ in loud]
     out = []
     for t, v in rows:
         i = bisect.bisect_left(starts, t) - 1  # the last span starting before the block's end
-        if i >= 0 and loud[i][1] > t - 5.0:
+        if i >= 0 and loud[i][1] > t - block_s:
             continue
         out.append(v)
     return out
@@ -91,10 +88,7 @@ def _spread(ys: list, n: int) -> Optional[float]:
     n = min(n, (len(ys) - _RUNS) // 2)
     if n < _MIN_RUN:
         return None
-    stride = max(1, n // 4)
-    meds = [median(ys[i:i + n]) for i in range(0, len(ys) - n + 1, stride)]
-    gap = max(1, n // stride)
-    diffs = sorted(abs(b - a) for a, b in zip(meds, meds[gap:]))
+    diffs = sorted(run_differences(ys, n))
     if not diffs:
         return None
     return diffs[min(len(diffs) - 1, int(_QUANTILE * len(diffs)))] / _Q_SIGMAS / math.sqrt(2)
