@@ -16,7 +16,7 @@
 # wheels 6.9 MB, 1.7 MB under the limit: when it no longer fits, move tests/data/real aside too
 # (56 MB of recordings; no verb and no GPU test reads them). Collectors run on their own cores (taskset), trainers on the rest.
 # Detached jobs live only while the machine is held: it goes back about 30 s after a device
-# call returns, and a fresh machine has no /tmp/real. Make the wait calls back to back, with
+# call returns, and a fresh machine has no /tmp/real: end each waiting call with sleep-pack. Make the wait calls back to back, with
 # nothing slow between them (a 4-minute step between two waits lost three finished jobs).
 #   bash bench/run_real_device.sh inject2 NAME PORT GPUS SIZE SECS CAUSE RANK AT [RATIO]  # DDP, a cause on RANK at AT s
 #   bash bench/run_real_device.sh inject1 NAME PORT GPU SIZE SECS CAUSE AT [RATIO]        # 1 GPU, a cause at AT s
@@ -317,6 +317,12 @@ poll)  # NAME SECONDS: the detached job's alerts every 60 s for SECONDS (into $W
         sleep 60
         python3 -c "import json,sys,urllib.request; a=json.load(urllib.request.urlopen('http://127.0.0.1:7401/api/alerts',timeout=5))['alerts']; print(len(a), [(x['alertname'], x['severity'], x['state'], x['fired_at'], x['diagnosis'][:80]) for x in a])" 2>&1 | tee -a $W/$1.poll.log
     done ;;
+sleep-pack)  # PREFIX SECONDS: sleep, then pack what the detached jobs wrote so far: end every
+            # call of a detached sequence with it (a machine given back between two calls keeps
+            # nothing; 2026-12-02 lost eight finished jobs so)
+    sleep $2
+    (cd $W && tar czf $OUT/real.tgz gpus.txt ${1}*)
+    ls $W | grep -c steps.json ;;
 wait-pack)  # every detached job done (at most 9 minutes), then pack the files starting with $1
     for _ in $(seq 540); do
         n_runs=$(ls $W/*.run.log 2>/dev/null | wc -l); n_done=$(ls $W/*.done 2>/dev/null | wc -l)
