@@ -6,7 +6,8 @@ it was captured on. Files are ``<dir>/<trace_id>.json.gz`` where the id is
 and never leaves ``dir``). A trace is written to a ``.part`` file and renamed when complete and
 checked (gzip magic, size as announced), so a reader never sees a partial file. Beyond
 ``max_bytes`` in all, the oldest traces are removed (the newest is always kept); one trace may
-not exceed ``max_trace_bytes``; at most ``max_uploads`` uploads run at once.
+not exceed ``max_trace_bytes``; at most ``max_uploads`` uploads run at once, and at most one per
+trace id (a second is refused "busy" while the first runs; each upload has its own part file).
 
 Thread-safety: one lock guards the index; file I/O of an upload runs on a worker thread
 (``asyncio.to_thread``) so the event loop never waits on the disk.
@@ -14,6 +15,7 @@ Thread-safety: one lock guards the index; file I/O of an upload runs on a worker
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
 import threading
@@ -29,6 +31,7 @@ __all__ = ["TraceStore", "TraceStoreMetrics", "TraceRejected", "trace_id_for"]
 CHUNK_BYTES = 1 << 20
 _SUFFIX = ".json.gz"
 _ID = re.compile(r"^[A-Za-z0-9._-]{1,300}$")
+_PART = itertools.count(1)  # (next() on a count is atomic under the GIL)
 
 
 class TraceRejected(Exception):
@@ -53,7 +56,7 @@ class Upload:
     def __init__(self, store: "TraceStore", trace_id: str, total: int):
         self.store, self.trace_id, self.total = store, trace_id, total
         self.path = os.path.join(store.directory, trace_id + _SUFFIX)
-        self.part = f"{self.path}.{os.getpid()}.{threading.get_ident()}.part"
+        self.part = f"{self.path}.{os.getpid()}.{next(_PART)}.part"
         self.size = 0
         self._fh = open(self.part, "wb")
         self._head = b""
@@ -82,7 +85,7 @@ class Upload:
             self._fh.close()
         finally:
             _remove(self.part)
-            self.store._released()
+            self.store._released(self.trace_id)
 
 
 class TraceStore:
@@ -92,6 +95,7 @@ class TraceStore:
         os.makedirs(self.directory, exist_ok=True)
         self._lock = threading.Lock()
         self._active = 0
+        self._uploading: set = set()  # trace ids with an upload running
         self.stored = 0
         self.rejected: dict[str, int] = {}
         self.evicted = 0
@@ -121,11 +125,16 @@ class TraceStore:
             if self._active >= self.max_uploads:
                 self.rejected["busy"] = self.rejected.get("busy", 0) + 1
                 raise TraceRejected("busy", f"{self._active} trace uploads running; retry later")
+            if trace_id in self._uploading:
+                self.rejected["busy"] = self.rejected.get("busy", 0) + 1
+                raise TraceRejected("busy", f"trace {trace_id} is being uploaded by another stream; "
+                                    "retry once it ended")
             self._active += 1
+            self._uploading.add(trace_id)
         try:
             return Upload(self, trace_id, total)
         except OSError as exc:
-            self._released()
+            self._released(trace_id)
             self.reject("disk")
             raise TraceRejected("disk", f"cannot write the trace: {exc.strerror or exc}") from None
 
@@ -142,14 +151,16 @@ class TraceStore:
     def _added(self, trace_id: str, size: int) -> None:
         with self._lock:
             self._active -= 1
+            self._uploading.discard(trace_id)
             self._index.pop(trace_id, None)
             self._index[trace_id] = (time.time(), size)
             self.stored += 1
         self._enforce(keep=trace_id)
 
-    def _released(self) -> None:
+    def _released(self, trace_id: str) -> None:
         with self._lock:
             self._active = max(0, self._active - 1)
+            self._uploading.discard(trace_id)
 
     def _enforce(self, keep: str) -> None:
         with self._lock:

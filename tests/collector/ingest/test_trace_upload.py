@@ -239,3 +239,60 @@ def test_parallel_downloads_of_a_large_trace_stream_from_disk(start_collector):
     # One trace read whole is 48 MiB; streamed, the four readers' and servers' buffers and the
     # threads' arenas grew the peak 14-26 MiB across runs (the spread is the thread timing).
     assert grew_mib < 40, grew_mib
+
+
+def test_two_concurrent_uploads_of_one_request_never_share_a_file(start_collector):
+    """While one stream uploads a request's trace, a second stream for the same request is
+    refused "busy" (UNAVAILABLE) without touching the first one's file; the stored trace is
+    byte for byte the first stream's."""
+    import threading
+    import time
+
+    running = start_collector()
+    store = running.collector.trace_store
+    mine, other = gz(3000), gz(4000)
+    half = len(mine) // 2
+    go_on = threading.Event()
+
+    def slow():
+        yield first(mine[:half], request_id="r1", total=len(mine))
+        go_on.wait(10)
+        yield agent_pb2.TraceChunk(data=mine[half:])
+
+    issue(running, "r1", "job", 0)
+    with running.channel() as ch:
+        stub = agent_pb2_grpc.AgentServiceStub(ch)
+        pending = stub.UploadTrace.future(slow(), timeout=20)
+        deadline = time.monotonic() + 10
+        while not store._uploading and time.monotonic() < deadline:  # its first chunk is in
+            time.sleep(0.01)
+        assert store._uploading == {"job.r1.rank0"}
+        with pytest.raises(grpc.RpcError) as err:
+            stub.UploadTrace(iter([first(other, request_id="r1")]), timeout=10)
+        assert err.value.code() == grpc.StatusCode.UNAVAILABLE and "being uploaded" in err.value.details()
+        go_on.set()
+        assert pending.result().bytes == len(mine)
+    assert running.get("/api/traces/job.r1.rank0")[2] == mine
+    assert not store._uploading and not [n for n in os.listdir(store.directory) if n.endswith(".part")]
+
+
+def test_junk_trace_references_from_another_jobs_agent_evict_nothing(start_collector):
+    """An agent of job "evil" (the agents' token is shared) reports 150 junk request ids and a
+    reference to job "job"'s pending request over a real stream: the pending request keeps
+    its place and gets no reference from it, and job's rank 0 then uploads its trace and has it
+    stored."""
+    from collector_testlib import batch, hello
+
+    running = start_collector()
+    issue(running, "pending", "job", 0)
+    junk = [agent_pb2.TraceRef(request_id=f"junk{i}", path="/tmp/x") for i in range(150)]
+    junk.append(agent_pb2.TraceRef(request_id="pending", path="/tmp/forged"))
+    with running.channel() as ch:
+        list(agent_pb2_grpc.AgentServiceStub(ch).Connect(iter([hello(job="evil"), batch(1, traces=junk)]),
+                                                           timeout=10))
+    book = running.collector.state.traces
+    assert book.issued("pending", "job", 0) and book.refs("pending") == {}
+    assert book.ignored >= 1 and len(book.snapshot()) <= 1 + 10
+    data = gz(700)
+    assert upload(running, [first(data, request_id="pending")]).bytes == len(data)
+    assert running.get("/api/traces/job.pending.rank0")[2] == data

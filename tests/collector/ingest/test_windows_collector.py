@@ -76,9 +76,30 @@ def test_trace_book_is_bounded_and_keeps_last_report_per_rank():
     snap = book.snapshot()
     assert [r.request_id for r in snap] == ["r4", "r3", "r2"]
     assert snap[0].ranks_asked == (0, 1) and snap[0].refs[0].ref.path == "/b"
-    book.add("j", 2, "h2", [agent_pb2.TraceRef(request_id="elsewhere", path="/c")])  # not asked by us: kept
-    assert [r.request_id for r in book.snapshot()] == ["elsewhere", "r4", "r3"]
-    assert book.refs("r2") == {}
+    book.add("j", 2, "h2", [agent_pb2.TraceRef(request_id="elsewhere", path="/c")])  # not asked by us: kept apart
+    assert [r.request_id for r in book.snapshot()] == ["elsewhere", "r4", "r3", "r2"]
+    book.open("r5", "j", 5, [0], T0 + 9)  # the collector's own requests evict its own oldest
+    assert [r.request_id for r in book.snapshot()] == ["r5", "elsewhere", "r4", "r3"]
+
+
+def test_no_agent_can_evict_or_fill_another_jobs_request():
+    """Agents share one token: an agent of job "evil" reporting 100 junk request ids, and
+    references to job "j"'s own pending request, neither evicts that request nor lands in it;
+    its junk stays within its own bound, and j's rank still reports into its request."""
+    book = TraceBook(max_requests=5, max_unissued_per_job=3)
+    book.open("pending", "j", 5, [0], T0)
+    junk = [agent_pb2.TraceRef(request_id=f"junk{i}", path="/x") for i in range(100)]
+    book.add("evil", 0, "h", junk + [agent_pb2.TraceRef(request_id="pending", path="/forged")])
+    book.add("j", 7, "h", [agent_pb2.TraceRef(request_id="pending", path="/not-asked")])  # rank 7 was not asked
+    assert book.issued("pending", "j", 0) and book.refs("pending") == {}
+    held = [r.request_id for r in book.snapshot()]
+    assert held == ["junk99", "junk98", "junk97", "pending"], held
+    assert book.ignored == 2
+    book.add("j", 0, "h0", [agent_pb2.TraceRef(request_id="pending", path="/real")])
+    assert book.refs("pending")[0].ref.path == "/real"
+    for k in range(5):  # five more jobs' junk: at most max_requests unissued in all, issued kept
+        book.add(f"evil{k}", 0, "h", junk[:3])
+    assert book.issued("pending", "j", 0) and len(book.snapshot()) == 1 + 5
 
 
 def test_skip_reasons_are_bounded():
