@@ -173,6 +173,7 @@ class Collector:
         self._http = self.routes.server(self.scrape, self.settings.http_token,
                                         self.settings.http_nice if self.process_wide else 0)
         self.http_address = f"{http_host}:{await self._http.start(http_host, http_port, ssl_context(self.settings))}"
+        self.health.http_cut_off = lambda: self._http.cut_off
 
     def _start_tasks(self) -> None:
         """The Alertmanager client, housekeeping, the loop watch, the GC pacer; the switch
@@ -248,7 +249,8 @@ class Collector:
         while True:
             await asyncio.sleep(gcstats.TICK_S)
             try:
-                self.gc.tick()
+                ingest = self.health.ingest
+                self.gc.tick(ingest["streams_accepted"] + sum(ingest["streams_rejected"].values()))
             except Exception:  # noqa: BLE001 - as housekeeping
                 log.exception("stepwatch collector: garbage-collector tick failed")
 

@@ -44,6 +44,10 @@ _LOG_EVERY_S = 10.0
 MAX_BATCH_STEPS = 20_000  # 4x what an agent seals into one batch (_PACED_MAX_STEPS)
 MAX_BATCH_SAMPLES = 5_000  # samples of one kind (GPU, host, allocator) per batch: 1 Hz over 80 min
 HELLO_TIMEOUT_S = 30.0  # an agent stream's first message (the Hello) must come this soon
+# ... and its first Batch this soon after the Hello (an agent seals its first batch at its first
+# batch interval, at most MAX_PACE_S, host samples included): a stream that only says hello
+# cannot hold a job slot, and a rank that never sent a batch is forgotten when its stream ends
+FIRST_BATCH_TIMEOUT_S = 2 * MAX_PACE_S + 30.0
 
 
 def _decoder(cls):
@@ -359,11 +363,24 @@ class IngestServer:
         stream = self.streams.open(hello, requests)  # commands can go out while the agent is silent
         self._open += 1
         self._pace()
+        first_by = time.monotonic() + FIRST_BATCH_TIMEOUT_S  # None once a batch came
         try:
-            while (msg := await stream.next()) is not None:
+            while True:
+                if first_by is None:
+                    msg = await stream.next()
+                else:
+                    try:
+                        msg = await asyncio.wait_for(stream.next(), max(0.0, first_by - time.monotonic()))
+                    except asyncio.TimeoutError:
+                        await self._abort(context, "no_batch", grpc.StatusCode.DEADLINE_EXCEEDED,
+                                          f"no Batch within {FIRST_BATCH_TIMEOUT_S:g} s of the Hello")
+                if msg is None:
+                    break
                 if isinstance(msg, agent_pb2.Command):
                     yield msg
                     continue
+                if not isinstance(msg, _Malformed) and msg.WhichOneof("payload") == "batch":
+                    first_by = None
                 ack = await self._handle(msg, key, hello, context)
                 if ack is not None:
                     yield ack

@@ -112,8 +112,10 @@ class Pipeline:
         ``tick_slices`` (a listener with only ``tick`` runs whole); its return value is the
         expired keys. The live collector lets the event loop take other work at each yield."""
         gone = self.state.expire(now)
-        for job, rank in gone:
-            log.info("stepwatch collector: expired series of job=%s rank=%d", job, rank)
+        if gone:  # one line a tick at most: a fleet reconnecting in a loop expires ranks every tick
+            named = ", ".join(f"job={job} rank={rank}" for job, rank in gone[:3])
+            more = f" and {len(gone) - 3} more ranks" if len(gone) > 3 else ""
+            log.info("stepwatch collector: expired series of %s%s", named, more)
         if gone:
             for call in self._each("forget"):
                 call(gone)

@@ -23,6 +23,7 @@ class CollectorHealth:
         self.housekeeping = Histogram(SELF_BOUNDS_S)  # each housekeeping tick
         self.load = LoadMeter()  # CPU outside scrapes (sampled by the loop watch; scrapes yield to it)
         self.scrape_yield_s = 0.0  # seconds scrapes slept giving way to ingest
+        self.http_cut_off = lambda: 0  # HTTP answers cut off by the write deadline (the server's count)
 
     def families(self) -> list[tuple]:
         """Its own metric families, in the declared form (the ingest counters' and the render
@@ -34,7 +35,10 @@ class CollectorHealth:
                 "second, as a share of one core (scrapes give way to ingest above 0.3).", "gauge",
                 [((), (), self.load.share)]),
                ("stepwatch_collector_scrape_yield_seconds", "Seconds scrapes and whole-fleet /api/jobs "
-                "builds slept to give way to a busy ingest (they take that much longer).", "counter", [((), (), self.scrape_yield_s)])]
+                "builds slept to give way to a busy ingest (they take that much longer).", "counter", [((), (), self.scrape_yield_s)]),
+               ("stepwatch_collector_http_cut_off", "HTTP answers cut off because the client took none of "
+                "their bytes for the write deadline (30 s): their connection aborted, the buffered answer freed.",
+                "counter", [((), (), self.http_cut_off())])]
         for name, doc, hist in (
                 ("stepwatch_collector_loop_lag_seconds", "How late the collector's event loop ran a 0.1 s "
                  "timer (sampled 10 times a second): what every ack waits on top of its own work.", self.loop_lag),

@@ -136,6 +136,7 @@ class RankState:
     # Sum over agent sessions of the highest step seen: monotonic across trainer restarts (kept
     # as steps arrive; a session evicted past MAX_SESSIONS keeps its steps counted).
     steps_total: int = 0
+    batched: bool = False  # a Batch was applied (a rank that only said hello is forgotten at its end)
     samples_total: int = 0
     samples_known: bool = False
     tokens_total: int = 0
@@ -291,6 +292,14 @@ class CollectorState:
             if st.streams == 0:
                 st.disconnected_at = now
 
+    def _forget(self, key: RankKey) -> None:
+        del self._ranks[key]
+        left = self._job_ranks.get(key[0], 1) - 1
+        if left > 0:
+            self._job_ranks[key[0]] = left
+        else:
+            self._job_ranks.pop(key[0], None)
+
     def apply_batch(self, key: RankKey, session_id: str, batch: agent_pb2.Batch, now: float,
                     steps: StepColumns, samples: SampleColumns) -> tuple[str, int]:
         """Apply ``batch`` (``steps``, ``samples``: its columns) unless its sequence number says
@@ -302,7 +311,7 @@ class CollectorState:
             st = self._ranks.get(key)
             if st is None:
                 return "gone", 0
-            st.last_seen = now
+            st.last_seen, st.batched = now, True
             sess = st.session(session_id)
             verdict = _sequence(sess, batch.seq, max(steps.step) if len(steps) else None)
             if verdict != "new":
@@ -372,17 +381,13 @@ class CollectorState:
             st.tokens_known = True
 
     def expire(self, now: float) -> list[RankKey]:
-        """Remove ranks disconnected for longer than ``agent_grace_s``; return their keys."""
+        """Remove ranks disconnected for longer than ``agent_grace_s``, and at once those whose
+        streams only said hello (no Batch: they hold no job slot); return their keys."""
         with self._lock:
-            gone = [k for k, st in self._ranks.items()
-                    if st.disconnected_at is not None and now - st.disconnected_at > self.agent_grace_s]
+            gone = [k for k, st in self._ranks.items() if st.disconnected_at is not None
+                    and (not st.batched or now - st.disconnected_at > self.agent_grace_s)]
             for key in gone:
-                del self._ranks[key]
-                left = self._job_ranks.get(key[0], 1) - 1
-                if left > 0:
-                    self._job_ranks[key[0]] = left
-                else:
-                    self._job_ranks.pop(key[0], None)
+                self._forget(key)
         return gone
 
     def snapshot(self, light: bool = False, job: Optional[str] = None,

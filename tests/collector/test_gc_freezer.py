@@ -70,3 +70,37 @@ def test_a_running_collector_sets_its_thread_switch_interval_and_gives_it_back(s
     assert abs(sys.getswitchinterval() - 0.0002) < 1e-6  # (kept in microseconds)
     running.loop.call(running.collector.stop(grace_s=0))
     assert abs(sys.getswitchinterval() - before) < 1e-6
+
+
+def test_stream_churn_brings_the_full_collection_forward_but_not_too_often():
+    """A cycle frozen by a tick is freed early once churn_streams streams began since the last
+    full collection, no sooner than churn_min_s after it; without churn it waits for every_s."""
+    now = [0.0]
+    freezer = GcFreezer(3600.0, clock=lambda: now[0], churn_streams=200, churn_min_s=1.0)
+    try:
+        freezer.tick(streams=0)
+        node = _Node()
+        node.me = node
+        ref = weakref.ref(node)
+        now[0] = 0.5
+        freezer.tick(streams=10)  # frozen while alive
+        del node
+        now[0] = 1.5
+        freezer.tick(streams=150)  # churn_min_s passed, but under 200 streams since: no
+        assert ref() is not None and freezer.early == 0
+        freezer.tick(streams=260)
+        assert ref() is None and freezer.early == 1 and freezer.last_full_s > 0
+        node = _Node()
+        node.me = node
+        ref = weakref.ref(node)
+        now[0] = 1.6
+        freezer.tick(streams=300)
+        del node
+        now[0] = 2.0
+        freezer.tick(streams=900)  # 600 streams since, but under churn_min_s since the last: no
+        assert ref() is not None and freezer.early == 1
+        now[0] = 2.6
+        freezer.tick(streams=900)
+        assert ref() is None and freezer.early == 2
+    finally:
+        freezer.stop()

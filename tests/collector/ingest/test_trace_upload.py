@@ -296,3 +296,33 @@ def test_junk_trace_references_from_another_jobs_agent_evict_nothing(start_colle
     data = gz(700)
     assert upload(running, [first(data, request_id="pending")]).bytes == len(data)
     assert running.get("/api/traces/job.pending.rank0")[2] == data
+
+
+def test_a_download_never_read_is_cut_off_and_counted_in_the_metric(start_collector):
+    """A real collector serving a 32 MiB trace to a client that asks and never reads: cut off
+    at the write deadline (shortened here to 0.5 s), and stepwatch_collector_http_cut_off_total
+    says so on /metrics."""
+    import socket
+    import time
+    import zlib
+
+    running = start_collector(trace_upload_max_bytes=64 << 20)
+    comp = zlib.compressobj(0, zlib.DEFLATED, 31)  # stored blocks: as large as its data
+    data = comp.compress(os.urandom(32 << 20)) + comp.flush()
+    issue(running, "big", "job", 0)
+    with running.channel() as ch:
+        chunks = [first(data[:1 << 20], request_id="big", total=len(data))] + [
+            agent_pb2.TraceChunk(data=data[i:i + (1 << 20)]) for i in range(1 << 20, len(data), 1 << 20)]
+        assert agent_pb2_grpc.AgentServiceStub(ch).UploadTrace(iter(chunks), timeout=60).bytes == len(data)
+    running.collector._http._write_timeout_s = 0.5
+    metric = "stepwatch_collector_http_cut_off_total"
+    assert f"{metric} 0.0" in running.get("/metrics")[2].decode()
+    host, port = running.collector.http_address.rsplit(":", 1)
+    stuck = socket.create_connection((host, int(port)), timeout=10)
+    stuck.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    stuck.sendall(b"GET /api/traces/job.big.rank0 HTTP/1.1\r\nHost: x\r\n\r\n")
+    deadline = time.monotonic() + 20
+    while f"{metric} 1.0" not in running.get("/metrics")[2].decode():
+        assert time.monotonic() < deadline, [l for l in running.get("/metrics")[2].decode().splitlines() if "cut_off" in l]
+        time.sleep(0.1)
+    stuck.close()

@@ -96,12 +96,20 @@ def test_latest_sample_wins_by_time_and_the_latest_stats_are_kept():
 
 def test_expiry_after_grace_with_injected_clock():
     state, key = connected(grace=60.0)
+    apply(state, key, "s1", agent_pb2.Batch(seq=1, steps=[step(1)]), T0)
     assert state.expire(T0 + 10_000) == []  # connected ranks never expire
     state.disconnect(key, T0 + 100)
     assert not only(state).connected and state.connected_agents() == 0
     assert state.expire(T0 + 160) == []  # exactly at the grace period: still kept
     assert state.expire(T0 + 160.5) == [("j", 0)]
     assert state.snapshot() == []
+
+
+def test_a_rank_that_only_said_hello_is_forgotten_when_its_stream_ends():
+    """No Batch ever came: it holds no job slot past its stream (no grace period)."""
+    state, key = connected(grace=60.0)
+    state.disconnect(key, T0 + 100)
+    assert state.expire(T0 + 100.5) == [("j", 0)] and state.snapshot() == []
 
 
 def test_reconnect_within_grace_cancels_expiry_and_two_streams_count_once():
