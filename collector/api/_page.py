@@ -43,6 +43,8 @@ th,td{text-align:left;padding:.2em .7em;border-bottom:1px solid #eceef1;vertical
 th{color:#6b7480;font-weight:600}td.num{text-align:right;font-variant-numeric:tabular-nums}
 .ok{color:#1a7f37}.gone{color:#b42318}svg.trend{width:100%;max-width:760px;height:auto;display:block}
 svg text{font-size:11px;fill:#6b7480}svg .grid{stroke:#eceef1}svg polyline{fill:none;stroke-width:1.5}
+svg rect.episode{fill-opacity:.15}svg rect.episode.sev-critical{fill:#b42318}svg rect.episode.sev-warning{fill:#c4570c}
+svg rect.episode.sev-info{fill:#2f6fb2}svg line.onset{stroke:#b42318;stroke-dasharray:3 2}
 .legend span{margin-right:1em;font-size:12px}.legend b{font-size:16px}
 svg.bar{width:100%;max-width:760px;height:18px;display:block;margin:.4em 0}
 .win td:first-child{max-width:560px;overflow-wrap:anywhere}
@@ -90,7 +92,7 @@ function median(xs) {
   return s.length ? s[s.length >> 1] : null;
 }
 
-function trend(series, life) {
+function trend(series, life, episodes) {
   // life: the ranks' step time since their start (one mean per span), else their last steps
   const W = 720, H = life ? 120 : 170, L = 64, R = 8, T = 8, B = 22;
   const box = svg("svg", {viewBox: `0 0 ${W} ${H}`, class: "trend" + (life ? " life" : ""), role: "img"});
@@ -107,6 +109,17 @@ function trend(series, life) {
   for (const v of [0, ymax / 2, ymax]) {
     box.append(svg("line", {x1: L, x2: W - R, y1: y(v), y2: y(v), class: "grid"}),
                svg("text", {x: L - 6, y: +y(v) + 4, "text-anchor": "end"}, ms(v)));
+  }
+  // the job's alert episodes on the chart since the start: shaded from onset to end (or now),
+  // the onset marked; times are the agents' data times, as the points' are
+  for (const a of life ? episodes || [] : []) {
+    const s = unix(a.onset_at || a.starts_at), e = a.ends_at ? unix(a.ends_at) : t1;
+    if (s == null || e < t0 || s > t1) continue;
+    const a0 = Math.max(s, t0), a1 = Math.min(Math.max(e, s), t1);
+    const band = svg("rect", {class: "episode sev-" + (a.severity || "info"), "data-rank": a.rank,
+      x: x(a0), y: T, width: Math.max(1, x(a1) - x(a0)).toFixed(1), height: H - T - B});
+    band.append(svg("title", {}, `${a.alertname} ${a.severity} rank ${a.rank}: ${a.summary || ""}`));
+    box.append(band, svg("line", {class: "onset", x1: x(a0), x2: x(a0), y1: T, y2: H - B}));
   }
   const span = t1 - t0, clipped = top > ymax ? `, slower steps (up to ${ms(top)}) clipped` : "";
   const earlier = life ? `since the start, ${dur(span)} ago (means of ${dur(life)})` : `${span.toFixed(span < 10 ? 1 : 0)} s earlier`;
@@ -208,7 +221,7 @@ function runsTable(doc) {
     table(rows, 0));
 }
 
-function jobCard(job, steps, alerts, runs) {
+function jobCard(job, steps, alerts, runs, episodes) {
   const byRank = new Map((steps ? steps.ranks : []).map((s) => [s.rank, s]));
   const series = job.ranks.slice(0, MAX_SERIES).map((r) => ({rank: r.rank, points: (byRank.get(r.rank) || {}).points || []}));
   // the whole life, once a rank has two spans: a step-up of an hour ago is on it
@@ -226,7 +239,7 @@ function jobCard(job, steps, alerts, runs) {
       up === 0 ? badge("finished") : null),
     h("div", {class: "muted"}, `${job.ranks.length} ranks, ${up} connected`),
     trend(series),
-    lifeSpan > 0 ? trend(lives, lifeSpan) : null,
+    lifeSpan > 0 ? trend(lives, lifeSpan, episodes) : null,
     h("div", {class: "legend"}, series.map((s) => {
       const dot = h("b", {}, "— ");
       dot.style.color = color(s.rank);
@@ -327,7 +340,8 @@ async function refresh() {
     const more = rest.length ? [h("p", {class: "muted more-jobs"},
       `${rest.length} more jobs not drawn (${rest.reduce((n, j) => n + j.ranks, 0)} ranks; /api/jobs has them all): `
       + rest.slice(0, 50).map((j) => j.job).join(", ") + (rest.length > 50 ? ", ..." : ""))] : [];
-    $("jobs").replaceChildren(...(jobs.length ? jobs.map((j, i) => jobCard(j, steps[i], firing.filter((a) => a.job === j.job), runs[i]))
+    $("jobs").replaceChildren(...(jobs.length ? jobs.map((j, i) => jobCard(j, steps[i], firing.filter((a) => a.job === j.job), runs[i],
+      (alerts || []).filter((a) => a.job === j.job)))
       : [h("p", {class: "muted"}, "No jobs yet: start training with STEPWATCH_COLLECTOR pointing here.")]), ...more);
     if (has("/api/jobs/{job}/windows") && jobs.length) {
       const docs = await Promise.all(jobs.map((j) => getJSON(`api/jobs/${encodeURIComponent(j.job)}/windows`)));

@@ -342,3 +342,78 @@ def test_a_step_up_of_minutes_ago_is_on_the_life_chart(start_collector, tmp_path
     (y,) = ys
     early, late = y[:10], y[-10:]
     assert max(late) < min(early), (early, late)  # 60 ms drawn above 40 ms: the step-up is on it
+
+
+def test_the_life_chart_shades_a_real_drift_episode_from_its_onset(start_collector, tmp_path):
+    """A rank's 12 minutes of steps over real gRPC (the agent's own end times): 40 ms, then 52 ms
+    from minute 6. The collector's drift detection raises it; the chart since the start shades
+    the episode from its onset (a band with the alert's severity, the onset marked) over the
+    part of the chart where the steps stand higher, and the band's start is the onset's time."""
+    from collector_testlib import Stream, batch, hello
+
+    from stepwatch.proto.stepwatch.v1 import agent_pb2
+
+    col = start_collector()
+    t0, n, seq, change = 1_700_000_000.0, 0, 0, 360.0
+    with col.channel() as chan:
+        s = Stream(chan, hello(job="drift-job", rank=0, session="s-drift"))
+        t = t0
+        while t - t0 < 720:
+            rows = []
+            for _ in range(250):
+                n += 1
+                d = (0.040 if t - t0 < change else 0.052) * (1 + 0.01 * ((n * 7919) % 13 - 6) / 6)
+                t += d
+                rows.append(agent_pb2.StepRecord(step=n, end_time_s=t, duration_s=d, dataloader_wait_s=0.001,
+                                                 clock=agent_pb2.STEP_CLOCK_CUDA_EVENT))
+            seq += 1
+            s.send(batch(seq, steps=rows))
+            col.clock.now = t
+        deadline = time.monotonic() + 20
+        alerts = []
+        while time.monotonic() < deadline and not alerts:
+            alerts = [a for a in json.loads(col.get("/api/alerts")[2])["alerts"] if a["job"] == "drift-job"]
+            time.sleep(0.2)
+        assert alerts, "the drift was not raised"
+        onset = alerts[0]["onset_at"]
+        browser = Chromium(tmp_path / "chromium")
+        try:
+            browser.call("Page.navigate", session=browser.session, url=f"http://{col.collector.http_address}/")
+            deadline, got = time.monotonic() + 20, None
+            while time.monotonic() < deadline:
+                got = browser.eval("""(() => {
+                  const card = [...document.querySelectorAll('.job')].find((e) => e.dataset.job === 'drift-job');
+                  const svg = card && card.querySelector('svg.trend.life');
+                  if (!svg) return null;
+                  const band = svg.querySelector('rect.episode'), onset = svg.querySelector('line.onset');
+                  const line = svg.querySelector('polyline').getAttribute('points').trim().split(/\\s+/)
+                    .map((p) => p.split(',').map(Number));
+                  return band && {band: [+band.getAttribute('x'), +band.getAttribute('width')], cls: band.getAttribute('class'),
+                    title: band.textContent, onsetX: +onset.getAttribute('x1'), line,
+                    text: svg.textContent};
+                })()""")
+                if got:
+                    break
+                time.sleep(0.25)
+            assert browser.problems() == []
+        finally:
+            browser.close()
+        s.close()
+    assert got, "no episode band on the chart since the start"
+    sev = alerts[0]["severity"]
+    assert got["cls"] == f"episode sev-{sev}" and "Drift" in got["title"], got
+    x0, width = got["band"]
+    assert abs(got["onsetX"] - x0) < 0.2 and width > 0
+    inside = [y for x, y in got["line"] if x0 <= x <= x0 + width]
+    before = [y for x, y in got["line"] if x < x0 - 5]
+    assert inside and before and max(inside) < min(before), (inside[:5], before[-5:])  # higher steps drawn above
+    # the band starts where the onset's time falls on the chart's time axis
+    xs = [x for x, _ in got["line"]]
+    first_t, last_t = t0, t
+    expect = xs[0] + (time_of(onset) - first_t) / (last_t - first_t) * (xs[-1] - xs[0])
+    assert abs(x0 - expect) < 0.1 * (xs[-1] - xs[0]), (x0, expect, onset)
+
+
+def time_of(iso: str) -> float:
+    import datetime
+    return datetime.datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp()
