@@ -61,7 +61,7 @@ def _windows(config: Mapping[str, str]) -> Optional[dict]:
 
 def _rank(st: RankState, events: bool, armed: Optional[bool] = None,
           reach: Optional[Mapping[str, float]] = None, again: Optional[float] = None,
-          arming: Optional[tuple] = None) -> dict[str, Any]:
+          arming: Optional[tuple] = None, level: Optional[float] = None) -> dict[str, Any]:
     h = st.hello
     out = {
         "rank": st.rank, "local_rank": h.local_rank, "world_size": h.world_size, "host": h.host,
@@ -82,6 +82,7 @@ def _rank(st: RankState, events: bool, armed: Optional[bool] = None,
         "agent_stats": _fields(st.stats), "event_counts": dict(st.event_counts),
         "drift_armed": armed,
         "drift_reach": dict(reach) if reach else None,
+        "drift_level_s": level,
         "drift_settling_again_since": again,
         "drift_armed_at": arming[0] if arming else None,
         "drift_armed_in_s": max(0.0, arming[0] - arming[1]) if arming else None,
@@ -96,7 +97,8 @@ def jobs_document(state: CollectorState, job: Optional[str] = None,
                   armed: Optional[Mapping[tuple, bool]] = None,
                   reach: Optional[Mapping[tuple, Mapping[str, float]]] = None,
                   again: Optional[Mapping[tuple, float]] = None,
-                  arming: Optional[Mapping[tuple, tuple]] = None) -> dict[str, Any]:
+                  arming: Optional[Mapping[tuple, tuple]] = None,
+                  levels: Optional[Mapping[tuple, float]] = None) -> dict[str, Any]:
     """``{"jobs": [{"job": name, "ranks": [rank, ...]}]}``, jobs and ranks sorted.
 
     Every job: each rank's identity, counters, latest samples, ``step_median_s`` (the median
@@ -107,7 +109,8 @@ def jobs_document(state: CollectorState, job: Optional[str] = None,
     ``{"critical": 0.08, "warning": 0.04, "info": 0.021}``, each over its window
     ``detection.drift.*_window_s``; None before) and ``drift_settling_again_since`` (``again``:
     while the rank settles again because a shift found after arming began inside its settling
-    time, that shift's onset as Unix time; else None), copied without its step
+    time, that shift's onset as Unix time; else None) and ``drift_level_s`` (``levels``: the
+    settled seconds per step an armed rank is judged against; None before), copied without its step
     lists and events (a fleet of 10,000 ranks holds 500,000 event messages). One
     ``job``: that job's ranks only, with their last events."""
     jobs: dict[str, list] = {}
@@ -116,7 +119,8 @@ def jobs_document(state: CollectorState, job: Optional[str] = None,
                                                  armed=(armed or {}).get((st.job, st.rank)),
                                                  reach=(reach or {}).get((st.job, st.rank)),
                                                  again=(again or {}).get((st.job, st.rank)),
-                                                 arming=(arming or {}).get((st.job, st.rank))))
+                                                 arming=(arming or {}).get((st.job, st.rank)),
+                                                 level=(levels or {}).get((st.job, st.rank))))
     return {"jobs": [{"job": name, "ranks": ranks} for name, ranks in jobs.items()]}
 
 
@@ -213,7 +217,8 @@ def jobs_json(state: CollectorState, job: Optional[str] = None,
               armed: Optional[Mapping[tuple, bool]] = None, chunk: Optional[int] = None,
               reach: Optional[Mapping[tuple, Mapping[str, float]]] = None,
               pause: Callable[[], None] = no_pause, again: Optional[Mapping[tuple, float]] = None,
-              arming: Optional[Mapping[tuple, tuple]] = None) -> bytes:
+              arming: Optional[Mapping[tuple, tuple]] = None,
+              levels: Optional[Mapping[tuple, float]] = None) -> bytes:
     """:func:`jobs_document` as JSON, the same bytes as one ``json.dumps`` of it, built and
     encoded ``_ENCODE_RANKS`` ranks at a time from a snapshot taken a chunk at a time
     (:meth:`CollectorState.snapshot_chunks`; ``chunk`` ranks, its default when None): the C
@@ -223,7 +228,7 @@ def jobs_json(state: CollectorState, job: Optional[str] = None,
     (80-120 ms each time it is built whole; collector_scale_polled.md). Only the encoded text is
     kept. ``pause()`` is called after each chunk (a :class:`~..state._yield.ScrapeYield`'s: the
     build gives way to a busy ingest as a scrape does)."""
-    armed, reach, again, arming = armed or {}, reach or {}, again or {}, arming or {}
+    armed, reach, again, arming, levels = armed or {}, reach or {}, again or {}, arming or {}, levels or {}
     parts: list[str] = []
     pending: list[dict] = []  # ranks of the current job not yet encoded
     current: Optional[str] = None
@@ -249,7 +254,7 @@ def jobs_json(state: CollectorState, job: Optional[str] = None,
                 current, ranks_out = st.job, 0
             pending.append(_rank(st, events=job is not None, armed=armed.get((st.job, st.rank)),
                                  reach=reach.get((st.job, st.rank)), again=again.get((st.job, st.rank)),
-                                 arming=arming.get((st.job, st.rank))))
+                                 arming=arming.get((st.job, st.rank)), level=levels.get((st.job, st.rank))))
             if len(pending) >= _ENCODE_RANKS:
                 encode()
     encode()

@@ -45,6 +45,7 @@ th{color:#6b7480;font-weight:600}td.num{text-align:right;font-variant-numeric:ta
 svg text{font-size:11px;fill:#6b7480}svg .grid{stroke:#eceef1}svg polyline{fill:none;stroke-width:1.5}
 svg rect.episode{fill-opacity:.15}svg rect.episode.sev-critical{fill:#b42318}svg rect.episode.sev-warning{fill:#c4570c}
 svg rect.episode.sev-info{fill:#2f6fb2}svg line.onset{stroke:#b42318;stroke-dasharray:3 2}
+svg line.settled{stroke:#374151;stroke-dasharray:6 3}
 .legend span{margin-right:1em;font-size:12px}.legend b{font-size:16px}
 svg.bar{width:100%;max-width:760px;height:18px;display:block;margin:.4em 0}
 .win td:first-child{max-width:560px;overflow-wrap:anywhere}
@@ -92,7 +93,7 @@ function median(xs) {
   return s.length ? s[s.length >> 1] : null;
 }
 
-function trend(series, life, episodes) {
+function trend(series, life, episodes, settled) {
   // life: the ranks' step time since their start (one mean per span), else their last steps
   const W = 720, H = life ? 120 : 170, L = 64, R = 8, T = 8, B = 22;
   const box = svg("svg", {viewBox: `0 0 ${W} ${H}`, class: "trend" + (life ? " life" : ""), role: "img"});
@@ -120,6 +121,11 @@ function trend(series, life, episodes) {
       x: x(a0), y: T, width: Math.max(1, x(a1) - x(a0)).toFixed(1), height: H - T - B});
     band.append(svg("title", {}, `${a.alertname} ${a.severity} rank ${a.rank}: ${a.summary || ""}`));
     box.append(band, svg("line", {class: "onset", x1: x(a0), x2: x(a0), y1: T, y2: H - B}));
+  }
+  if (life && typeof settled === "number") {  // the level drift is judged against (the ranks' median)
+    box.append(svg("line", {class: "settled", x1: L, x2: W - R, y1: y(settled), y2: y(settled)}),
+               svg("text", {x: W - R - 4, y: +y(settled) - 4, "text-anchor": "end", class: "settled"},
+                   `settled level ${ms(settled)}`));
   }
   const span = t1 - t0, clipped = top > ymax ? `, slower steps (up to ${ms(top)}) clipped` : "";
   const earlier = life ? `since the start, ${dur(span)} ago (means of ${dur(life)})` : `${span.toFixed(span < 10 ? 1 : 0)} s earlier`;
@@ -239,7 +245,7 @@ function jobCard(job, steps, alerts, runs, episodes) {
       up === 0 ? badge("finished") : null),
     h("div", {class: "muted"}, `${job.ranks.length} ranks, ${up} connected`),
     trend(series),
-    lifeSpan > 0 ? trend(lives, lifeSpan, episodes) : null,
+    lifeSpan > 0 ? trend(lives, lifeSpan, episodes, median(job.ranks.map((r) => r.drift_level_s).filter((v) => typeof v === "number"))) : null,
     h("div", {class: "legend"}, series.map((s) => {
       const dot = h("b", {}, "— ");
       dot.style.color = color(s.rank);

@@ -166,6 +166,11 @@ class DriftRule(Rule):
                 out[key] = (at, r.last_time)
         return out
 
+    def levels(self, job: Optional[str] = None) -> dict[tuple, float]:
+        """``{(job, rank): seconds per step}``: the settled level each armed rank is judged
+        against (:meth:`DriftDetector.settled`); ``job``: that job's ranks only."""
+        return {key: got[0] for key, got in self.values(job, lambda d: d.settled()).items()}
+
     def reach(self, job: Optional[str] = None) -> dict[tuple, dict[str, float]]:
         """``{(job, rank): {severity: ratio}}`` for the armed ranks: the smallest sustained
         step-time shift each severity can raise now at the rank's own noise

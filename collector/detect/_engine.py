@@ -273,6 +273,10 @@ class DetectionEngine:
         """:meth:`DriftRule.reach`."""
         return self.drift.reach(job)
 
+    def levels(self, job: Optional[str] = None) -> dict[tuple, float]:
+        """:meth:`DriftRule.levels`."""
+        return self.drift.levels(job)
+
     def pauses(self) -> dict[tuple, dict[str, int]]:
         """``{(job, rank): {kind: count}}``: pause episodes the drift detector left out
         ("stall": one step, "pause": several), steps the agent profiled ("profiler") and

@@ -388,7 +388,9 @@ def test_the_life_chart_shades_a_real_drift_episode_from_its_onset(start_collect
                   const band = svg.querySelector('rect.episode'), onset = svg.querySelector('line.onset');
                   const line = svg.querySelector('polyline').getAttribute('points').trim().split(/\\s+/)
                     .map((p) => p.split(',').map(Number));
+                  const level = svg.querySelector('line.settled');
                   return band && {band: [+band.getAttribute('x'), +band.getAttribute('width')], cls: band.getAttribute('class'),
+                    settledY: level ? +level.getAttribute('y1') : null,
                     title: band.textContent, onsetX: +onset.getAttribute('x1'), line,
                     text: svg.textContent};
                 })()""")
@@ -407,6 +409,11 @@ def test_the_life_chart_shades_a_real_drift_episode_from_its_onset(start_collect
     inside = [y for x, y in got["line"] if x0 <= x <= x0 + width]
     before = [y for x, y in got["line"] if x < x0 - 5]
     assert inside and before and max(inside) < min(before), (inside[:5], before[-5:])  # higher steps drawn above
+    # the settled level /api/jobs gives (40 ms) is drawn as a line among the steps before the change
+    (rank,) = json.loads(col.get("/api/jobs?job=drift-job")[2])["jobs"][0]["ranks"]
+    assert abs(rank["drift_level_s"] - 0.040) < 0.001, rank["drift_level_s"]
+    assert "settled level 40.0 ms" in got["text"] and got["settledY"] is not None, got["text"]
+    assert min(before) - 2 <= got["settledY"] <= max(before) + 2 and got["settledY"] > max(inside), got["settledY"]
     # the band starts where the onset's time falls on the chart's time axis
     xs = [x for x, _ in got["line"]]
     first_t, last_t = t0, t
