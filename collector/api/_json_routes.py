@@ -11,6 +11,7 @@ import threading
 import time
 from typing import Any, Callable, Mapping, Optional
 
+from ..detect import DriftView
 from ..state import CollectorState, RankState
 from ..state import no_pause
 
@@ -59,10 +60,13 @@ def _windows(config: Mapping[str, str]) -> Optional[dict]:
     return {"mode": mode, "why": _WINDOWS_WHY[mode]} if mode in _WINDOWS_WHY else None
 
 
-def _rank(st: RankState, events: bool, armed: Optional[bool] = None,
-          reach: Optional[Mapping[str, float]] = None, again: Optional[float] = None,
-          arming: Optional[tuple] = None, level: Optional[float] = None) -> dict[str, Any]:
+_NO_DRIFT = DriftView()
+
+
+def _rank(st: RankState, events: bool, drift: Optional[DriftView] = None) -> dict[str, Any]:
     h = st.hello
+    d = drift or _NO_DRIFT
+    arming = d.arming
     out = {
         "rank": st.rank, "local_rank": h.local_rank, "world_size": h.world_size, "host": h.host,
         "pid": h.pid, "session_id": h.session_id, "gpu": _fields(st.gpu),
@@ -80,10 +84,10 @@ def _rank(st: RankState, events: bool, armed: Optional[bool] = None,
         "dataloader_wait_ratio": st.dataloader_wait_ratio,
         "allocator": _fields(st.allocator), "gpu_sample": _fields(st.gpu_sample), "host_sample": _fields(st.host),
         "agent_stats": _fields(st.stats), "event_counts": dict(st.event_counts),
-        "drift_armed": armed,
-        "drift_reach": dict(reach) if reach else None,
-        "drift_level_s": level,
-        "drift_settling_again_since": again,
+        "drift_armed": d.armed,
+        "drift_reach": dict(d.reach) if d.reach else None,
+        "drift_level_s": d.level_s,
+        "drift_settling_again_since": d.settling_again_since,
         "drift_armed_at": arming[0] if arming else None,
         "drift_armed_in_s": max(0.0, arming[0] - arming[1]) if arming else None,
         "windows": _windows(h.config),
@@ -94,33 +98,26 @@ def _rank(st: RankState, events: bool, armed: Optional[bool] = None,
 
 
 def jobs_document(state: CollectorState, job: Optional[str] = None,
-                  armed: Optional[Mapping[tuple, bool]] = None,
-                  reach: Optional[Mapping[tuple, Mapping[str, float]]] = None,
-                  again: Optional[Mapping[tuple, float]] = None,
-                  arming: Optional[Mapping[tuple, tuple]] = None,
-                  levels: Optional[Mapping[tuple, float]] = None) -> dict[str, Any]:
+                  drift: Optional[Mapping[tuple, DriftView]] = None) -> dict[str, Any]:
     """``{"jobs": [{"job": name, "ranks": [rank, ...]}]}``, jobs and ranks sorted.
 
     Every job: each rank's identity, counters, latest samples, ``step_median_s`` (the median
-    of its last 100 steps) and ``drift_armed`` (``armed``: whether the rank's drift detector has
-    its settled level and judges; false while it warms up and settles, None where detection does
-    not know the rank or is off) and ``drift_reach`` (``reach``: once armed, the smallest
-    sustained step-time shift each severity can raise at the rank's own noise, as a ratio,
-    ``{"critical": 0.08, "warning": 0.04, "info": 0.021}``, each over its window
-    ``detection.drift.*_window_s``; None before) and ``drift_settling_again_since`` (``again``:
-    while the rank settles again because a shift found after arming began inside its settling
-    time, that shift's onset as Unix time; else None) and ``drift_level_s`` (``levels``: the
-    settled seconds per step an armed rank is judged against; None before), copied without its step
+    of its last 100 steps) and, from ``drift`` (:class:`DriftView` by (job, rank)),
+    ``drift_armed`` (whether the rank's drift detector has its settled level and judges; false
+    while it warms up and settles, None where detection does not know the rank or is off),
+    ``drift_reach`` (once armed, the smallest sustained step-time shift each severity can raise
+    at the rank's own noise, as a ratio, ``{"critical": 0.08, "warning": 0.04, "info": 0.021}``,
+    each over its window ``detection.drift.*_window_s``; None before), ``drift_level_s`` (the
+    settled seconds per step it is judged against), ``drift_settling_again_since`` (while the
+    rank settles again because a shift found after arming began inside its settling time, that
+    shift's onset as Unix time) and ``drift_armed_at`` / ``drift_armed_in_s`` (before arming),
+    copied without its step
     lists and events (a fleet of 10,000 ranks holds 500,000 event messages). One
     ``job``: that job's ranks only, with their last events."""
     jobs: dict[str, list] = {}
     for st in state.snapshot(light=job is None, job=job, median=True):
         jobs.setdefault(st.job, []).append(_rank(st, events=job is not None,
-                                                 armed=(armed or {}).get((st.job, st.rank)),
-                                                 reach=(reach or {}).get((st.job, st.rank)),
-                                                 again=(again or {}).get((st.job, st.rank)),
-                                                 arming=(arming or {}).get((st.job, st.rank)),
-                                                 level=(levels or {}).get((st.job, st.rank))))
+                                                 drift=(drift or {}).get((st.job, st.rank))))
     return {"jobs": [{"job": name, "ranks": ranks} for name, ranks in jobs.items()]}
 
 
@@ -214,11 +211,8 @@ _ENCODE_RANKS = 64  # ranks per json.dumps call of a jobs answer
 
 
 def jobs_json(state: CollectorState, job: Optional[str] = None,
-              armed: Optional[Mapping[tuple, bool]] = None, chunk: Optional[int] = None,
-              reach: Optional[Mapping[tuple, Mapping[str, float]]] = None,
-              pause: Callable[[], None] = no_pause, again: Optional[Mapping[tuple, float]] = None,
-              arming: Optional[Mapping[tuple, tuple]] = None,
-              levels: Optional[Mapping[tuple, float]] = None) -> bytes:
+              drift: Optional[Mapping[tuple, DriftView]] = None, chunk: Optional[int] = None,
+              pause: Callable[[], None] = no_pause) -> bytes:
     """:func:`jobs_document` as JSON, the same bytes as one ``json.dumps`` of it, built and
     encoded ``_ENCODE_RANKS`` ranks at a time from a snapshot taken a chunk at a time
     (:meth:`CollectorState.snapshot_chunks`; ``chunk`` ranks, its default when None): the C
@@ -228,7 +222,7 @@ def jobs_json(state: CollectorState, job: Optional[str] = None,
     (80-120 ms each time it is built whole; collector_scale_polled.md). Only the encoded text is
     kept. ``pause()`` is called after each chunk (a :class:`~..state._yield.ScrapeYield`'s: the
     build gives way to a busy ingest as a scrape does)."""
-    armed, reach, again, arming, levels = armed or {}, reach or {}, again or {}, arming or {}, levels or {}
+    drift = drift or {}
     parts: list[str] = []
     pending: list[dict] = []  # ranks of the current job not yet encoded
     current: Optional[str] = None
@@ -252,9 +246,7 @@ def jobs_json(state: CollectorState, job: Optional[str] = None,
                     parts.append("]}")
                 parts.append(f'{", " if current is not None else ""}{{"job": {json.dumps(st.job)}, "ranks": [')
                 current, ranks_out = st.job, 0
-            pending.append(_rank(st, events=job is not None, armed=armed.get((st.job, st.rank)),
-                                 reach=reach.get((st.job, st.rank)), again=again.get((st.job, st.rank)),
-                                 arming=arming.get((st.job, st.rank)), level=levels.get((st.job, st.rank))))
+            pending.append(_rank(st, events=job is not None, drift=drift.get((st.job, st.rank))))
             if len(pending) >= _ENCODE_RANKS:
                 encode()
     encode()

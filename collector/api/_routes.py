@@ -65,13 +65,9 @@ class Routes:
                                                                                          e.lineage.summary)))
         if query.get("job") is None:  # the whole fleet: one answer shared while it is fresh
             return 200, "application/json", self._shared.get("jobs", lambda: self._paced(
-                "jobs", lambda pause: jobs_json(self.state, None, e.armed(), pause=pause, reach=e.reach(),
-                                                 again=e.settling_again(), arming=e.arming(),
-                                                 levels=e.levels())))
+                "jobs", lambda pause: jobs_json(self.state, None, e.drift_views(), pause=pause)))
         job = query.get("job")
-        return 200, "application/json", jobs_json(self.state, job, e.armed(job), reach=e.reach(job),
-                                                  again=e.settling_again(job), arming=e.arming(job),
-                                                  levels=e.levels(job))
+        return 200, "application/json", jobs_json(self.state, job, e.drift_views(job))
 
     def _paced(self, kind: str, build):
         """``build(pause)`` giving way to a busy ingest (see the module)."""

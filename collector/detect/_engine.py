@@ -30,7 +30,7 @@ from ._run_rule import RunRule
 from ._run_store import RunStore
 from ._straggler_rule import StragglerRule
 from ._throttle_rule import ThrottleRule
-from ._types import AllocatorPoint, Condition, GpuPoint, HostPoint, SampleTable, WindowPoint
+from ._types import AllocatorPoint, Condition, DriftView, GpuPoint, HostPoint, SampleTable, WindowPoint
 
 if TYPE_CHECKING:
     from ._drift_pair import RankDrift
@@ -273,9 +273,14 @@ class DetectionEngine:
         """:meth:`DriftRule.reach`."""
         return self.drift.reach(job)
 
-    def levels(self, job: Optional[str] = None) -> dict[tuple, float]:
-        """:meth:`DriftRule.levels`."""
-        return self.drift.levels(job)
+    def drift_views(self, job: Optional[str] = None) -> dict[tuple, DriftView]:
+        """``{(job, rank): DriftView}`` for every rank the drift rule knows (``job``: that
+        job's ranks only): the five readings above in one typed value per rank."""
+        armed, reach, levels = self.armed(job), self.reach(job), self.drift.levels(job)
+        again, arming = self.settling_again(job), self.arming(job)
+        return {key: DriftView(armed=value, reach=reach.get(key), level_s=levels.get(key),
+                               settling_again_since=again.get(key), arming=arming.get(key))
+                for key, value in armed.items()}
 
     def pauses(self) -> dict[tuple, dict[str, int]]:
         """``{(job, rank): {kind: count}}``: pause episodes the drift detector left out

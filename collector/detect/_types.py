@@ -12,11 +12,27 @@ import dataclasses
 import math
 from typing import Any, NamedTuple, Optional, Protocol
 
-__all__ = ["Condition", "Backing", "AllocatorPoint", "GpuPoint", "HostPoint", "WindowPoint", "INFO", "WARNING", "CRITICAL",
+__all__ = ["Condition", "Backing", "DriftView", "AllocatorPoint", "GpuPoint", "HostPoint", "WindowPoint", "INFO", "WARNING", "CRITICAL",
            "fmt_bytes", "last_max_index", "median"]
 
 INFO, WARNING, CRITICAL = "info", "warning", "critical"
 SEVERITIES = (INFO, WARNING, CRITICAL)  # lowest first
+
+
+@dataclasses.dataclass(frozen=True)
+class DriftView:
+    """What one rank's drift detector shows outside detection (``/api/jobs``, the page):
+    ``armed`` (its settled level is there and it judges), ``reach`` (once armed, the smallest
+    sustained shift each severity raises, ``{severity: ratio}``), ``level_s`` (the settled
+    seconds per step it judges against), ``settling_again_since`` (the onset of a shift that
+    began inside its settling time, while it settles again) and ``arming`` ((data time it arms
+    at, its last step's end time), before it is armed)."""
+
+    armed: Optional[bool] = None
+    reach: Optional[dict] = None
+    level_s: Optional[float] = None
+    settling_again_since: Optional[float] = None
+    arming: Optional[tuple] = None
 
 
 @dataclasses.dataclass(frozen=True)
