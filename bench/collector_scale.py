@@ -35,6 +35,7 @@ import multiprocessing as mp
 import os
 import platform
 import random
+import socket
 import statistics
 import subprocess
 import sys
@@ -471,13 +472,28 @@ def run_once(n, args):
                                                   args.page_jobs)))
         for t in pollers:
             t.start()
+        stuck = []
+        if args.stuck_readers:  # HTTP clients that ask for the whole fleet's /api/jobs and never read
+            while time.time() < measure_at:
+                time.sleep(0.05)
+            host, port = http.rsplit(":", 1)
+            for _ in range(args.stuck_readers):
+                sock = socket.socket()
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+                sock.connect((host, int(port)))
+                sock.sendall(b"GET /api/jobs HTTP/1.1\r\nHost: x\r\n\r\n")
+                stuck.append(sock)
+        rss_peak = 0
         while time.time() < scrape_from:
-            time.sleep(0.05)
+            time.sleep(0.2)
+            rss_peak = max(rss_peak, proc.memory_info().rss)
         cpu_mid = proc.cpu_times()
         while time.time() < stop_at:
             time.sleep(0.2)
         cpu1 = proc.cpu_times()
         rss = proc.memory_info().rss
+        for sock in stuck:
+            sock.close()
         got = [results.get(timeout=60 + n / 100) for _ in procs]
         for p in procs:
             p.join(30)
@@ -540,6 +556,9 @@ def run_once(n, args):
             "collector_cpu_us_per_step": 1e6 * cpu / max(1, counts.get("steps_quiet", 0) * on_measured / max(1, n)),
             "steps_per_batch_quiet": counts.get("steps_quiet", 0) / max(1, len(quiet)),
             "collector_rss_mb": rss / 1e6, "collector_gc": gc_stats,
+            "stuck_readers": args.stuck_readers, "collector_rss_peak_first_half_mb": rss_peak / 1e6,
+            "http_cut_off": max(series(bodies[-1], "stepwatch_collector_http_cut_off_total").values(), default=None)
+            if bodies else None,
             "render_child_private_mb": max((v / 1e6 for body in bodies[-1:] for v in
                                             series(body, "stepwatch_collector_scrape_child_private_bytes ").values()),
                                            default=None),
@@ -637,6 +656,8 @@ def main():
                    "every job, as the page drew them before its summary (the full /api/jobs as its list)")
     p.add_argument("--loop-stalls", default="", help="record the collector's event-loop callbacks of 50 ms or more "
                    "into this JSON file (bench/loop_stalls.py)")
+    p.add_argument("--stuck-readers", type=int, default=0, help="HTTP clients that ask for the whole fleet's "
+                   "/api/jobs when the measured time begins and never read (held to its end)")
     p.add_argument("--out", default="")
     args = p.parse_args()
     rows = []
