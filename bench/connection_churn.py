@@ -7,7 +7,7 @@ A collector subprocess (``--agent-grace-s 2``, so the churned ranks expire two s
 their last stream) on loopback; ``--workers`` client processes share ``--cycles`` cycles, each a
 new gRPC channel (a new TCP connection), a Hello of one of ``--ranks`` ranks (ten jobs) with a
 new session id, one Batch of one step, its Ack, and the channel closed: an agent fleet
-reconnecting in a loop. Read from /proc: the collector's RSS at idle (started, nothing
+reconnecting in a loop. Read with psutil: the collector's RSS at idle (started, nothing
 connected), at the end of the churn, and once every rank has expired (``/api/jobs`` empty) and
 ``--settle-s`` more; its log's line count. :func:`churn` is what tests/collector/ingest/
 test_connection_churn.py runs with a few thousand cycles.
@@ -24,15 +24,13 @@ import tempfile
 import time
 import urllib.request
 
+import psutil
+
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def rss_mb(pid: int) -> float:
-    with open(f"/proc/{pid}/status") as fh:
-        for line in fh:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    raise RuntimeError("no VmRSS")
+    return psutil.Process(pid).memory_info().rss / (1 << 20)
 
 
 def _worker(address: str, first: int, count: int, ranks: int) -> tuple:

@@ -11,8 +11,9 @@ which also get the request headers (lower-case names): a scrape of a large state
 there while the loop keeps acknowledging batches (``/metrics``). A route may answer a
 :class:`FileBody` (an open file and its size): it is streamed in 1 MiB reads off the loop, each
 written and drained before the next, so four parallel downloads of a 200 MB trace hold a few
-MiB, not 800.
-A client that takes no bytes of its answer for ``write_timeout_s`` is cut off (its connection
+MiB, not 800. A large answer in memory goes out in 256 KiB slices of its (shared) bytes, each
+drained before the next, so a slow client holds one slice, not a copy of the answer.
+A client that takes no bytes of a slice for ``write_timeout_s`` is cut off (its connection
 aborted, the buffered answer freed, ``cut_off`` counted). Bad requests get 400, unknown paths 404, other methods 405; with a ``token`` every path but
 the open ones (``/healthz``) needs it (bearer, or basic auth with it as the password), else 401. A route that raises answers 500
 and logs; the server keeps going.
@@ -70,9 +71,9 @@ class HttpServer:
                  write_timeout_s: float = 30.0):
         """``nice``: added to the worker thread's niceness (Linux; 0: left as it is), so on a
         saturated core the event loop (``/healthz``, acks) is scheduled ahead of a large answer
-        being built. ``write_timeout_s``: a client that takes no bytes for this long (the whole
-        answer, or one 1 MiB read of a file) is cut off and its buffered answer freed: 100
-        clients asking ``/api/jobs`` of 10,000 ranks and never reading held 912 MB for good."""
+        being built. ``write_timeout_s``: a client that takes no bytes for this long (a small
+        answer, one 256 KiB slice of a large one, one 1 MiB read of a file) is cut off and what
+        was buffered for it freed."""
         self._write_timeout_s = write_timeout_s
         self._routes = dict(routes)
         self._token, self._open = token, open_paths

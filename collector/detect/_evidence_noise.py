@@ -40,7 +40,7 @@ _MIN_RUN = 6       # blocks per run at the least (30 s: the critical window)
 _RUNS = 6          # runs the history must hold beyond two
 _FLOOR = 0.005     # of the step: the smallest spread a source is read with
 _KEPT_MAX = 64     # measurements kept per rank
-_QUANTILE, _Q_SIGMAS = 0.9, 1.645  # the differences' quantile read, and the normal sigmas it is
+_QUANTILE, _Q_SIGMAS = 0.9, 1.645  # the quantile of the differences read, and the sigmas of a normal series it stands at
 
 
 class SourceNoise:

@@ -116,7 +116,6 @@ class Pipeline:
             named = ", ".join(f"job={job} rank={rank}" for job, rank in gone[:3])
             more = f" and {len(gone) - 3} more ranks" if len(gone) > 3 else ""
             log.info("stepwatch collector: expired series of %s%s", named, more)
-        if gone:
             for call in self._each("forget"):
                 call(gone)
         connections = self.state.connections()

@@ -94,8 +94,7 @@ class TraceStore:
         self.max_bytes, self.max_trace_bytes, self.max_uploads = max_bytes, max_trace_bytes, max_uploads
         os.makedirs(self.directory, exist_ok=True)
         self._lock = threading.Lock()
-        self._active = 0
-        self._uploading: set = set()  # trace ids with an upload running
+        self._uploading: set = set()  # trace ids with an upload running (one each)
         self.stored = 0
         self.rejected: dict[str, int] = {}
         self.evicted = 0
@@ -122,14 +121,14 @@ class TraceStore:
             raise TraceRejected("too_large", f"trace of {total} bytes is above the collector's per-trace "
                                 f"limit of {self.max_trace_bytes} bytes")
         with self._lock:
-            if self._active >= self.max_uploads:
+            busy = ""
+            if len(self._uploading) >= self.max_uploads:
+                busy = f"{len(self._uploading)} trace uploads running; retry later"
+            elif trace_id in self._uploading:
+                busy = f"trace {trace_id} is being uploaded by another stream; retry once it ended"
+            if busy:
                 self.rejected["busy"] = self.rejected.get("busy", 0) + 1
-                raise TraceRejected("busy", f"{self._active} trace uploads running; retry later")
-            if trace_id in self._uploading:
-                self.rejected["busy"] = self.rejected.get("busy", 0) + 1
-                raise TraceRejected("busy", f"trace {trace_id} is being uploaded by another stream; "
-                                    "retry once it ended")
-            self._active += 1
+                raise TraceRejected("busy", busy)
             self._uploading.add(trace_id)
         try:
             return Upload(self, trace_id, total)
@@ -150,7 +149,6 @@ class TraceStore:
 
     def _added(self, trace_id: str, size: int) -> None:
         with self._lock:
-            self._active -= 1
             self._uploading.discard(trace_id)
             self._index.pop(trace_id, None)
             self._index[trace_id] = (time.time(), size)
@@ -159,7 +157,6 @@ class TraceStore:
 
     def _released(self, trace_id: str) -> None:
         with self._lock:
-            self._active = max(0, self._active - 1)
             self._uploading.discard(trace_id)
 
     def _enforce(self, keep: str) -> None:

@@ -301,25 +301,13 @@ def test_a_step_up_of_minutes_ago_is_on_the_life_chart(start_collector, tmp_path
     """A rank's steps of 5 minutes (real gRPC, the agent's own end times), 40 ms then 60 ms
     from its third minute on: the recent-steps chart shows the last steps only, the chart since
     the start shows both levels, the later one higher (an SVG y further up)."""
-    from collector_testlib import Stream, batch, hello
-
-    from stepwatch.proto.stepwatch.v1 import agent_pb2
+    from collector_testlib import Stream, hello
 
     col = start_collector()
-    t0, n, seq = 1_700_000_000.0, 0, 0
+    t0 = 1_700_000_000.0
     with col.channel() as chan:
         s = Stream(chan, hello(job="long-job", rank=0, session="s-long"))
-        t = t0
-        while t - t0 < 300:
-            rows = []
-            for _ in range(250):
-                n += 1
-                d = 0.040 if t - t0 < 180 else 0.060
-                t += d
-                rows.append(agent_pb2.StepRecord(step=n, end_time_s=t, duration_s=d, dataloader_wait_s=0.001,
-                                                 clock=agent_pb2.STEP_CLOCK_CUDA_EVENT))
-            seq += 1
-            s.send(batch(seq, steps=rows))
+        _send_steps(s, t0, 300, lambda n, t: 0.040 if t - t0 < 180 else 0.060)
         browser = Chromium(tmp_path / "chromium")
         try:
             browser.call("Page.navigate", session=browser.session, url=f"http://{col.collector.http_address}/")
@@ -349,26 +337,14 @@ def test_the_life_chart_shades_a_real_drift_episode_from_its_onset(start_collect
     from minute 6. The collector's drift detection raises it; the chart since the start shades
     the episode from its onset (a band with the alert's severity, the onset marked) over the
     part of the chart where the steps stand higher, and the band's start is the onset's time."""
-    from collector_testlib import Stream, batch, hello
-
-    from stepwatch.proto.stepwatch.v1 import agent_pb2
+    from collector_testlib import Stream, hello
 
     col = start_collector()
-    t0, n, seq, change = 1_700_000_000.0, 0, 0, 360.0
+    t0, change = 1_700_000_000.0, 360.0
     with col.channel() as chan:
         s = Stream(chan, hello(job="drift-job", rank=0, session="s-drift"))
-        t = t0
-        while t - t0 < 720:
-            rows = []
-            for _ in range(250):
-                n += 1
-                d = (0.040 if t - t0 < change else 0.052) * (1 + 0.01 * ((n * 7919) % 13 - 6) / 6)
-                t += d
-                rows.append(agent_pb2.StepRecord(step=n, end_time_s=t, duration_s=d, dataloader_wait_s=0.001,
-                                                 clock=agent_pb2.STEP_CLOCK_CUDA_EVENT))
-            seq += 1
-            s.send(batch(seq, steps=rows))
-            col.clock.now = t
+        t = _send_steps(s, t0, 720, lambda n, t: (0.040 if t - t0 < change else 0.052)
+                        * (1 + 0.01 * ((n * 7919) % 13 - 6) / 6), clock=col.clock)
         deadline = time.monotonic() + 20
         alerts = []
         while time.monotonic() < deadline and not alerts:
@@ -424,3 +400,27 @@ def test_the_life_chart_shades_a_real_drift_episode_from_its_onset(start_collect
 def time_of(iso: str) -> float:
     import datetime
     return datetime.datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp()
+
+
+def _send_steps(stream, t0: float, seconds: float, duration, clock=None) -> float:
+    """Send one rank's steps from ``t0`` for ``seconds`` of their own end times, 250 a batch, step
+    ``n`` (1-based) ending ``duration(n, its start time)`` after the one before (the collector's
+    ``clock`` moved to each batch's end when given); returns the last step's end time."""
+    from collector_testlib import batch
+
+    from stepwatch.proto.stepwatch.v1 import agent_pb2
+
+    t, n, seq = t0, 0, 0
+    while t - t0 < seconds:
+        rows = []
+        for _ in range(250):
+            n += 1
+            d = duration(n, t)
+            t += d
+            rows.append(agent_pb2.StepRecord(step=n, end_time_s=t, duration_s=d, dataloader_wait_s=0.001,
+                                             clock=agent_pb2.STEP_CLOCK_CUDA_EVENT))
+        seq += 1
+        stream.send(batch(seq, steps=rows))
+        if clock is not None:
+            clock.now = t
+    return t
