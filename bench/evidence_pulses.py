@@ -8,7 +8,8 @@ seconds after the first step. Per arm the time added is made of (``corpus.inject
 ``where``): ``evidence``: a different phase's device time or the data-loader wait each time
 (backward, data-loader wait, forward, optimizer, ...), as real causes are; ``none``: nothing
 but the step time (the host's own pace: no evidence moves). Reported per pulse: raised within
-``--target-s`` of its start in an episode of its own (onset at or after 30 s before it), how
+``--target-s`` of its start in an episode of its own (raised between its start and the next
+pulse's, its onset at most 60 s before it and after the pulse before ended), how
 the episode was decided (``Condition.decided``: job / steps), and the seconds from the pulse's
 end to the last rank's resolve; and the recording as it is (false episodes).
 
@@ -21,6 +22,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import math
 import os
 import sys
 
@@ -61,7 +63,12 @@ def run(lines: list, cfg, arm: str, a) -> list[dict]:
     out = []
     for k, (start, end, where) in enumerate(pulses):
         nxt = pulses[k + 1][0] if k + 1 < len(pulses) else t_end
-        mine = [o for o in onsets if start - 30 <= o["onset"] < nxt - 30 and o["raised"] is not None]
+        prev_end = pulses[k - 1][1] if k else -math.inf
+        # a pulse's episodes: raised from its start to the next one's, with an onset after the
+        # pulse before ended (an onset dated up to 30 s early counts: the change point of a
+        # wandering host's medians is not exact; one dated before that is the episode before)
+        mine = [o for o in onsets if o["raised"] is not None and start <= o["raised"] < nxt
+                and o["onset"] >= max(prev_end, start - 60)]
         first = min(mine, key=lambda o: o["raised"], default=None)
         ends = [o["alert"].ends_at for o in mine]
         gone = None if not mine or any(e is None for e in ends) else round(max(_ts(e) for e in ends) - end, 1)
@@ -69,9 +76,25 @@ def run(lines: list, cfg, arm: str, a) -> list[dict]:
                     "raised_s": None if first is None else round(first["raised"] - start, 1),
                     "further": None if first is None else first["further"],
                     "decided": None if first is None else first["decided"],
-                    "episodes": len({id(o["alert"]) for o in mine}), "resolved_after_end_s": gone,
+                    "episodes": len({id(o["alert"]) for o in mine}),
+                    "own": _own(mine), "resolved_after_end_s": gone,
                     "summary": None if first is None else first["summary"][:300]})
     return out
+
+
+def _own(mine: list[dict]) -> bool:
+    """The pulse has an episode of its own on every rank that raised it: one episode per rank,
+    opened by this pulse (its first onset is the episode's first, not a further change folded
+    into an episode that an earlier pulse opened). A 2-GPU job's two ranks raising one episode
+    each is two episodes of their own, not a split."""
+    ranks: dict = {}
+    for o in mine:
+        if o["raised"] is not None:
+            ranks.setdefault(o["alert"].rank, set()).add(id(o["alert"]))
+    firsts = {}
+    for o in sorted(mine, key=lambda o: o["raised"] or 0.0):
+        firsts.setdefault(o["alert"].rank, o)
+    return bool(ranks) and all(len(v) == 1 for v in ranks.values()) and not any(o["further"] for o in firsts.values())
 
 
 def _onsets(x) -> list[dict]:
@@ -147,8 +170,8 @@ def markdown(doc: dict, a) -> str:
                                      for x in r["arms"][arm]))
         rows.append(f"| {r['name']} | {'yes' if r['held_out'] else 'no'} | {len(r['false_episodes'])} | "
                     + " | ".join(cells) + " |")
-    rows += ["", "Totals (raised within the target in an episode of its own, resolved within 2 minutes of "
-             "its end):", "", "| part | arm | pulses | within target | own episode | resolved <= 120 s | false episodes |",
+    rows += ["", "Totals (raised within the target; own episode: one episode on each rank that raised "
+             "it, opened by this pulse, not folded into an earlier one; resolved within 2 minutes of its end):", "", "| part | arm | pulses | within target | own episode | resolved <= 120 s | false episodes |",
              "|---|---|---:|---:|---:|---:|---:|"]
     for part, held in (("held out", True), ("tuning", False)):
         recs = [r for r in doc["recordings"] if r["held_out"] == held]
@@ -157,7 +180,7 @@ def markdown(doc: dict, a) -> str:
         for arm in a.arms:
             xs = [x for r in recs for x in r["arms"][arm]]
             ok = [x for x in xs if x["raised_s"] is not None and x["raised_s"] <= a.target_s]
-            rows.append(f"| {part} | {arm} | {len(xs)} | {len(ok)} | {sum(1 for x in xs if x['episodes'] == 1)} | "
+            rows.append(f"| {part} | {arm} | {len(xs)} | {len(ok)} | {sum(1 for x in xs if x.get('own'))} | "
                         f"{sum(1 for x in xs if x['resolved_after_end_s'] is not None and x['resolved_after_end_s'] <= 120)} | "
                         f"{sum(len(r['false_episodes']) for r in recs)} |")
     return "\n".join(rows) + "\n"
