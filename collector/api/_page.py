@@ -8,6 +8,11 @@ fetches only endpoints listed there, because Chromium logs every failed load, ev
   first) their ranks (``/api/jobs?job=NAME``) and step-time trend (``/api/steps?job=NAME``, one
   line per rank); the other jobs are named in one line, so a refresh costs the same whatever
   the fleet's size;
+* each drawn job's life: ``/api/life?job=NAME&since_s=S`` (the last hour by default; buttons for
+  6 h and the whole life), one summary series made on the collector (the ranks' median, a band
+  from the lowest to the highest), with the settled level and the job's alert episodes shaded
+  from their onsets; a click on a rank's row draws that rank's own line over it
+  (``&rank=R``), a second click hides it;
 * alerts, drawn first: ``/api/alerts``; a card per firing alert (most severe first: severity, name, job and rank, the
   summary, the why, the trace, since when), resolved ones folded below;
 * jobs: alerting jobs first (most severe first, marked), then live jobs, then finished ones
@@ -45,7 +50,9 @@ th{color:#6b7480;font-weight:600}td.num{text-align:right;font-variant-numeric:ta
 svg text{font-size:11px;fill:#6b7480}svg .grid{stroke:#eceef1}svg polyline{fill:none;stroke-width:1.5}
 svg rect.episode{fill-opacity:.15}svg rect.episode.sev-critical{fill:#b42318}svg rect.episode.sev-warning{fill:#c4570c}
 svg rect.episode.sev-info{fill:#2f6fb2}svg line.onset{stroke:#b42318;stroke-dasharray:3 2}
-svg line.settled{stroke:#374151;stroke-dasharray:6 3}
+svg line.settled{stroke:#374151;stroke-dasharray:6 3}svg polygon.band{fill:#6b7480;fill-opacity:.18;stroke:none}
+.lifebar{font-size:12px;margin:.2em 0}.lifebar button{font-size:12px;margin-right:.3em}.lifebar button.on{font-weight:700}
+table.ranks tbody tr{cursor:pointer}table.ranks tbody tr.picked{background:#eef4ff}
 .legend span{margin-right:1em;font-size:12px}.legend b{font-size:16px}
 svg.bar{width:100%;max-width:760px;height:18px;display:block;margin:.4em 0}
 .win td:first-child{max-width:560px;overflow-wrap:anywhere}
@@ -93,11 +100,12 @@ function median(xs) {
   return s.length ? s[s.length >> 1] : null;
 }
 
-function trend(series, life, episodes, settled) {
-  // life: the ranks' step time since their start (one mean per span), else their last steps
+function trend(series, life, episodes, settled, band, label) {
+  // life: the job's step time over its life (one point per bin of \`life\` s), else the ranks'
+  // last steps; band: [[t, lowest, highest], ...] across the ranks; label: the range's name
   const W = 720, H = life ? 120 : 170, L = 64, R = 8, T = 8, B = 22;
   const box = svg("svg", {viewBox: `0 0 ${W} ${H}`, class: "trend" + (life ? " life" : ""), role: "img"});
-  const pts = series.flatMap((s) => s.points);
+  const pts = series.flatMap((s) => s.points).concat((band || []).map((b) => [null, b[0], b[2]]));
   if (!pts.length) {
     box.append(svg("text", {x: W / 2, y: H / 2, "text-anchor": "middle"}, "no steps yet"));
     return box;
@@ -122,19 +130,24 @@ function trend(series, life, episodes, settled) {
     band.append(svg("title", {}, `${a.alertname} ${a.severity} rank ${a.rank}: ${a.summary || ""}`));
     box.append(band, svg("line", {class: "onset", x1: x(a0), x2: x(a0), y1: T, y2: H - B}));
   }
+  if (band && band.length > 1) {  // the lowest to the highest rank in each bin
+    const ordered = [...band].sort((a, b) => a[0] - b[0]);
+    box.append(svg("polygon", {class: "band", points: ordered.map((b) => `${x(b[0])},${y(b[2])}`)
+      .concat(ordered.reverse().map((b) => `${x(b[0])},${y(b[1])}`)).join(" ")}));
+  }
   if (life && typeof settled === "number") {  // the level drift is judged against (the ranks' median)
     box.append(svg("line", {class: "settled", x1: L, x2: W - R, y1: y(settled), y2: y(settled)}),
                svg("text", {x: W - R - 4, y: +y(settled) - 4, "text-anchor": "end", class: "settled"},
                    `settled level ${ms(settled)}`));
   }
   const span = t1 - t0, clipped = top > ymax ? `, slower steps (up to ${ms(top)}) clipped` : "";
-  const earlier = life ? `since the start, ${dur(span)} ago (means of ${dur(life)})` : `${span.toFixed(span < 10 ? 1 : 0)} s earlier`;
+  const earlier = life ? `${label || "since the start"}, ${dur(span)} ago (means of ${dur(life)})` : `${span.toFixed(span < 10 ? 1 : 0)} s earlier`;
   box.append(svg("text", {x: L, y: H - 4}, earlier),
              svg("text", {x: W - R, y: H - 4, "text-anchor": "end"}, `${life ? "latest span" : "latest step"}${clipped}`));
   for (const s of series) {
-    const line = svg("polyline", {stroke: color(s.rank), "data-rank": s.rank,
+    const line = svg("polyline", {stroke: s.rank === "job" ? "#1d232b" : color(s.rank), "data-rank": s.rank,
       points: [...s.points].sort((a, b) => a[1] - b[1]).map((p) => `${x(p[1])},${y(p[2])}`).join(" ")});
-    line.append(svg("title", {}, `rank ${s.rank}`));
+    line.append(svg("title", {}, s.rank === "job" ? "the ranks' median" : `rank ${s.rank}`));
     box.append(line);
   }
   return box;
@@ -156,16 +169,47 @@ function detectorCell(r) {
   return h("td", {class: "detector", title: "smallest sustained step-time shift raised as info / warning / critical"}, text);
 }
 
-function rankRow(r) {
+function rankRow(r, job) {
   const gpu = r.gpu_sample || {}, alloc = r.allocator;
   const mem = alloc ? alloc.allocated_bytes : gpu.memory_used_bytes;
   const num = (v) => h("td", {class: "num"}, v);
-  return h("tr", {},
+  const view = lifeView(job), row = h("tr", {"data-rank": r.rank, class: view.rank === r.rank ? "picked" : "",
+    title: "click: draw this rank on the life chart"},
     num(r.rank), h("td", {}, r.host), num(r.pid), h("td", {}, r.gpu ? r.gpu.name : "—"),
     h("td", {class: r.connected ? "ok" : "gone"}, r.connected ? "connected" : `gone ${ago(r.disconnected_at)}`),
     detectorCell(r),
     num(r.steps_total), num(ms(r.step_median_s)), num(ago(r.last_step_time)),
     num(pct(r.dataloader_wait_ratio)), num(pct(gpu.utilization_ratio)), num(gib(mem)));
+  row.addEventListener("click", () => { view.rank = view.rank === r.rank ? null : r.rank; refresh(); });
+  return row;
+}
+
+// what the life chart of each job shows: the range (seconds; 0 the whole life) and the rank
+// drawn over the job's summary (a click on its row), kept across refreshes
+const LIFE_RANGES = [[3600, "last hour"], [6 * 3600, "last 6 h"], [0, "whole life"]];
+const lifeViews = new Map();
+function lifeView(job) {
+  if (!lifeViews.has(job)) lifeViews.set(job, {since: 3600, rank: null});
+  return lifeViews.get(job);
+}
+async function lifeDocs(job) {
+  const v = lifeView(job), base = `api/life?job=${encodeURIComponent(job)}&since_s=${v.since}`;
+  const [all, one] = await Promise.all([getJSON(base), v.rank == null ? null : getJSON(`${base}&rank=${v.rank}`)]);
+  return {all, one};
+}
+function lifeChart(job, docs, episodes, settled) {
+  const v = lifeView(job), all = docs.all, one = docs.one;
+  if (!all || all.points.length < 2) return null;
+  const series = [{rank: "job", points: all.points.map((p) => [null, p[0], p[1]])}];
+  if (one && one.points.length) series.push({rank: v.rank, points: one.points.map((p) => [null, p[0], p[1]])});
+  const label = all.whole ? "since the start" : LIFE_RANGES.find((r) => r[0] === v.since)[1];
+  const bar = h("div", {class: "lifebar"}, LIFE_RANGES.map(([s, name]) => {
+    const b = h("button", {type: "button", class: s === v.since ? "on" : "", "data-since": s}, name);
+    b.addEventListener("click", () => { v.since = s; refresh(); });
+    return b;
+  }), h("span", {class: "muted"}, all.ranks > 1 ? `the ranks' median (band: lowest to highest of ${all.ranks})` : "",
+    v.rank == null ? "; click a rank's row to draw it" : `; rank ${v.rank} drawn (click its row again to hide it)`));
+  return [bar, trend(series, all.bin_s, episodes, settled, all.ranks > 1 ? all.points.map((p) => [p[0], p[2], p[3]]) : null, label)];
 }
 
 const SEVERITY = {critical: 0, warning: 1, info: 2};
@@ -227,7 +271,7 @@ function runsTable(doc) {
     table(rows, 0));
 }
 
-function jobCard(job, steps, alerts, runs, episodes) {
+function jobCard(job, steps, alerts, runs, episodes, life) {
   const byRank = new Map((steps ? steps.ranks : []).map((s) => [s.rank, s]));
   const series = job.ranks.slice(0, MAX_SERIES).map((r) => ({rank: r.rank, points: (byRank.get(r.rank) || {}).points || []}));
   // the whole life, once a rank has two spans: a step-up of an hour ago is on it
@@ -236,6 +280,7 @@ function jobCard(job, steps, alerts, runs, episodes) {
   const lifeSpan = spans.length > 2 ? Math.max(...lives.filter((s) => s.points.length > 1).map(
     (s) => (s.points[s.points.length - 1][1] - s.points[0][1]) / (s.points.length - 1)), 0) : 0;
   const up = job.ranks.filter((r) => r.connected).length;
+  const settled = median(job.ranks.map((r) => r.drift_level_s).filter((v) => typeof v === "number"));
   const cols = ["rank", "host", "pid", "GPU", "status", "detector", "steps", "median step", "last step",
                 "data wait", "GPU util", "memory"];
   const worst = alerts.length ? alerts.reduce((a, b) => (sevRank(b) < sevRank(a) ? b : a)) : null;
@@ -245,14 +290,15 @@ function jobCard(job, steps, alerts, runs, episodes) {
       up === 0 ? badge("finished") : null),
     h("div", {class: "muted"}, `${job.ranks.length} ranks, ${up} connected`),
     trend(series),
-    lifeSpan > 0 ? trend(lives, lifeSpan, episodes, median(job.ranks.map((r) => r.drift_level_s).filter((v) => typeof v === "number"))) : null,
+    life ? lifeChart(job.job, life, episodes, settled)
+      : lifeSpan > 0 ? trend(lives, lifeSpan, episodes, settled) : null,
     h("div", {class: "legend"}, series.map((s) => {
       const dot = h("b", {}, "— ");
       dot.style.color = color(s.rank);
       return h("span", {}, dot, `rank ${s.rank}`);
     }), job.ranks.length > MAX_SERIES ? `(first ${MAX_SERIES} ranks drawn)` : null),
     h("table", {class: "ranks"}, h("thead", {}, h("tr", {}, cols.map((c) => h("th", {}, c)))),
-      h("tbody", {}, job.ranks.map((r) => rankRow(r)))), runsTable(runs));
+      h("tbody", {}, job.ranks.map((r) => rankRow(r, job.job)))), runsTable(runs));
 }
 
 const PHASES = ["forward", "backward", "optimizer", "communication", "other"];
@@ -323,7 +369,9 @@ function optional(id, doc, what) {
     : list && list.length ? table(list, 0) : h("p", {class: "muted"}, `none yet`));
 }
 
+let timer = null;
 async function refresh() {
+  clearTimeout(timer);
   try {
     const routes = new Set((await getJSON("api")).routes);
     const has = (p) => routes.has(p);
@@ -341,13 +389,14 @@ async function refresh() {
       .then((d) => d.jobs[0] || {job: j.job, ranks: []})));
     const steps = has("/api/steps") ? await Promise.all(
       jobs.map((j) => getJSON("api/steps?job=" + encodeURIComponent(j.job) + "&ranks=" + MAX_SERIES))) : [];
+    const lives = has("/api/life") ? await Promise.all(jobs.map((j) => lifeDocs(j.job).catch(() => null))) : [];
     const runs = has("/api/jobs/{job}/runs") ? await Promise.all(jobs.map((j) =>
       getJSON(`api/jobs/${encodeURIComponent(j.job)}/runs`).catch(() => null))) : [];
     const more = rest.length ? [h("p", {class: "muted more-jobs"},
       `${rest.length} more jobs not drawn (${rest.reduce((n, j) => n + j.ranks, 0)} ranks; /api/jobs has them all): `
       + rest.slice(0, 50).map((j) => j.job).join(", ") + (rest.length > 50 ? ", ..." : ""))] : [];
     $("jobs").replaceChildren(...(jobs.length ? jobs.map((j, i) => jobCard(j, steps[i], firing.filter((a) => a.job === j.job), runs[i],
-      (alerts || []).filter((a) => a.job === j.job)))
+      (alerts || []).filter((a) => a.job === j.job), lives[i]))
       : [h("p", {class: "muted"}, "No jobs yet: start training with STEPWATCH_COLLECTOR pointing here.")]), ...more);
     if (has("/api/jobs/{job}/windows") && jobs.length) {
       const docs = await Promise.all(jobs.map((j) => getJSON(`api/jobs/${encodeURIComponent(j.job)}/windows`)));
@@ -361,7 +410,7 @@ async function refresh() {
   } catch (err) {
     $("status").textContent = `update failed (${err.message}); retrying`;
   }
-  setTimeout(refresh, REFRESH_MS);
+  timer = setTimeout(refresh, REFRESH_MS);
 }
 refresh();
 """

@@ -1,5 +1,5 @@
 """The collector's HTTP routes: the page, ``/healthz``, ``/api/alerts``, ``/api/jobs``,
-``/api/steps``, a job's windows and runs, the traces and an uploaded trace file; ``/metrics`` is
+``/api/steps``, ``/api/life`` (a job's step time over its life, one summary series), a job's windows and runs, the traces and an uploaded trace file; ``/metrics`` is
 the export's (:class:`~..export.Scrape`), handed in. :meth:`Routes.server` builds the
 :class:`HttpServer` that serves them.
 
@@ -19,6 +19,7 @@ from ..export import ScrapeYield
 from ..state import CollectorHealth, CollectorState
 from ._http_server import FileBody, HttpServer
 from ._json_routes import SharedRender, jobs_json, jobs_summary_json, runs_json, steps_json
+from ._life_route import life_json, life_query
 from ._page import page
 from ._window_routes import traces_json, windows_json
 
@@ -44,7 +45,8 @@ class Routes:
     def server(self, metrics, token: str, nice: int) -> HttpServer:
         """The HTTP server of these routes and ``metrics`` (the scrape, a threaded route)."""
         self._http = HttpServer({"/healthz": _healthz, "/api/alerts": self._alerts, "/": page, "/api": self._index},
-                                query_routes={"/api/jobs": self._jobs, "/api/steps": self._steps},
+                                query_routes={"/api/jobs": self._jobs, "/api/steps": self._steps,
+                                              "/api/life": self._life},
                                 path_routes={"/api/jobs/{job}/windows": self._windows, "/api/traces": self._traces,
                                              "/api/jobs/{job}/runs": self._job_runs,
                                              "/api/traces/{trace_id}": self._trace_file},
@@ -93,6 +95,25 @@ class Routes:
                 return 400, "text/plain; charset=utf-8", b"ranks= must be a whole number from 1 to 1000000\n"
             ranks = int(ranks)
         return 200, "application/json", steps_json(self.state, query["job"], ranks)
+
+    def _life(self, query):
+        """``/api/life?job=NAME``: the job's step time over the last hour of its data as one
+        summary series (median, lowest and highest rank per bin); ``&since_s=S`` another span
+        (``0`` or ``all``: the whole life); ``&rank=R``: that rank's own series
+        (:func:`._life_route.life_document`). Built giving way to a busy ingest; the page's
+        three ranges of a job's summary are shared while fresh (0.15 s of CPU at 1,000 ranks of
+        358 spans on the 2-core development machine: shared for three times that)."""
+        if "job" not in query:
+            return 400, "text/plain; charset=utf-8", b"missing ?job=\n"
+        error, since_s, rank = life_query(query)
+        if error:
+            return 400, "text/plain; charset=utf-8", (error + "\n").encode()
+        def build() -> bytes:
+            return self._paced("life", lambda pause: life_json(self.state, query["job"], since_s, rank, pause))
+
+        if rank is None and since_s in (3600.0, 21600.0, None):  # the page's ranges: shared while fresh
+            return 200, "application/json", self._shared.get(f"life\0{query['job']}\0{since_s}", build)
+        return 200, "application/json", build()
 
     def _windows(self, params):
         status, body = windows_json(self.state, params["job"])

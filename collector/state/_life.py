@@ -88,6 +88,16 @@ class LifeTrend:
             setattr(dup, name, array.array(value.typecode, value) if isinstance(value, array.array) else value)
         return dup
 
+    def last_end(self) -> Optional[float]:
+        """The last closed span's end time, None before one closed."""
+        return self._end[-1] if len(self._end) else None
+
+    def since(self, lo: float) -> tuple:
+        """(end times, means) of the closed spans ending at or after ``lo``, oldest first (a
+        bisection: ends are in arrival order, a clock that stepped back joins the open span)."""
+        k = bisect.bisect_left(self._end, lo)
+        return self._end[k:], self._mean[k:]
+
     def document(self) -> list[list]:
         """``[[first step, end time, mean step time], ...]``, oldest first (closed spans)."""
         return [[s, e, m] for s, e, m in zip(self._step, self._end, self._mean)]

@@ -424,3 +424,70 @@ def _send_steps(stream, t0: float, seconds: float, duration, clock=None) -> floa
         if clock is not None:
             clock.now = t
     return t
+
+
+LIFE_PROBE = """(() => {
+  const card = [...document.querySelectorAll(".job")].find((e) => e.dataset.job === %s);
+  const svg = card && card.querySelector("svg.trend.life");
+  if (!svg) return null;
+  return {lines: [...svg.querySelectorAll("polyline")].map((l) => l.dataset.rank),
+          band: svg.querySelectorAll("polygon.band").length, text: svg.textContent,
+          on: [...card.querySelectorAll(".lifebar button.on")].map((b) => b.textContent),
+          bar: (card.querySelector(".lifebar") || {}).textContent || "",
+          picked: [...card.querySelectorAll("table.ranks tbody tr.picked")].map((r) => r.dataset.rank)};
+})()"""
+
+
+def test_the_life_chart_is_the_jobs_summary_and_draws_a_rank_on_a_click(start_collector, tmp_path):
+    """Three ranks of 5 minutes (real gRPC): the life chart is one line, the ranks' median, in a
+    band from the lowest rank to the highest (/api/life, made on the collector), over the last
+    hour; a click on rank 2's row draws rank 2's own line over it and marks the row, a second
+    click hides it; the "whole life" button asks for the whole life."""
+    from collector_testlib import Stream, hello
+
+    col = start_collector()
+    t0 = 1_700_000_000.0
+    job = "life-job"
+    with col.channel() as chan:
+        for rank, d in ((0, 0.040), (1, 0.050), (2, 0.070)):
+            s = Stream(chan, hello(job=job, rank=rank, session=f"s-life-{rank}"))
+            _send_steps(s, t0, 300, lambda n, t, d=d: d)
+            s.close()
+        browser = Chromium(tmp_path / "chromium")
+        seen = {}
+
+        def wait(name, pred, click=None):
+            if click:
+                browser.eval(click)
+            deadline = time.monotonic() + 20
+            while time.monotonic() < deadline:
+                got = browser.eval(LIFE_PROBE % json.dumps(job))
+                if got and pred(got):
+                    seen[name] = got
+                    return
+                time.sleep(0.2)
+            seen[name] = browser.eval(LIFE_PROBE % json.dumps(job))
+
+        row = ("[...document.querySelectorAll('.job')].find((e) => e.dataset.job === %s)"
+               ".querySelector('table.ranks tbody tr[data-rank=\"2\"]').click()" % json.dumps(job))
+        try:
+            browser.call("Page.navigate", session=browser.session, url=f"http://{col.collector.http_address}/")
+            wait("first", lambda g: g["lines"] == ["job"])
+            wait("clicked", lambda g: "2" in g["lines"], click=row)
+            wait("again", lambda g: "2" not in g["lines"], click=row)
+            wait("whole", lambda g: g["on"] == ["whole life"], click=(
+                "[...document.querySelectorAll('.job')].find((e) => e.dataset.job === %s)"
+                ".querySelector('.lifebar button[data-since=\"0\"]').click()" % json.dumps(job)))
+            time.sleep(0.3)
+            browser.eval("0")
+            assert browser.problems() == []
+        finally:
+            browser.close()
+    first, clicked, again, whole = seen["first"], seen["clicked"], seen["again"], seen["whole"]
+    assert first["lines"] == ["job"] and first["band"] == 1, first
+    assert first["on"] == ["last hour"] and "since the start" in first["text"], first  # 5 minutes: all of it
+    assert "median (band: lowest to highest of 3)" in first["bar"], first
+    assert clicked["lines"] == ["job", "2"] and clicked["picked"] == ["2"], clicked
+    assert "rank 2 drawn" in clicked["bar"], clicked
+    assert again["lines"] == ["job"] and again["picked"] == [], again
+    assert whole["on"] == ["whole life"] and whole["lines"] == ["job"], whole
