@@ -16,8 +16,10 @@ import os
 import re
 import select
 import shutil
+import statistics
 import subprocess
 import time
+from urllib.parse import quote
 
 import pytest
 
@@ -491,3 +493,81 @@ def test_the_life_chart_is_the_jobs_summary_and_draws_a_rank_on_a_click(start_co
     assert "rank 2 drawn" in clicked["bar"], clicked
     assert again["lines"] == ["job"] and again["picked"] == [], again
     assert whole["on"] == ["whole life"] and whole["lines"] == ["job"], whole
+
+
+def test_an_hour_of_a_real_recording_with_its_episode_on_the_page(start_collector, tmp_path):
+    """A real held-out H200 recording (tests/data/real/h200x_1gpu_m, ~40 ms steps) played ten
+    times in a row at matching levels (an hour), its backward device time +10% of the step from
+    minute 45, sent over real gRPC on the recording's clock to a real collector: its drift
+    detection raises the change, and the page's life chart (the last hour, from /api/life) shows
+    the hour with the episode shaded from its onset over the part drawn higher."""
+    from collector_testlib import Stream
+
+    from stepwatch.collector.tools.corpus import events, first_step_time, inject, load, repeat
+    from stepwatch.proto.stepwatch.v1 import agent_pb2
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    lines = repeat(load(os.path.join(here, "..", "..", "data", "real", "h200x_1gpu_m.jsonl.gz")), 10, match=True)
+    t0 = first_step_time(lines)
+    change = t0 + 45 * 60
+    lines = inject(lines, "step", 0.10, change, 0, "backward")
+    col = start_collector()
+    streams, job = {}, None
+    with col.channel() as chan:
+        for ev in events(lines):
+            col.clock.now = ev.time
+            key = (ev.hello.job, ev.hello.rank)
+            if ev.kind == "connect":
+                streams[key] = Stream(chan, agent_pb2.AgentMessage(hello=ev.hello))
+                job = ev.hello.job
+            elif ev.kind == "batch":
+                streams[key].send(agent_pb2.AgentMessage(batch=ev.batch))
+        deadline, alerts = time.monotonic() + 20, []
+        while time.monotonic() < deadline and not alerts:
+            alerts = [a for a in json.loads(col.get("/api/alerts")[2])["alerts"]
+                      if a["job"] == job and a["alertname"] == "StepwatchThroughputDrift"]
+            time.sleep(0.2)
+        browser = Chromium(tmp_path / "chromium")
+        try:
+            browser.call("Page.navigate", session=browser.session, url=f"http://{col.collector.http_address}/")
+            deadline, got = time.monotonic() + 30, None
+            while time.monotonic() < deadline:
+                got = browser.eval("""(() => {
+                  const card = [...document.querySelectorAll('.job')].find((e) => e.dataset.job === %s);
+                  const svg = card && card.querySelector('svg.trend.life');
+                  const band = svg && svg.querySelector('rect.episode');
+                  if (!band) return null;
+                  const line = svg.querySelector('polyline[data-rank="job"]').getAttribute('points').trim()
+                    .split(/\\s+/).map((p) => p.split(',').map(Number));
+                  return {band: [+band.getAttribute('x'), +band.getAttribute('width')], cls: band.getAttribute('class'),
+                          onsetX: +svg.querySelector('line.onset').getAttribute('x1'), line, text: svg.textContent};
+                })()""" % json.dumps(job))
+                if got:
+                    break
+                time.sleep(0.25)
+            assert browser.problems() == []
+        finally:
+            browser.close()
+        for s in streams.values():
+            s.close()
+    assert alerts, "the +10% backward change was not raised"
+    onset = time_of(alerts[0]["onset_at"])
+    assert change - 60 <= onset <= change + 60, (onset - change, alerts[0]["summary"])
+    assert "backward" in alerts[0]["summary"], alerts[0]["summary"]
+    assert got, "no episode band on the life chart"
+    assert got["cls"] == f"episode sev-{alerts[0]['severity']}", got["cls"]
+    assert "last hour" in got["text"], got["text"]
+    x0, width = got["band"]
+    assert abs(got["onsetX"] - x0) < 0.2 and width > 0
+    xs = [x for x, _ in got["line"]]
+    assert len(xs) >= 150, len(xs)  # an hour of the rank's spans (20 s once its life passed an hour)
+    # the band starts where the onset falls on the last hour's axis, and the hour after the
+    # change is drawn higher than the 40 minutes before it
+    pts = json.loads(col.get("/api/life?job=" + quote(job, safe=""))[2])["points"]
+    first_t, last_t = pts[0][0], pts[-1][0]
+    assert last_t - first_t > 3400, (first_t, last_t)
+    expect = xs[0] + (onset - first_t) / (last_t - first_t) * (xs[-1] - xs[0])
+    assert abs(x0 - expect) < 0.03 * (xs[-1] - xs[0]), (x0, expect)
+    inside = sorted(y for x, y in got["line"] if x > x0 + 5)
+    before = sorted(y for x, y in got["line"] if x < x0 - 5)
+    assert statistics.median(inside) < statistics.median(before) - 2, (inside[:5], before[-5:])
