@@ -44,7 +44,10 @@ its size on two thirds of the last ``critical_sustain`` x ``critical_window_s`` 
 healthy 40 ms H200 job rose +8..13% for 25 s and came back (tests/data/real/h200q_1gpu_m, paged
 critical live); a lasting +10% is raised ~31 s after it began (median over the real corpus,
 bench/results/agent_ab_h200q.md). The onset is the maximum-likelihood change point of the
-buckets since the reference.
+buckets since the reference, moved later to where a source of evidence changed when that is more
+than two buckets after it and the source, read from there against the steps' level there, holds
+the step's change (``ShiftTests.date_by_evidence``: a host that wandered up before the job
+changed dated the change at the wander, with the phase that changed diluted under it).
 
 **Waves.** An episode that ends by itself within ``transient_s`` of its onset was the job's
 own wandering (a real 2-GPU H100 job, tests/data/real/h100c_2gpu_m: 10 s medians 41-54 ms in
@@ -335,6 +338,9 @@ class DriftDetector:
         onset_at = rows[k][1] - self.cfg.bucket_s
         window = self._steps.window_at(onset_at, shift)
         backing, unknown, span = self._t.backing_at(onset_at, ref, shift)
+        if window is None:  # (the change dated by the source that holds it)
+            k, onset_at, backing, unknown, span = self._t.date_by_evidence(rows, k, onset_at, backing, (unknown, span),
+                                                                           ref, shift)
         if (onset_at < self._settled_at - self.cfg.bucket_s and self._resettles < _RESETTLE_MAX
                 and window is None and backing is None):  # (stepwatch's own cost, and a change its
             return self._resettle(onset_at, ys[k:])        # evidence holds, are raised wherever they fall)

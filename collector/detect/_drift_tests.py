@@ -16,6 +16,7 @@ from .._ring import Ring
 from ._config import DriftConfig
 from ._drift_episode import Episode
 from ._drift_noise import RAISE, Noise
+from ._evidence import PHASES
 from ._types import CRITICAL, INFO, WARNING, Backing, median
 
 if TYPE_CHECKING:
@@ -37,6 +38,9 @@ _WAVE_OUTLAST = 1.5  # ... by this factor of the wave's length
 # measure a large change short by a few percent (a +49% demo slowdown raised at +41% on the
 # warning window's median while its level still rose), which is that change, not another.
 _FURTHER_SHARE = 0.5
+# A backed shift's onset moves to where its source changed when that is more than this many
+# buckets after the step times' onset (ShiftTests.date_by_evidence)
+_REDATE_BUCKETS = 2
 
 
 class ShiftTests:
@@ -112,6 +116,48 @@ class ShiftTests:
         backing, unknown = self.evidence.backing(lo, edge, onset_at + self.cfg.bucket_s, now, step_s,
                                                   step_s * math.expm1(shift), self.loud)
         return backing, unknown, (lo, edge, step_s)
+
+    def date_by_evidence(self, rows: list, k: int, onset_at: float, backing: Optional[Backing], read: tuple,
+                         ref: float, shift: float) -> tuple:
+        """(onset index in ``rows``, onset time, backing, unknown, span): the step times' onset
+        ``rows[k]`` moved later to where a source that holds the shift changed
+        (:meth:`RankEvidence.change_at`: the backing's own source, or with none, the phase or
+        the loader wait whose change there holds it most), when that is more than
+        ``_REDATE_BUCKETS`` buckets after it; else as given. On a host that wandered up before
+        the job changed, the step times date the change at the wander: a 2 x H200 job's +10%
+        forward change, raised 20 s after it began, was dated 47-98 s early, its forward diluted
+        to +1.6 ms over the span after on one rank and under the share that holds a shift on the
+        other (tests/data/real/h200zb_2gpu_m)."""
+        kept = (k, onset_at, backing) + read
+        if self.evidence is None:
+            return kept
+        b = self.cfg.bucket_s
+        now = self.history[-1][1]
+        lo = onset_at - max(MIN_BEFORE_S, now - onset_at)
+        sources = ([backing] if backing is not None else
+                   [Backing("phase", p, 0.0, 0.0, "ms", 0.0) for p in PHASES if p != "sync"]
+                   + [Backing("loader", "data-loader wait", 0.0, 0.0, "ms", 0.0)])
+        best = None
+        for src in sources:
+            at = self.evidence.change_at(src, lo, onset_at - b, now)
+            if at is None or at <= onset_at + _REDATE_BUCKETS * b:
+                continue
+            j = next((i for i in range(k, len(rows)) if rows[i][1] - b >= at - b / 2), None)
+            if j is None or j == k:
+                continue
+            # read against the level the steps stood at between the two onsets (the host's wander
+            # is not the job's change): the shift the source must hold is the step there
+            ys = [r[2] for r in rows]
+            here = median(ys[k:j]) if j - k >= 2 else ref
+            step_up = median(ys[j:]) - here
+            if step_up <= 0:
+                continue
+            moved, unknown, span = self.backing_at(rows[j][1] - b, here, step_up)
+            if moved is None or (moved.kind, moved.name) != (src.kind, src.name):
+                continue
+            if best is None or moved.share > best[2].share:
+                best = (j, rows[j][1] - b, moved, unknown, span)
+        return kept if best is None else best
 
     def loud(self) -> list[tuple[float, float]]:
         """The (start, end) data times of the history's buckets inside episodes, runs merged,

@@ -196,6 +196,39 @@ class RankEvidence:
             return None
         return (median(after) - median(before)) * scale
 
+    def change_at(self, b: Backing, lo: float, after: float, now: float) -> Optional[float]:
+        """Where the source of ``b`` (a phase's or the device work's time, the loader wait)
+        changed, as a data time: the start of the first block after the split of its blocks
+        ``lo..now`` that best separates a lower level before from a higher one after (the
+        largest mean difference x sqrt(n1 n2 / n), at least ``_MIN_BLOCKS`` blocks a side), the
+        split at or after ``after``; None for other sources or too few blocks. A step-time
+        onset on a host that wandered up before the job's change is dated at the wander; the
+        source that holds the change dates the change itself."""
+        if b.kind in ("phase", "device"):
+            ks = [PHASES.index(b.name)] if b.kind == "phase" else [j for j in range(5) if PHASES[j] != "sync"]
+            rows = [r for r in self.phases if lo <= r[0] <= now + _BLOCK_S]
+            kind = rows[-1][2] if rows else None
+            series = [(r[0], sum(r[3 + k] for k in ks)) for r in rows if r[2] == kind]
+        elif b.kind == "loader":
+            series = [(r[0], r[1]) for r in self.waits if lo <= r[0] <= now + _BLOCK_S]
+        else:
+            return None
+        n = len(series)
+        if n < 2 * _MIN_BLOCKS:
+            return None
+        values = [v for _, v in series]
+        total, best, at = sum(values), None, None
+        head = sum(values[:_MIN_BLOCKS - 1])
+        for i in range(_MIN_BLOCKS, n - _MIN_BLOCKS + 1):
+            head += values[i - 1]
+            if series[i][0] - _BLOCK_S < after:
+                continue
+            d = (total - head) / (n - i) - head / i
+            score = d * (i * (n - i) / n) ** 0.5
+            if d > 0 and (best is None or score > best):
+                best, at = score, series[i][0] - _BLOCK_S
+        return at
+
     def _phase_backing(self, lo, edge, since, now, delta_s):
         """A phase that holds the change (Backing), False when the phases were compared and none
         does, None when they cannot be (too few blocks of one kind of points on a side)."""

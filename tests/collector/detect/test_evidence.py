@@ -225,3 +225,31 @@ def test_a_phase_that_wanders_by_itself_is_read_in_its_own_spreads():
         found[wanders], _ = ev.backing(t - 200, t - 70, t - 55, t, 0.040, 0.004)
     assert found[False] is not None and found[False].spreads >= 4 * DriftConfig().evidence_z, found
     assert found[True] is not None and found[True].spreads < DriftConfig().evidence_z, found
+
+
+def test_a_change_after_the_host_wandered_up_is_dated_by_the_phase_that_holds_it():
+    """The host's pace rises 5.5% at 300 s (no phase moves), then the job's forward grows by 4.5%
+    of the step at 330 s: the step times alone date the raised shift (+10%) at the host's rise,
+    more than half of it; the forward's own blocks date it at 330 s, and the evidence read from
+    there is forward's whole growth (+1.8 ms), not a share diluted by the 30 s before it."""
+    cfg = DriftConfig()
+    ev = RankEvidence()
+    det = DriftDetector(cfg, "j", 0, evidence=ev)
+    _job(det, ev, T0, T0 + 300)
+    assert det.armed
+    rng = random.Random(7)
+    t, step, raised = T0 + 300, int(300 / 0.04), None
+    while t < T0 + 480 and raised is None:
+        job = 0.045 if t >= T0 + 330 else 0.0
+        d = 0.040 * (1.055 + job) * (1 + 0.01 * rng.gauss(0, 1))
+        t += d
+        step += 1
+        ev.steps([t], [0.0004])
+        if step % 4 == 0:
+            phases = _grown(1, 0.040 * job)
+            ev.phase_samples([t], [0b1111], [[p] for p in phases], [[0.3 * p] for p in PHASE_S])
+        if det.feed(step, t, d) and det.condition is not None:
+            raised = det.condition
+    assert raised is not None and raised.decided == "job", raised
+    assert T0 + 325 <= raised.since <= T0 + 340, raised.since - T0
+    assert raised.evidence.name == "forward" and raised.evidence.after - raised.evidence.before > 1.6, raised.evidence
