@@ -43,8 +43,9 @@ _WINDOWS_WHY = {
                  "and +1.35%, SE 0.33-0.45%; the warm-up session alone +0.94%; no session +0.24%; "
                  "bench/results/agent_ab_h100w.md, agent_ab_h100l.md), and on an H200 launch-bound job "
                  "sessions whose trace was exported were followed by +8% (median of 7; not resolved from the "
-                 "host's wander, bench/results/session_residue_h200.md; on a 40 ms H200 job the warm-up session "
-                 "alone +0.67%, SE 1.43%, agent_ab_h200wb.md); a cpu+cuda window also costs ~0.2 s beyond its "
+                 "host's wander, bench/results/session_residue_h200.md; on a 40 ms H200 job, 24 fresh processes: "
+                 "the level after one exported session 1.001 of before, SE 0.006, CPU-only windows 1.008, SE "
+                 "0.004, agent_ab_h200wc.md); a cpu+cuda or CPU-only window also costs ~0.2 s beyond its "
                  "steps (0.3% at the 60-s interval); the agent's 0.5% budget holds only "
                  "without them (H200 at the defaults: +0.14%)",
     "scheduled": "profiler windows on the schedule (windows: scheduled): their cost, and a lasting after-effect "
