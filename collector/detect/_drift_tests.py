@@ -41,6 +41,11 @@ _FURTHER_SHARE = 0.5
 # A backed shift's onset moves to where its source changed when that is more than this many
 # buckets after the step times' onset (ShiftTests.date_by_evidence)
 _REDATE_BUCKETS = 2
+# ... and with no backing at the steps' onset, only where the step rose there by this share of the
+# shift: a host-paced pulse's own step between two onsets is small, and a recording's small phase
+# movement (+0.6 ms of 40 ms) held half of it (evidence-less pulses taken for the job's: 10 -> 13
+# of 88 without this)
+_SEARCHED_SHARE = 1 / 3
 
 
 class ShiftTests:
@@ -121,9 +126,10 @@ class ShiftTests:
                          ref: float, shift: float) -> tuple:
         """(onset index in ``rows``, onset time, backing, unknown, span): the step times' onset
         ``rows[k]`` moved later to where a source that holds the shift changed
-        (:meth:`RankEvidence.change_at`: the backing's own source, or with none, the phase or
-        the loader wait whose change there holds it most), when that is more than
-        ``_REDATE_BUCKETS`` buckets after it; else as given. On a host that wandered up before
+        (:meth:`RankEvidence.change_at`: the backing's own source; or, with no backing, a phase
+        or the loader wait whose change comes where the step rose by ``_SEARCHED_SHARE`` of the
+        shift), when that is more than ``_REDATE_BUCKETS`` buckets after it and that source,
+        read from there against the steps' level there, holds the step; else as given. On a host that wandered up before
         the job changed, the step times date the change at the wander: a 2 x H200 job's +10%
         forward change, raised 20 s after it began, was dated 47-98 s early, its forward diluted
         to +1.6 ms over the span after on one rank and under the share that holds a shift on the
@@ -150,8 +156,8 @@ class ShiftTests:
             ys = [r[2] for r in rows]
             here = median(ys[k:j]) if j - k >= 2 else ref
             step_up = median(ys[j:]) - here
-            if step_up <= 0:
-                continue
+            if step_up <= 0 or (backing is None and step_up < shift * _SEARCHED_SHARE):
+                continue  # (searched: the step at the source's change must be a third of the shift)
             moved, unknown, span = self.backing_at(rows[j][1] - b, here, step_up)
             if moved is None or (moved.kind, moved.name) != (src.kind, src.name):
                 continue
