@@ -15,7 +15,8 @@ documented there, with the agent's own cost, persistence and every rule) and ``f
 rules on each bucket's ``floor_quantile``, 0.1 by default; its summaries say "p10 step"). An
 episode is raised when either raises; it keeps the detector that raised it, and takes the other's
 condition only when that one stands at a higher severity (severity only rises) or when its own
-clears while the other's is still open (the episode goes on, at no lower severity). Backtest on
+clears while the other's is still open (the episode goes on, at no lower severity, showing the
+figure it stood at until the other reaches its severity: never a figure under it). Backtest on
 the real corpus, same split and command, medians alone vs both (bench/results/detection_real_floor.md):
 held out +3% within 10 min 23 -> 28/54, +5% within 3 min 28 -> 36/54, +10% within 60 s
 39 -> 41/54; false episodes 0 -> 2 (one healthy 2-GPU recording whose whole step distribution
@@ -72,7 +73,10 @@ class RankDrift:
         self._src = src
         c = src.condition
         if old is not None and _RANK[c.severity] < _RANK[old.severity]:
-            c = dataclasses.replace(c, severity=old.severity)  # handed over: never lower
+            # handed over at a lower severity: the episode keeps its severity and shows the figure
+            # it stood at (its peak), never a lower one that would contradict it (a live H200 job's
+            # critical optimizer episode read "+4.5% ... p10 step" for 65 s when its median cleared)
+            c = dataclasses.replace(c, severity=old.severity, summary=old.summary, ratio=max(c.ratio, old.ratio))
         self.condition = c
         return c != old
 

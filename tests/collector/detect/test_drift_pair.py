@@ -56,7 +56,8 @@ def test_a_cost_on_every_step_is_raised_from_the_floor_where_the_medians_wander(
 
 def test_the_shown_episode_never_drops_a_severity_when_its_detector_hands_over():
     """The floor raises critical first; when its episode clears while the median's is still
-    open at warning, the episode goes on at critical, one condition throughout."""
+    open at warning, the episode goes on at critical, one condition throughout, its text the
+    figure it stood at (never the median's warning-sized one under a critical severity)."""
     det = RankDrift(DriftConfig(), "j", 0)
     seen = []
     for step, t, d in _host(1200, 5, 6.0, 420.0):
@@ -64,13 +65,15 @@ def test_the_shown_episode_never_drops_a_severity_when_its_detector_hands_over()
             d = 0.040 * 1.005 + (0.004 if step % 4 else 0.0)
         det.feed(step, t, d)
         if det.condition is not None:
-            seen.append((det.condition.severity, "(p10 step " in det.condition.summary))
+            seen.append((det.condition.severity, "(p10 step " in det.condition.summary, det._src is det.median,
+                         float(det.condition.summary.split("%")[0].split("+")[-1])))
         elif seen:
             break
     order = {"info": 0, "warning": 1, "critical": 2}
-    assert seen and seen[0] == ("critical", True), seen[:3]
+    assert seen and seen[0][:3] == ("critical", True, False), seen[:3]
     assert all(order[b[0]] >= order[a[0]] for a, b in zip(seen, seen[1:])), sorted(set(seen))
-    assert ("critical", False) in seen, sorted(set(seen))  # handed over to the median's episode
+    assert any(x[2] for x in seen), sorted(set(x[:3] for x in seen))  # handed over to the median's episode
+    assert all(x[3] >= 8.0 for x in seen if x[0] == "critical"), sorted(set(x[3] for x in seen))
 
 
 def test_a_rank_that_settles_again_settles_both_detectors():
