@@ -62,17 +62,16 @@ def life_document(state: CollectorState, job: str, since_s: Optional[float] = DE
 
     def read(chunk):
         for st in chunk:
-            if rank is None or st.rank == rank:
-                lives.append(st.life.copy() if len(st.life) else None)
+            if (rank is None or st.rank == rank) and len(st.life):
+                lives.append(st.life.copy())
 
     state.read_ranks(read, job, pause=pause)
-    lives = [x for x in lives if x is not None]
     doc: dict[str, Any] = {"job": job, "rank": rank, "since_s": since_s, "first_s": None, "last_s": None,
                            "whole": True, "bin_s": None, "ranks": len(lives), "points": []}
     if not lives:
         return doc
     last = max(x.last_end() for x in lives)
-    first = min(x.since(-math.inf)[0][0] for x in lives)
+    first = min(x.first_end() for x in lives)
     lo = first if since_s is None else max(first, last - since_s)
     width = max(MIN_BIN_S, (last - lo) / LIFE_BINS)
     n = max(1, min(LIFE_BINS, math.ceil((last - lo) / width)))

@@ -274,11 +274,6 @@ function runsTable(doc) {
 function jobCard(job, steps, alerts, runs, episodes, life) {
   const byRank = new Map((steps ? steps.ranks : []).map((s) => [s.rank, s]));
   const series = job.ranks.slice(0, MAX_SERIES).map((r) => ({rank: r.rank, points: (byRank.get(r.rank) || {}).points || []}));
-  // the whole life, once a rank has two spans: a step-up of an hour ago is on it
-  const lives = job.ranks.slice(0, MAX_SERIES).map((r) => ({rank: r.rank, points: (byRank.get(r.rank) || {}).life || []}));
-  const spans = lives.flatMap((s) => s.points);
-  const lifeSpan = spans.length > 2 ? Math.max(...lives.filter((s) => s.points.length > 1).map(
-    (s) => (s.points[s.points.length - 1][1] - s.points[0][1]) / (s.points.length - 1)), 0) : 0;
   const up = job.ranks.filter((r) => r.connected).length;
   const settled = median(job.ranks.map((r) => r.drift_level_s).filter((v) => typeof v === "number"));
   const cols = ["rank", "host", "pid", "GPU", "status", "detector", "steps", "median step", "last step",
@@ -290,8 +285,7 @@ function jobCard(job, steps, alerts, runs, episodes, life) {
       up === 0 ? badge("finished") : null),
     h("div", {class: "muted"}, `${job.ranks.length} ranks, ${up} connected`),
     trend(series),
-    life ? lifeChart(job.job, life, episodes, settled)
-      : lifeSpan > 0 ? trend(lives, lifeSpan, episodes, settled) : null,
+    life ? lifeChart(job.job, life, episodes, settled) : null,
     h("div", {class: "legend"}, series.map((s) => {
       const dot = h("b", {}, "— ");
       dot.style.color = color(s.rank);

@@ -129,11 +129,11 @@ class ShiftTests:
         (:meth:`RankEvidence.change_at`: the backing's own source; or, with no backing, a phase
         or the loader wait whose change comes where the step rose by ``_SEARCHED_SHARE`` of the
         shift), when that is more than ``_REDATE_BUCKETS`` buckets after it and that source,
-        read from there against the steps' level there, holds the step; else as given. On a host that wandered up before
-        the job changed, the step times date the change at the wander: a 2 x H200 job's +10%
-        forward change, raised 20 s after it began, was dated 47-98 s early, its forward diluted
-        to +1.6 ms over the span after on one rank and under the share that holds a shift on the
-        other (tests/data/real/h200zb_2gpu_m)."""
+        read from there against the steps' level there, holds the step; else as given. On a
+        host that wandered up before the job changed, the step times date the change at the
+        wander: a 2 x H200 job's +10% forward change, raised 20 s after it began, was dated
+        47-98 s early, its forward diluted to +1.6 ms over the span after on one rank and under
+        the share that holds a shift on the other (tests/data/real/h200zb_2gpu_m)."""
         kept = (k, onset_at, backing) + read
         if self.evidence is None:
             return kept
@@ -143,6 +143,7 @@ class ShiftTests:
         sources = ([backing] if backing is not None else
                    [Backing("phase", p, 0.0, 0.0, "ms", 0.0) for p in PHASES if p != "sync"]
                    + [Backing("loader", "data-loader wait", 0.0, 0.0, "ms", 0.0)])
+        ys = [r[2] for r in rows]
         best = None
         for src in sources:
             at = self.evidence.change_at(src, lo, onset_at - b, now)
@@ -153,7 +154,6 @@ class ShiftTests:
                 continue
             # read against the level the steps stood at between the two onsets (the host's wander
             # is not the job's change): the shift the source must hold is the step there
-            ys = [r[2] for r in rows]
             here = median(ys[k:j]) if j - k >= 2 else ref
             step_up = median(ys[j:]) - here
             if step_up <= 0 or (backing is None and step_up < shift * _SEARCHED_SHARE):

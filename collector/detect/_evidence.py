@@ -163,7 +163,7 @@ class RankEvidence:
             if not after:
                 return None
             kind = after[-1][2]
-            ks = (PHASES.index(b.name),) if b.kind == "phase" else tuple(j for j in range(5) if PHASES[j] != "sync")
+            ks = _columns(b)
             key: tuple = (b.kind, ks, kind)
             n = sum(1 for r in after if r[2] == kind)
             rows = lambda: [(r[0], sum(r[3 + k] for k in ks)) for r in self.phases if r[2] == kind]  # noqa: E731
@@ -177,7 +177,7 @@ class RankEvidence:
         """How much the source of ``b`` stands above its level of ``lo..edge`` over
         ``since..now``, in ``b``'s unit (None when the blocks cannot tell)."""
         if b.kind in ("phase", "device"):
-            ks = [PHASES.index(b.name)] if b.kind == "phase" else [j for j in range(5) if PHASES[j] != "sync"]
+            ks = _columns(b)
             before = [sum(r[3 + k] for k in ks) for r in self.phases if lo <= r[0] < edge]
             after = [sum(r[3 + k] for k in ks) for r in self.phases if since <= r[0] <= now + _BLOCK_S]
             scale = 1e3
@@ -205,7 +205,7 @@ class RankEvidence:
         onset on a host that wandered up before the job's change is dated at the wander; the
         source that holds the change dates the change itself."""
         if b.kind in ("phase", "device"):
-            ks = [PHASES.index(b.name)] if b.kind == "phase" else [j for j in range(5) if PHASES[j] != "sync"]
+            ks = _columns(b)
             rows = [r for r in self.phases if lo <= r[0] <= now + _BLOCK_S]
             kind = rows[-1][2] if rows else None
             series = [(r[0], sum(r[3 + k] for k in ks)) for r in rows if r[2] == kind]
@@ -301,6 +301,12 @@ class RankEvidence:
         if a - b < _CHURN_MORE or a < _CHURN_TIMES * b:
             return False
         return Backing("allocator", "allocator calls", b, a, "calls/step", 1.0)
+
+
+def _columns(b: Backing) -> tuple:
+    """The phase columns a phase or device-work backing reads: its phase's, or every phase's
+    but sync's."""
+    return (PHASES.index(b.name),) if b.kind == "phase" else tuple(j for j in range(5) if PHASES[j] != "sync")
 
 
 def _rate(rows: list) -> Optional[float]:

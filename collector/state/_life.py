@@ -88,6 +88,10 @@ class LifeTrend:
             setattr(dup, name, array.array(value.typecode, value) if isinstance(value, array.array) else value)
         return dup
 
+    def first_end(self) -> Optional[float]:
+        """The first closed span's end time, None before one closed."""
+        return self._end[0] if len(self._end) else None
+
     def last_end(self) -> Optional[float]:
         """The last closed span's end time, None before one closed."""
         return self._end[-1] if len(self._end) else None

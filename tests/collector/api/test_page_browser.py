@@ -123,6 +123,41 @@ PROBE = """(() => {
 })()"""
 
 
+EPISODE_PROBE = """(() => {
+  const card = [...document.querySelectorAll('.job')].find((e) => e.dataset.job === %s);
+  const svg = card && card.querySelector('svg.trend.life');
+  const band = svg && svg.querySelector('rect.episode');
+  if (!band) return null;
+  const line = svg.querySelector('polyline[data-rank="job"]').getAttribute('points').trim().split(/\\s+/)
+    .map((p) => p.split(',').map(Number));
+  const level = svg.querySelector('line.settled');
+  return {band: [+band.getAttribute('x'), +band.getAttribute('width')], cls: band.getAttribute('class'),
+          settledY: level ? +level.getAttribute('y1') : null, title: band.textContent,
+          onsetX: +svg.querySelector('line.onset').getAttribute('x1'), line, text: svg.textContent};
+})()"""
+
+
+def _eval_until(browser: Chromium, js: str, done=bool, timeout_s: float = 20.0):
+    """``js`` evaluated on the page until ``done`` holds for its value (or the time is up): the
+    last value."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        got = browser.eval(js)
+        if done(got) or time.monotonic() >= deadline:
+            return got
+        time.sleep(0.25)
+
+
+def _drift_alerts(col, job: str, timeout_s: float = 20.0) -> list:
+    """The job's throughput-drift alerts in /api/alerts, waited for up to ``timeout_s``."""
+    deadline, alerts = time.monotonic() + timeout_s, []
+    while time.monotonic() < deadline and not alerts:
+        alerts = [a for a in json.loads(col.get("/api/alerts")[2])["alerts"]
+                  if a["job"] == job and a["alertname"] == "StepwatchThroughputDrift"]
+        time.sleep(0.2)
+    return alerts
+
+
 def wait_for_card(browser: Chromium, timeout_s: float = 20.0) -> dict:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -347,34 +382,13 @@ def test_the_life_chart_shades_a_real_drift_episode_from_its_onset(start_collect
         s = Stream(chan, hello(job="drift-job", rank=0, session="s-drift"))
         t = _send_steps(s, t0, 720, lambda n, t: (0.040 if t - t0 < change else 0.052)
                         * (1 + 0.01 * ((n * 7919) % 13 - 6) / 6), clock=col.clock)
-        deadline = time.monotonic() + 20
-        alerts = []
-        while time.monotonic() < deadline and not alerts:
-            alerts = [a for a in json.loads(col.get("/api/alerts")[2])["alerts"] if a["job"] == "drift-job"]
-            time.sleep(0.2)
+        alerts = _drift_alerts(col, "drift-job")
         assert alerts, "the drift was not raised"
         onset = alerts[0]["onset_at"]
         browser = Chromium(tmp_path / "chromium")
         try:
             browser.call("Page.navigate", session=browser.session, url=f"http://{col.collector.http_address}/")
-            deadline, got = time.monotonic() + 20, None
-            while time.monotonic() < deadline:
-                got = browser.eval("""(() => {
-                  const card = [...document.querySelectorAll('.job')].find((e) => e.dataset.job === 'drift-job');
-                  const svg = card && card.querySelector('svg.trend.life');
-                  if (!svg) return null;
-                  const band = svg.querySelector('rect.episode'), onset = svg.querySelector('line.onset');
-                  const line = svg.querySelector('polyline').getAttribute('points').trim().split(/\\s+/)
-                    .map((p) => p.split(',').map(Number));
-                  const level = svg.querySelector('line.settled');
-                  return band && {band: [+band.getAttribute('x'), +band.getAttribute('width')], cls: band.getAttribute('class'),
-                    settledY: level ? +level.getAttribute('y1') : null,
-                    title: band.textContent, onsetX: +onset.getAttribute('x1'), line,
-                    text: svg.textContent};
-                })()""")
-                if got:
-                    break
-                time.sleep(0.25)
+            got = _eval_until(browser, EPISODE_PROBE % json.dumps("drift-job"))
             assert browser.problems() == []
         finally:
             browser.close()
@@ -461,14 +475,7 @@ def test_the_life_chart_is_the_jobs_summary_and_draws_a_rank_on_a_click(start_co
         def wait(name, pred, click=None):
             if click:
                 browser.eval(click)
-            deadline = time.monotonic() + 20
-            while time.monotonic() < deadline:
-                got = browser.eval(LIFE_PROBE % json.dumps(job))
-                if got and pred(got):
-                    seen[name] = got
-                    return
-                time.sleep(0.2)
-            seen[name] = browser.eval(LIFE_PROBE % json.dumps(job))
+            seen[name] = _eval_until(browser, LIFE_PROBE % json.dumps(job), lambda g: bool(g) and pred(g))
 
         row = ("[...document.querySelectorAll('.job')].find((e) => e.dataset.job === %s)"
                ".querySelector('table.ranks tbody tr[data-rank=\"2\"]').click()" % json.dumps(job))
@@ -522,29 +529,11 @@ def test_an_hour_of_a_real_recording_with_its_episode_on_the_page(start_collecto
                 job = ev.hello.job
             elif ev.kind == "batch":
                 streams[key].send(agent_pb2.AgentMessage(batch=ev.batch))
-        deadline, alerts = time.monotonic() + 20, []
-        while time.monotonic() < deadline and not alerts:
-            alerts = [a for a in json.loads(col.get("/api/alerts")[2])["alerts"]
-                      if a["job"] == job and a["alertname"] == "StepwatchThroughputDrift"]
-            time.sleep(0.2)
+        alerts = _drift_alerts(col, job)
         browser = Chromium(tmp_path / "chromium")
         try:
             browser.call("Page.navigate", session=browser.session, url=f"http://{col.collector.http_address}/")
-            deadline, got = time.monotonic() + 30, None
-            while time.monotonic() < deadline:
-                got = browser.eval("""(() => {
-                  const card = [...document.querySelectorAll('.job')].find((e) => e.dataset.job === %s);
-                  const svg = card && card.querySelector('svg.trend.life');
-                  const band = svg && svg.querySelector('rect.episode');
-                  if (!band) return null;
-                  const line = svg.querySelector('polyline[data-rank="job"]').getAttribute('points').trim()
-                    .split(/\\s+/).map((p) => p.split(',').map(Number));
-                  return {band: [+band.getAttribute('x'), +band.getAttribute('width')], cls: band.getAttribute('class'),
-                          onsetX: +svg.querySelector('line.onset').getAttribute('x1'), line, text: svg.textContent};
-                })()""" % json.dumps(job))
-                if got:
-                    break
-                time.sleep(0.25)
+            got = _eval_until(browser, EPISODE_PROBE % json.dumps(job), timeout_s=30)
             assert browser.problems() == []
         finally:
             browser.close()
