@@ -306,12 +306,16 @@ EOF
 pulses-start)  # NAME SIZE SECS AFTER CAUSES: a 1-GPU job at the defaults, CAUSES (comma-separated)
     # turned on in turn from AFTER s (each on ON_S=90 s, off OFF_S=140 s, RATIO=0.10 of the step),
     # detached; its collector records, its alerts and jobs are kept at the end (wait-pack NAME)
+    # (setsid: the collector, the job and finish outlive the device call that starts them; a
+    # plain background collector was killed with the call on 2026-12-03, 500 s into a job)
     armed $4
+    setsid bash bench/run_real_device.sh pulses-run "$@" > $W/$1.run.log 2>&1 < /dev/null &
+    sleep 8; echo started $1 ;;
+pulses-run)  # NAME SIZE SECS AFTER CAUSES: pulses-start's detached part
     collector $1 0
-    (job1 $1 0 0 $2 $3 --inject-schedule $5 --inject-after-s $4 --inject-ratio ${RATIO:-0.10} \
+    job1 $1 0 0 $2 $3 --inject-schedule $5 --inject-after-s $4 --inject-ratio ${RATIO:-0.10} \
         --inject-on-s ${ON_S:-90} --inject-off-s ${OFF_S:-140} ${BATCH:+--batch $BATCH}
-     finish $1 0; touch $W/$1.done) > $W/$1.run.log 2>&1 &
-    sleep 5; echo started $1 ;;
+    finish $1 0; touch $W/$1.done ;;
 poll)  # NAME SECONDS: the detached job's alerts every 60 s for SECONDS (into $W/NAME.poll.log)
     for _ in $(seq $(( $2 / 60 ))); do
         sleep 60
