@@ -43,7 +43,10 @@ def main() -> None:
     p.add_argument("--before", type=int, default=1000)
     p.add_argument("--after", type=int, default=2000)
     p.add_argument("--gap", type=int, default=50)
-    p.add_argument("--null-every", type=int, default=250, help="spacing of the no-agent positions")
+    p.add_argument("--null-every", type=int, default=250, help="spacing of the null's positions")
+    p.add_argument("--null-arms", default="none",
+                   help="comma-separated arms whose positions are the null (default: none, no agent; "
+                        "'none,default' adds the agent without windows: no session ran in it)")
     a = p.parse_args()
     rows, null = [], []
     print(f"| arm | steps | median after 30 s (ms) | thirds (ms) | sessions: step, s into the job, after/before |")
@@ -60,7 +63,7 @@ def main() -> None:
         thirds = [statistics.median(s[k30 + i * q // 3:k30 + (i + 1) * q // 3]) for i in range(3)]
         rec = path[:-len(".steps.json")] + ".jsonl.gz"
         cells = []
-        if name.endswith("_none"):
+        if name.rsplit("_", 1)[-1] in a.null_arms.split(","):
             for k in range(a.before + 1, len(s), a.null_every):
                 r = ratio(s, k, k, a)
                 if r is not None:
@@ -77,12 +80,12 @@ def main() -> None:
     if null:
         null.sort()
         n = len(null)
-        print(f"\nNo-agent arms, the same ratio at {n} positions {a.null_every} steps apart: min {null[0]:.3f}, "
+        print(f"\nArms {a.null_arms} (no session), the same ratio at {n} positions {a.null_every} steps apart: min {null[0]:.3f}, "
               f"5th percentile {null[n // 20]:.3f}, median {statistics.median(null):.3f}, "
               f"95th percentile {null[-(n // 20) - 1]:.3f}, max {null[-1]:.3f}")
         for name, r in rows:
             above = sum(x >= r for x in null) / n
-            print(f"- {name}: {r:.3f}, at or above it in {above:.0%} of the no-agent positions")
+            print(f"- {name}: {r:.3f}, at or above it in {above:.0%} of the null's positions")
 
 
 if __name__ == "__main__":

@@ -344,3 +344,24 @@ def test_four_live_causes_each_raised_by_its_evidence_with_its_cause_named_first
                                     ("dataloader", 60, "data-loader wait", "data +"),
                                     ("empty_cache", 30, None, "allocator churn"),
                                     ("optimizer_loop", 30, "optimizer", "optimizer +")))
+
+
+# h200zj (diag README, held out): a launch-bound job (size s) whose host sped up by 40% in its
+# first five minutes; the recording ends 63 s into its second cause (its collector was killed)
+H200ZJ = [("gemm_backward", 1796266992.56, 1796267082.56), ("dataloader", 1796267222.56, 1796267312.56)]
+
+
+def test_launch_bound_live_job_raises_its_slower_loader_by_its_wait_and_nothing_while_its_host_wanders():
+    """Live at the defaults and replayed alike: the slower loader (+20% of a 6.6 ms step) raised
+    55 s after its start, decided by the loader's wait; nothing in the 430 s before it: the
+    host's speed-up from 11-12 to 6.6 ms per step, and the backward's GEMMs (0.8 ms of device
+    work, mostly hidden under the launches: the step's level moved with the host, not with
+    them)."""
+    lines = load(str(DIAG / "h200zj_1gpu_s_pulses.jsonl.gz"))
+    alerts = replay(events(lines), DetectionConfig())
+    assert [a.alertname for a in alerts] == ["StepwatchThroughputDrift"], [a.fired_summary for a in alerts]
+    (a,) = alerts
+    start = H200ZJ[1][1]
+    assert a.starts_at >= start - 30 and a.fired_at - start <= 60, (a.starts_at - start, a.fired_at - start)
+    assert a.decided == "job" and a.evidence["name"] == "data-loader wait", (a.decided, a.evidence)
+    assert a.diagnosis.startswith("data +"), a.diagnosis
