@@ -45,7 +45,8 @@ _WINDOWS_WHY = {
                  "sessions whose trace was exported were followed by +8% (median of 7; not resolved from the "
                  "host's wander, bench/results/session_residue_h200.md; on a 40 ms H200 job, 24 fresh processes: "
                  "the level after one exported session 1.001 of before, SE 0.006, CPU-only windows 1.008, SE "
-                 "0.004, agent_ab_h200wc.md); a cpu+cuda or CPU-only window also costs ~0.2 s beyond its "
+                 "0.004, agent_ab_h200wc.md; on a launch-bound H200 job, one session 1.05-1.10 against 0.90-1.20 "
+                 "where none ran: not resolved, real_h200zj.md); a cpu+cuda or CPU-only window also costs ~0.2 s beyond its "
                  "steps (0.3% at the 60-s interval); the agent's 0.5% budget holds only "
                  "without them (H200 at the defaults: +0.14%)",
     "scheduled": "profiler windows on the schedule (windows: scheduled): their cost, and a lasting after-effect "
