@@ -50,6 +50,8 @@ class DriftConfig:
     bucket_s: float = option(5.0, "steps are judged as the median of each this many seconds",
                              check=at_least(0.01))
     min_bucket_steps: int = _count(5, "... holding at least this many steps")
+    bucket_mean: bool = option(False, "judge each bucket by the mean of its kept steps (its wall time per step, "
+                               "pauses left out) instead of their median")
     floor_quantile: float = option(0.1, "a second test of the same windows judges this quantile of each "
                                    "bucket's steps, its floor (0: off): either raises", check=between(0.0, 0.5))
     warmup_s: float = _n(60.0, "nothing is judged this long after a rank's first step (compilation, "

@@ -137,7 +137,7 @@ class StepBuckets:
     def _summary(self, values: list) -> float:
         q = self.quantile
         if q == 0.5:
-            return median(values)
+            return math.fsum(values) / len(values) if self.cfg.bucket_mean else median(values)
         s = sorted(values)
         x = q * (len(s) - 1)
         i = int(x)

@@ -253,3 +253,30 @@ def test_a_shift_past_the_critical_level_is_raised_once_at_critical(seed, noise,
     seen = _run(seed, noise, lambda t: 1.0 if t < 400 else 1 + shift, 600)
     sevs = [s for _, s, _, _ in seen if s]
     assert sevs and set(sevs) == {"critical"}, seen
+
+
+def _accumulating(cfg, seconds: float, slower_from: float) -> list:
+    """A job with gradient accumulation: two 30 ms micro-steps, then a 34 ms optimizer step;
+    from ``slower_from`` s on the optimizer step takes 44 ms (+10.6% wall time per step; under
+    the 1.5x of the level that would make it a pause). The drift conditions raised,
+    [(t, severity)]."""
+    engine, now, s, seen = DetectionEngine(cfg), T0, 0, []
+    while now - T0 < seconds:
+        s += 1
+        dt = 0.03 if s % 3 else (0.044 if now - T0 >= slower_from else 0.034)
+        now += dt
+        engine.feed("j", 0, Steps([s], [now], [dt], [0.0]))
+        seen += [(now - T0, c.severity) for c in engine.conditions() if c.alertname == "StepwatchThroughputDrift"]
+    return seen
+
+
+def test_bucket_mean_sees_a_change_of_one_step_in_three_that_the_median_cannot():
+    """``drift.bucket_mean``: each bucket judged by its kept steps' mean (wall time per step).
+    One step in three 29% slower is +10.6% of the job's time: the median of every bucket is
+    still a micro-step's, so the default never raises it; the mean raises it critical within
+    60 s."""
+    mean = parse_detection({"warmup_steps": 10, "drift": {"bucket_mean": True}})
+    raised = _accumulating(mean, 600, 300)
+    assert raised and raised[0][0] - 300 <= 60 and raised[0][1] == "critical", raised[:1]
+    assert _accumulating(CFG, 600, 300) == []
+    assert _accumulating(mean, 600, 10_000) == []  # the same job unchanged: quiet with the mean
