@@ -36,6 +36,7 @@ def check_demo(proc, out: str, alert: bool = True) -> None:
     slowed data loader's drift alert with the why and profiler windows analysed (``alert``), the
     page up after training, SIGINT ends it with 0 and its temporary directory removed."""
     page = re.search(r"live page\s+(http://\S+/)", out).group(1)
+    assert "the collector counted" not in out, out[-3000:]  # every step counted, no wait to the timeout
     if alert:
         alert = re.search(r"critical StepwatchThroughputDrift rank 0 \((firing|resolved when the job ended)\): "
                           r"step time \+(\d+\.\d)% .* since step (\d+)[^\n]*\n\s+why: \S", out)
