@@ -8,10 +8,9 @@ compares the blocks before a shift's onset with those after it and returns a :cl
 (typed, named values) when one of them holds the change:
 
 - **a phase**: its device time grew by at least ``_SHARE`` of the step's growth, by a share of
-  its own time at least ``_CONCENTRATED`` x the share by which the other phases but sync
-  together grew (sync, the host's wait for the device, shrinks when the host slows), and, when
-  its host time grew with it (host-paced), its host time by ``_CONCENTRATED`` x each other
-  compute phase's (:func:`_concentrated`). A host or GPU that wanders slows every phase alike
+  its own time at least ``_CONCENTRATED`` x the share by which the other phases together grew,
+  and, when its host time grew with it (host-paced), its host time by ``_CONCENTRATED`` x each
+  other compute phase's (:func:`_concentrated`). A host or GPU that wanders slows every phase alike
   (a launch-bound H200 job whose host slowed: forward, backward and optimizer +13..19% each):
   that concentration is absent;
 - **the device's own work** (every phase but sync) grew by ``_SHARE`` of the step's growth while
