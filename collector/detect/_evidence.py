@@ -245,6 +245,8 @@ class RankEvidence:
             return None
         b = [median([r[3 + k] for r in before]) for k in range(5)]
         a = [median([r[3 + k] for r in after]) for k in range(5)]
+        hb = [median([r[8 + k] for r in before]) for k in range(5)]  # (the phases' host times)
+        ha = [median([r[8 + k] for r in after]) for k in range(5)]
         # phases not seen apart hold 0 and their time in the next seen: compared as they come
         grew = [y - x for x, y in zip(b, a)]
         k = max(range(5), key=lambda j: grew[j])
@@ -253,8 +255,6 @@ class RankEvidence:
             rest_b = sum(b) - b[k]
             rest = sum(grew) - d
             if rest_b <= 0 or rest <= 0 or d / b[k] >= _CONCENTRATED * rest / rest_b:
-                hb = [median([r[8 + j] for r in before]) for j in range(5)]
-                ha = [median([r[8 + j] for r in after]) for j in range(5)]
                 paced = ha[k] - hb[k] >= _HOST_GREW * d
                 if not paced or _concentrated(k, hb, ha):
                     return Backing("phase", PHASES[k], b[k] * 1e3, a[k] * 1e3, "ms", d / delta_s, host_paced=paced)
@@ -264,8 +264,7 @@ class RankEvidence:
         # +1.6 ms device time, the host's no longer), never a host that launches more slowly
         own = [j for j in range(5) if PHASES[j] != "sync"]
         work = sum(grew[j] for j in own)
-        host = [median([r[8 + j] for r in after]) - median([r[8 + j] for r in before]) for j in own]
-        if work >= _SHARE * delta_s and sum(host) < _HOST_GREW * work:
+        if work >= _SHARE * delta_s and sum(ha[j] - hb[j] for j in own) < _HOST_GREW * work:
             return Backing("device", "device work", sum(b[j] for j in own) * 1e3, sum(a[j] for j in own) * 1e3,
                            "ms", work / delta_s)
         return False
