@@ -365,3 +365,26 @@ def test_launch_bound_live_job_raises_its_slower_loader_by_its_wait_and_nothing_
     assert a.starts_at >= start - 30 and a.fired_at - start <= 60, (a.starts_at - start, a.fired_at - start)
     assert a.decided == "job" and a.evidence["name"] == "data-loader wait", (a.decided, a.evidence)
     assert a.diagnosis.startswith("data +"), a.diagnosis
+
+
+# h200zk (diag README, held out): a launch-bound job (size s); the recording ends 94 s after its
+# first cause (the machine was given back between two device calls)
+H200ZK = [("small_ops", 1796277955.75, 1796278045.75)]
+
+
+def test_launch_bound_tiny_ops_on_a_host_that_slowed_with_them_are_raised_with_forward_named_first():
+    """Live at the defaults and replayed alike: 143 tiny ops in forward (its host time +1.1 ms,
+    +12% of a 9.4 ms step), and from 20 s in the host slowed every phase as well (the step
+    +31%): one episode, its onset within 20 s of the cause's start, raised at warning 80 s after
+    it, decided by the step times (no single phase held the +3-4 ms), its why naming forward
+    first; resolved within 75 s of the cause's end; nothing in the healthy 300 s, whose host
+    wandered +-25% on its own. (Issue 65's 60 s is not met here: bench/results/real_h200zk.md.)"""
+    lines = load(str(DIAG / "h200zk_1gpu_s_pulses.jsonl.gz"))
+    alerts = replay(events(lines), DetectionConfig())
+    assert [a.alertname for a in alerts] == ["StepwatchThroughputDrift"], [a.fired_summary for a in alerts]
+    (a,) = alerts
+    _, start, end = H200ZK[0]
+    assert 0 <= a.starts_at - start <= 20 and a.fired_at - start <= 90, (a.starts_at - start, a.fired_at - start)
+    assert a.severity == "warning" and a.decided == "steps", (a.severity, a.decided)
+    assert a.diagnosis.startswith("forward +"), a.diagnosis
+    assert a.ends_at is not None and a.ends_at - end <= 75, a.ends_at
