@@ -17,7 +17,9 @@
 # (56 MB of recordings; no verb and no GPU test reads them). Collectors run on their own cores (taskset), trainers on the rest.
 # Detached jobs live only while the machine is held: it goes back about 30 s after a device
 # call returns, and a fresh machine has no /tmp/real: end each waiting call with sleep-pack. Make the wait calls back to back, with
-# nothing slow between them (a 4-minute step between two waits lost three finished jobs).
+# nothing slow between them (a 4-minute step between two waits lost three finished jobs). Even
+# back to back, a second call has found a fresh machine (2026-12-03: a 20-minute pulses job lost at
+# 484 s, real_h200zk.md): a job longer than one call (600 s) is a gamble; prefer jobs that fit one.
 #   bash bench/run_real_device.sh inject2 NAME PORT GPUS SIZE SECS CAUSE RANK AT [RATIO]  # DDP, a cause on RANK at AT s
 #   bash bench/run_real_device.sh inject1 NAME PORT GPU SIZE SECS CAUSE AT [RATIO]        # 1 GPU, a cause at AT s
 #   bash bench/run_real_device.sh phase-ab PORT GPU SIZE SECS    # phase times: none/off/default/every step
