@@ -133,7 +133,12 @@ class ShiftTests:
         host that wandered up before the job changed, the step times date the change at the
         wander: a 2 x H200 job's +10% forward change, raised 20 s after it began, was dated
         47-98 s early, its forward diluted to +1.6 ms over the span after on one rank and under
-        the share that holds a shift on the other (tests/data/real/h200zb_2gpu_m)."""
+        the share that holds a shift on the other (tests/data/real/h200zb_2gpu_m). When the
+        steps between the two onsets stood no lower than after the source's change (a host's wave
+        that receded as the job's change came), the backing's source is read there against the
+        reference with the whole shift: a launch-bound H100 job's host ran ~10% slower from 212 s
+        and receded as its loader grew +10% of the step at 270 s; the raise, held by the loader's
+        wait, was dated at 212 s (tests/data/real/h100c_1gpu_s)."""
         kept = (k, onset_at, backing) + read
         if self.evidence is None:
             return kept
@@ -156,6 +161,8 @@ class ShiftTests:
             # is not the job's change): the shift the source must hold is the step there
             here = median(ys[k:j]) if j - k >= 2 else ref
             step_up = median(ys[j:]) - here
+            if step_up <= 0 and backing is not None:  # (the wave receded as the source rose:
+                here, step_up = ref, shift            # read against the reference, the whole shift)
             if step_up <= 0 or (backing is None and step_up < shift * _SEARCHED_SHARE):
                 continue  # (searched: the step at the source's change must be a third of the shift)
             moved, unknown, span = self.backing_at(rows[j][1] - b, here, step_up)

@@ -306,6 +306,21 @@ def test_one_slow_data_loader_in_a_real_2_gpu_job_is_named_once(lines):
     assert "data-loader wait" in named[0].fired_summary, named[0].fired_summary
 
 
+def test_a_loader_change_as_a_host_wave_recedes_is_dated_by_the_loader_wait(lines):
+    """The held-out launch-bound H100 job's host ran ~10% slower from ~212 s (a wave under its
+    steps' own spreads, raised by nothing) and receded as its data loader grew +10% of the step
+    at 270 s: the step stood no higher after 270 s than on the wave, so the steps date the
+    raised shift at the wave; the loader's wait, which holds it, dates it at its own change."""
+    series = lines("h100c_1gpu_s.jsonl.gz")
+    at = first_step_time(series) + 270
+    alerts = [a for a in replay(events(inject(series, "step", 0.10, at, 0, "loader")), DetectionConfig())
+              if a.alertname == "StepwatchThroughputDrift"]
+    assert len(alerts) == 1, [(a.starts_at - at, a.fired_summary) for a in alerts]
+    (a,) = alerts
+    assert 0 <= a.starts_at - at <= 10 and a.fired_at - at <= 60, (a.starts_at - at, a.fired_at - at)
+    assert a.decided == "job" and a.evidence["name"] == "data-loader wait", (a.decided, a.evidence)
+
+
 def test_a_slow_gpu_memory_leak_on_a_large_allocation_is_warned_within_two_hours(lines):
     """The recording with the largest allocation (15.6 GB allocated of 85 GB), played 14 times
     as a 2.8-hour job: silent as recorded; 3 GiB/h of growth injected into its allocator and
