@@ -108,7 +108,8 @@ def main() -> None:
     p.add_argument("--inject-ratio", type=float, default=0.15)
     p.add_argument("--inject-schedule", default="",
                    help="causes turned on in turn (comma-separated, every rank): the first at --inject-after-s, "
-                        "each on for --inject-on-s, then off for --inject-off-s")
+                        "each on for --inject-on-s, then off for --inject-off-s; CAUSE:RATIO gives that turn "
+                        "its own --inject-ratio")
     p.add_argument("--inject-on-s", type=float, default=90.0)
     p.add_argument("--inject-off-s", type=float, default=140.0)
     p.add_argument("--save-ckpt", default="", help="at the end, the model and optimizer state to this file")
@@ -265,11 +266,17 @@ def main() -> None:
     ends, marks = [], []
     injected = None
     mine = a.inject and a.inject_rank in (-1, rank)
-    schedule = [c for c in a.inject_schedule.split(",") if c]
+    schedule = []  # (cause, ratio) per turn
+    for item in (c for c in a.inject_schedule.split(",") if c):
+        name, _, ratio = item.partition(":")
+        if name not in INJECT or name == "allreduce":
+            raise SystemExit(f"--inject-schedule: {item!r}: each cause one of {[c for c in INJECT if c != 'allreduce']}")
+        try:
+            schedule.append((name, float(ratio) if ratio else a.inject_ratio))
+        except ValueError:
+            raise SystemExit(f"--inject-schedule: {item!r}: the ratio after ':' is not a number") from None
     if schedule and a.inject:
         raise SystemExit("--inject-schedule and --inject: one or the other")
-    if any(c not in INJECT or c == "allreduce" for c in schedule):
-        raise SystemExit(f"--inject-schedule: each cause one of {[c for c in INJECT if c != 'allreduce']}")
     cause["opt"] = [(g.get("foreach"), g.get("fused")) for g in opt.param_groups]
     turns = []  # the schedule's causes as run: cause, start step/time, end step/time, ms
     period = a.inject_on_s + a.inject_off_s
@@ -281,7 +288,7 @@ def main() -> None:
         if schedule and not ddp:
             k, into = divmod(now - start - a.inject_after_s, period)
             k = int(k)
-            want = schedule[k] if 0 <= k < len(schedule) and into < a.inject_on_s else None
+            want, ratio = schedule[k] if 0 <= k < len(schedule) and into < a.inject_on_s else (None, 0.0)
             if want != cause["on"]:
                 if cause["on"] is not None:
                     stop_cause(loader)
@@ -289,9 +296,10 @@ def main() -> None:
                 if want is not None:
                     tail = ends[-201:]
                     recent = sorted(y - x for x, y in zip(tail, tail[1:]))
-                    a.inject = want
+                    a.inject, a.inject_ratio = want, ratio
                     start_cause(recent[len(recent) // 2], batch, loader)
-                    turns.append({"cause": want, "step": len(ends) + 1, "time": time.time(), "ms": cause["ms"]})
+                    turns.append({"cause": want, "step": len(ends) + 1, "time": time.time(), "ms": cause["ms"],
+                                  "ratio": ratio})
         due = bool(a.inject) and injected is None and now - start >= a.inject_after_s
         if ddp:  # every rank stops (and starts the cause) at the same step
             flag = torch.tensor([1 if stop else 0, 1 if due else 0], device=device)

@@ -329,8 +329,8 @@ sleep-pack)  # PREFIX SECONDS: sleep, then pack what the detached jobs wrote so 
     sleep $2
     (cd $W && tar czf $OUT/real.tgz gpus.txt ${1}*)
     ls $W | grep -c steps.json ;;
-wait-pack)  # every detached job done (at most 9 minutes), then pack the files starting with $1
-    for _ in $(seq 540); do
+wait-pack)  # every detached job done (at most WAIT_S=540 s), then pack the files starting with $1
+    for _ in $(seq ${WAIT_S:-540}); do
         n_runs=$(ls $W/*.run.log 2>/dev/null | wc -l); n_done=$(ls $W/*.done 2>/dev/null | wc -l)
         [ "$n_runs" -gt 0 ] && [ "$n_done" -ge "$n_runs" ] && break; sleep 1
     done
