@@ -388,3 +388,25 @@ def test_launch_bound_tiny_ops_on_a_host_that_slowed_with_them_are_raised_with_f
     assert a.severity == "warning" and a.decided == "steps", (a.severity, a.decided)
     assert a.diagnosis.startswith("forward +"), a.diagnosis
     assert a.ends_at is not None and a.ends_at - end <= 75, a.ends_at
+
+
+# h200zl (diag README, held out): the GEMMs made +10% of the step by their own ratio, then the
+# slower loader; the recording ends 105 s after the loader's start (one device call of 500 s)
+H200ZL = [("gemm_backward", 1796288105.16, 1796288195.15), ("dataloader", 1796288305.16, 1796288395.17)]
+
+
+def test_gemms_in_backward_at_their_full_share_are_raised_within_a_minute_by_the_backward():
+    """Live at the defaults and replayed alike: the GEMMs' 7.4 ms asked for gave the backward
+    +3.5 ms of device time (the step 43.5 -> 46.9 ms, +8%): raised 50 s after their start by
+    the backward's device time, named first, resolved 81 s after their end; the slower loader
+    (the step +18%) raised by its wait 34 s after its start; nothing while healthy."""
+    lines = load(str(DIAG / "h200zl_1gpu_m_pulses.jsonl.gz"))
+    alerts = replay(events(lines), DetectionConfig())
+    assert [a.alertname for a in alerts] == ["StepwatchThroughputDrift"] * 2, [a.fired_summary for a in alerts]
+    for a, (cause, start, end), (within, evidence, first) in zip(
+            alerts, H200ZL, ((60, "backward", "backward +"), (60, "data-loader wait", "data +"))):
+        assert a.starts_at >= start - 30 and a.fired_at - start <= within, (cause, a.starts_at - start,
+                                                                             a.fired_at - start)
+        assert a.decided == "job" and a.evidence["name"] == evidence, (cause, a.decided, a.evidence)
+        assert a.diagnosis.startswith(first), a.diagnosis
+    assert alerts[0].ends_at is not None and alerts[0].ends_at - H200ZL[0][2] <= 120, alerts[0].ends_at
