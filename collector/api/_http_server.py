@@ -14,7 +14,12 @@ written and drained before the next, so four parallel downloads of a 200 MB trac
 MiB, not 800. A large answer in memory goes out in 256 KiB slices of its (shared) bytes, each
 drained before the next, so a slow client holds one slice, not a copy of the answer.
 A client that takes no bytes of a slice for ``write_timeout_s`` is cut off (its connection
-aborted, the buffered answer freed, ``cut_off`` counted). Bad requests get 400, unknown paths 404, other methods 405; with a ``token`` every path but
+aborted, the buffered answer freed, ``cut_off`` counted). Each connection's kernel send buffer
+is fixed at ``_SEND_BUFFER`` (256 KiB; Linux books twice that): left to the kernel's autotuning
+(up to ``net.ipv4.tcp_wmem``'s 4 MiB) a client that never reads took 16 slices into the kernel,
+each copied on the event loop, and 100 of them held acks ~0.3 s at 3,000 ranks
+(bench/results/http_stuck_readers_2core.md). So a stuck reader costs at most one slice in the
+collector and its socket's buffer in the kernel, for ``write_timeout_s`` a slice. Bad requests get 400, unknown paths 404, other methods 405; with a ``token`` every path but
 the open ones (``/healthz``) needs it (bearer, or basic auth with it as the password), else 401. A route that raises answers 500
 and logs; the server keeps going.
 """
@@ -29,6 +34,7 @@ import hmac
 import logging
 import os
 import re
+import socket
 import ssl
 import sys
 import threading
@@ -48,6 +54,7 @@ _REASONS = {200: "OK", 401: "Unauthorized", 400: "Bad Request", 404: "Not Found"
 _MAX_HEAD = 16 * 1024
 _READ_TIMEOUT_S = 10.0
 _BODY_CHUNK = 256 << 10  # bytes of a large answer handed to the transport at a time
+_SEND_BUFFER = 256 << 10  # each connection's SO_SNDBUF (fixed: no autotuning up to MiBs)
 _FILE_CHUNK = 1 << 20
 
 
@@ -110,6 +117,12 @@ class HttpServer:
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         body = None
+        sock = writer.get_extra_info("socket")
+        if sock is not None:
+            try:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, _SEND_BUFFER)
+            except OSError:  # (a socket that refuses it keeps the kernel's own sizing)
+                pass
         try:
             status, ctype, body, extra = await self._respond(reader)
             head = [f"HTTP/1.1 {status} {_REASONS.get(status, 'OK')}", f"Content-Type: {ctype}",

@@ -6,9 +6,12 @@ reader gets every byte."""
 from __future__ import annotations
 
 import asyncio
+import os
 import socket
 import threading
 import time
+
+import pytest
 
 from stepwatch.collector.api import HttpServer
 
@@ -64,6 +67,45 @@ def test_a_client_that_never_reads_is_cut_off_and_a_reader_gets_everything():
         reader.close()
         head, _, body = bytes(data).partition(b"\r\n\r\n")
         assert head.startswith(b"HTTP/1.1 200") and body == BODY and server.cut_off == len(stuck)
+    finally:
+        asyncio.run_coroutine_threadsafe(server.stop(), loop).result(10)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
+
+
+def _send_queue(local_port: int, remote_port: int) -> int:
+    """Bytes in the kernel's send queue of the loopback TCP socket local_port -> remote_port."""
+    with open("/proc/net/tcp") as fh:
+        next(fh)
+        for line in fh:
+            f = line.split()
+            if int(f[1].split(":")[1], 16) == local_port and int(f[2].split(":")[1], 16) == remote_port:
+                return int(f[4].split(":")[0], 16)
+    raise AssertionError(f"no socket {local_port} -> {remote_port}")
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/net/tcp"), reason="reads Linux's /proc/net/tcp")
+def test_a_client_that_never_reads_holds_a_bounded_kernel_buffer():
+    """The server's send buffer is fixed (no autotuning up to tcp_wmem's MiBs): a stuck reader's
+    connection holds at most about twice _SEND_BUFFER in the kernel, however large the answer."""
+    from stepwatch.collector.api._http_server import _SEND_BUFFER
+
+    server = HttpServer({"/big": lambda: (200, "application/octet-stream", BODY)}, write_timeout_s=30)
+    port, loop, thread = _serve(server)
+    try:
+        stuck = socket.socket()
+        stuck.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        stuck.connect(("127.0.0.1", port))
+        stuck.sendall(b"GET /big HTTP/1.1\r\nHost: x\r\n\r\n")
+        mine = stuck.getsockname()[1]
+        queued, deadline = [], time.monotonic() + 10
+        while time.monotonic() < deadline:  # until the queue stops growing
+            queued.append(_send_queue(port, mine))
+            if len(queued) >= 10 and queued[-1] == queued[-10] and queued[-1] > 0:
+                break
+            time.sleep(0.1)
+        assert 0 < queued[-1] <= 2 * _SEND_BUFFER + (64 << 10), queued[-10:]
+        stuck.close()
     finally:
         asyncio.run_coroutine_threadsafe(server.stop(), loop).result(10)
         loop.call_soon_threadsafe(loop.stop)
