@@ -20,6 +20,8 @@
 # nothing slow between them (a 4-minute step between two waits lost three finished jobs). Even
 # back to back, a second call has found a fresh machine (2026-12-03: a 20-minute pulses job lost at
 # 484 s, real_h200zk.md): a job longer than one call (600 s) is a gamble; prefer jobs that fit one.
+# Issuing the calls of such a job together does not help when the first gets no machine: the
+# next ones then start a fresh machine and wait for a job that never started (real_h200zl.md).
 #   bash bench/run_real_device.sh inject2 NAME PORT GPUS SIZE SECS CAUSE RANK AT [RATIO]  # DDP, a cause on RANK at AT s
 #   bash bench/run_real_device.sh inject1 NAME PORT GPU SIZE SECS CAUSE AT [RATIO]        # 1 GPU, a cause at AT s
 #   bash bench/run_real_device.sh phase-ab PORT GPU SIZE SECS    # phase times: none/off/default/every step
