@@ -15,11 +15,12 @@ MiB, not 800. A large answer in memory goes out in 256 KiB slices of its (shared
 drained before the next, so a slow client holds one slice, not a copy of the answer.
 A client that takes no bytes of a slice for ``write_timeout_s`` is cut off (its connection
 aborted, the buffered answer freed, ``cut_off`` counted). Each connection's kernel send buffer
-is fixed at ``_SEND_BUFFER`` (256 KiB; Linux books twice that): left to the kernel's autotuning
-(up to ``net.ipv4.tcp_wmem``'s 4 MiB) a client that never reads took 16 slices into the kernel,
-each copied on the event loop, and 100 of them held acks ~0.3 s at 3,000 ranks
-(bench/results/http_stuck_readers_2core.md). So a stuck reader costs at most one slice in the
-collector and its socket's buffer in the kernel, for ``write_timeout_s`` a slice. Bad requests get 400, unknown paths 404, other methods 405; with a ``token`` every path but
+is fixed at ``_SEND_BUFFER`` (256 KiB; Linux books twice that): autotuned (up to
+``net.ipv4.tcp_wmem``'s 4 MiB), a client that never reads takes some 16 slices into the kernel,
+each copied on the event loop (100 such clients at 3,000 ranks on 2 cores: acks 0.7 s p99
+autotuned, 64-106 ms fixed; bench/results/http_stuck_readers_2core.md). So a stuck reader costs
+at most one slice in the collector and ~0.5 MB in the kernel, for ``write_timeout_s`` a slice.
+Bad requests get 400, unknown paths 404, other methods 405; with a ``token`` every path but
 the open ones (``/healthz``) needs it (bearer, or basic auth with it as the password), else 401. A route that raises answers 500
 and logs; the server keeps going.
 """

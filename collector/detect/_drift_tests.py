@@ -196,8 +196,8 @@ class ShiftTests:
         H200 job's level stood +2..4% over its settled level for minutes: an episode of a +10%
         change that came and went stayed open through the next change, which it hid). What is
         left above the reference then is the host's, judged afresh under the rules for a shift
-        with no evidence (with half the shift asked for, pulses on 2-GPU hosts that wander stayed
-        open 124-308 s after their end: bench/results/evidence_pulses_gone_step.md)."""
+        with no evidence (asking for the step under half the shift kept pulses on 2-GPU hosts
+        that wander open 124-308 s after their end: bench/results/evidence_pulses_gone_step.md)."""
         b, span = ep.backing, ep.backing_span
         if b is None or span is None or self.evidence is None or recent - ep.ref >= ep.raised:
             return False
