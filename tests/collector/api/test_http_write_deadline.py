@@ -6,6 +6,7 @@ reader gets every byte."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import socket
 import threading
@@ -18,7 +19,10 @@ from stepwatch.collector.api import HttpServer
 BODY = b"x" * (64 << 20)  # well over what the kernel buffers of a loopback connection hold
 
 
-def _serve(server: HttpServer) -> tuple[int, asyncio.AbstractEventLoop, threading.Thread]:
+@contextlib.contextmanager
+def _serving(server: HttpServer):
+    """The server on a loopback port, on an event loop thread of its own: yields the port, then
+    stops it."""
     loop = asyncio.new_event_loop()
     started: dict = {}
     ready = threading.Event()
@@ -32,7 +36,22 @@ def _serve(server: HttpServer) -> tuple[int, asyncio.AbstractEventLoop, threadin
     thread = threading.Thread(target=run, daemon=True)
     thread.start()
     assert ready.wait(10)
-    return started["port"], loop, thread
+    async def shutdown() -> None:  # as asyncio.run ends: the answers still being written too
+        await server.stop()
+        pending = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+        for task in pending:
+            task.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
+
+    try:
+        yield started["port"]
+    finally:
+        # (a task left pending on a stopped loop is destroyed at a later garbage collection, and
+        # the error it logs then, inside another module's compile, broke pytest's run)
+        asyncio.run_coroutine_threadsafe(shutdown(), loop).result(10)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
+        loop.close()
 
 
 def _ask(port: int) -> socket.socket:
@@ -43,8 +62,7 @@ def _ask(port: int) -> socket.socket:
 
 def test_a_client_that_never_reads_is_cut_off_and_a_reader_gets_everything():
     server = HttpServer({"/big": lambda: (200, "application/octet-stream", BODY)}, write_timeout_s=0.5)
-    port, loop, thread = _serve(server)
-    try:
+    with _serving(server) as port:
         stuck = [_ask(port) for _ in range(5)]
         deadline = time.monotonic() + 30
         while server.cut_off < len(stuck):
@@ -67,10 +85,6 @@ def test_a_client_that_never_reads_is_cut_off_and_a_reader_gets_everything():
         reader.close()
         head, _, body = bytes(data).partition(b"\r\n\r\n")
         assert head.startswith(b"HTTP/1.1 200") and body == BODY and server.cut_off == len(stuck)
-    finally:
-        asyncio.run_coroutine_threadsafe(server.stop(), loop).result(10)
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(10)
 
 
 def _send_queue(local_port: int, remote_port: int) -> int:
@@ -91,8 +105,7 @@ def test_a_client_that_never_reads_holds_a_bounded_kernel_buffer():
     from stepwatch.collector.api._http_server import _SEND_BUFFER
 
     server = HttpServer({"/big": lambda: (200, "application/octet-stream", BODY)}, write_timeout_s=30)
-    port, loop, thread = _serve(server)
-    try:
+    with _serving(server) as port:
         stuck = socket.socket()
         stuck.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
         stuck.connect(("127.0.0.1", port))
@@ -106,7 +119,3 @@ def test_a_client_that_never_reads_holds_a_bounded_kernel_buffer():
             time.sleep(0.1)
         assert 0 < queued[-1] <= 2 * _SEND_BUFFER + (64 << 10), queued[-10:]
         stuck.close()
-    finally:
-        asyncio.run_coroutine_threadsafe(server.stop(), loop).result(10)
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(10)
