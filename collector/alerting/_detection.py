@@ -37,6 +37,7 @@ STRAGGLER = STRAGGLER_RANK
 SLOWDOWNS = (THROUGHPUT_DRIFT, STRAGGLER, GPU_THROTTLED)
 OVERHEAD = PROFILER_OVERHEAD
 DIAGNOSED = SLOWDOWNS + (OVERHEAD,)  # (an overhead episode is diagnosed too: is it the job's own?)
+_WHY_KEPT = 0.5  # a why made again replaces the one shown when it reads at least this share of its step change
 
 
 def run_identity(hello: agent_pb2.Hello) -> RunIdentity:
@@ -104,6 +105,8 @@ class Detection:
         # ranks with a firing slowdown whose diagnosis still lacks a window after its onset: only
         # their window batches are checked (one set lookup per batch for everyone else)
         self._incomplete: set[tuple] = set()
+        # alert key -> (onset, the largest step change in ms a why shown for that onset read)
+        self._why_read: dict[tuple, tuple] = {}
         # (store: drift state kept across restarts; runs: the runs' records, _lineage.RunStore)
         self.engine = DetectionEngine(cfg, store, runs)
         self.book = AlertBook(cfg.resolved_retention_s, cfg.resolve_hold_s, steps=self.engine.last_step)
@@ -192,6 +195,8 @@ class Detection:
         for job, rank in keys:
             self._incomplete.discard((job, rank))
             self._phase_blocks.pop((job, rank), None)
+            for key in [k for k in self._why_read if k[1:] == (job, rank)]:
+                del self._why_read[key]
             self.asks.window_asked.pop((job, rank), None)
         self.evidence.forget(keys)
 
@@ -285,6 +290,17 @@ class Detection:
             d = diagnose(self.evidence.rank(a.job, a.rank), since, reference)
             if d is None:
                 continue
+            # Made again as data comes, a diagnosis reads the change over up to 2 minutes from
+            # its onset; once the change has gone it reads less and less of it (a live 40-s
+            # pulse of GEMMs in an H200 job's backward: "backward +3.6 ms/step" at the raise,
+            # "no measured contributor explains the -1.3 ms/step" at the resolve,
+            # tests/data/real/diag/h200zn). The why shown stays while a new one reads under half
+            # of the largest step change a why of this onset was made on.
+            onset, peak = self._why_read.get(a.key, (a.onset, 0.0))
+            peak = peak if onset == a.onset else 0.0
+            if a.diagnosis and d.step_delta_ms < _WHY_KEPT * peak:
+                continue
+            self._why_read[a.key] = (a.onset, max(peak, d.step_delta_ms))
             if a.alertname == OVERHEAD:
                 own = _no_window_makes(d)
                 if own:
