@@ -46,6 +46,10 @@ _REDATE_BUCKETS = 2
 # movement (+0.6 ms of 40 ms) held half of it (evidence-less pulses taken for the job's: 10 -> 13
 # of 88 without this)
 _SEARCHED_SHARE = 1 / 3
+# A backing of these kinds (the GPU's busy time, the device's work over every phase) names no
+# phase: the phases and the loader's wait are searched as with none, and one that changed later
+# and holds its step dates the change
+_UNSPECIFIC = ("gpu", "device")
 
 
 class ShiftTests:
@@ -145,9 +149,10 @@ class ShiftTests:
         b = self.cfg.bucket_s
         now = self.history[-1][1]
         lo = onset_at - max(MIN_BEFORE_S, now - onset_at)
-        sources = ([backing] if backing is not None else
-                   [Backing("phase", p, 0.0, 0.0, "ms", 0.0) for p in PHASES if p != "sync"]
-                   + [Backing("loader", "data-loader wait", 0.0, 0.0, "ms", 0.0)])
+        searched = ([Backing("phase", p, 0.0, 0.0, "ms", 0.0) for p in PHASES if p != "sync"]
+                    + [Backing("loader", "data-loader wait", 0.0, 0.0, "ms", 0.0)])
+        sources = ([backing] if backing is not None else []) + (
+            searched if backing is None or backing.kind in _UNSPECIFIC else [])
         ys = [r[2] for r in rows]
         best = None
         for src in sources:
@@ -161,9 +166,9 @@ class ShiftTests:
             # is not the job's change): the shift the source must hold is the step there
             here = median(ys[k:j]) if j - k >= 2 else ref
             step_up = median(ys[j:]) - here
-            if step_up <= 0 and backing is not None:  # (the wave receded as the source rose:
+            if step_up <= 0 and src is backing:  # (the wave receded as the source rose:
                 here, step_up = ref, shift            # read against the reference, the whole shift)
-            if step_up <= 0 or (backing is None and step_up < shift * _SEARCHED_SHARE):
+            if step_up <= 0 or (src is not backing and step_up < shift * _SEARCHED_SHARE):
                 continue  # (searched: the step at the source's change must be a third of the shift)
             moved, unknown, span = self.backing_at(rows[j][1] - b, here, step_up)
             if moved is None or (moved.kind, moved.name) != (src.kind, src.name):
