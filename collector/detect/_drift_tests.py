@@ -130,9 +130,9 @@ class ShiftTests:
                          ref: float, shift: float) -> tuple:
         """(onset index in ``rows``, onset time, backing, unknown, span): the step times' onset
         ``rows[k]`` moved later to where a source that holds the shift changed
-        (:meth:`RankEvidence.change_at`: the backing's own source; or, with no backing, a phase
-        or the loader wait whose change comes where the step rose by ``_SEARCHED_SHARE`` of the
-        shift), when that is more than ``_REDATE_BUCKETS`` buckets after it and that source,
+        (:meth:`RankEvidence.change_at`: the backing's own source; or, with no backing or an
+        unspecific one (``_UNSPECIFIC``), a phase or the loader wait whose change comes where the
+        step rose by ``_SEARCHED_SHARE`` of the shift), when that is more than ``_REDATE_BUCKETS`` buckets after it and that source,
         read from there against the steps' level there, holds the step; else as given. On a
         host that wandered up before the job changed, the step times date the change at the
         wander: a 2 x H200 job's +10% forward change, raised 20 s after it began, was dated
