@@ -61,7 +61,9 @@ raised as before. Waves are not kept across a collector restart.
 (``note_window``). A shift whose onset is within two buckets of a window's end, where the 10
 kept steps after the window stand at least half the shift above the 10 before it, is raised
 as ``StepwatchProfilerOverhead`` naming the window, not as throughput drift: stepwatch's cost,
-which the agent itself backs off from (agent/_aftereffect.py). When the diagnosis then finds a
+which the agent itself backs off from (agent/_aftereffect.py) - unless its evidence there is one
+phase's device time not paced by the host, the loader's wait or the allocator's calls
+(``_NO_WINDOW_MAKES``): no window makes those. When the diagnosis then finds a
 cause no window makes (allocator churn, a longer data-loader wait: ``the_jobs_own``), the episode
 becomes throughput drift and says what it was first taken for.
 
@@ -108,6 +110,13 @@ _MAX_BUCKETS = 4096  # history kept (5 s buckets: 5.7 h)
 # An episode clears once the level is back under this share of the shift it was raised on (and
 # under half of info_ratio): a real +3% hovering at +2.1% against the settled level must not clear
 _CLEAR_SHARE = 0.4
+# A shift that began at a profiler window's end is the agent's after-effect unless its evidence
+# is of these kinds, not paced by the host: one phase's device time, the loader's wait, the
+# allocator's calls. The real after-effect (tests/data/real/diag/h200z_1gpu_s_window_aftereffect)
+# was the host slower in every phase, no single source holding it; an optimizer's device time
+# +4.5 ms/step on a 2 x H200 job with scheduled windows, its onset 20 s before a window's end,
+# was raised as the agent's cost (bench/results/evidence_pulses_ended.md)
+_NO_WINDOW_MAKES = ("phase", "loader", "allocator")
 
 
 class DriftDetector:
@@ -344,6 +353,8 @@ class DriftDetector:
         onset_at = rows[k][1] - self.cfg.bucket_s
         window = self._steps.window_at(onset_at, shift)
         backing, unknown, span = self._t.backing_at(onset_at, ref, shift)
+        if window is not None and backing is not None and backing.kind in _NO_WINDOW_MAKES and not backing.host_paced:
+            window = None  # (a window's after-effect is the host's cost spread over every phase)
         if window is None:  # (the change dated by the source that holds it)
             k, onset_at, backing, unknown, span = self._t.date_by_evidence(rows, k, onset_at, backing, (unknown, span),
                                                                            ref, shift)

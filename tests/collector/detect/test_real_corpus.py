@@ -423,3 +423,25 @@ def test_a_change_whose_evidence_went_away_resolves_though_the_host_stays_up(lin
         [(a.ends_at and a.ends_at - spans[1][1], a.fired_summary) for a in loader]
     assert forward and all(a.starts_at >= spans[2][0] - 30 and a.fired_at - spans[2][0] <= 60 and a.decided == "job"
                            for a in forward), [(a.fired_at - spans[2][0], a.fired_summary) for a in forward]
+
+
+def test_a_phase_change_dated_at_a_scheduled_window_is_the_jobs_drift_not_the_agents_cost(lines):
+    """The four pulses on a held-out 2 x H200 job with scheduled profiler windows: rank 0's
+    optimizer pulse (its device time +4.5 ms/step) begins 20 s after one of the windows ended, and
+    the step times date it at that window's end, where the 10 steps after the window stood above
+    the 10 before it (the host wandering). Its evidence is one phase's device time, which no
+    window makes (the real after-effect, tests/data/real/diag/h200z_1gpu_s_window_aftereffect,
+    was the host slower in every phase): raised as the job's drift, dated at the optimizer's own
+    change, within 60 s, never as StepwatchProfilerOverhead (it was, 32 s after the pulse's
+    start)."""
+    base = lines("h200t_2gpu_m_sched_short.jsonl.gz")
+    span = max(float(o["time"]) for o in base) - first_step_time(base)
+    series = repeat(base, int(1220 // (span - 180)) + 1, match=True)  # (as bench/evidence_pulses.py)
+    changed, spans = _pulses(series, ["backward", "loader", "forward", "optimizer"])
+    start, end = spans[3]
+    mine = [a for a in replay(events(changed), DetectionConfig()) if a.rank == 0 and start - 30 <= a.onset < end]
+    assert mine and {a.alertname for a in mine} == {"StepwatchThroughputDrift"}, \
+        [(a.alertname, a.onset - start, a.fired_summary) for a in mine]
+    first = min(mine, key=lambda a: a.fired_at)
+    assert first.fired_at - start <= 60 and abs(first.onset - start) <= 10, (first.fired_at - start, first.onset - start)
+    assert "a change of the job: optimizer +" in first.fired_summary, first.fired_summary
