@@ -22,6 +22,10 @@
 # 484 s, real_h200zk.md): a job longer than one call (600 s) is a gamble; prefer jobs that fit one.
 # Issuing the calls of such a job together does not help when the first gets no machine: the
 # next ones then start a fresh machine and wait for a job that never started (real_h200zl.md).
+# What worked (real_h200zm.md, a 17.7-minute job in three calls): issue them in one batch, so
+# each follows the last with no gap, and begin every call after the first with a guard,
+#   [ -f /tmp/real/NAME.run.log ] || exit 3; ...
+# so that a call on a fresh machine costs its start, not its wait.
 #   bash bench/run_real_device.sh inject2 NAME PORT GPUS SIZE SECS CAUSE RANK AT [RATIO]  # DDP, a cause on RANK at AT s
 #   bash bench/run_real_device.sh inject1 NAME PORT GPU SIZE SECS CAUSE AT [RATIO]        # 1 GPU, a cause at AT s
 #   bash bench/run_real_device.sh phase-ab PORT GPU SIZE SECS    # phase times: none/off/default/every step
