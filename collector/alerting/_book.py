@@ -22,11 +22,16 @@ from prometheus_client.registry import Collector
 
 from ..detect import Condition
 
-__all__ = ["Alert", "AlertBook", "AlertMetrics", "iso"]
+__all__ = ["Alert", "AlertBook", "AlertMetrics", "iso", "unix"]
 
 
 def iso(t: float) -> str:
     return datetime.datetime.fromtimestamp(t, datetime.timezone.utc).isoformat().replace("+00:00", "Z")
+
+
+def unix(text: str) -> float:
+    """The Unix time of an :func:`iso` text (``Alert.earlier``'s times, the API's)."""
+    return datetime.datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
 
 
 _EARLIER_KEPT = 8  # further changes remembered per episode

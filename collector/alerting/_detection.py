@@ -10,7 +10,6 @@ error and never reaches ingest.
 
 from __future__ import annotations
 
-import datetime
 import logging
 from typing import Callable, Iterable, Iterator, Optional
 
@@ -25,7 +24,7 @@ from ..detect import GPU_BUSIER, OWN_WORK
 from ..detect import TICK_SLICE
 from ._alertmanager import AlertmanagerClient
 from ._asks import Asks
-from ._book import Alert, AlertBook
+from ._book import Alert, AlertBook, unix
 from ..why import Evidence, against_others, diagnose
 
 __all__ = ["Detection", "feed_batch"]
@@ -81,10 +80,6 @@ def feed_batch(engine: DetectionEngine, job: str, rank: int, batch: agent_pb2.Ba
         host=s.host if len(s.host) else None,
         events=[(e.time_s, e.kind, e.message) for e in batch.events] if batch.events else (),
         windows=windows)
-
-
-def _unix(iso_time: str) -> float:
-    return datetime.datetime.fromisoformat(iso_time.replace("Z", "+00:00")).timestamp()
 
 
 class Detection:
@@ -284,7 +279,7 @@ class Detection:
             since = a.onset
             if a.alertname == STRAGGLER and a.earlier:
                 # the same rank flagged again within the episode: what changed is from its first onset
-                since = min(since, _unix(a.earlier[0]["onset_at"]))
+                since = min(since, unix(a.earlier[0]["onset_at"]))
             reference = (self.engine.drift_reference(a.job, a.rank)
                          if a.alertname in (THROUGHPUT_DRIFT, OVERHEAD) else None)
             d = diagnose(self.evidence.rank(a.job, a.rank), since, reference)

@@ -24,6 +24,7 @@ from urllib.parse import quote
 import pytest
 
 from _procs import run_trainer, trainer_env
+from stepwatch.collector.alerting._book import unix
 
 BINARY = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
 pytestmark = pytest.mark.skipif(BINARY is None, reason="chromium not installed (Debian package chromium)")
@@ -409,13 +410,8 @@ def test_the_life_chart_shades_a_real_drift_episode_from_its_onset(start_collect
     # the band starts where the onset's time falls on the chart's time axis
     xs = [x for x, _ in got["line"]]
     first_t, last_t = t0, t
-    expect = xs[0] + (time_of(onset) - first_t) / (last_t - first_t) * (xs[-1] - xs[0])
+    expect = xs[0] + (unix(onset) - first_t) / (last_t - first_t) * (xs[-1] - xs[0])
     assert abs(x0 - expect) < 0.1 * (xs[-1] - xs[0]), (x0, expect, onset)
-
-
-def time_of(iso: str) -> float:
-    import datetime
-    return datetime.datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp()
 
 
 def _send_steps(stream, t0: float, seconds: float, duration, clock=None) -> float:
@@ -540,7 +536,7 @@ def test_an_hour_of_a_real_recording_with_its_episode_on_the_page(start_collecto
         for s in streams.values():
             s.close()
     assert alerts, "the +10% backward change was not raised"
-    onset = time_of(alerts[0]["onset_at"])
+    onset = unix(alerts[0]["onset_at"])
     assert change - 60 <= onset <= change + 60, (onset - change, alerts[0]["summary"])
     assert "backward" in alerts[0]["summary"], alerts[0]["summary"]
     assert got, "no episode band on the life chart"

@@ -4,12 +4,12 @@ drift, within a minute of the change, and its diagnosis names the cause first.""
 
 from __future__ import annotations
 
-import datetime
 import pathlib
 
 import pytest
 
 from stepwatch.collector._replay import replay
+from stepwatch.collector.alerting._book import unix
 from stepwatch.collector.detect import DetectionConfig, DriftConfig, parse_detection
 from stepwatch.collector.tools.corpus import events, load
 
@@ -419,10 +419,6 @@ H200ZM = [("gemm_backward", 1796298007.10, 1796298097.11), ("dataloader", 179629
           ("empty_cache", 1796298467.11, 1796298557.09), ("optimizer_loop", 1796298697.08, 1796298787.10)]
 
 
-def _unix(iso: str) -> float:
-    return datetime.datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp()
-
-
 def _onsets(alerts: list) -> list:
     """(onset, raised, why) of every drift onset: each alert's, and each further change's, raised
     when the next onset took over (``Alert.earlier``'s ``until``)."""
@@ -430,8 +426,8 @@ def _onsets(alerts: list) -> list:
     for a in alerts:
         if a.alertname != "StepwatchThroughputDrift":
             continue
-        raised = [a.fired_at] + [_unix(e["until"]) for e in a.earlier]
-        shown = [(_unix(e["onset_at"]), e["diagnosis"]) for e in a.earlier] + [(a.onset, a.diagnosis)]
+        raised = [a.fired_at] + [unix(e["until"]) for e in a.earlier]
+        shown = [(unix(e["onset_at"]), e["diagnosis"]) for e in a.earlier] + [(a.onset, a.diagnosis)]
         out += [(on, r, why) for (on, why), r in zip(shown, raised)]
     return out
 
