@@ -344,10 +344,10 @@ class DriftDetector:
         self._ep.peak = 0.0
         n = self._n[sev] + self._n_before[sev] + self._t.outlast  # (the onset lies further back)
         rows = [self._history[k] for k in range(max(0, len(self._history) - n), len(self._history))]
-        if self._t.ended_at is not None:  # (nor is an onset dated inside the episode that ended:
-            # a live H200 job's +40% empty_cache() episode ended, and a host's +8% after it was
-            # dated at its start and taken for it, tests/data/real/diag/h200zm)
-            rows = [r for r in rows if r[1] - self.cfg.bucket_s >= self._t.ended_at] or rows[-self._n[sev]:]
+        # (nor is an onset dated inside the episode that ended: a live H200 job's +40%
+        # empty_cache() episode ended, and a host's +8% after it was dated at its start and taken
+        # for it, tests/data/real/diag/h200zm)
+        rows = [r for r in rows if self._t.after_end(r[1])] or rows[-self._n[sev]:]
         ys = [r[2] for r in rows]
         k = estimate_onset(ys, ref, shift, self._t.clip)
         onset_at = rows[k][1] - self.cfg.bucket_s

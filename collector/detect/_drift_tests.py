@@ -217,7 +217,7 @@ class ShiftTests:
         the level just before the window, or None."""
         n, nb = self.n[sev], self.n_before[sev]
         hist = self.history
-        if len(hist) < n or (self.ended_at is not None and hist[-n][1] - self.cfg.bucket_s < self.ended_at):
+        if len(hist) < n or not self.after_end(hist[-n][1]):
             return None
         refs = [(settled, "settled")]
         if len(hist) >= n + nb // 2:
@@ -230,6 +230,11 @@ class ShiftTests:
             if self.outlasts_waves(ref, shift) or self.backed(ref, shift, n) is not None:
                 return shift, ref, which  # (a shift its evidence holds is the job's: no wave holds it)
         return None
+
+    def after_end(self, bucket_end: float) -> bool:
+        """Whether the bucket ending at ``bucket_end`` began after the last episode ended (no
+        test window and no onset reaches back into it)."""
+        return self.ended_at is None or bucket_end - self.cfg.bucket_s >= self.ended_at
 
     def further(self, ep: Episode) -> Optional[tuple[int, float, float]]:
         """A further change in the open episode ``ep``: the critical window's level stands a
