@@ -297,8 +297,9 @@ class DriftDetector:
         if old is None:
             for sev in (CRITICAL, WARNING, INFO):
                 found = self._t.test(sev, self._settled)  # (a shift under z spreads that its evidence holds raises too)
-                if found is not None:
-                    return self._raise(sev, *found)
+                raised = None if found is None else self._raise(sev, *found)
+                if raised is not None:
+                    return raised
             self._set_level(median(self._history.tail(2, min(len(self._history), self._n[CRITICAL]))))
             return False
         hist = self._history
@@ -340,7 +341,10 @@ class DriftDetector:
             return self._ep.set(old.severity, level)
         return False
 
-    def _raise(self, sev: str, shift: float, ref: float, which: str) -> bool:
+    def _raise(self, sev: str, shift: float, ref: float, which: str) -> Optional[bool]:
+        """Open an episode of ``sev`` for the shift found (its onset and evidence read here); True
+        when ``condition`` changed, False when settled again instead, None when not raised (a
+        critical shift spared the sustain whose evidence its own onset does not show)."""
         self._ep.peak = 0.0
         n = self._n[sev] + self._n_before[sev] + self._t.outlast  # (the onset lies further back)
         rows = [self._history[k] for k in range(max(0, len(self._history) - n), len(self._history))]
@@ -358,6 +362,8 @@ class DriftDetector:
         if window is None:  # (the change dated by the source that holds it)
             k, onset_at, backing, unknown, span = self._t.date_by_evidence(rows, k, onset_at, backing, (unknown, span),
                                                                            ref, shift)
+        if self._t.spared and not self._t.holds(backing):
+            return None  # (spared the sustain by evidence its own onset does not show: not raised)
         if (onset_at < self._settled_at - self.cfg.bucket_s and self._resettles < _RESETTLE_MAX
                 and window is None and backing is None):  # (stepwatch's own cost, and a change its
             return self._resettle(onset_at, ys[k:])        # evidence holds, are raised wherever they fall)
@@ -387,4 +393,7 @@ class DriftDetector:
         if found is None:
             return False
         step, onset_at, shift = found
-        return self._ep.further(step, onset_at, shift, self._t.backing_at(onset_at, self._ep.ref + self._ep.raised, shift))
+        read = self._t.backing_at(onset_at, self._ep.ref + self._ep.raised, shift)
+        if self._t.spared and not self._t.holds(read[0]):
+            return False  # (spared the sustain by evidence its own onset does not show)
+        return self._ep.further(step, onset_at, shift, read)

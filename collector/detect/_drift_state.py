@@ -1,5 +1,6 @@
 """What of a drift detector survives a collector restart (``_persist.DriftStore``): the settled
-level, the noise spreads, the pauses counted and an open episode."""
+level, the noise spreads, the pauses counted, the job's recent waves and when the last episode
+ended, and an open episode."""
 
 from __future__ import annotations
 
@@ -17,7 +18,8 @@ def drift_state(d) -> Optional[dict]:
     if d._settled is None:
         return None
     out = {"v": 1, "settled": d._settled, "settled_at": d._settled_at,
-           "noise": dict(d._noise.spreads), "pauses": dict(d.pauses)}
+           "noise": dict(d._noise.spreads), "pauses": dict(d.pauses),
+           "waves": [list(w) for w in d._t.waves], "ended_at": d._t.ended_at}
     ep = d._ep
     c = ep.condition
     if c is not None:
@@ -46,6 +48,7 @@ def restore_drift(d, state: dict) -> None:
     d._steps.level, d.baseline_s = settled, math.exp(settled)
     d._steps.first_time = at - d.cfg.warmup_s - d.cfg.settle_s
     d.pauses.update({str(k): int(v) for k, v in state.get("pauses", {}).items()})
+    _restore_waves(d._t, state)
     e = state.get("episode")
     if isinstance(e, dict) and e.get("severity") in SEVERITIES:
         ep = d._ep
@@ -61,3 +64,21 @@ def restore_drift(d, state: dict) -> None:
             ep.set(e["severity"], math.log(float(e["ratio"])))
         except (KeyError, TypeError, ValueError, IndexError):
             ep.condition = None
+
+
+def _restore_waves(t, state: dict) -> None:
+    """The saved waves (end time, peak log shift, seconds lasted) and the last episode's end onto
+    ShiftTests ``t``: a shift without evidence must still outlast the job's waves after a
+    restart. Entries that do not read are left out."""
+    for w in state.get("waves") or ():
+        try:
+            end, peak, lasted = (float(x) for x in w)
+        except (TypeError, ValueError):
+            continue
+        if all(math.isfinite(x) for x in (end, peak, lasted)):
+            t.waves.append((end, peak, lasted))
+    try:
+        ended = float(state["ended_at"]) if state.get("ended_at") is not None else None
+    except (TypeError, ValueError):
+        ended = None
+    t.ended_at = ended if ended is not None and math.isfinite(ended) else None

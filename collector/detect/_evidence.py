@@ -53,6 +53,17 @@ _SHARE = 0.5             # of the step's growth that one source must hold
 _CONCENTRATED = 2.5      # a phase grew by this many times the share the other phases grew by
 _CHURN_MORE, _CHURN_TIMES = 1.0, 3.0  # allocator calls per step: at least +1 and 3x
 _HOST_GREW = 0.6         # the phases' host time grown by this share of their device time's: host-bound
+# A phase its host paces is read in its own spreads only when it grew by at least this many times
+# the share of the step by which the step grew: a host that runs slower makes each host-bound
+# phase, and so the step, longer by at most the share by which it slowed, so a phase that grew
+# several times faster than the step is more work in that phase, not a slower host (a live H200
+# job's for-loop AdamW: optimizer 4.9 -> 8..11 ms, +60..120%, while the step grew +6..9%: 8-13x;
+# a 2 x H200 host's +10% wave grew its host-bound forward alone by +2.7 ms, under 2x)
+_BEYOND_PACE = 4.0
+# ... and only a compute phase: data's host time is mostly the wait for the loader, whose workers
+# a busy host slows apart from the trainer's thread (a healthy 2 x H200 launch-bound job's data
+# phase 1.2 -> 1.5 ms while the step rose +4% with its host)
+_COMPUTE = ("forward", "backward", "optimizer")
 
 
 class RankEvidence:
@@ -155,11 +166,16 @@ class RankEvidence:
         (``since..now``) holds, that source measured before ``edge`` outside ``loud()``
         (:class:`SourceNoise`); None for allocator calls (their rule is a count: 3x), for the
         GPU's busy time (one NVML sample a block, and the step time is half of it: a healthy
-        2 x H200 job's stood 4.6 spreads out on its host's wave), for a phase its host paces (``host_paced``: a 2 x H200 job's host wandered +10% for 40 s,
-        all of it in its host-bound forward, +2.7 ms, which had stood within 1 ms for minutes:
-        14 of its spreads), or when the history is too short to tell."""
-        if b.unit != "ms" or b.host_paced or b.kind == "gpu":
+        2 x H200 job's stood 4.6 spreads out on its host's wave), for a phase its host paces
+        (``host_paced``) unless it is a compute phase that grew ``_BEYOND_PACE`` times faster
+        than the step (a 2 x H200 job's host wandered +10% for 40 s, all of it in its host-bound
+        forward, +2.7 ms, which had stood within 1 ms for minutes: 14 of its spreads), or when
+        the history is too short to tell."""
+        if b.unit != "ms" or b.kind == "gpu":
             return None
+        if b.host_paced and (b.name not in _COMPUTE or b.before <= 0
+                             or b.share * step_s * 1e3 < _BEYOND_PACE * b.before):
+            return None  # (grown by the step's pace or less: a slower host can do that)
         if b.kind in ("phase", "device"):
             after = [r for r in self.phases if since <= r[0] <= now + _BLOCK_S]
             if not after:

@@ -138,6 +138,35 @@ def test_a_change_with_evidence_that_comes_back_is_raised_each_time_but_a_wave_i
             assert raised[0] is not None and raised[0] <= 60 and (raised[1] is None or raised[1] > 60), raised
 
 
+def test_a_wave_still_holds_back_a_shift_no_larger_after_a_collector_restart():
+    """The host's own +10% for 90 s ends by itself (a wave); the collector restarts 60 s later
+    and takes up the saved state: the same +10% again, with no evidence, must still outlast the
+    wave (not raised within 60 s), as without the restart; a saved state with damaged waves
+    still reads (they are left out)."""
+    cfg = DriftConfig()
+    ev = RankEvidence()
+    det = DriftDetector(cfg, "j", 0, evidence=ev)
+    _job(det, ev, T0, T0 + 300)
+    t = T0 + 300
+    assert [c for c in _job(det, ev, t, t + 90, 1.10) if c[1] is not None]
+    _job(det, ev, t + 90, t + 230)
+    assert det.condition is None and det.armed
+    state = det.state()
+    assert state["waves"] and state["ended_at"] is not None, state
+    again_ev = RankEvidence()
+    again = DriftDetector(cfg, "j", 0, evidence=again_ev)
+    again.restore(state)
+    assert again.armed
+    t += 230
+    _job(again, again_ev, t, t + 60)  # (the restarted collector's buckets fill)
+    ups = [c for c in _job(again, again_ev, t + 60, t + 150, 1.10) if c[1] is not None]
+    assert not ups or ups[0][0] - (t + 60) > 60, ups[0][0] - (t + 60)
+    damaged = dict(state, waves=[["x", 1, 2], [1.0, float("nan"), 3.0], "junk"], ended_at="soon")
+    other = DriftDetector(cfg, "j", 0, evidence=RankEvidence())
+    other.restore(damaged)
+    assert other.armed
+
+
 def test_device_work_grown_across_phases_holds_the_shift_unless_the_host_grew_with_it():
     """GEMMs whose device time shows in several phases (a real H200 job: backward +2.2,
     forward +1.0..2.2, optimizer +1.6 ms) are the device's work; the same growth with the

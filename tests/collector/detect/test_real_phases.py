@@ -260,14 +260,18 @@ def test_a_busy_host_on_one_h200_is_raised_from_the_floor_within_a_minute():
     percentiles went 40.1-40.5 -> 44.3 ms, the medians (wandering 40.6 -> 43.6 ms in the two
     minutes before) 44.1-45.3 ms. Live, at the code before the floor detector, nothing was
     raised; replayed now, the floor raises it critical within a minute, its onset at the change.
-    The medians alone still raise nothing."""
+    The medians alone (+4% over the level they had wandered to) raise it later, as a warning held
+    by the forward's time, which grew +23% of its own time against the step's +4% (more than a
+    slower host can make it): onset at the change, a change of the job."""
     at, step = 1796026958.35, 4693
     (a,) = _replay("h200zb_1gpu_m_host10.jsonl.gz")
     assert a.alertname == "StepwatchThroughputDrift" and a.severity == "critical", a
     assert 0 < a.fired_at - at <= 60 and 0 <= a.step - step <= 30 / 0.044, (a.fired_at - at, a.step)
     assert "(p10 step " in a.fired_summary and "clocks unchanged" in a.diagnosis, (a.fired_summary, a.diagnosis)
     lines = load(str(PHASES / "h200zb_1gpu_m_host10.jsonl.gz"))
-    assert replay(events(lines), DetectionConfig(drift=DriftConfig(floor_quantile=0.0))) == []
+    (m,) = replay(events(lines), DetectionConfig(drift=DriftConfig(floor_quantile=0.0)))
+    assert m.severity == "warning" and 0 <= m.step - step <= 30 / 0.044, (m.severity, m.step)
+    assert m.decided == "job" and m.evidence["name"] == "forward", (m.decided, m.evidence)
 
 
 def _busy_host_on_rank_1(name: str, at: float, step: int) -> dict:
@@ -319,9 +323,14 @@ def test_a_busy_host_on_rank_1_named_live_at_the_defaults_and_rank_0_points_at_i
     from step 4,174 in a job wandering 47-52 ms before it. Live and replayed: rank 1 named 36 s
     after the change, by the others' wait in sync (+1.1 ms) - its own work before the
     collectives 29.4 vs 25.0 ms - and nobody else, nothing before the change; drift critical on
-    both ranks 56 s after (onsets 26 s after the change). Rank 0 waited inside its backward
-    (+2.6 ms, its top contributor): its why points at rank 1 (live it named its own backward:
-    the why looked for the backward wait's summary only)."""
+    both ranks within 60 s: rank 0 56 s after (onset 26 s after the change), rank 1 26 s after,
+    held by its forward (+3.2 ms, its host time with it, +23% of its own time against the step's
+    +4..10%: more than a slower host makes it), its onset dated 40 s before the change, where
+    its forward and its step had already risen with the host's wander (the forward's own change
+    point, 39 s before: the wander and the change are not told apart in time; before the forward
+    was read so, rank 1 was raised 56 s after, its onset 26 s after the change). Rank 0 waited
+    inside its backward (+2.6 ms, its top contributor): its why points at rank 1 (live it named
+    its own backward: the why looked for the backward wait's summary only)."""
     at = 1796049253.27
     alerts = _replay("h200ze_2gpu_m_host_r1.jsonl.gz")
     assert all(a.fired_at > at for a in alerts), [(a.alertname, a.rank, a.fired_at - at) for a in alerts]
@@ -332,8 +341,10 @@ def test_a_busy_host_on_rank_1_named_live_at_the_defaults_and_rank_0_points_at_i
         and "host-bound: its host time +" in strag[0].diagnosis.split(";")[0], strag[0].diagnosis
     drift = {a.rank: a for a in alerts if a.alertname == "StepwatchThroughputDrift"}
     assert sorted(drift) == [0, 1] and all(a.severity == "critical" and a.fired_at - at <= 60
-                                           and 0 <= a.starts_at - at <= 30 for a in drift.values()), \
+                                           and -45 <= a.starts_at - at <= 30 for a in drift.values()), \
         [(a.rank, a.severity, a.fired_at - at, a.starts_at - at) for a in drift.values()]
+    assert 0 <= drift[0].starts_at - at <= 30 and "a change of the job: forward +" in drift[1].fired_summary, \
+        (drift[0].starts_at - at, drift[1].fired_summary)
     assert drift[0].diagnosis.startswith("waiting for rank 1 (straggler): backward +"), drift[0].diagnosis
     assert drift[1].diagnosis.startswith("forward +"), drift[1].diagnosis
 

@@ -374,19 +374,22 @@ H200ZK = [("small_ops", 1796277955.75, 1796278045.75)]
 
 
 def test_launch_bound_tiny_ops_on_a_host_that_slowed_with_them_are_raised_with_forward_named_first():
-    """Live at the defaults and replayed alike: 143 tiny ops in forward (its host time +1.1 ms,
-    +12% of a 9.4 ms step), and from 20 s in the host slowed every phase as well (the step
-    +31%): one episode, its onset within 20 s of the cause's start, raised at warning 80 s after
-    it, decided by the step times (no single phase held the +3-4 ms), its why naming forward
-    first; resolved within 75 s of the cause's end; nothing in the healthy 300 s, whose host
-    wandered +-25% on its own. (Issue 65's 60 s is not met here: bench/results/real_h200zk.md.)"""
+    """143 tiny ops in forward (its host time +1.1 ms, +12% of a 9.4 ms step), and from 20 s in
+    the host slowed every phase as well (the step +31%): one episode, its onset at the cause's
+    start, raised at warning 60 s after it, decided by the forward's time (3.7 -> 5.4 ms, its
+    host time with it: +46% of its own time against the step's +6.5%, more than a slower host
+    makes it), its why naming forward first; resolved within 75 s of the cause's end; nothing in
+    the healthy 300 s, whose host wandered +-25% on its own. Live, and replayed before a
+    host-paced phase was read so, it was raised 80 s after, decided by the step times
+    (bench/results/real_h200zk.md)."""
     lines = load(str(DIAG / "h200zk_1gpu_s_pulses.jsonl.gz"))
     alerts = replay(events(lines), DetectionConfig())
     assert [a.alertname for a in alerts] == ["StepwatchThroughputDrift"], [a.fired_summary for a in alerts]
     (a,) = alerts
     _, start, end = H200ZK[0]
-    assert 0 <= a.starts_at - start <= 20 and a.fired_at - start <= 90, (a.starts_at - start, a.fired_at - start)
-    assert a.severity == "warning" and a.decided == "steps", (a.severity, a.decided)
+    assert -5 <= a.starts_at - start <= 20 and a.fired_at - start <= 60, (a.starts_at - start, a.fired_at - start)
+    assert a.severity == "warning" and a.decided == "job", (a.severity, a.decided)
+    assert "a change of the job: forward +" in a.fired_summary, a.fired_summary
     assert a.diagnosis.startswith("forward +"), a.diagnosis
     assert a.ends_at is not None and a.ends_at - end <= 75, a.ends_at
 
@@ -469,3 +472,28 @@ def test_a_short_pulse_keeps_the_why_it_was_raised_with_after_it_went_away():
     assert a.starts_at >= start - 30 and a.fired_at - start <= 60, (a.starts_at - start, a.fired_at - start)
     assert a.decided == "job" and a.evidence["name"] == "backward", (a.decided, a.evidence)
     assert a.ends_at is not None and a.diagnosis.startswith("backward +"), a.diagnosis
+
+
+# h200zo (diag README, held out): h200zm's four causes again, live at 1364c6b; this host's 5-s
+# medians wandered 40-47 ms while healthy (z spreads of the step: +14..16%)
+H200ZO = [("gemm_backward", 1796313448.25, 1796313538.27), ("dataloader", 1796313678.24, 1796313768.25),
+          ("empty_cache", 1796313908.25, 1796313998.28), ("optimizer_loop", 1796314138.27, 1796314228.28)]
+
+
+def test_four_causes_on_a_noisy_host_are_each_raised_within_a_minute_in_episodes_of_their_own():
+    """Replayed at the defaults: each cause raised in an episode of its own within 60 s of its
+    start (GEMMs 35 s, loader 49 s, the churn 21 s, the for-loop optimizer 35 s), decided by its
+    evidence, its why naming it first, resolved within 2 min of its end; nothing while healthy.
+    Live, on the code before, the for-loop optimizer was raised 85 s after its start: its
+    optimizer grew 4.9 -> 8..11 ms (its host time with it) while the step wobbled +0..20% bucket
+    to bucket, and a host-paced phase was never read in its own spreads, nor a critical shift
+    spared the sustain its evidence makes moot (bench/results/real_h200zo.md)."""
+    lines = load(str(DIAG / "h200zo_1gpu_m_pulses.jsonl.gz"))
+    alerts = replay(events(lines), DetectionConfig())
+    assert [a.alertname for a in alerts] == ["StepwatchThroughputDrift"] * 4, [a.fired_summary for a in alerts]
+    for a, (cause, start, end), first in zip(alerts, H200ZO, ("backward +", "data +", "allocator churn",
+                                                             "optimizer +")):
+        assert a.starts_at >= start - 30 and a.fired_at - start <= 60, (cause, a.starts_at - start,
+                                                                         a.fired_at - start)
+        assert a.decided == "job" and a.diagnosis.startswith(first), (cause, a.decided, a.diagnosis)
+        assert a.ends_at is not None and a.ends_at - end <= 120, (cause, a.ends_at and a.ends_at - end)
