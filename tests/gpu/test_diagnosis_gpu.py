@@ -58,7 +58,8 @@ def alerts(tmp_path_factory):
         for cause, (expected, ms) in CAUSES.items():
             drift = [a for a in got if a["job"] == f"gpu-{cause}" and a["alertname"] == "StepwatchThroughputDrift"]
             a = drift[0] if drift else {}
-            rows.append(f"{cause:<11} {ms:>4g} ms  raised {a.get('raised_step', '-')!s:>5}  onset {a.get('step', '-')!s:>5}  "
+            first = (a.get("earlier") or [a])[0].get("step", "-")
+            rows.append(f"{cause:<11} {ms:>4g} ms  raised {a.get('raised_step', '-')!s:>5}  onset {first!s:>5}  "
                         f"ratio {a.get('ratio', 0):.3f}  {a.get('diagnosis', 'NO ALERT')}")
         table = "\n".join(rows)
         print("\n" + table)
@@ -78,7 +79,10 @@ def test_the_gpu_diagnosis_names_the_injected_cause_first(alerts, cause):
     diagnosis = drift[0]["diagnosis"]
     assert diagnosis.startswith(CAUSES[cause][0] + " +"), diagnosis
     assert "no profiler window after the onset" not in diagnosis, diagnosis
-    assert abs(drift[0]["step"] - FROM) <= 60, drift[0]
+    # the episode's first onset: a change that grew further later in the episode (the sleeping
+    # optimizer's step +40%, then +49% 160 steps on, on one H200) shows that as a further change
+    first = (drift[0].get("earlier") or [drift[0]])[0]["step"]
+    assert abs(first - FROM) <= 60, drift[0]
     if cause == "dataloader":  # the data phase, with the loader wait that made it longer
         assert "data-loader wait +" in diagnosis.split(";")[0], diagnosis
     # (At the window default, on demand, no window precedes the onset, so the GEMM kernel is not
