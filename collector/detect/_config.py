@@ -63,7 +63,8 @@ class DriftConfig:
     critical_window_s: float = option(30.0, "a critical shift must hold this long", check=at_least(0.01))
     critical_sustain: float = option(1.5, "... and, raised from no episode and under 1.5x critical_ratio, stand "
                                      "above half its size on two thirds of this many critical windows (a "
-                                     "real job's hump: +10% for 25 s)", check=at_least(1.0))
+                                     "real job's hump: +10% for 25 s), unless its evidence stands evidence_z "
+                                     "of its own spreads out", check=at_least(1.0))
     warning_window_s: float = option(90.0, "a warning shift must hold this long", check=at_least(0.01))
     info_window_s: float = option(240.0, "an info shift must hold this long", check=at_least(0.01))
     z: float = _n(4.0, "and stand this many of the job's own spreads (medians over that window) out")
@@ -83,7 +84,9 @@ class DriftConfig:
                             "step times alone")
     evidence_z: float = _n(4.0, "... and a warning or critical one whose evidence stands this many of that "
                            "source's own spreads out (its medians over the same span, in the quiet history) "
-                           "is raised at the severity's ratio, whatever the step time's spread")
+                           "is raised at the severity's ratio, whatever the step time's spread (a phase "
+                           "whose host time grew with it counts only when it is forward, backward or the "
+                           "optimizer and grew 4x faster than the step)")
 
     def __post_init__(self) -> None:
         if not self.info_ratio <= self.warning_ratio <= self.critical_ratio:
