@@ -58,7 +58,7 @@ _HOST_GREW = 0.6         # the phases' host time grown by this share of their de
 # phase, and so the step, longer by at most the share by which it slowed, so a phase that grew
 # several times faster than the step is more work in that phase, not a slower host (a live H200
 # job's for-loop AdamW: optimizer 4.9 -> 8..11 ms, +60..120%, while the step grew +6..9%: 8-13x;
-# a 2 x H200 host's +10% wave grew its host-bound forward alone by +2.7 ms, under 2x)
+# a 2 x H200 host's +10% wave grew its host-bound forward alone by +2.7 ms of ~14 ms: about 2x)
 _BEYOND_PACE = 4.0
 # ... and only a compute phase: data's host time is mostly the wait for the loader, whose workers
 # a busy host slows apart from the trainer's thread (a healthy 2 x H200 launch-bound job's data
