@@ -341,7 +341,7 @@ class DriftDetector:
             return self._ep.set(old.severity, level)
         return False
 
-    def _raise(self, sev: str, shift: float, ref: float, which: str) -> Optional[bool]:
+    def _raise(self, sev: str, shift: float, ref: float, which: str, spared: bool) -> Optional[bool]:
         """Open an episode of ``sev`` for the shift found (its onset and evidence read here); True
         when ``condition`` changed, False when settled again instead, None when not raised (a
         critical shift spared the sustain whose evidence its own onset does not show)."""
@@ -362,7 +362,7 @@ class DriftDetector:
         if window is None:  # (the change dated by the source that holds it)
             k, onset_at, backing, unknown, span = self._t.date_by_evidence(rows, k, onset_at, backing, (unknown, span),
                                                                            ref, shift)
-        if self._t.spared and not self._t.holds(backing):
+        if spared and not self._t.holds(backing):
             return None  # (spared the sustain by evidence its own onset does not show: not raised)
         if (onset_at < self._settled_at - self.cfg.bucket_s and self._resettles < _RESETTLE_MAX
                 and window is None and backing is None):  # (stepwatch's own cost, and a change its
@@ -392,8 +392,8 @@ class DriftDetector:
         found = self._t.further(self._ep) if self._ep.alertname == THROUGHPUT_DRIFT else None
         if found is None:
             return False
-        step, onset_at, shift = found
+        step, onset_at, shift, spared = found
         read = self._t.backing_at(onset_at, self._ep.ref + self._ep.raised, shift)
-        if self._t.spared and not self._t.holds(read[0]):
+        if spared and not self._t.holds(read[0]):
             return False  # (spared the sustain by evidence its own onset does not show)
         return self._ep.further(step, onset_at, shift, read)

@@ -75,7 +75,6 @@ class ShiftTests:
         self.noise = Noise(cfg.z, self.n, max(1, math.ceil(noise_history_s / b)), self.ratio)
         self.ended_at: Optional[float] = None
         self.outlast = 0
-        self.spared = False  # the last shift found was spared the critical sustain (stands_out)
         self.waves: collections.deque = collections.deque(maxlen=_WAVES_KEPT)
 
     def shift(self, sev: str, ref: float, n: int = 0, backed: bool = False) -> Optional[float]:
@@ -227,9 +226,10 @@ class ShiftTests:
         grown = self.evidence.grown(b, span[0], span[1], since, now, span[2])
         return grown is not None and grown < _GONE_SHARE * (b.after - b.before)
 
-    def test(self, sev: str, settled: float) -> Optional[tuple[float, float, str]]:
-        """(shift, reference, which) for ``sev`` over its window against the settled level, else
-        the level just before the window, or None."""
+    def test(self, sev: str, settled: float) -> Optional[tuple[float, float, str, bool]]:
+        """(shift, reference, which, spared) for ``sev`` over its window against the settled
+        level, else the level just before the window, or None; ``spared``: a critical shift
+        spared the sustain by its evidence (:meth:`stands_out`)."""
         n, nb = self.n[sev], self.n_before[sev]
         hist = self.history
         if len(hist) < n or not self.after_end(hist[-n][1]):
@@ -241,11 +241,11 @@ class ShiftTests:
             shift = self.shift(sev, ref, backed=True)
             if shift is None:
                 continue
-            self.spared = sev == CRITICAL and shift < self.sustain_below and not self.sustained(ref, shift)
-            if self.spared and not self.stands_out(ref, shift, n):
+            spared = self.unsustained(sev, ref, shift)
+            if spared and not self.stands_out(ref, shift, n):
                 continue
             if self.outlasts_waves(ref, shift) or self.backed(ref, shift, n) is not None:
-                return shift, ref, which  # (a shift its evidence holds is the job's: no wave holds it)
+                return shift, ref, which, spared  # (a shift its evidence holds is the job's: no wave holds it)
         return None
 
     def after_end(self, bucket_end: float) -> bool:
@@ -253,15 +253,15 @@ class ShiftTests:
         test window and no onset reaches back into it)."""
         return self.ended_at is None or bucket_end - self.cfg.bucket_s >= self.ended_at
 
-    def further(self, ep: Episode) -> Optional[tuple[int, float, float]]:
+    def further(self, ep: Episode) -> Optional[tuple[int, float, float, bool]]:
         """A further change in the open episode ``ep``: the critical window's level stands a
         critical shift, else the warning window's a warning shift (:meth:`shift`'s rules and a
         raise's critical sustain), and at least half the shift already raised, above the level
         the episode was raised on: a change during an episode is found on the horizons of a
         fresh raise (a +40% ``empty_cache()`` in an open +8% episode of a live H200 job was
         found 60 s after it began on the warning window alone, tests/data/real/diag/h200zm).
-        Returns (onset step, onset time, shift) with the onset found as at a raise among the
-        buckets since the current one, or None."""
+        Returns (onset step, onset time, shift, spared as in :meth:`test`) with the onset found
+        as at a raise among the buckets since the current one, or None."""
         hist, top = self.history, ep.ref + ep.raised
         for sev in (CRITICAL, WARNING):
             n = self.n[sev]
@@ -270,8 +270,8 @@ class ShiftTests:
             shift = self.shift(sev, top, n, backed=True)
             if shift is None or shift < _FURTHER_SHARE * ep.raised:
                 continue
-            self.spared = sev == CRITICAL and shift < self.sustain_below and not self.sustained(top, shift)
-            if self.spared and not self.stands_out(top, shift, n):
+            spared = self.unsustained(sev, top, shift)
+            if spared and not self.stands_out(top, shift, n):
                 continue
             break
         else:
@@ -280,7 +280,12 @@ class ShiftTests:
         rows = [hist[k] for k in range(max(0, len(hist) - m), len(hist))]
         rows = [r for r in rows if r[1] - self.cfg.bucket_s >= ep.onset[1]] or rows[-n:]
         k = estimate_onset([r[2] for r in rows], top, shift, self.clip)
-        return int(rows[k][0]), rows[k][1] - self.cfg.bucket_s, shift
+        return int(rows[k][0]), rows[k][1] - self.cfg.bucket_s, shift, spared
+
+    def unsustained(self, sev: str, ref: float, shift: float) -> bool:
+        """Whether ``sev`` is critical with ``shift`` under 1.5x ``critical_ratio`` and not
+        :meth:`sustained`: raised only when :meth:`stands_out` spares it."""
+        return sev == CRITICAL and shift < self.sustain_below and not self.sustained(ref, shift)
 
     def sustained(self, ref: float, shift: float) -> bool:
         """Whether a critical shift (under 1.5x ``critical_ratio``) also stands above half its
