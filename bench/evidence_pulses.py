@@ -28,12 +28,13 @@ import sys
 
 from stepwatch.collector._replay import replay
 from stepwatch.collector.detect import parse_detection
-from stepwatch.collector.tools.corpus import events, first_step_time, inject, load, pulse_end, repeat
+from stepwatch.collector.tools.corpus import (events, first_step_time, inject, load, matched_cut, pulse_end, repeat,
+                                              seams as corpus_seams)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REAL = os.path.join(HERE, "..", "tests", "data", "real")
 sys.path.insert(0, HERE)
-from detection_real import HELD_OUT  # noqa: E402  (the corpus's split, one list)
+from detection_real import HELD_OUT, HOST_SHIFT  # noqa: E402  (the corpus's split and its real host changes)
 
 WHERE = ["backward", "loader", "forward", "optimizer"]
 DRIFT = "StepwatchThroughputDrift"
@@ -41,6 +42,27 @@ DRIFT = "StepwatchThroughputDrift"
 
 def _has_phases(path: str) -> bool:
     return any(o["kind"] == "batch" and o["batch"].get("phase_times") for o in load(path)[:400])
+
+
+def classify(onset: float, name: str, lines: list, base: list, times: int) -> str:
+    """Where a false episode (its ``onset``, Unix) of the recording ``name`` played ``times``
+    times (``lines``; ``base`` once) starts: "seam" (within 60 s of a seam of the copies: the
+    repetition's own level step, as bench/detection_real.py keeps apart), "host" (at or after the
+    recording's real host change, ``HOST_SHIFT``, less 60 s, on the recording's own clock: not a
+    false alarm there), "window" (within 30 s after one of the agent's recorded profiler windows
+    ended, on the recording's clock: that window's after-effect), else "other". The totals
+    count every kind; this says which."""
+    seams = corpus_seams(lines) if times > 1 else []
+    if any(abs(onset - t) <= 60 for t in seams):
+        return "seam"
+    t_rec = onset
+    if seams and onset >= seams[0]:  # (back onto the recording's clock: a copy begins at its cut)
+        t_rec = matched_cut(base)[0] + onset - max(t for t in seams if t <= onset)
+    if name in HOST_SHIFT and t_rec >= HOST_SHIFT[name] - 60:
+        return "host"
+    ends = [float(w["start_time_s"]) + float(w.get("span_s", 0.0)) for o in base if o["kind"] == "batch"
+            for w in o["batch"].get("windows", ())]
+    return "window" if any(0 <= t_rec - e <= 30 for e in ends) else "other"
 
 
 def _ts(v) -> float:
@@ -139,6 +161,7 @@ def main() -> None:
         healthy = [x for x in replay(events(lines), cfg) if x.alertname == DRIFT]
         rec = {"name": name, "held_out": name in HELD_OUT, "repeat": times,
                "false_episodes": [{"rank": x.rank, "severity": x.severity, "decided": x.decided,
+                                   "where": classify(x.onset, name, lines, base, times),
                                    "since_s": round(_ts(x.starts_at) - first_step_time(lines), 1),
                                    "summary": (x.fired_summary or x.summary)[:200]} for x in healthy],
                "arms": {arm: run(lines, cfg, arm, a) for arm in a.arms}}
@@ -168,7 +191,7 @@ def markdown(doc: dict, a) -> str:
             cells.append("<br>".join(f"{x['where']}: {x['raised_s'] if x['raised_s'] is not None else '-'} s "
                                      f"{x['decided'] or ''} x{x['episodes']} gone {x['resolved_after_end_s']}"
                                      for x in r["arms"][arm]))
-        rows.append(f"| {r['name']} | {'yes' if r['held_out'] else 'no'} | {len(r['false_episodes'])} | "
+        rows.append(f"| {r['name']} | {'yes' if r['held_out'] else 'no'} | {_split(r['false_episodes'])} | "
                     + " | ".join(cells) + " |")
     rows += ["", "Totals (raised within the target; own episode: one episode on each rank that raised "
              "it, opened by this pulse, not folded into an earlier one; resolved within 2 minutes of its end):", "", "| part | arm | pulses | within target | own episode | resolved <= 120 s | false episodes |",
@@ -182,8 +205,19 @@ def markdown(doc: dict, a) -> str:
             ok = [x for x in xs if x["raised_s"] is not None and x["raised_s"] <= a.target_s]
             rows.append(f"| {part} | {arm} | {len(xs)} | {len(ok)} | {sum(1 for x in xs if x.get('own'))} | "
                         f"{sum(1 for x in xs if x['resolved_after_end_s'] is not None and x['resolved_after_end_s'] <= 120)} | "
-                        f"{sum(len(r['false_episodes']) for r in recs)} |")
+                        f"{_split([e for r in recs for e in r['false_episodes']])} |")
+    rows += ["", "False episodes: all of them, then (where they start, `classify`) at a seam of the "
+             "repetition / at or after the recording's real host change / within 30 s after a "
+             "recorded profiler window / elsewhere."]
     return "\n".join(rows) + "\n"
+
+
+def _split(episodes: list) -> str:
+    """'N (seam a, host b, window c, other d)' for false episodes, or '0'."""
+    if not episodes:
+        return "0"
+    kinds = ("seam", "host", "window", "other")
+    return f"{len(episodes)} (" + ", ".join(f"{k} {sum(1 for e in episodes if e.get('where') == k)}" for k in kinds) + ")"
 
 
 if __name__ == "__main__":
