@@ -212,15 +212,22 @@ class DriftDetector:
         restore_drift(self, state)
 
     def reference_span(self) -> Optional[tuple[float, float]]:
-        """The data times the open episode's reference level was learnt over, when that is the
-        job's settled level (the settle window after warm-up); None otherwise. A diagnosis of an
-        episode raised against it compares with those times: a change that grew in, or was dated
-        late on a wandering host, then still has its "before" (a synchronize before
-        the optimizer step on an H200, +2-4%: dated 76 s late, the blocks just ahead of the onset
-        already held it)."""
-        if self.condition is None or self._settled_at is None or self._ep.ref != self._settled:
+        """The data times the open episode's reference level stands for: the job's settled level
+        (the settle window after warm-up) when it was raised against that, else the span before
+        its onset that its evidence was read against (at least 2 minutes, ending two buckets
+        ahead of the onset: the level before); None with no episode or no such span. A
+        diagnosis of the episode compares with those times: a change that grew in, or was dated
+        late on a wandering host, then still has its "before" (a synchronize before the
+        optimizer step on an H200, +2-4%: dated 76 s late, the blocks just ahead of the onset
+        already held it); and one raised against the level before compares with that level,
+        not with the job's whole past (a launch-bound H200 job 11.1 -> 13.4 ms after minutes at
+        13-15 ms read "-0.0 ms/step", tests/data/real/diag/h200zp)."""
+        if self.condition is None:
             return None
-        return (self._settled_at - self.cfg.settle_s, self._settled_at)
+        if self._settled_at is not None and self._ep.ref == self._settled:
+            return (self._settled_at - self.cfg.settle_s, self._settled_at)
+        span = self._ep.backing_span
+        return None if span is None else (span[0], span[1])
 
     # -- what it is told ------------------------------------------------------------------------
     def feed(self, step: int, time: float, value: float) -> bool:

@@ -93,8 +93,9 @@ def _step_median(rows: list, k: int) -> Optional[float]:
 def diagnose(r: Optional[_Rank], since: float, reference: Optional[tuple] = None) -> Optional[Diagnosis]:
     """Compare before and after data time ``since``; None without step data on both sides.
     ``reference``: (start, end) data times of the level the alert compares against (a drift
-    episode raised against the job's settled level): "before" is those times when the rings
-    still hold 3 blocks of them."""
+    episode's settled level, or the span before its onset it was raised against): "before" is
+    those times, up to the guard band ahead of ``since``, when the rings still hold 3 blocks of
+    them."""
     if r is None:
         return None
     # each ring made into rows once (they are read several times below)
@@ -111,11 +112,12 @@ def diagnose(r: Optional[_Rank], since: float, reference: Optional[tuple] = None
     edge = since - min(_GUARD_S, _GUARD_SHARE * (since - blocks[0][2]))
     before = [b for b in blocks if b[2] < edge]
     wide = None  # the phases' span when the settled level's times hold under 3 phase blocks
-    if reference is not None and reference[1] < edge:
-        settled = [b for b in before if reference[0] <= b[2] < reference[1]]
+    if reference is not None and reference[0] < edge:  # (its span cut at the guard band)
+        end = min(reference[1], edge)
+        settled = [b for b in before if reference[0] <= b[2] < end]
         if len(settled) >= 3:
             wide = (before[max(0, len(before) - 60)][2], edge, since)
-            before, edge = settled, reference[1]
+            before, edge = settled, end
     if len(before) < 3 or len(after) < 3:
         return None
     step_delta = (_step_median(after, 3) - _step_median(before, 3)) * 1e3
