@@ -6,7 +6,7 @@ against descriptor exhaustion (``_accept_guard``)."""
 from ._accept_guard import AcceptGuard, raise_fd_limit
 from ._grpc_server import IngestServer
 from ._pipeline import Pipeline
-from ._record import RecordError, RecordEvent, Recorder, read_record
+from ._record import RecordError, RecordEvent, Recorder, read_record, record_events
 
 __all__ = ["AcceptGuard", "IngestServer", "Pipeline", "RecordError", "RecordEvent", "Recorder", "raise_fd_limit",
-           "read_record"]
+           "read_record", "record_events"]

@@ -20,7 +20,7 @@ import math
 import statistics
 from typing import Iterable, Optional
 
-from ..ingest import read_record
+from ..ingest import record_events
 
 __all__ = ["load", "first_step_time", "rank_steps", "inject", "slow_loader", "grow", "repeat", "matched_cut", "pulse_end", "rerun", "events",
            "reach_at"]
@@ -338,7 +338,8 @@ def rerun(lines: list[dict], start: float, session: str, **hello) -> list[dict]:
 
 
 def events(lines: list[dict]):
-    return read_record(json.dumps(o) for o in lines)
+    """The record events of ``lines`` (a recording's parsed lines, as :func:`load` gives them)."""
+    return record_events(enumerate(lines, 1))
 
 
 def reach_at(lines: list[dict], at: float) -> dict:
