@@ -88,6 +88,6 @@ def test_hf_logging_every_step_does_not_hide_a_slowdown(tmp_path):
         # under three buckets) before it, as a 2-core host's hump just ahead of the change dated
         # it once in CI (step 165), and an earlier hump's own episode does not hide it
         onsets = [a["step"] for a in drift] + [e["step"] for a in drift for e in a.get("earlier", [])]
-        assert any(160 <= s <= 240 for s in onsets), drift
+        assert any(160 <= s <= 240 for s in onsets), (onsets, [(a['severity'], a['step'], a['summary']) for a in drift])
     finally:
         col.kill()
