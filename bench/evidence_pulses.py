@@ -44,24 +44,32 @@ def _has_phases(path: str) -> bool:
     return any(o["kind"] == "batch" and o["batch"].get("phase_times") for o in load(path)[:400])
 
 
-def classify(onset: float, name: str, lines: list, base: list, times: int) -> str:
-    """Where a false episode (its ``onset``, Unix) of the recording ``name`` played ``times``
-    times (``lines``; ``base`` once) starts: "seam" (within 60 s of a seam of the copies: the
-    repetition's own level step, as bench/detection_real.py keeps apart), "host" (at or after the
-    recording's real host change, ``HOST_SHIFT``, less 60 s, on the recording's own clock: not a
-    false alarm there), "window" (within 30 s after one of the agent's recorded profiler windows
-    ended, on the recording's clock: that window's after-effect), else "other". The totals
-    count every kind; this says which."""
+def landmarks(lines: list, base: list, times: int) -> tuple:
+    """What :func:`classify` reads, once per recording: the seams of ``lines`` (``base`` played
+    ``times`` times), where a copy's body starts on the recording's clock, and the end times of
+    the recording's profiler windows."""
     seams = corpus_seams(lines) if times > 1 else []
+    start = matched_cut(base)[0] if seams else None
+    ends = [float(w["start_time_s"]) + float(w.get("span_s", 0.0)) for o in base if o["kind"] == "batch"
+            for w in o["batch"].get("windows", ())]
+    return seams, start, ends
+
+
+def classify(onset: float, name: str, marks: tuple) -> str:
+    """Where a false episode (its ``onset``, Unix) of the recording ``name`` starts, given its
+    :func:`landmarks`: "seam" (within 60 s of a seam of the copies: the repetition's own level
+    step, as bench/detection_real.py keeps apart), "host" (at or after the recording's real host
+    change, ``HOST_SHIFT``, less 60 s, on the recording's own clock: not a false alarm there),
+    "window" (within 30 s after one of the agent's recorded profiler windows ended, on the
+    recording's clock), else "other". The totals count every kind; this says which."""
+    seams, start, ends = marks
     if any(abs(onset - t) <= 60 for t in seams):
         return "seam"
     t_rec = onset
     if seams and onset >= seams[0]:  # (back onto the recording's clock: a copy begins at its cut)
-        t_rec = matched_cut(base)[0] + onset - max(t for t in seams if t <= onset)
+        t_rec = start + onset - max(t for t in seams if t <= onset)
     if name in HOST_SHIFT and t_rec >= HOST_SHIFT[name] - 60:
         return "host"
-    ends = [float(w["start_time_s"]) + float(w.get("span_s", 0.0)) for o in base if o["kind"] == "batch"
-            for w in o["batch"].get("windows", ())]
     return "window" if any(0 <= t_rec - e <= 30 for e in ends) else "other"
 
 
@@ -159,9 +167,10 @@ def main() -> None:
         times = max(1, int(need // max(span - 180, 1)) + 1) if span < need else 1
         lines = repeat(base, times, match=times > 1)
         healthy = [x for x in replay(events(lines), cfg) if x.alertname == DRIFT]
+        marks = landmarks(lines, base, times)
         rec = {"name": name, "held_out": name in HELD_OUT, "repeat": times,
                "false_episodes": [{"rank": x.rank, "severity": x.severity, "decided": x.decided,
-                                   "where": classify(x.onset, name, lines, base, times),
+                                   "where": classify(x.onset, name, marks),
                                    "since_s": round(_ts(x.starts_at) - first_step_time(lines), 1),
                                    "summary": (x.fired_summary or x.summary)[:200]} for x in healthy],
                "arms": {arm: run(lines, cfg, arm, a) for arm in a.arms}}
