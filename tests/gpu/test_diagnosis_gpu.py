@@ -79,10 +79,15 @@ def test_the_gpu_diagnosis_names_the_injected_cause_first(alerts, cause):
     diagnosis = drift[0]["diagnosis"]
     assert diagnosis.startswith(CAUSES[cause][0] + " +"), diagnosis
     assert "no profiler window after the onset" not in diagnosis, diagnosis
-    # the episode's first onset: a change that grew further later in the episode (the sleeping
-    # optimizer's step +40%, then +49% 160 steps on, on one H200) shows that as a further change
-    first = (drift[0].get("earlier") or [drift[0]])[0]["step"]
-    assert abs(first - FROM) <= 60, drift[0]
+    # the cause's own onset is one of the episode's onsets (its first, in ``earlier``, and each
+    # further change): a change that grew further (the sleeping optimizer's step +40%, then +49%
+    # 160 steps on, on one H200) shows that as a further change, and at this test's horizons of
+    # seconds (z 3, a 2-s critical window) a host's wander can open the episode first (one H200,
+    # 2026-12-03: the optimizer job's p10 step 11.1 -> 12.0 ms from step 715, raised at 928 with
+    # "no measured contributor"; the sleep from step 1,000 then its further change at 999, named
+    # "optimizer +4.7 ms/step"; bench/results/gpu_tests_h200zq.md)
+    onsets = [e["step"] for e in drift[0].get("earlier") or []] + [drift[0]["step"]]
+    assert any(abs(s - FROM) <= 60 for s in onsets), drift[0]
     if cause == "dataloader":  # the data phase, with the loader wait that made it longer
         assert "data-loader wait +" in diagnosis.split(";")[0], diagnosis
     # (At the window default, on demand, no window precedes the onset, so the GEMM kernel is not
