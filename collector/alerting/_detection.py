@@ -282,7 +282,8 @@ class Detection:
                 since = min(since, unix(a.earlier[0]["onset_at"]))
             reference = (self.engine.drift_reference(a.job, a.rank)
                          if a.alertname in (THROUGHPUT_DRIFT, OVERHEAD) else None)
-            d = diagnose(self.evidence.rank(a.job, a.rank), since, reference)
+            lead = (a.evidence or {}).get("kind", "") if a.alertname == THROUGHPUT_DRIFT else ""
+            d = diagnose(self.evidence.rank(a.job, a.rank), since, reference, lead)
             if d is None:
                 continue
             # Made again as data comes, a diagnosis reads the change over up to 2 minutes from

@@ -15,7 +15,8 @@ compares the blocks before a shift's onset with those after it and returns a :cl
   that concentration is absent;
 - **the device's own work** (every phase but sync) grew by ``_SHARE`` of the step's growth while
   the phases' host time grew by less than ``_HOST_GREW`` of it;
-- **the data-loader wait**: it grew by at least ``_SHARE`` of the step's growth;
+- **the data-loader wait**: it grew by at least ``_SHARE`` of the step's growth (``_WAIT_SHARE`` when it
+  grew to ``_WAIT_TIMES`` its level: the phases after a wait run at the host's launch pace);
 - **the GPU's busy time** per step (SM activity x step time) grew by ``_SHARE`` of it;
 - **allocator churn**: cudaMalloc + cudaFree calls per step rose by at least 1 to 3x the rate
   before (``torch.cuda.empty_cache()`` every step; each call waits on the host).
@@ -50,6 +51,13 @@ _BLOCKS = 360            # 30 minutes of 5 s blocks per ring
 _MIN_BLOCKS = 3          # blocks on each side of the onset for a phase or wait comparison
 _MIN_SAMPLES = 6         # phase samples on each side
 _SHARE = 0.5             # of the step's growth that one source must hold
+# ... or the loader's wait, this share when it grew to _WAIT_TIMES its level before: a wait for
+# data leaves the device idle, and the phases after it then run at the host's launch pace, so
+# the step grows by more than the wait (a live H200 job whose loader slowed: wait 0.18 -> 1.9
+# ms, 5-s means, step +4.1 ms, forward's host and device time +2 ms with it,
+# tests/data/real/diag/h200zq); a host that slows its workers with it moved the wait by a
+# fraction of its level (a 2 x H200 launch-bound job's data phase 1.2 -> 1.5 ms at +4%)
+_WAIT_SHARE, _WAIT_TIMES = 0.3, 4.0
 _CONCENTRATED = 2.5      # a phase grew by this many times the share the other phases grew by
 _CHURN_MORE, _CHURN_TIMES = 1.0, 3.0  # allocator calls per step: at least +1 and 3x
 _HOST_GREW = 0.6         # the phases' host time grown by this share of their device time's: host-bound
@@ -312,7 +320,7 @@ class RankEvidence:
         if len(before) < _MIN_BLOCKS or len(after) < _MIN_BLOCKS:
             return None
         b, a = median(before), median(after)
-        if a - b < _SHARE * delta_s:
+        if a - b < (_WAIT_SHARE if a >= _WAIT_TIMES * b else _SHARE) * delta_s:
             return False
         return Backing("loader", "data-loader wait", b * 1e3, a * 1e3, "ms", (a - b) / delta_s)
 

@@ -30,7 +30,9 @@ from ._signals import _activity, _busier, _churn, _clocks, _cpu_per_step, _media
 from ._windows import _EXPLAINED, _add_kernel, _discount_gpu_wait, _rank_key, compare_windows
 from ._words import fmt
 
-__all__ = ["Diagnosis", "diagnose", "against_others"]
+__all__ = ["Diagnosis", "LOADER", "diagnose", "against_others"]
+
+LOADER = "loader"  # diagnose's ``lead`` (Backing.kind) when the loader's wait held the change
 
 # a phase is host-bound when its host time grew by this share of its device time's growth
 # and is at least _HOST_LONG of its device time after the onset
@@ -90,12 +92,15 @@ def _step_median(rows: list, k: int) -> Optional[float]:
     return pts[-1][0]
 
 
-def diagnose(r: Optional[_Rank], since: float, reference: Optional[tuple] = None) -> Optional[Diagnosis]:
+def diagnose(r: Optional[_Rank], since: float, reference: Optional[tuple] = None,
+             lead: str = "") -> Optional[Diagnosis]:
     """Compare before and after data time ``since``; None without step data on both sides.
     ``reference``: (start, end) data times of the level the alert compares against (a drift
     episode's settled level, or the span before its onset it was raised against): "before" is
     those times, up to the guard band ahead of ``since``, when the rings still hold 3 blocks of
-    them."""
+    them. ``lead``: the kind of the evidence the detector found holding the change (a drift
+    episode's ``Backing.kind``); ``LOADER`` names the data phase (or the wait) first wherever it
+    grew (:func:`_led`)."""
     if r is None:
         return None
     # each ring made into rows once (they are read several times below)
@@ -131,7 +136,7 @@ def diagnose(r: Optional[_Rank], since: float, reference: Optional[tuple] = None
     complete = bool(w_before and w_after)
     busier = _busier(gpu, lo, edge, since)
     found, first, last = _contributors(phases, (lo, edge, since), wait, cpu, w_before, w_after, bool(busier), wide)
-    ranked = sorted(found, key=lambda c: -_rank_key(c, step_delta))
+    ranked = _led(sorted(found, key=lambda c: -_rank_key(c, step_delta)), lead)
     text = "; ".join(fmt(c) for c in ranked[:3])
     if step_delta <= 0 or ranked[0][1] < _EXPLAINED * step_delta:
         text = f"no measured contributor explains the {step_delta:+.1f} ms/step; " + text
@@ -139,6 +144,20 @@ def diagnose(r: Optional[_Rank], since: float, reference: Optional[tuple] = None
     churn = _churn(alloc, blocks, lo, edge, since, after[-1][2])
     text = "; ".join(t for t in [churn, text, *tail] if t)
     return Diagnosis(text, tuple(ranked), step_delta, complete, churn.split(" (", 1)[0], busier)
+
+
+def _led(ranked: list, lead: str) -> list:
+    """``ranked`` with the loader's contributor first when ``lead`` is ``LOADER`` and it grew.
+    A wait for data leaves the device idle, so the phases after it run at the host's launch
+    pace and grow with it: a live H200 job whose loader slowed read "forward +2.6 ms/step
+    (host-bound: its host time +4.6 ms)" before "data +1.5 ms/step (data-loader wait +1.2
+    ms)" (tests/data/real/diag/h200zq); the detector had found the wait grown tenfold."""
+    if lead != LOADER:
+        return ranked
+    for i, c in enumerate(ranked):
+        if (c[0] == "data-loader wait" or "data" in c[0].split("+")) and c[1] > 0:
+            return [c, *ranked[:i], *ranked[i + 1:]]
+    return ranked
 
 
 def _contributors(rows: list, span: tuple, wait: float, cpu: Optional[float],

@@ -15,9 +15,10 @@ PHASE_S = [0.004, 0.010, 0.020, 0.001, 0.005]  # data, forward, backward, sync, 
 
 
 def _feed(ev: RankEvidence, t0: float, t1: float, phases=PHASE_S, wait=0.0004, calls_per_s=0.0,
-          calls0=0.0, step_s=0.040, host=0.3) -> float:
-    """Steps of ``step_s`` from ``t0`` to ``t1``: every fourth one sampled with ``phases``,
-    allocator samples each second; returns the cumulative allocator calls at the end."""
+          calls0=0.0, step_s=0.040, host=0.3, hosts=None) -> float:
+    """Steps of ``step_s`` from ``t0`` to ``t1``: every fourth one sampled with ``phases`` (their
+    host times ``host`` x each, or ``hosts``), allocator samples each second; returns the
+    cumulative allocator calls at the end."""
     t, i, calls, last_sample = t0, 0, calls0, t0
     rng = random.Random(int(t0))
     while t < t1:
@@ -26,7 +27,7 @@ def _feed(ev: RankEvidence, t0: float, t1: float, phases=PHASE_S, wait=0.0004, c
         ev.steps([t], [wait * (1 + 0.05 * rng.random())])
         if i % 4 == 0:
             values = [[p * (1 + 0.02 * rng.random())] for p in phases]
-            ev.phase_samples([t], [0b1111], values, [[v[0] * host] for v in values])
+            ev.phase_samples([t], [0b1111], values, [[h] for h in hosts] if hosts else [[v[0] * host] for v in values])
         if t - last_sample >= 1.0:
             calls += calls_per_s * (t - last_sample)
             ev.allocator([t], [calls])
@@ -64,6 +65,23 @@ def test_a_longer_loader_wait_holds_the_shift():
     _feed(ev, T0 + 300, T0 + 360, wait=0.0044)
     b, _ = ev.backing(T0 + 150, T0 + 290, T0 + 305, T0 + 360, 0.040, 0.004)
     assert b is not None and b.kind == "loader" and abs(b.after - b.before - 4.0) < 0.3, b
+
+
+def test_a_loader_wait_grown_many_times_holds_a_shift_it_is_a_third_of():
+    """A wait for data leaves the device idle, and the phases after it then run at the host's
+    pace: the step grows by more than the wait (a live H200 job: wait 0.2 -> 1.9 ms, step +4.1
+    ms). A wait grown to many times its level holds the shift at a third of it; one that grew by
+    a fraction of its level (a busy host's workers) needs half, as every other source."""
+    ev = RankEvidence()
+    _feed(ev, T0, T0 + 300, wait=0.0002)
+    _feed(ev, T0 + 300, T0 + 360, wait=0.0016)  # +1.4 ms of a +4 ms step: 8x its level
+    b, _ = ev.backing(T0 + 150, T0 + 290, T0 + 305, T0 + 360, 0.040, 0.004)
+    assert b is not None and b.kind == "loader" and 0.3 <= b.share < 0.5, b
+    ev = RankEvidence()
+    _feed(ev, T0, T0 + 300, wait=0.0010)
+    _feed(ev, T0 + 300, T0 + 360, wait=0.0024)  # +1.4 ms again, but 2.4x its level
+    b, _ = ev.backing(T0 + 150, T0 + 290, T0 + 305, T0 + 360, 0.040, 0.004)
+    assert b is None, b
 
 
 def test_allocator_churn_holds_the_shift():
