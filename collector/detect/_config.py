@@ -79,8 +79,8 @@ class DriftConfig:
                             "own wave: a later shift no larger than it raises only once it has outlasted it "
                             "(0: off)")
     evidence: bool = option(True, "decide with the evidence: a shift that comes with one phase's device time, "
-                            "the data-loader wait or allocator calls grown by half of it is a change of the "
-                            "job, raised whatever came before (no wave or settling holds it back); off: the "
+                            "the data-loader wait (30% when it grew 4x its level) or allocator calls grown by "
+                            "half of it is a change of the job, raised whatever came before (no wave or settling holds it back); off: the "
                             "step times alone")
     evidence_z: float = _n(4.0, "... and a warning or critical one whose evidence stands this many of that "
                            "source's own spreads out (its medians over the same span, in the quiet history) "
