@@ -72,7 +72,6 @@ def report(folder: str, name: str, replayed: bool = False, target_s: float = 60.
         hit = min(mine, key=lambda o: o["raised"], default=None)
         why = ((hit or {}).get("why") or "").split("; ")
         named = next((w for w in why if w and not w.startswith("no measured")), "")
-        ends = [o["ends"] for o in mine if not o["further"]]
         rows.append({"cause": t["cause"], "step": t["step"],
                      "ms": round(t.get("ms", 0.0), 2),
                      "raised_s": None if hit is None else round(hit["raised"] - start, 1),
@@ -80,7 +79,9 @@ def report(folder: str, name: str, replayed: bool = False, target_s: float = 60.
                      "decided": None if hit is None else hit["decided"],
                      "first_named": named[:160],
                      "right": bool(named) and named.startswith(EXPECTED.get(t["cause"], ("?",))),
-                     "resolved_after_end_s": (round(max(ends) - end, 1) if ends and None not in ends and end else None),
+                     # (the end of the episode that raised it: a later episode whose onset came
+                     # before the next cause is not this cause's)
+                     "resolved_after_end_s": (round(hit["ends"] - end, 1) if hit and hit["ends"] and end else None),
                      "within_target": hit is not None and hit["raised"] - start <= target_s})
     return {"name": name, "replayed": replayed, "healthy_raised": [
         {"alertname": o["alert"]["alertname"], "onset_before_first_s": round(first - o["onset"], 1),
