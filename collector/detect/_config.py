@@ -80,8 +80,8 @@ class DriftConfig:
                             "(0: off)")
     evidence: bool = option(True, "decide with the evidence: a shift that comes with one phase's device time, "
                             "the data-loader wait (30% when it grew 4x its level) or allocator calls grown by "
-                            "half of it is a change of the job, raised whatever came before (no wave or settling holds it back); off: the "
-                            "step times alone")
+                            "half of it is a change of the job, raised whatever came before (no wave or "
+                            "settling holds it back); off: the step times alone")
     evidence_z: float = _n(4.0, "... and a warning or critical one whose evidence stands this many of that "
                            "source's own spreads out (its medians over the same span, in the quiet history) "
                            "is raised at the severity's ratio, whatever the step time's spread (a phase "

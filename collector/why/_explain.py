@@ -30,7 +30,7 @@ from ._signals import _activity, _busier, _churn, _clocks, _cpu_per_step, _media
 from ._windows import _EXPLAINED, _add_kernel, _discount_gpu_wait, _rank_key, compare_windows
 from ._words import fmt
 
-__all__ = ["Diagnosis", "LOADER", "diagnose", "against_others"]
+__all__ = ["Diagnosis", "diagnose", "against_others"]
 
 LOADER = "loader"  # diagnose's ``lead`` (Backing.kind) when the loader's wait held the change
 
