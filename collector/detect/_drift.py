@@ -95,7 +95,7 @@ from ._drift_noise import RAISE
 from ._drift_state import drift_state, restore_drift
 from ._drift_tests import ShiftTests, estimate_onset
 from ._names import THROUGHPUT_DRIFT
-from ._types import CRITICAL, INFO, SEVERITIES, WARNING, Condition, median
+from ._types import CRITICAL, INFO, SEVERITIES, WARNING, Backing, Condition, median
 
 if TYPE_CHECKING:
     from ._evidence import RankEvidence
@@ -221,10 +221,13 @@ class DriftDetector:
         optimizer step on an H200, +2-4%: dated 76 s late, the blocks just ahead of the onset
         already held it); and one raised against the level before compares with that level,
         not with the job's whole past (a launch-bound H200 job 11.1 -> 13.4 ms after minutes at
-        13-15 ms read "-0.0 ms/step", tests/data/real/diag/h200zp)."""
+        13-15 ms read "-0.0 ms/step", tests/data/real/diag/h200zp); so does a further change
+        measured against the episode's level just before it (a slower loader after the host's
+        own +12% read "no measured contributor explains the +6.2 ms/step" against the settled
+        level, tests/data/real/diag/h200zr)."""
         if self.condition is None:
             return None
-        if self._settled_at is not None and self._ep.ref == self._settled:
+        if self._settled_at is not None and self._ep.ref == self._settled and not self._ep.against_before:
             return (self._settled_at - self.cfg.settle_s, self._settled_at)
         span = self._ep.backing_span
         return None if span is None else (span[0], span[1])
@@ -395,12 +398,19 @@ class DriftDetector:
 
     def _further(self) -> bool:
         """A further change in the open episode (:meth:`ShiftTests.further`): the episode takes
-        its onset and the evidence there (:meth:`Episode.further`)."""
+        its onset and the evidence there (:meth:`Episode.further`). One found against the level
+        just before it is taken only when a source other than the episode's holds it there."""
         found = self._t.further(self._ep) if self._ep.alertname == THROUGHPUT_DRIFT else None
         if found is None:
             return False
-        step, onset_at, shift, spared = found
-        read = self._t.backing_at(onset_at, self._ep.ref + self._ep.raised, shift)
-        if spared and not self._t.holds(read[0]):
+        step, onset_at, ref, shift, spared, by_before = found
+        read = self._t.backing_at(onset_at, ref, shift)
+        if (spared or by_before) and not self._t.holds(read[0]):
             return False  # (spared the sustain by evidence its own onset does not show)
-        return self._ep.further(step, onset_at, shift, read)
+        if by_before and _source(read[0]) == _source(self._ep.backing):
+            return False  # (the episode's own change, come back from a dip)
+        return self._ep.further(step, onset_at, ref + shift - self._ep.ref - self._ep.raised, read, by_before)
+
+
+def _source(b: Optional[Backing]) -> Optional[tuple[str, str]]:
+    return None if b is None else (b.kind, b.name)

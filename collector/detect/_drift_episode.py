@@ -52,6 +52,7 @@ class Episode:
         self.backing: Optional[Backing] = None  # the open episode's evidence at its latest onset
         self.unknown: tuple = ()  # the sources of evidence that could not be compared there
         self.backing_span: Optional[tuple] = None  # (lo, edge, step s) the evidence was read against
+        self.against_before = False  # the latest onset a further change measured against the level before it
         self.condition: Optional[Condition] = None
         self.version = 0
 
@@ -61,6 +62,7 @@ class Episode:
             self.condition, self.onset, self.ref = None, None, None
             self.change, self.began = 0, None
             self.backing, self.unknown, self.backing_span = None, (), None
+            self.against_before = False
             self.version += 1
 
     def open(self, sev: str, onset: tuple[int, float], ref: float, shift: float, window: Optional[int],
@@ -73,6 +75,7 @@ class Episode:
         onset_at = onset[1]
         self.backing, self.unknown, self.backing_span = backing
         self.onset, self.ref, self.raised = onset, ref, shift
+        self.against_before = False
         self.alertname, self.window_note, self.window_step = THROUGHPUT_DRIFT, "", window
         if window is not None:
             self.alertname = PROFILER_OVERHEAD
@@ -86,14 +89,17 @@ class Episode:
         changed = self.set(sev, shift)
         return self.note_backoff() or changed
 
-    def further(self, step: int, onset_at: float, shift: float, backing: tuple) -> bool:
-        """A further change of ``shift`` (log) from ``onset_at`` (``step``), with what
-        :meth:`ShiftTests.backing_at` read there: the episode takes the new onset, keeps where it
-        began and raises its shift by it. True when the condition changed."""
+    def further(self, step: int, onset_at: float, shift: float, backing: tuple, before: bool = False) -> bool:
+        """A further change of ``shift`` (log, over the level the episode was raised on) from
+        ``onset_at`` (``step``), with what :meth:`ShiftTests.backing_at` read there: the episode
+        takes the new onset, keeps where it began and raises its shift by it; ``before``: the
+        change was measured against the episode's level just before it (its evidence's span is
+        then what a diagnosis compares with). True when the condition changed."""
         if self.began is None:
             self.began = (self.onset[0], math.expm1(self.raised))
         self.onset = (step, onset_at)
         self.backing, self.unknown, self.backing_span = backing
+        self.against_before = before
         self.raised += shift
         self.change += 1
         return self.set(self.condition.severity, self.raised)

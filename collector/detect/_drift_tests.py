@@ -253,15 +253,17 @@ class ShiftTests:
         test window and no onset reaches back into it)."""
         return self.ended_at is None or bucket_end - self.cfg.bucket_s >= self.ended_at
 
-    def further(self, ep: Episode) -> Optional[tuple[int, float, float, bool]]:
+    def further(self, ep: Episode) -> Optional[tuple[int, float, float, float, bool, bool]]:
         """A further change in the open episode ``ep``: the critical window's level stands a
         critical shift, else the warning window's a warning shift (:meth:`shift`'s rules and a
         raise's critical sustain), and at least half the shift already raised, above the level
         the episode was raised on: a change during an episode is found on the horizons of a
         fresh raise (a +40% ``empty_cache()`` in an open +8% episode of a live H200 job was
         found 60 s after it began on the warning window alone, tests/data/real/diag/h200zm).
-        Returns (onset step, onset time, shift, spared as in :meth:`test`) with the onset found
-        as at a raise among the buckets since the current one, or None."""
+        Else (:meth:`further_from_before`) a shift above the episode's own level just before it
+        that new evidence holds. Returns (onset step, onset time, reference, shift, spared as in
+        :meth:`test`, by the level before) with the onset found as at a raise among the buckets
+        since the current one, or None."""
         hist, top = self.history, ep.ref + ep.raised
         for sev in (CRITICAL, WARNING):
             n = self.n[sev]
@@ -275,12 +277,43 @@ class ShiftTests:
                 continue
             break
         else:
-            return None
+            return self.further_from_before(ep)
+        return self._further_onset(ep, n, top, shift) + (top, shift, spared, False)
+
+    def further_from_before(self, ep: Episode) -> Optional[tuple[int, float, float, float, bool, bool]]:
+        """A change of the job inside the open episode that the level the episode was raised on
+        hides: the critical window's (else the warning window's) level stands a shift of that
+        severity above the episode's own level just before it (the median of at least half a
+        "level before" span, all of it inside the episode), and evidence that stands out
+        (:meth:`holds`) holds it. The caller asks that this evidence be a source other than the
+        episode's. A live H200 job's host ran +12% for 110 s with no evidence (an episode of its
+        own), came back to +5%, and a slower loader then took the step +10% over that with its
+        wait 0.2 -> 4 ms: +4% over the level raised, it was never raised
+        (tests/data/real/diag/h200zr). Returns as :meth:`further` (spared False), or None."""
+        hist, b = self.history, self.cfg.bucket_s
+        for sev in (CRITICAL, WARNING):
+            n, nb = self.n[sev], self.n_before[WARNING]
+            rows = hist.tail(1, min(len(hist), n + nb))[:-n]
+            inside = [i for i, t in enumerate(rows) if t - b >= ep.onset[1] + b]
+            if len(inside) < nb // 2:
+                continue
+            ys = hist.tail(2, min(len(hist), n + nb))[:-n]
+            ref = median(ys[inside[0]:])
+            shift = self.shift(sev, ref, n, backed=True)
+            if shift is None or self.unsustained(sev, ref, shift) or not self.stands_out(ref, shift, n):
+                continue
+            return self._further_onset(ep, n, ref, shift) + (ref, shift, False, True)
+        return None
+
+    def _further_onset(self, ep: Episode, n: int, ref: float, shift: float) -> tuple[int, float]:
+        """(onset step, onset time) of a further change of ``shift`` above ``ref`` over the last
+        ``n`` buckets, found as at a raise among the buckets since the episode's current onset."""
+        hist = self.history
         m = n + self.n_before[WARNING]
         rows = [hist[k] for k in range(max(0, len(hist) - m), len(hist))]
         rows = [r for r in rows if r[1] - self.cfg.bucket_s >= ep.onset[1]] or rows[-n:]
-        k = estimate_onset([r[2] for r in rows], top, shift, self.clip)
-        return int(rows[k][0]), rows[k][1] - self.cfg.bucket_s, shift, spared
+        k = estimate_onset([r[2] for r in rows], ref, shift, self.clip)
+        return int(rows[k][0]), rows[k][1] - self.cfg.bucket_s
 
     def unsustained(self, sev: str, ref: float, shift: float) -> bool:
         """Whether ``sev`` is critical with ``shift`` under 1.5x ``critical_ratio`` and not

@@ -61,6 +61,11 @@ _GUARD_S, _GUARD_SHARE = 30.0, 0.25
 _AFTER_S = 120.0
 # the host's time before the optimizer step grew this much more than the device's: it waits there
 _HOST_WAITED_MS = 2.0
+# a loader whose wait the detector found holding the change (its wait grown 4x and 30% of the
+# step's growth: detect/_evidence.py) explains it at that share: the device it left idle ran the
+# phases after it at the host's pace (a live H200 job's wait +1.8 ms of a +4.6 ms step read
+# "no measured contributor explains" first, tests/data/real/diag/h200zr)
+_LED_EXPLAINED = 0.3
 
 
 @dataclasses.dataclass(frozen=True)
@@ -136,9 +141,10 @@ def diagnose(r: Optional[_Rank], since: float, reference: Optional[tuple] = None
     complete = bool(w_before and w_after)
     busier = _busier(gpu, lo, edge, since)
     found, first, last = _contributors(phases, (lo, edge, since), wait, cpu, w_before, w_after, bool(busier), wide)
-    ranked = _led(sorted(found, key=lambda c: -_rank_key(c, step_delta)), lead)
+    ranked, led = _led(sorted(found, key=lambda c: -_rank_key(c, step_delta)), lead)
+    explains = ranked[0][1] >= _EXPLAINED * step_delta or (led and max(ranked[0][1], wait) >= _LED_EXPLAINED * step_delta)
     text = "; ".join(fmt(c) for c in ranked[:3])
-    if step_delta <= 0 or ranked[0][1] < _EXPLAINED * step_delta:
+    if step_delta <= 0 or not explains:
         text = f"no measured contributor explains the {step_delta:+.1f} ms/step; " + text
     tail = [*first, _clocks(gpu, since), _activity(gpu, since), _retries(alloc, since), *last]
     churn = _churn(alloc, blocks, lo, edge, since, after[-1][2])
@@ -146,18 +152,20 @@ def diagnose(r: Optional[_Rank], since: float, reference: Optional[tuple] = None
     return Diagnosis(text, tuple(ranked), step_delta, complete, churn.split(" (", 1)[0], busier)
 
 
-def _led(ranked: list, lead: str) -> list:
-    """``ranked`` with the loader's contributor first when ``lead`` is ``LOADER`` and it grew.
+def _led(ranked: list, lead: str) -> tuple[list, bool]:
+    """``ranked`` with the loader's contributor first when ``lead`` is ``LOADER`` and it grew,
+    and whether it was so led (its wait then explains the change at ``_LED_EXPLAINED``, the
+    share the detector held it at).
     A wait for data leaves the device idle, so the phases after it run at the host's launch
     pace and grow with it: a live H200 job whose loader slowed read "forward +2.6 ms/step
     (host-bound: its host time +4.6 ms)" before "data +1.5 ms/step (data-loader wait +1.2
     ms)" (tests/data/real/diag/h200zq); the detector had found the wait grown tenfold."""
     if lead != LOADER:
-        return ranked
+        return ranked, False
     for i, c in enumerate(ranked):
         if (c[0] == "data-loader wait" or "data" in c[0].split("+")) and c[1] > 0:
-            return [c, *ranked[:i], *ranked[i + 1:]]
-    return ranked
+            return [c, *ranked[:i], *ranked[i + 1:]], True
+    return ranked, False
 
 
 def _contributors(rows: list, span: tuple, wait: float, cpu: Optional[float],

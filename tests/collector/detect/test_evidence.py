@@ -109,15 +109,16 @@ def test_grown_reads_the_same_source_now():
     assert abs(ev.grown(b, T0 + 150, T0 + 290, T0 + 420, T0 + 480, 0.040)) < 0.5
 
 
-def _job(det: DriftDetector, ev: RankEvidence, t0: float, t1: float, ratio: float = 1.0, k=None) -> list:
+def _job(det: DriftDetector, ev: RankEvidence, t0: float, t1: float, ratio: float = 1.0, k=None,
+         host: float = 1.0) -> list:
     """40 ms steps from ``t0`` to ``t1`` at ``ratio`` x the level, the time added in phase ``k``
-    (None: in no phase: the host's own pace); returns (time, severity) of each change of the
-    detector's condition."""
+    (None: in no phase: the host's own pace), and ``host - 1`` x the level more in no phase;
+    returns (time, severity, condition) of each change of the detector's condition."""
     rng = random.Random(int(t0))
     out, t, step = [], t0, int((t0 - T0) / 0.04)
     phases = PHASE_S if k is None or ratio == 1.0 else _grown(k, 0.040 * (ratio - 1))
     while t < t1:
-        d = 0.040 * ratio * (1 + 0.01 * rng.gauss(0, 1))
+        d = 0.040 * (ratio + host - 1) * (1 + 0.01 * rng.gauss(0, 1))
         t += d
         step += 1
         ev.steps([t], [0.0004])
@@ -300,3 +301,34 @@ def test_a_change_after_the_host_wandered_up_is_dated_by_the_phase_that_holds_it
     assert raised is not None and raised.decided == "job", raised
     assert T0 + 325 <= raised.since <= T0 + 340, raised.since - T0
     assert raised.evidence.name == "forward" and raised.evidence.after - raised.evidence.before > 1.6, raised.evidence
+
+
+def test_a_change_with_new_evidence_inside_an_episode_raised_higher_is_a_further_change():
+    """The host's own +12% for 60 s opens an episode with no evidence; the host comes back to
+    +5% and stays there; then the optimizer takes +10% of the step more: +3% over the level
+    the episode was raised on, +10% over its level just before, held by the optimizer's device
+    time. It is a further change of the episode within 60 s, decided by the optimizer, against
+    the level before it. The same +10% with no phase moving (the host again) is no further
+    change: only evidence lets a change under the level raised show (a live H200 job's slower
+    loader after its host's own +12%, tests/data/real/diag/h200zr)."""
+    cfg = DriftConfig()
+    for k in (4, None):
+        ev = RankEvidence()
+        det = DriftDetector(cfg, "j", 0, evidence=ev)
+        _job(det, ev, T0, T0 + 300)
+        assert det.armed and det.condition is None
+        ups = [c for c in _job(det, ev, T0 + 300, T0 + 360, host=1.12) if c[1] is not None]
+        assert ups and ups[0][2].decided == "steps", ups
+        _job(det, ev, T0 + 360, T0 + 480, host=1.05)
+        assert det.condition is not None and det.condition.change == 0, det.condition
+        start = T0 + 480
+        changes = _job(det, ev, start, start + 90, 1.10, k, host=1.05)
+        further = [(t, c) for t, _, c in changes if c is not None and c.change > 0]
+        if k is None:
+            assert not further, further
+            continue
+        assert further and further[0][0] - start <= 60, [(t - start, c) for t, c in changes]
+        c = further[0][1]
+        assert c.decided == "job" and c.evidence.name == "optimizer", c
+        assert start - 10 <= c.since <= start + 15, c.since - start
+        assert det.reference_span()[1] > T0 + 360, det.reference_span()  # (read against the level before)
