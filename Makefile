@@ -21,8 +21,12 @@ demo: $(STAMP)
 stack: $(STAMP)
 	$(VENV)/bin/stepwatch stack
 
+# two pytest workers (pytest-xdist), each test file kept on one worker (its module fixtures run
+# once): the suite waits on subprocesses, sockets and timers about half of its time on 2 cores
+# (bench/results/ci_durations_2core.md); TEST_WORKERS=0 runs it in one process
+TEST_WORKERS ?= 2
 test: $(STAMP)
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 
 test-gpu: $(STAMP)
 	$(PY) -m pytest -q tests/gpu
