@@ -14,13 +14,13 @@ from ._persist import DriftStore
 from ._names import *  # noqa: F401,F403  (the alert names, declared once)
 from ._names import __all__ as _NAMES
 from ._straggler import GPU_BUSIER, OWN_WORK, StragglerDetector
-from ._types import (CRITICAL, SEVERITIES, WARNING, AllocatorPoint, Condition, DriftView, GpuPoint, HostPoint, WindowPoint,
-                     last_max_index, median)
+from ._types import (CRITICAL, SEVERITIES, WARNING, AllocatorPoint, Condition, DriftView, GpuPoint, HostPoint, Kind,
+                     WindowPoint, last_max_index, median)
 
 __all__ = ["DetectionConfig", "DriftConfig", "StragglerConfig", "MemoryConfig", "GpuConfig", "LivenessConfig",
            "RunsConfig", "RunIdentity", "RunComparison", "RunStore",
            "parse_detection", "describe_options", "DetectionEngine", "RULES", "Rule", "Context", "Steps", "Phases",
            "Columns", "DriftDetector", "RankDrift", "StragglerDetector",
-           "Condition", "DriftView", "AllocatorPoint", "GpuPoint", "HostPoint", "WindowPoint", "WARNING", "CRITICAL", "SEVERITIES",
+           "Condition", "DriftView", "Kind", "AllocatorPoint", "GpuPoint", "HostPoint", "WindowPoint", "WARNING", "CRITICAL", "SEVERITIES",
            "TICK_SLICE", "DriftStore", "GPU_BUSIER", "OWN_WORK", "last_max_index", "median",
            *_NAMES]

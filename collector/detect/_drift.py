@@ -95,7 +95,7 @@ from ._drift_noise import RAISE
 from ._drift_state import drift_state, restore_drift
 from ._drift_tests import ShiftTests, estimate_onset
 from ._names import THROUGHPUT_DRIFT
-from ._types import CRITICAL, INFO, SEVERITIES, WARNING, Backing, Condition, median
+from ._types import CRITICAL, INFO, SEVERITIES, WARNING, Backing, Condition, Kind, median
 
 if TYPE_CHECKING:
     from ._evidence import RankEvidence
@@ -116,7 +116,7 @@ _CLEAR_SHARE = 0.4
 # was the host slower in every phase, no single source holding it; an optimizer's device time
 # +4.5 ms/step on a 2 x H200 job with scheduled windows, its onset 20 s before a window's end,
 # was raised as the agent's cost (bench/results/evidence_pulses_ended.md)
-_NO_WINDOW_MAKES = ("phase", "loader", "allocator")
+_NO_WINDOW_MAKES = (Kind.PHASE, Kind.LOADER, Kind.ALLOCATOR)
 
 
 class DriftDetector:

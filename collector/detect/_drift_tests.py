@@ -17,7 +17,7 @@ from ._config import DriftConfig
 from ._drift_episode import Episode
 from ._drift_noise import RAISE, Noise
 from ._evidence import PHASES
-from ._types import CRITICAL, INFO, WARNING, Backing, median
+from ._types import CRITICAL, INFO, WARNING, Backing, Kind, median
 
 if TYPE_CHECKING:
     from ._evidence import RankEvidence
@@ -49,7 +49,7 @@ _SEARCHED_SHARE = 1 / 3
 # A backing of these kinds (the GPU's busy time, the device's work over every phase) names no
 # phase: the phases and the loader's wait are searched as with none, and one that changed later
 # and holds its step dates the change
-_UNSPECIFIC = ("gpu", "device")
+_UNSPECIFIC = (Kind.GPU, Kind.DEVICE)
 
 
 class ShiftTests:
@@ -163,8 +163,8 @@ class ShiftTests:
         b = self.cfg.bucket_s
         now = self.history[-1][1]
         lo = onset_at - max(MIN_BEFORE_S, now - onset_at)
-        searched = ([Backing("phase", p, 0.0, 0.0, "ms", 0.0) for p in PHASES if p != "sync"]
-                    + [Backing("loader", "data-loader wait", 0.0, 0.0, "ms", 0.0)])
+        searched = ([Backing(Kind.PHASE, p, 0.0, 0.0, "ms", 0.0) for p in PHASES if p != "sync"]
+                    + [Backing(Kind.LOADER, "data-loader wait", 0.0, 0.0, "ms", 0.0)])
         sources = ([backing] if backing is not None else []) + (
             searched if backing is None or backing.kind in _UNSPECIFIC else [])
         ys = [r[2] for r in rows]

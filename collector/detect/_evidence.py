@@ -38,7 +38,7 @@ from typing import Callable, Optional, Sequence
 
 from .._ring import Ring
 from ._evidence_noise import SourceNoise
-from ._types import Backing, median
+from ._types import Backing, Kind, median
 
 __all__ = ["Backing", "RankEvidence", "PHASES"]
 
@@ -179,12 +179,12 @@ class RankEvidence:
         than the step (a 2 x H200 job's host wandered +10% for 40 s, all of it in its host-bound
         forward, +2.7 ms, which had stood within 1 ms for minutes: 14 of its spreads), or when
         the history is too short to tell."""
-        if b.unit != "ms" or b.kind == "gpu":
+        if b.unit != "ms" or b.kind == Kind.GPU:
             return None
         if b.host_paced and (b.name not in _COMPUTE or b.before <= 0
                              or b.share * step_s * 1e3 < _BEYOND_PACE * b.before):
             return None  # (grown by the step's pace or less: a slower host can do that)
-        if b.kind in ("phase", "device"):
+        if b.kind in (Kind.PHASE, Kind.DEVICE):
             after = [r for r in self.phases if since <= r[0] <= now + _BLOCK_S]
             if not after:
                 return None
@@ -202,16 +202,16 @@ class RankEvidence:
     def grown(self, b: Backing, lo: float, edge: float, since: float, now: float, step_s: float) -> Optional[float]:
         """How much the source of ``b`` stands above its level of ``lo..edge`` over
         ``since..now``, in ``b``'s unit (None when the blocks cannot tell)."""
-        if b.kind in ("phase", "device"):
+        if b.kind in (Kind.PHASE, Kind.DEVICE):
             ks = _columns(b)
             before = [sum(r[3 + k] for k in ks) for r in self.phases if lo <= r[0] < edge]
             after = [sum(r[3 + k] for k in ks) for r in self.phases if since <= r[0] <= now + _BLOCK_S]
             scale = 1e3
-        elif b.kind == "loader":
+        elif b.kind == Kind.LOADER:
             before = [r[1] for r in self.waits if lo <= r[0] < edge]
             after = [r[1] for r in self.waits if since <= r[0] <= now + _BLOCK_S]
             scale = 1e3
-        elif b.kind == "gpu":
+        elif b.kind == Kind.GPU:
             return None  # (a share of the step: what it is now needs the step now; the step decides)
         else:
             rows = list(self.alloc)
@@ -232,14 +232,14 @@ class RankEvidence:
         is dated at the wander; the source that holds the change dates the change itself (a
         launch-bound H200 job's host rose +12% 74 s before its ``empty_cache()`` each step
         began: the allocator's calls, 0 -> 2 per step, date that, tests/data/real/diag/h200zp)."""
-        if b.kind in ("phase", "device"):
+        if b.kind in (Kind.PHASE, Kind.DEVICE):
             ks = _columns(b)
             rows = [r for r in self.phases if lo <= r[0] <= now + _BLOCK_S]
             kind = rows[-1][2] if rows else None
             series = [(r[0], sum(r[3 + k] for k in ks)) for r in rows if r[2] == kind]
-        elif b.kind == "loader":
+        elif b.kind == Kind.LOADER:
             series = [(r[0], r[1]) for r in self.waits if lo <= r[0] <= now + _BLOCK_S]
-        elif b.kind == "allocator":  # (calls per second between two samples, a block apart or more)
+        elif b.kind == Kind.ALLOCATOR:  # (calls per second between two samples, a block apart or more)
             rows = [r for r in self.alloc if lo - _BLOCK_S <= r[0] <= now + _BLOCK_S]
             series = [(y[0], (y[1] - x[1]) / (y[0] - x[0])) for x, y in zip(rows, rows[1:])
                       if y[0] > x[0] and y[1] >= x[1] and y[0] >= lo]
@@ -287,7 +287,7 @@ class RankEvidence:
             if rest_b <= 0 or rest <= 0 or d / b[k] >= _CONCENTRATED * rest / rest_b:
                 paced = ha[k] - hb[k] >= _HOST_GREW * d
                 if not paced or _concentrated(k, hb, ha):
-                    return Backing("phase", PHASES[k], b[k] * 1e3, a[k] * 1e3, "ms", d / delta_s, host_paced=paced)
+                    return Backing(Kind.PHASE, PHASES[k], b[k] * 1e3, a[k] * 1e3, "ms", d / delta_s, host_paced=paced)
         # the device's own work (every phase but sync, the wait) grew by half the step's growth
         # with the host's time in those phases not grown with it: more work on the GPU (real
         # GEMMs added to an H200 job's backward: backward +2.2, forward +1.0..2.2, optimizer
@@ -295,7 +295,7 @@ class RankEvidence:
         own = [j for j in range(5) if PHASES[j] != "sync"]
         work = sum(grew[j] for j in own)
         if work >= _SHARE * delta_s and sum(ha[j] - hb[j] for j in own) < _HOST_GREW * work:
-            return Backing("device", "device work", sum(b[j] for j in own) * 1e3, sum(a[j] for j in own) * 1e3,
+            return Backing(Kind.DEVICE, "device work", sum(b[j] for j in own) * 1e3, sum(a[j] for j in own) * 1e3,
                            "ms", work / delta_s)
         return False
 
@@ -312,7 +312,7 @@ class RankEvidence:
         b, a = median(before) * step_s, median(after) * (step_s + delta_s)
         if a - b < _SHARE * delta_s:
             return False
-        return Backing("gpu", "GPU busy time", b * 1e3, a * 1e3, "ms", (a - b) / delta_s)
+        return Backing(Kind.GPU, "GPU busy time", b * 1e3, a * 1e3, "ms", (a - b) / delta_s)
 
     def _wait_backing(self, lo, edge, since, now, delta_s):
         before = [r[1] for r in self.waits if lo <= r[0] < edge]
@@ -322,7 +322,7 @@ class RankEvidence:
         b, a = median(before), median(after)
         if a - b < (_WAIT_SHARE if a >= _WAIT_TIMES * b else _SHARE) * delta_s:
             return False
-        return Backing("loader", "data-loader wait", b * 1e3, a * 1e3, "ms", (a - b) / delta_s)
+        return Backing(Kind.LOADER, "data-loader wait", b * 1e3, a * 1e3, "ms", (a - b) / delta_s)
 
     def _churn(self, lo, edge, since, now, step_s):
         rows = list(self.alloc)
@@ -333,7 +333,7 @@ class RankEvidence:
         b, a = before * step_s, after * step_s  # calls per step
         if a - b < _CHURN_MORE or a < _CHURN_TIMES * b:
             return False
-        return Backing("allocator", "allocator calls", b, a, "calls/step", 1.0)
+        return Backing(Kind.ALLOCATOR, "allocator calls", b, a, "calls/step", 1.0)
 
 
 def _concentrated(k: int, before: list, after: list) -> bool:
@@ -356,7 +356,7 @@ def _concentrated(k: int, before: list, after: list) -> bool:
 def _columns(b: Backing) -> tuple:
     """The phase columns a phase or device-work backing reads: its phase's, or every phase's
     but sync's."""
-    return (PHASES.index(b.name),) if b.kind == "phase" else tuple(j for j in range(5) if PHASES[j] != "sync")
+    return (PHASES.index(b.name),) if b.kind == Kind.PHASE else tuple(j for j in range(5) if PHASES[j] != "sync")
 
 
 def _rate(rows: list) -> Optional[float]:

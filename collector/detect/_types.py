@@ -35,9 +35,16 @@ class DriftView:
     arming: Optional[tuple] = None
 
 
+class Kind:
+    """What held a step-time shift (``Backing.kind``): one phase's time, the device's work over
+    the phases, the GPU's busy time, the data-loader's wait, the allocator's calls."""
+
+    PHASE, DEVICE, GPU, LOADER, ALLOCATOR = "phase", "device", "gpu", "loader", "allocator"
+
+
 @dataclasses.dataclass(frozen=True)
 class Backing:
-    """The evidence a step-time shift came with: ``kind`` ("phase", "loader", "allocator"),
+    """The evidence a step-time shift came with: ``kind`` (a :class:`Kind`),
     ``name`` (the phase, "data-loader wait", "allocator calls"), ``before``/``after`` in its unit
     (``unit``: "ms" per step, or "calls/step"), ``share``: its growth over the step's (ms), and
     ``spreads``: its growth in spreads of its own source's medians over the same span (how

@@ -24,6 +24,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Optional
 
+from ..detect import Kind
 from ..wire import PHASES
 from ._evidence import _HOST_CLOCK, _PHASE_BLOCKS_COMPARED, _Rank
 from ._signals import _activity, _busier, _churn, _clocks, _cpu_per_step, _median, _retries
@@ -32,7 +33,6 @@ from ._words import fmt
 
 __all__ = ["Diagnosis", "diagnose", "against_others"]
 
-LOADER = "loader"  # diagnose's ``lead`` (Backing.kind) when the loader's wait held the change
 
 # a phase is host-bound when its host time grew by this share of its device time's growth
 # and is at least _HOST_LONG of its device time after the onset
@@ -104,7 +104,7 @@ def diagnose(r: Optional[_Rank], since: float, reference: Optional[tuple] = None
     episode's settled level, or the span before its onset it was raised against): "before" is
     those times, up to the guard band ahead of ``since``, when the rings still hold 3 blocks of
     them. ``lead``: the kind of the evidence the detector found holding the change (a drift
-    episode's ``Backing.kind``); ``LOADER`` names the data phase (or the wait) first wherever it
+    episode's ``Backing.kind``); ``Kind.LOADER`` names the data phase (or the wait) first wherever it
     grew (:func:`_led`)."""
     if r is None:
         return None
@@ -153,14 +153,14 @@ def diagnose(r: Optional[_Rank], since: float, reference: Optional[tuple] = None
 
 
 def _led(ranked: list, lead: str) -> tuple[list, bool]:
-    """``ranked`` with the loader's contributor first when ``lead`` is ``LOADER`` and it grew,
+    """``ranked`` with the loader's contributor first when ``lead`` is ``Kind.LOADER`` and it grew,
     and whether it was so led (its wait then explains the change at ``_LED_EXPLAINED``, the
     share the detector held it at).
     A wait for data leaves the device idle, so the phases after it run at the host's launch
     pace and grow with it: a live H200 job whose loader slowed read "forward +2.6 ms/step
     (host-bound: its host time +4.6 ms)" before "data +1.5 ms/step (data-loader wait +1.2
     ms)" (tests/data/real/diag/h200zq); the detector had found the wait grown tenfold."""
-    if lead != LOADER:
+    if lead != Kind.LOADER:
         return ranked, False
     for i, c in enumerate(ranked):
         if (c[0] == "data-loader wait" or "data" in c[0].split("+")) and c[1] > 0:
