@@ -23,3 +23,29 @@ import sys
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 
 from _procs import collector_factory  # noqa: E402,F401  (fixture)
+
+
+# `make test` runs the suite in two parts: the tests below, which compute on recorded or generated
+# data and decide nothing from how fast this machine runs, on two pytest workers; then every other
+# test (real jobs, collectors, sockets, timers, browsers: marked ``serial``) in one process, alone,
+# as their timing was set. A plain ``pytest`` runs everything in one process.
+_PARALLEL = ("collector/detect/", "collector/why/", "collector/alerting/", "collector/wire/",
+             "collector/state/test_life_trend.py", "collector/tools/test_analyze.py",
+             "collector/tools/test_replay.py", "collector/test_ring.py",
+             "collector/test_collector_config.py", "core/", "proto/", "test_docs.py",
+             "test_imports.py", "test_packaging.py", "agent/test_aftereffect_real.py",
+             "agent/test_aftereffect_verdict.py", "agent/test_contract.py", "agent/test_settings.py",
+             "agent/test_placement.py")
+# ... less these, which time or sleep (a rank's liveness, an HTTP client's deadlines, record bounds)
+_SERIAL_AMONG = ("collector/detect/test_duplicate_rank.py",
+                 "collector/alerting/test_alertmanager_client.py", "collector/wire/test_bounds.py")
+_TESTS = pathlib.Path(__file__).resolve().parent
+
+
+def pytest_collection_modifyitems(config, items):
+    import pytest
+
+    for item in items:
+        rel = pathlib.Path(str(item.fspath)).resolve().relative_to(_TESTS).as_posix()
+        if not rel.startswith(_PARALLEL) or rel.startswith(_SERIAL_AMONG):
+            item.add_marker(pytest.mark.serial)
