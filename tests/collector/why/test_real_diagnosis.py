@@ -583,3 +583,33 @@ def test_a_slower_loader_inside_the_host_s_own_episode_is_a_further_change_named
         assert mine, (cause, [(o[0] - start, o[1] - start, o[2][:60], o[3]) for o in onsets])
         _, _, why, decided = mine[0]
         assert decided == "job" and why.startswith(first), (cause, decided, why)
+
+
+# h200zs (diag README, held out): h200zo's four causes again, live at b1d0551 on a host that stayed
+# steady; AdamW's for-loop moved its step only +2.3% (its host time hid under the device's)
+H200ZS = [("gemm_backward", 1796360717.63, 1796360807.63), ("dataloader", 1796360947.62, 1796361037.67),
+          ("empty_cache", 1796361177.64, 1796361267.66), ("optimizer_loop", 1796361407.65, 1796361497.66)]
+
+
+def test_three_real_slowdowns_on_a_steady_host_are_each_their_own_episode_resolved_within_two_minutes():
+    """Replayed at the defaults, as live (bench/results/real_h200zs.md): the GEMMs (+11%), the
+    slower loader (+9.5%) and ``empty_cache()`` (+24%) each open an episode of their own within
+    60 s of their start (live: 30.0, 27.3, 20.6 s), decided by their evidence, the why naming the
+    cause first, and each resolves within 2 minutes of the cause's end (live: 66-76 s); nothing is
+    raised before the first cause. (The for-loop optimizer, +2.3% for 90 s, is under every
+    raise's size: not asserted either way.)"""
+    lines = load(str(DIAG / "h200zs_1gpu_m_pulses.jsonl.gz"))
+    alerts = [a for a in replay(events(lines), DetectionConfig()) if a.alertname == "StepwatchThroughputDrift"]
+    assert alerts and min(a.fired_at for a in alerts) > H200ZS[0][1], [a.fired_summary for a in alerts]
+    def opened(a):  # (the episode's first onset and the why it was first raised with: empty_cache's
+        # step grew for 10 s more, a further change of its own episode)
+        e = a.earlier[0] if a.earlier else None
+        return (unix(e["onset_at"]), e["diagnosis"]) if e else (a.onset, a.diagnosis)
+
+    for (cause, start, end), first in zip(H200ZS, ("backward +", "data +", "allocator churn")):
+        mine = [a for a in alerts if start - 15 <= opened(a)[0] <= start + 60]
+        assert len(mine) == 1, (cause, [(opened(a)[0] - start, a.fired_summary[:60]) for a in alerts])
+        a = mine[0]
+        assert a.fired_at - start <= 60 and a.decided == "job" and opened(a)[1].startswith(first), (
+            cause, a.fired_at - start, a.decided, opened(a)[1][:80])
+        assert a.ends_at is not None and a.ends_at - end <= 120, (cause, a.ends_at and a.ends_at - end)
