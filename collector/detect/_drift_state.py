@@ -1,14 +1,18 @@
 """What of a drift detector survives a collector restart (``_persist.DriftStore``): the settled
 level, the noise spreads, the pauses counted, the job's recent waves and when the last episode
-ended, and an open episode."""
+ended, and an open episode with its evidence (what held it, what could not be compared, the span
+it was read against): a restart while a change of the job lasts must not turn it into "nothing
+the agent measures ... moved" (the rank's evidence itself starts afresh)."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Optional
 
+from ._evidence import PHASE_TIMES
 from ._names import THROUGHPUT_DRIFT
-from ._types import SEVERITIES
+from ._types import SEVERITIES, Backing
 
 __all__ = ["drift_state", "restore_drift"]
 
@@ -27,7 +31,11 @@ def drift_state(d) -> Optional[dict]:
                           "ref_text": ep.ref_text, "onset": list(ep.onset), "raised": ep.raised,
                           "note": ep.window_note, "window": ep.window_step,
                           "ratio": c.ratio, "change": ep.change,
-                          "began": list(ep.began) if ep.began else None}
+                          "began": list(ep.began) if ep.began else None,
+                          "evidence": dataclasses.asdict(ep.backing) if ep.backing is not None else None,
+                          "unknown": list(ep.unknown),
+                          "span": list(ep.backing_span) if ep.backing_span is not None else None,
+                          "against_before": ep.against_before}
     return out
 
 
@@ -61,9 +69,32 @@ def restore_drift(d, state: dict) -> None:
             ep.change = int(e.get("change", 0))
             began = e.get("began")
             ep.began = (int(began[0]), float(began[1])) if began else None
+            _restore_evidence(ep, e)
             ep.set(e["severity"], math.log(float(e["ratio"])))
         except (KeyError, TypeError, ValueError, IndexError):
             ep.condition = None
+
+
+def _restore_evidence(ep, e: dict) -> None:
+    """The saved episode's evidence onto Episode ``ep``. Evidence that does not read, or a state
+    saved without it, leaves the episode's evidence unknown (decided "", never "steps": that
+    would say nothing moved with the step time)."""
+    try:
+        b = e["evidence"]
+        backing = None if b is None else Backing(
+            str(b["kind"]), str(b["name"]), float(b["before"]), float(b["after"]), str(b["unit"]),
+            float(b["share"]), None if b.get("spreads") is None else float(b["spreads"]),
+            bool(b.get("host_paced", False)))
+        unknown = tuple(str(x) for x in e["unknown"])
+        span = e["span"]
+        span = None if span is None else (float(span[0]), float(span[1]), float(span[2]))
+        values = () if backing is None else (backing.before, backing.after, backing.share)
+        if not all(math.isfinite(x) for x in values + (span or ())):
+            raise ValueError("not finite")
+    except (KeyError, TypeError, ValueError, IndexError, AttributeError):
+        backing, unknown, span = None, (PHASE_TIMES,), None
+    ep.backing, ep.unknown, ep.backing_span = backing, unknown, span
+    ep.against_before = bool(e.get("against_before", False)) and span is not None
 
 
 def _restore_waves(t, state: dict) -> None:

@@ -332,3 +332,34 @@ def test_a_change_with_new_evidence_inside_an_episode_raised_higher_is_a_further
         assert c.decided == "job" and c.evidence.name == "optimizer", c
         assert start - 10 <= c.since <= start + 15, c.since - start
         assert det.reference_span()[1] > T0 + 360, det.reference_span()  # (read against the level before)
+
+
+def test_an_episode_decided_by_its_evidence_keeps_it_across_a_collector_restart():
+    """A +10% change in one phase is raised "job" with that phase as its evidence; the collector
+    restarts while it lasts and takes up the saved state: the episode goes on with the same
+    evidence, decision, summary and diagnosis span (not "nothing the agent measures ... moved"),
+    and still ends once the phase's time is back. A saved evidence that does not read leaves the
+    episode open with its evidence unknown ("", not "steps")."""
+    cfg = DriftConfig()
+    ev = RankEvidence()
+    det = DriftDetector(cfg, "j", 0, evidence=ev)
+    _job(det, ev, T0, T0 + 300)
+    t = T0 + 300
+    assert [c for c in _job(det, ev, t, t + 60, 1.10, 2) if c[1] is not None]
+    before = det.condition
+    assert before.decided == "job" and before.evidence is not None, before
+    state = det.state()
+    again_ev = RankEvidence()
+    again = DriftDetector(cfg, "j", 0, evidence=again_ev)
+    again.restore(state)
+    c = again.condition
+    assert (c.decided, c.evidence, c.summary) == (before.decided, before.evidence, before.summary), c
+    assert again.reference_span() == det.reference_span() is not None
+    _job(again, again_ev, t + 60, t + 120, 1.10, 2)
+    assert again.condition is not None and again.condition.decided == "job", again.condition
+    _job(again, again_ev, t + 120, t + 260)
+    assert again.condition is None  # it resolved once the phase came back
+    damaged = dict(state, episode=dict(state["episode"], evidence={"kind": "phase"}, span="x"))
+    other = DriftDetector(cfg, "j", 0, evidence=RankEvidence())
+    other.restore(damaged)
+    assert other.condition is not None and other.condition.decided == "" and other.condition.evidence is None
