@@ -4,6 +4,7 @@ the noise spreads and an open episode, in SQLite under ``state_dir``."""
 from __future__ import annotations
 
 import math
+import pathlib
 import random
 import sqlite3
 import time
@@ -151,3 +152,33 @@ def test_the_collector_exports_the_store_failures(start_collector, tmp_path):
     col.collector._store.file.failures += 2  # (as two failed flushes would leave it)
     _, _, body = col.get("/metrics")
     assert "stepwatch_collector_state_store_failures_total 2.0" in body.decode()
+
+
+def test_a_real_change_of_the_job_keeps_its_evidence_across_a_restart(tmp_path):
+    """The held-out live recording h200zs (tests/data/real/diag) replayed with a collector
+    restart 45 s into its GEMMs in backward (raised at 30 s): the restarted collector's episode
+    goes on decided by the backward's time, as without the restart (without the saved evidence it
+    read "nothing the agent measures beside the step time moved with it"), and resolves within 2
+    minutes of the GEMMs' end; the loader and ``empty_cache()`` after it are raised as before."""
+    from stepwatch.collector._replay import replay
+    from stepwatch.collector.alerting import Detection
+    from stepwatch.collector.detect import DetectionConfig
+    from stepwatch.collector.tools.corpus import events, load
+
+    start, end = 1796360717.63, 1796360807.63  # the GEMMs (diag README)
+    evs = list(events(load(str(pathlib.Path(__file__).parents[2] / "data" / "real" / "diag"
+                                / "h200zs_1gpu_m_pulses.jsonl.gz"))))
+    cfg, cut = DetectionConfig(), start + 45
+    store = DriftStore(str(tmp_path))
+    before = replay([e for e in evs if e.time < cut], cfg, detection=Detection(cfg, log_changes=False, store=store))
+    assert [a.decided for a in before if a.state == "firing"] == ["job"], [a.summary for a in before]
+    store.close()  # (its pending saves written)
+    again = Detection(cfg, log_changes=False, store=DriftStore(str(tmp_path)))
+    after = replay([e for e in evs if e.kind == "connect"] + [e for e in evs if e.time >= cut and e.kind != "connect"],
+                   cfg, detection=again)
+    gemms = [a for a in after if abs(a.onset - start) <= 15]
+    assert len(gemms) == 1, [(a.onset - start, a.summary) for a in after]
+    g = gemms[0]
+    assert g.decided == "job" and g.evidence["name"] == "backward" and "a change of the job" in g.summary, g.summary
+    assert g.ends_at is not None and g.ends_at - end <= 120, g.ends_at - end
+    assert [a.decided for a in after if a.onset > end] == ["job", "job"], [a.summary for a in after]
