@@ -57,23 +57,34 @@ def test_slow_work_on_one_rank_is_named_from_phase_times_alone(tmp_path, collect
 
 
 def test_the_same_job_without_the_extra_work_raises_nothing(tmp_path, collector_factory):
-    """... and its ranks sample the same steps for their phase times (recorded by the collector):
-    past each rank's first eight samples (taken by the budget alone, to learn what one costs),
-    those of the rank that sampled fewer are among the other's (the job pays one rank's samples,
-    not the sum: they run in lockstep)."""
-    rec = tmp_path / "rec.jsonl"
-    col = _run(tmp_path, collector_factory, "balanced", config={"record": str(rec)})
+    col = _run(tmp_path, collector_factory, "balanced")
     time.sleep(1.5)  # evaluation ticks after the last steps
     assert not _stragglers(col, "balanced"), [a["summary"] for a in _stragglers(col, "balanced")]
+
+
+# The lockstep check samples at 0.5%, not the default 0.1%: how many steps a budget allows follows
+# the machine's speed (a sample's hooks against a ~50 ms CPU step), and at 0.1% the sparser rank
+# kept 18 and more samples on a quiet machine, 9 on one ~4x slower and 2 in a fresh-clone CI run
+# (steps 314 and 340 of 360): too few to judge. At 0.5% the rate is 5x that, and the choice itself
+# is machine-independent (tests/agent/test_phase_times.py, on a simulated clock).
+LOCKSTEP_BUDGET = {**WINDOWS_OFF, "STEPWATCH_PHASE_BUDGET": 0.005}
+
+
+def test_the_ranks_of_a_real_job_sample_the_same_steps(tmp_path, collector_factory):
+    """The ranks sample the same steps for their phase times (recorded by the collector): past
+    each rank's first eight samples (taken by the budget alone, to learn what one costs), those of
+    the rank that sampled fewer are among the other's (the job pays one rank's samples, not the
+    sum: they run in lockstep). The tracker's step numbers must agree across the ranks for that."""
+    rec = tmp_path / "rec.jsonl"
+    col = _run_job(tmp_path, collector_factory, "lockstep", env=LOCKSTEP_BUDGET, steps=STEPS,
+                   config={"record": str(rec)})
     col.kill(signal.SIGTERM)  # the recording flushed and closed
     sampled = {0: [], 1: []}
     for o in load(str(rec)):
         if o["kind"] == "batch":
             sampled[int(o.get("rank", 0))] += [int(p["step"]) for p in o["batch"].get("phase_times", ())]
     few, many = sorted((sorted(s) for s in sampled.values()), key=len)
-    # How many samples the budget allows follows the machine's speed (a sample's hooks against a
-    # CPU step): 18 and more on the sparser rank here, 9 in a fresh-clone CI run on a machine ~4x
-    # slower (steps 3-5, then from step 244). At least one past the eighth is judged.
-    assert len(few) > 8 and len(many) < STEPS / 2, (len(few), len(many))
+    print(f"\nsampled steps: {len(few)} and {len(many)} of {STEPS}, {len(set(few) & set(many))} on both")
+    assert len(few) > 16 and len(many) < STEPS, (len(few), len(many))
     shared = set(few[8:]) & set(many)
     assert len(shared) >= 0.8 * len(few[8:]), (len(shared), few, many)
