@@ -20,6 +20,8 @@ os.environ.setdefault("STEPWATCH_TRACE_DIR", os.path.join(_RUN_DIR, "traces"))
 import pathlib
 import sys
 
+import pytest
+
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 
 from _procs import collector_factory  # noqa: E402,F401  (fixture)
@@ -43,9 +45,7 @@ _TESTS = pathlib.Path(__file__).resolve().parent
 
 
 def pytest_collection_modifyitems(config, items):
-    import pytest
-
     for item in items:
-        rel = pathlib.Path(str(item.fspath)).resolve().relative_to(_TESTS).as_posix()
+        rel = item.path.resolve().relative_to(_TESTS).as_posix()
         if not rel.startswith(_PARALLEL) or rel.startswith(_SERIAL_AMONG):
             item.add_marker(pytest.mark.serial)
