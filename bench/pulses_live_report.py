@@ -22,7 +22,7 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from phase_device_report import EXPECTED  # noqa: E402  (one list of what names each cause)
+from phase_device_report import EXPECTED, _right  # noqa: E402  (one list of what names each cause)
 
 SLOWDOWNS = ("StepwatchThroughputDrift", "StepwatchProfilerOverhead")
 
@@ -78,7 +78,7 @@ def report(folder: str, name: str, replayed: bool = False, target_s: float = 60.
                      "further": None if hit is None else hit["further"],
                      "decided": None if hit is None else hit["decided"],
                      "first_named": named[:160],
-                     "right": bool(named) and named.startswith(EXPECTED.get(t["cause"], ("?",))),
+                     "right": bool(named) and t["cause"] in EXPECTED and _right(t["cause"], named),
                      # (the end of the episode that raised it: a later episode whose onset came
                      # before the next cause is not this cause's)
                      "resolved_after_end_s": (round(hit["ends"] - end, 1) if hit and hit["ends"] and end else None),
