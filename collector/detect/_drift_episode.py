@@ -19,11 +19,24 @@ from ._evidence import PHASE_TIMES
 from ._names import PROFILER_OVERHEAD, THROUGHPUT_DRIFT
 from ._types import Backing, Condition
 
-__all__ = ["Episode", "clock", "before_onset"]
+__all__ = ["Episode", "clock", "before_onset", "evidence_note"]
+
+# The end of a drift summary when the step times alone decided the episode: the evidence was
+# compared and no one source held the shift (a source may have moved with others alike: a host
+# that runs slower lengthens every phase it paces)
+_STEPS_NOTE = "; no one thing the agent measures beside the step time holds it (the host's own pace?)"
 
 
 def clock(t: float) -> str:
     return datetime.datetime.fromtimestamp(t, datetime.timezone.utc).strftime("%H:%M UTC")
+
+
+def evidence_note(decided: str, backing: Optional[Backing]) -> str:
+    """The end of a drift summary that says how the episode was decided (``Episode.decided``):
+    "; a change of the job: <its evidence>", the step times alone, or nothing (not known)."""
+    if decided == "job" and backing is not None:
+        return f"; a change of the job: {backing.text()}"
+    return _STEPS_NOTE if decided == "steps" else ""
 
 
 def before_onset(seconds: float) -> str:
@@ -118,7 +131,7 @@ class Episode:
         which = "" if q == 0.5 else f"p{100 * q:.0f} step "
         summary = (f"step time {shift:+.1%} {self.ref_text} ({which}{base_ms:.1f} ms -> "
                    f"{base_ms * (1 + shift):.1f} ms) since step {step:,}{further}{self.window_note}"
-                   f"{self._evidence_note()}")
+                   f"{evidence_note(self.decided(), self.backing)}")
         old = self.condition
         self.version += 1
         self.peak = max(self.peak, shift_log)
@@ -135,14 +148,6 @@ class Episode:
         if self.backing is not None:
             return "job"
         return "" if PHASE_TIMES in self.unknown else "steps"
-
-    def _evidence_note(self) -> str:
-        d = self.decided()
-        if d == "job":
-            return f"; a change of the job: {self.backing.text()}"
-        if d == "steps":
-            return "; nothing the agent measures beside the step time moved with it (the host's own pace?)"
-        return ""
 
     def backed_off(self, t: float, message: str) -> bool:
         """The agent's ``window_aftereffect`` event (at ``t``): it found a session's lasting

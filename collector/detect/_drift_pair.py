@@ -34,6 +34,7 @@ from typing import Optional
 
 from ._config import DriftConfig
 from ._drift import DriftDetector
+from ._drift_episode import evidence_note
 from ._types import SEVERITIES, Condition
 
 __all__ = ["RankDrift"]
@@ -75,8 +76,13 @@ class RankDrift:
         if old is not None and _RANK[c.severity] < _RANK[old.severity]:
             # handed over at a lower severity: the episode keeps its severity and shows the figure
             # it stood at (its peak), never a lower one that would contradict it (a live H200 job's
-            # critical optimizer episode read "+4.5% ... p10 step" for 65 s when its median cleared)
-            c = dataclasses.replace(c, severity=old.severity, summary=old.summary, ratio=max(c.ratio, old.ratio))
+            # critical optimizer episode read "+4.5% ... p10 step" for 65 s when its median cleared),
+            # with the evidence its text names
+            c = dataclasses.replace(c, severity=old.severity, summary=old.summary, ratio=max(c.ratio, old.ratio),
+                                    evidence=old.evidence, decided=old.decided)
+        held = next((d.condition for d in (src, *open_) if d.condition.decided == "job"), None)
+        if c.decided != "job" and held is not None:
+            c = _with_evidence(c, held)
         self.condition = c
         return c != old
 
@@ -198,3 +204,19 @@ class RankDrift:
         else:
             self.median.restore(state)
         self._pick()
+
+
+def _with_evidence(c: Condition, held: Condition) -> Condition:
+    """``c`` (decided by the step times alone, or not known) shown with the evidence of the other
+    detector's open episode ``held``: the pair's episode is then a change of the job, and its text
+    says so. A live H200 job's 213 tiny operators in forward were raised first on the 10th
+    percentiles, whose evidence read at their own onset found forward's host time +4.0 ms and
+    backward's +2.6 ms (not concentrated), while the medians' episode, opened seconds later, was
+    held by forward's time: the alert read that no evidence held it beside its decided "job"
+    (tests/data/real/diag/h200zt). Only the text and the
+    evidence shown change: each detector keeps its own episode and its own rules."""
+    note = evidence_note(c.decided, c.evidence)
+    base = c.summary[:len(c.summary) - len(note)] if note and c.summary.endswith(note) else c.summary
+    return dataclasses.replace(c, summary=base + evidence_note("job", held.evidence), evidence=held.evidence,
+                               decided="job")
+

@@ -158,7 +158,7 @@ def test_a_real_change_of_the_job_keeps_its_evidence_across_a_restart(tmp_path):
     """The held-out live recording h200zs (tests/data/real/diag) replayed with a collector
     restart 45 s into its GEMMs in backward (raised at 30 s): the restarted collector's episode
     goes on decided by the backward's time, as without the restart (without the saved evidence it
-    read "nothing the agent measures beside the step time moved with it"), and resolves within 2
+    read "no one thing the agent measures beside the step time holds it"), and resolves within 2
     minutes of the GEMMs' end; the loader and ``empty_cache()`` after it are raised as before."""
     from stepwatch.collector._replay import replay
     from stepwatch.collector.alerting import Detection

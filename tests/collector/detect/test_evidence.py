@@ -337,7 +337,7 @@ def test_a_change_with_new_evidence_inside_an_episode_raised_higher_is_a_further
 def test_an_episode_decided_by_its_evidence_keeps_it_across_a_collector_restart():
     """A +10% change in one phase is raised "job" with that phase as its evidence; the collector
     restarts while it lasts and takes up the saved state: the episode goes on with the same
-    evidence, decision, summary and diagnosis span (not "nothing the agent measures ... moved"),
+    evidence, decision, summary and diagnosis span (not "no one thing the agent measures ... holds it"),
     and still ends once the phase's time is back. A saved evidence that does not read leaves the
     episode open with its evidence unknown ("", not "steps")."""
     cfg = DriftConfig()

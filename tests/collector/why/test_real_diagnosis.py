@@ -613,3 +613,37 @@ def test_three_real_slowdowns_on_a_steady_host_are_each_their_own_episode_resolv
         assert a.fired_at - start <= 60 and a.decided == "job" and opened(a)[1].startswith(first), (
             cause, a.fired_at - start, a.decided, opened(a)[1][:80])
         assert a.ends_at is not None and a.ends_at - end <= 120, (cause, a.ends_at and a.ends_at - end)
+
+
+# h200zt (diag README, held out): five causes live at ed071e6 on a host that wandered ~9% between
+# them; the last two a forward its host paces (213 tiny operators, a busy training thread)
+H200ZT = [("gemm_backward", 1796374488.67, 1796374578.64), ("dataloader", 1796374718.65, 1796374808.67),
+          ("empty_cache", 1796374948.68, 1796375038.66), ("small_ops", 1796375178.68, 1796375268.64),
+          ("host", 1796375408.65, 1796375498.67)]
+
+
+def test_five_real_causes_are_each_their_own_episode_whose_text_says_what_decided_it():
+    """Replayed at the defaults, as live (bench/results/real_h200zt.md): each cause opens an episode
+    of its own, decided "job" by its evidence, the why naming the cause first (the busy thread:
+    forward, the phase it ran in, host-bound), raised within 60 s of its start (live: 35.0, 20.6,
+    24.1, 32.5 s), the slower loader, +8% on the level before, within the +5% horizon (live:
+    63.4 s), each resolved within 2 minutes of its end (live: 66-71 s), nothing raised before the
+    first cause. The summary says what decided it, as ``decided`` does: the tiny operators were
+    raised first on the 10th percentiles with no evidence of their own (forward's host time grew,
+    backward's too) and went on saying so beside decided "job" (the medians' episode, opened
+    seconds later, held by forward's time). Their raise's own text still says what was known at
+    the raise: not asserted."""
+    lines = load(str(DIAG / "h200zt_1gpu_m_pulses.jsonl.gz"))
+    alerts = [a for a in replay(events(lines), DetectionConfig()) if a.alertname == "StepwatchThroughputDrift"]
+    assert alerts and min(a.fired_at for a in alerts) > H200ZT[0][1], [a.fired_summary for a in alerts]
+    firsts = ("backward +", "data +", "allocator churn", "forward +", "forward +")
+    for (cause, start, end), first in zip(H200ZT, firsts):
+        mine = [a for a in alerts if start - 15 <= a.onset <= start + 60]
+        assert len(mine) == 1, (cause, [(a.onset - start, a.fired_summary[:60]) for a in alerts])
+        a = mine[0]
+        assert a.fired_at - start <= (180 if cause == "dataloader" else 60), (cause, a.fired_at - start)
+        assert a.decided == "job" and a.diagnosis.startswith(first), (cause, a.decided, a.diagnosis[:80])
+        assert a.ends_at is not None and a.ends_at - end <= 120, (cause, a.ends_at and a.ends_at - end)
+        assert "; a change of the job: " in a.summary and "(the host's own pace?)" not in a.summary, (cause, a.summary)
+        if cause != "small_ops":
+            assert "; a change of the job: " in a.fired_summary, (cause, a.fired_summary)
