@@ -95,3 +95,25 @@ def test_a_rank_that_settles_again_settles_both_detectors():
     alone = RankDrift(dataclasses.replace(cfg, floor_quantile=0.0), "j", 0)
     alone.feed_many(steps, times, secs)
     assert alone.floor is None and alone.condition is None and not alone.armed
+
+
+def test_an_episode_raised_without_evidence_shows_the_other_detectors_evidence_in_its_text():
+    """The condition shown says how it was decided as its ``decided`` does: a floor episode the
+    step times alone decided, while the medians' episode holds a phase's evidence, is shown with
+    that evidence and its text ("a change of the job: ..."), never "no one thing ... holds it"
+    beside decided "job"; a condition not known ("") takes it too; one already held keeps its own."""
+    from stepwatch.collector.detect._drift_episode import evidence_note
+    from stepwatch.collector.detect._drift_pair import _with_evidence
+    from stepwatch.collector.detect._types import Backing, Condition, Kind
+
+    fwd = Backing(Kind.PHASE, "forward", 14.9, 19.0, "ms", 1.4, spreads=9.8, host_paced=True)
+    base = "step time +8.1% vs the level before (p10 step 39.6 ms -> 42.8 ms) since step 19,824"
+    held = Condition("StepwatchThroughputDrift", "j", 0, "warning", "median's" + evidence_note("job", fwd), T0,
+                     evidence=fwd, decided="job")
+    for decided in ("steps", ""):
+        floor = Condition("StepwatchThroughputDrift", "j", 0, "critical", base + evidence_note(decided, None), T0,
+                          ratio=1.081, decided=decided)
+        shown = _with_evidence(floor, held)
+        assert shown.decided == "job" and shown.evidence == fwd and shown.severity == "critical", shown
+        assert shown.summary == base + "; a change of the job: " + fwd.text(), shown.summary
+    assert evidence_note("steps", None).startswith("; no one thing the agent measures")
