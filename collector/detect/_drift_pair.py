@@ -16,7 +16,9 @@ rules on each bucket's ``floor_quantile``, 0.1 by default; its summaries say "p1
 episode is raised when either raises; it keeps the detector that raised it, and takes the other's
 condition only when that one stands at a higher severity (severity only rises) or when its own
 clears while the other's is still open (the episode goes on, at no lower severity, showing the
-figure it stood at until the other reaches its severity: never a figure under it). Backtest on
+figure it stood at until the other reaches its severity: never a figure under it). An episode
+shown without evidence of its own (decided by the step times alone, or not known) shows the
+other detector's while that one's open episode has it (``_with_evidence``). Backtest on
 the real corpus, same split and command, medians alone vs both (bench/results/detection_real_floor.md):
 held out +3% within 10 min 23 -> 28/54, +5% within 3 min 28 -> 36/54, +10% within 60 s
 39 -> 41/54; false episodes 0 -> 2 (one healthy 2-GPU recording whose whole step distribution
