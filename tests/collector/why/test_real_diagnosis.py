@@ -647,3 +647,19 @@ def test_five_real_causes_are_each_their_own_episode_whose_text_says_what_decide
         assert "; a change of the job: " in a.summary and "(the host's own pace?)" not in a.summary, (cause, a.summary)
         if cause != "small_ops":
             assert "; a change of the job: " in a.fired_summary, (cause, a.fired_summary)
+
+
+def test_a_live_slower_loader_alone_is_raised_within_a_minute_by_its_wait():
+    """h200zu (diag README, held out): the loader slower for 90 s, live at a9590e4 (raised 29.7 s
+    after it began, critical, by its wait; bench/results/real_h200zu.md): replayed, one episode,
+    nothing before the cause, raised within 60 s, decided "job" by the loader's wait, the data
+    phase named first."""
+    start = 1796378565.59
+    lines = load(str(DIAG / "h200zu_1gpu_m_loader.jsonl.gz"))
+    alerts = replay(events(lines), DetectionConfig())
+    assert len(alerts) == 1, [(a.alertname, a.onset - start, a.fired_summary) for a in alerts]
+    a = alerts[0]
+    assert a.alertname == "StepwatchThroughputDrift" and start - 15 <= a.onset and a.fired_at - start <= 60, (
+        a.onset - start, a.fired_at - start)
+    assert a.decided == "job" and a.evidence["name"] == "data-loader wait", (a.decided, a.evidence)
+    assert a.diagnosis.startswith("data +") and "(data-loader wait +" in a.diagnosis, a.diagnosis
