@@ -215,10 +215,9 @@ def _with_evidence(c: Condition, held: Condition) -> Condition:
     percentiles, whose evidence read at their own onset found forward's host time +4.0 ms and
     backward's +2.6 ms (not concentrated), while the medians' episode, opened seconds later, was
     held by forward's time: the alert read that no evidence held it beside its decided "job"
-    (tests/data/real/diag/h200zt). Only the text and the
-    evidence shown change: each detector keeps its own episode and its own rules."""
+    (tests/data/real/diag/h200zt). Only the text and the evidence shown change: each detector
+    keeps its own episode and its own rules."""
     note = evidence_note(c.decided, c.evidence)
     base = c.summary[:len(c.summary) - len(note)] if note and c.summary.endswith(note) else c.summary
     return dataclasses.replace(c, summary=base + evidence_note("job", held.evidence), evidence=held.evidence,
                                decided="job")
-

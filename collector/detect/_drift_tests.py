@@ -88,18 +88,26 @@ class ShiftTests:
         the step time (a healthy 40 ms H200 job's forward grew 0.8 ms for minutes, +2.4% of its
         step: info keeps ``z``)."""
         n = n or self.n[sev]
-        window = self.history.tail(2, n)
-        shift = median(window) - ref
-        if shift < math.log1p(RAISE[sev] * self.ratio[sev]) or not _stands(window, ref, shift, n):
+        shift = self._sized(sev, ref, n)
+        if shift is None:
             return None
         noise = self.noise.get(sev)
         if shift >= self.cfg.z * noise:
             return shift
         if backed and sev != INFO:  # (info, the long +3%: z, as ever)
-            b = self.backed(ref, shift, n)
-            if b is not None and b.spreads is not None and b.spreads >= self.cfg.evidence_z:
+            if self.holds(self.backed(ref, shift, n)):
                 return shift
         return None
+
+    def _sized(self, sev: str, ref: float, n: int) -> Optional[float]:
+        """The shift of the last ``n`` buckets' median above ``ref`` (log units) when it is of
+        ``sev``'s size (0.8x its ratio, 0.7x for info) and two thirds of those buckets stand above
+        half of it; else None."""
+        window = self.history.tail(2, n)
+        shift = median(window) - ref
+        if shift < math.log1p(RAISE[sev] * self.ratio[sev]) or not _stands(window, ref, shift, n):
+            return None
+        return shift
 
     def backed(self, ref: float, shift: float, n: int) -> Optional[Backing]:
         """The evidence of a shift of ``shift`` above ``ref`` over the last ``n`` buckets, at
@@ -242,11 +250,10 @@ class ShiftTests:
             shift, early = self.shift(sev, ref, backed=True), False
             if shift is None and sev == WARNING:
                 shift = self.early(ref)
-                if shift is None:
-                    continue
-                early = True
+                early = shift is not None
             if shift is None:
                 continue
+            # (an early shift is spared the warning window by its evidence, already read)
             spared = early or self.unsustained(sev, ref, shift)
             if spared and not early and not self.stands_out(ref, shift, n):
                 continue
@@ -270,9 +277,8 @@ class ShiftTests:
         detection_real_early.md); the evidence pulses the same counts, six raised 4-21 s sooner
         (bench/results/evidence_pulses_early.md)."""
         n = self.n[CRITICAL]
-        window = self.history.tail(2, n)
-        shift = median(window) - ref
-        if shift < math.log1p(RAISE[WARNING] * self.ratio[WARNING]) or not _stands(window, ref, shift, n):
+        shift = self._sized(WARNING, ref, n)
+        if shift is None:
             return None
         b = self.backed(ref, shift, n)
         return shift if self.holds(b) and not b.host_paced and b.name != "sync" else None
