@@ -14,7 +14,8 @@ compares the blocks before a shift's onset with those after it and returns a :cl
   (a launch-bound H200 job whose host slowed: forward, backward and optimizer +13..19% each):
   that concentration is absent;
 - **the device's own work** (every phase but sync) grew by ``_SHARE`` of the step's growth while
-  the phases' host time grew by less than ``_HOST_GREW`` of it;
+  the compute phases' host time (forward, backward, optimizer: data's is mostly a wait) grew by
+  less than ``_HOST_GREW`` of it;
 - **the data-loader wait**: it grew by at least ``_SHARE`` of the step's growth (``_WAIT_SHARE`` when it
   grew to ``_WAIT_TIMES`` its level: the phases after a wait run at the host's launch pace);
 - **the GPU's busy time** per step (SM activity x step time) grew by ``_SHARE`` of it;
