@@ -54,7 +54,8 @@ HELD_OUT = {"h100_1gpu_l.jsonl.gz", "h100_1gpu_m_short.jsonl.gz", "h100b_1gpu_s.
             "h200u_1gpu_xs.jsonl.gz", "h200s_2gpu_m_short.jsonl.gz", "h200t_2gpu_m_short.jsonl.gz",
             "h200t_2gpu_m_sched_short.jsonl.gz", "h200r_2gpu_m_short.jsonl.gz",
             "h200za_2gpu_m_short.jsonl.gz", "h200za_2gpu_m_sched_short.jsonl.gz", "h200zb_2gpu_m.jsonl.gz",
-            "h200zc_2gpu_m_short.jsonl.gz"}
+            "h200zc_2gpu_m_short.jsonl.gz",
+            "h200zw_1gpu_s.jsonl.gz"}
 # (h200y_1gpu_s and h200t_2gpu_s were held out until 2026-11-30: the host rule's evenness,
 # collector/why/_explain.py _HOST_EVEN, was widened on them.)
 # Recordings with a real change in them (tests/data/real/README.md): the host under all three
