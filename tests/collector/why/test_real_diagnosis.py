@@ -606,13 +606,24 @@ def test_three_real_slowdowns_on_a_steady_host_are_each_their_own_episode_resolv
         e = a.earlier[0] if a.earlier else None
         return (unix(e["onset_at"]), e["diagnosis"]) if e else (a.onset, a.diagnosis)
 
-    for (cause, start, end), first in zip(H200ZS, ("backward +", "data +", "allocator churn")):
+    _each_cause_its_own_episode(alerts, H200ZS, ("backward +", "data +", "allocator churn"), opened)
+
+
+def _each_cause_its_own_episode(alerts, schedule, firsts, opened=lambda a: (a.onset, a.diagnosis)) -> list:
+    """For each (cause, start, end) of ``schedule``: one alert of ``alerts`` whose onset (the first
+    of ``opened(a)``) lies 15 s before to 60 s after the start, raised within 60 s of it, decided
+    "job", its why (the second of ``opened(a)``) starting with the cause's entry of ``firsts``, and
+    resolved within 2 minutes of the end. Returns [(cause, alert)]."""
+    found = []
+    for (cause, start, end), first in zip(schedule, firsts):
         mine = [a for a in alerts if start - 15 <= opened(a)[0] <= start + 60]
         assert len(mine) == 1, (cause, [(opened(a)[0] - start, a.fired_summary[:60]) for a in alerts])
         a = mine[0]
         assert a.fired_at - start <= 60 and a.decided == "job" and opened(a)[1].startswith(first), (
             cause, a.fired_at - start, a.decided, opened(a)[1][:80])
         assert a.ends_at is not None and a.ends_at - end <= 120, (cause, a.ends_at and a.ends_at - end)
+        found.append((cause, a))
+    return found
 
 
 # h200zt (diag README, held out): five causes live at ed071e6 on a host that wandered ~9% between
@@ -637,13 +648,7 @@ def test_five_real_causes_are_each_their_own_episode_whose_text_says_what_decide
     alerts = [a for a in replay(events(lines), DetectionConfig()) if a.alertname == "StepwatchThroughputDrift"]
     assert alerts and min(a.fired_at for a in alerts) > H200ZT[0][1], [a.fired_summary for a in alerts]
     firsts = ("backward +", "data +", "allocator churn", "forward +", "forward +")
-    for (cause, start, end), first in zip(H200ZT, firsts):
-        mine = [a for a in alerts if start - 15 <= a.onset <= start + 60]
-        assert len(mine) == 1, (cause, [(a.onset - start, a.fired_summary[:60]) for a in alerts])
-        a = mine[0]
-        assert a.fired_at - start <= 60, (cause, a.fired_at - start)
-        assert a.decided == "job" and a.diagnosis.startswith(first), (cause, a.decided, a.diagnosis[:80])
-        assert a.ends_at is not None and a.ends_at - end <= 120, (cause, a.ends_at and a.ends_at - end)
+    for cause, a in _each_cause_its_own_episode(alerts, H200ZT, firsts):
         assert "; a change of the job: " in a.summary and "(the host's own pace?)" not in a.summary, (cause, a.summary)
         if cause != "small_ops":
             assert "; a change of the job: " in a.fired_summary, (cause, a.fired_summary)
@@ -682,10 +687,4 @@ def test_four_live_causes_at_the_defaults_are_each_raised_within_a_minute_naming
     alerts = [a for a in replay(events(lines), DetectionConfig()) if a.alertname == "StepwatchThroughputDrift"]
     assert len(alerts) == len(H200ZV) and min(a.onset for a in alerts) > H200ZV[0][1] - 15, [
         (a.onset - H200ZV[0][1], a.fired_summary) for a in alerts]
-    for (cause, start, end), first in zip(H200ZV, ("forward +", "data +", "forward +", "backward +")):
-        mine = [a for a in alerts if start - 15 <= a.onset <= start + 60]
-        assert len(mine) == 1, (cause, [(a.onset - start, a.fired_summary[:60]) for a in alerts])
-        a = mine[0]
-        assert a.fired_at - start <= 60 and a.decided == "job", (cause, a.fired_at - start, a.decided)
-        assert a.diagnosis.startswith(first), (cause, a.diagnosis[:80])
-        assert a.ends_at is not None and a.ends_at - end <= 120, (cause, a.ends_at and a.ends_at - end)
+    _each_cause_its_own_episode(alerts, H200ZV, ("forward +", "data +", "forward +", "backward +"))
