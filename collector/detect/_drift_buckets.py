@@ -15,6 +15,7 @@ from __future__ import annotations
 import bisect
 import collections
 import math
+import weakref
 from typing import Callable, Optional
 
 from ._config import DriftConfig
@@ -40,7 +41,10 @@ class StepBuckets:
 
     def __init__(self, cfg: DriftConfig, quantile: float, on_bucket: Callable[[int, float, float], bool]):
         self.cfg, self.quantile = cfg, quantile
-        self._on_bucket = on_bucket
+        # (weakly: the detector owns these buckets, so a strong bound method would make each
+        # rank's detection state a reference cycle, freed only by a full collection, which the
+        # collector's freezer runs early only under stream churn)
+        self._on_bucket = weakref.WeakMethod(on_bucket)
         self._clip = math.log(cfg.pause_ratio)
         self.level: Optional[float] = None
         self.first_time: Optional[float] = None
@@ -132,7 +136,7 @@ class StepBuckets:
             return False
         y, first = math.log(self._summary(self._bucket)), self._bucket_start[0]
         self._bucket, self._bucket_start = [], None
-        return self._on_bucket(first, time, y)
+        return self._on_bucket()(first, time, y)
 
     def _summary(self, values: list) -> float:
         q = self.quantile
