@@ -17,7 +17,7 @@ from .._ring import Ring
 from ._config import DriftConfig
 from ._drift_episode import Episode
 from ._drift_noise import RAISE, Noise
-from ._evidence import PHASES
+from ._evidence import PHASE_TIMES, PHASES
 from ._types import CRITICAL, INFO, WARNING, Backing, Kind, median
 
 if TYPE_CHECKING:
@@ -114,11 +114,36 @@ class ShiftTests:
         its onset estimated as at a raise; None without."""
         if self.evidence is None:
             return None
+        return self._read(ref, shift, n)[0]
+
+    def _read(self, ref: float, shift: float, n: int) -> tuple:
+        """:meth:`backing_at` the onset of a shift of ``shift`` above ``ref`` over the last ``n``
+        buckets, estimated as at a raise."""
         m = n + self.n_before[WARNING] + self.outlast
         rows = self.history.tail(1, min(len(self.history), m))
         ys = self.history.tail(2, min(len(self.history), m))
         k = estimate_onset(ys, ref, shift, self.clip)
-        return self.backing_at(rows[k] - self.cfg.bucket_s, ref, shift)[0]
+        return self.backing_at(rows[k] - self.cfg.bucket_s, ref, shift)
+
+    def holds_nothing(self, ref: float, shift: float, n: int) -> bool:
+        """Whether the rank's evidence was compared for the shift (:meth:`backed`; its phase
+        times known) and nothing holds it: the host's own pace, as far as the agent measures."""
+        if self.evidence is None:
+            return False
+        backing, unknown, _ = self._read(ref, shift, n)
+        return backing is None and PHASE_TIMES not in unknown
+
+    def within_noise_under(self, settled: float, before: float) -> bool:
+        """Whether the level just before a window (``before``) lies under the settled level by
+        less than ``z`` of the warning window's spreads: a dip of the job's own noise, not a level
+        it moved to. A shift that nothing holds (:meth:`holds_nothing`) is then judged against the
+        settled level alone. A healthy launch-bound H200 job (10 s medians 0.85-1.22x) rose for
+        45 s from a level before of 11.5 ms, its settled level 11.8 ms: +16.2% over the dip
+        (critical, raised with no evidence, live), +13.6% over the settled level (not sustained:
+        quiet; tests/data/real/h200zw_1gpu_s). Where the job's level did fall since it settled (a
+        launch-bound job's host 22% faster after it settled), the level before still stands in
+        (tests/data/real/diag/h200zp)."""
+        return before < settled and settled - before < self.cfg.z * self.noise.get(WARNING)
 
     def stands_out(self, ref: float, shift: float, n: int) -> bool:
         """Whether the shift's evidence (:meth:`backed`) stands ``evidence_z`` spreads of its own
@@ -253,6 +278,8 @@ class ShiftTests:
                 early = shift is not None
             if shift is None:
                 continue
+            if which == "before" and self.within_noise_under(settled, ref) and self.holds_nothing(ref, shift, n):
+                continue  # (the host's pace, over a dip of its own: judged against the settled level alone)
             # (an early shift is spared the warning window by its evidence, already read)
             spared = early or self.unsustained(sev, ref, shift)
             if spared and not early and not self.stands_out(ref, shift, n):

@@ -52,14 +52,13 @@ HOST_SLOWED_2GPU = {
 # to every step looks like); the medians alone raise nothing. A false episode on the held-out part
 # (bench/results/detection_real_floor.md): (seconds after the first step before which nothing is raised)
 FLOOR_STEPPED = {"h200t_2gpu_m_sched_short.jsonl.gz": 240}
-# A healthy launch-bound H200 job (held out, live at 34c07bd, bench/results/real_h200zw.md) whose
-# host's pace rose +10..25% for about 45 s from 308 s against a "level before" at the low side
-# of its wander (10 s medians 0.85-1.22x of its median): raised critical live with no evidence,
-# and so replayed. A false episode on the held-out part, kept visible: (onset s after the first
-# step, raised no sooner than s)
-HUMP_RAISED = {"h200zw_1gpu_s.jsonl.gz": (300, 320)}
+# (h200zw_1gpu_s, a healthy launch-bound H200 job held out, live at 34c07bd, bench/results/
+# real_h200zw.md: its host's pace rose +10..25% for about 45 s from 308 s over a level before at
+# the low side of its wander, raised critical live with no evidence; quiet since a shift that
+# nothing holds is judged against the settled level when the level before is a dip within the
+# job's noise, _drift_tests.ShiftTests.within_noise_under: one of the QUIET ones.)
 QUIET = [n for n in CORPUS if n not in SHIFTED + WANDERING + list(HOST_SLOWED) + list(HOST_SLOWED_2GPU)
-         + list(FLOOR_STEPPED) + list(HUMP_RAISED)]
+         + list(FLOOR_STEPPED)]
 
 
 @pytest.fixture(scope="module")
@@ -85,21 +84,6 @@ def test_the_corpus_is_there_with_its_readme():
 def test_a_healthy_real_recording_raises_nothing(name, lines):
     alerts = replay(events(lines(name)), DetectionConfig())
     assert alerts == [], [(a.alertname, a.rank, a.severity, a.fired_summary) for a in alerts]
-
-
-@pytest.mark.parametrize("name, at", sorted(HUMP_RAISED.items()))
-def test_a_launch_bound_host_hump_is_still_raised_as_the_hosts_own_pace(name, at, lines):
-    """The known false episode of ``HUMP_RAISED``: one drift episode, critical, onset and raise no
-    sooner than listed, decided by the step times alone and saying so: what a user sees is "the
-    host's own pace?", not a cause of the job. When a rule quiets it, this test fails: move the
-    recording to the quiet ones."""
-    start = first_step_time(lines(name))
-    alerts = replay(events(lines(name)), DetectionConfig())
-    assert len(alerts) == 1, [(a.alertname, a.starts_at - start, a.fired_summary) for a in alerts]
-    (a,) = alerts
-    assert a.alertname == "StepwatchThroughputDrift" and a.severity == "critical" and a.decided == "steps", a
-    assert a.starts_at - start >= at[0] and a.fired_at - start >= at[1], (a.starts_at - start, a.fired_at - start)
-    assert "(the host's own pace?)" in a.fired_summary, a.fired_summary
 
 
 @pytest.mark.parametrize("name, quiet_until_s", sorted(FLOOR_STEPPED.items()))
