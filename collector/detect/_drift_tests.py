@@ -1,7 +1,8 @@
 """ShiftTests: a drift detector's tests of a shift against a reference level, over the buckets
 of its history: the size and spread each severity needs (``_shift``'s rules: 0.8x the ratio,
 0.7x for info, ``z`` spreads, two thirds of the window above half the shift), the critical
-sustain, the job's waves a shift no larger must outlast, and the rank's evidence, which raises a
+sustain, the job's waves a shift no larger must outlast, the settled level alone for a shift
+that nothing holds over a dip of the job's own noise, and the rank's evidence, which raises a
 warning or critical shift at its ratio when the source that holds it stands ``evidence_z`` of its
 own spreads out (a warning-sized one on the critical window already, when a phase's device time
 or the loader's wait holds it: :meth:`ShiftTests.early`), and which, gone, ends an episode."""
@@ -262,8 +263,9 @@ class ShiftTests:
 
     def test(self, sev: str, settled: float) -> Optional[tuple[float, float, str, bool]]:
         """(shift, reference, which, spared) for ``sev`` over its window against the settled
-        level, else the level just before the window, or None; ``spared``: a critical shift
-        spared the sustain by its evidence (:meth:`stands_out`)."""
+        level, else the level just before the window (not for a shift that nothing holds when
+        that level is a dip within the job's noise: :meth:`within_noise_under`), or None;
+        ``spared``: a critical shift spared the sustain by its evidence (:meth:`stands_out`)."""
         n, nb = self.n[sev], self.n_before[sev]
         hist = self.history
         if len(hist) < n or not self.after_end(hist[-n][1]):
