@@ -2,7 +2,9 @@
 level, the noise spreads, the pauses counted, the job's recent waves and when the last episode
 ended, and an open episode with its evidence (what held it, what could not be compared, the span
 it was read against): a restart while a change of the job lasts must not turn it into "nothing
-the agent measures ... moved" (the rank's evidence itself starts afresh)."""
+the agent measures ... moved". The rank's evidence itself starts afresh; the saved evidence's own
+level before (``Backing.before``) stands in for the span before it, so the episode still ends
+when its evidence goes away (``RankEvidence.grown``)."""
 
 from __future__ import annotations
 

@@ -202,7 +202,12 @@ class RankEvidence:
 
     def grown(self, b: Backing, lo: float, edge: float, since: float, now: float, step_s: float) -> Optional[float]:
         """How much the source of ``b`` stands above its level of ``lo..edge`` over
-        ``since..now``, in ``b``'s unit (None when the blocks cannot tell)."""
+        ``since..now``, in ``b``'s unit (None when the blocks cannot tell). When this rank holds
+        no block of ``lo..edge`` (a collector restarted since ``b`` was read there, or the span
+        fell out of the kept 30 minutes), ``b.before``, read there then, is that level: a held-out
+        2 x H200 job's loader pulse, the collector restarted 45 s into it, ended 118 and 308 s
+        after the pulse instead of 68 s (the host stayed up, so the step alone held it open), and
+        the next pulse was folded into it (tests/collector/detect/test_detect_persist.py)."""
         if b.kind in (Kind.PHASE, Kind.DEVICE):
             ks = _columns(b)
             before = [sum(r[3 + k] for k in ks) for r in self.phases if lo <= r[0] < edge]
@@ -216,12 +221,12 @@ class RankEvidence:
             return None  # (a share of the step: what it is now needs the step now; the step decides)
         else:
             rows = list(self.alloc)
-            x = _rate([r for r in rows if lo <= r[0] < edge])
             y = _rate([r for r in rows if since <= r[0] <= now + _BLOCK_S])
-            return None if x is None or y is None else (y - x) * step_s
-        if not before or len(after) < 2:
+            x = _rate([r for r in rows if lo <= r[0] < edge])
+            return None if y is None else y * step_s - (b.before if x is None else x * step_s)
+        if len(after) < 2:
             return None
-        return (median(after) - median(before)) * scale
+        return median(after) * scale - (median(before) * scale if before else b.before)
 
     def change_at(self, b: Backing, lo: float, after: float, now: float) -> Optional[float]:
         """Where the source of ``b`` (a phase's or the device work's time, the loader wait, the

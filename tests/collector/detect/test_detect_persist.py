@@ -182,3 +182,45 @@ def test_a_real_change_of_the_job_keeps_its_evidence_across_a_restart(tmp_path):
     assert g.decided == "job" and g.evidence["name"] == "backward" and "a change of the job" in g.summary, g.summary
     assert g.ends_at is not None and g.ends_at - end <= 120, g.ends_at - end
     assert [a.decided for a in after if a.onset > end] == ["job", "job"], [a.summary for a in after]
+
+
+def test_an_episode_whose_evidence_went_away_ends_after_a_restart_though_the_host_stays_up(tmp_path):
+    """The held-out 2 x H200 job h200zb (its host wanders by a few percent) with four +10% pulses
+    (backward, the loader's wait, forward, optimizer; 90 s on, 140 s off), the collector
+    restarted 45 s into the loader's. The restarted rank holds no block of the span its episode's
+    evidence was read against, so the evidence's own saved level before stands in: the loader's
+    episodes end within 2 minutes of its end, as without the restart (68 s), and the forward
+    pulse after it is raised in an episode of its own on both ranks. Without that level the step
+    alone had to clear, which the host held up: 118 and 308 s after the end, the forward pulse
+    folded into rank 1's loader episode."""
+    from stepwatch.collector._replay import replay
+    from stepwatch.collector.alerting import Detection
+    from stepwatch.collector.detect import DetectionConfig
+    from stepwatch.collector.tools.corpus import events, first_step_time, inject, load, pulse_end, repeat
+
+    series = repeat(load(str(pathlib.Path(__file__).parents[2] / "data" / "real" / "h200zb_2gpu_m.jsonl.gz")), 3,
+                    match=True)
+    at, spans = first_step_time(series) + 240.0, []
+    for where in ("backward", "loader", "forward", "optimizer"):
+        series = inject(series, "pulse", 0.10, at, 90.0, where)
+        spans.append((at, pulse_end(series, at, 90.0, 0.10)))
+        at = spans[-1][1] + 140.0
+    evs, cfg = list(events(series)), DetectionConfig()
+    cut = spans[1][0] + 45
+    store = DriftStore(str(tmp_path))
+    replay([e for e in evs if e.time < cut], cfg, detection=Detection(cfg, log_changes=False, store=store))
+    store.close()
+    after = replay([e for e in evs if e.kind == "connect"] + [e for e in evs if e.time >= cut and e.kind != "connect"],
+                   cfg, detection=Detection(cfg, log_changes=False, store=DriftStore(str(tmp_path))))
+    drift = [a for a in after if a.alertname == "StepwatchThroughputDrift"]
+    (start, end), (f_start, _) = spans[1], spans[2]
+    loader = [a for a in drift if start - 30 <= a.onset < f_start - 30]
+    assert sorted(a.rank for a in loader) == [0, 1], [(a.rank, a.onset - start, a.summary) for a in drift]
+    assert all(a.decided == "job" and a.evidence["name"] == "data-loader wait" for a in loader), \
+        [(a.rank, a.decided, a.evidence) for a in loader]
+    assert all(a.ends_at is not None and a.ends_at - end <= 120 for a in loader), \
+        [(a.rank, a.ends_at and a.ends_at - end) for a in loader]
+    forward = [a for a in drift if f_start - 30 <= a.starts_at < spans[3][0] - 30]
+    assert sorted(a.rank for a in forward) == [0, 1], [(a.rank, a.starts_at - f_start, a.summary) for a in drift]
+    assert all(a.fired_at - f_start <= 60 and a.decided == "job" for a in forward), \
+        [(a.rank, a.fired_at - f_start, a.decided) for a in forward]
