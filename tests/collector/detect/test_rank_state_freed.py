@@ -68,3 +68,26 @@ def test_a_new_run_on_a_rank_frees_the_runs_state_before_it_without_a_cycle():
         lambda: engine.connected("j", 1, RunIdentity(session="b", world=2), live=1, now=1_700_000_300.0))
     assert engine.drift_of("j", 1) is None, "the new run starts afresh"
     assert not garbage, sorted({type(o).__qualname__ for o in garbage})
+
+
+def test_the_collectors_state_of_a_real_job_is_freed_when_its_ranks_go():
+    """A real 2 x H200 job (tests/data/real/h200zb_2gpu_m: phase times, allocator, NVML and host
+    samples, alerts raised) replayed through the collector's Detection (the engine, the why's
+    evidence, the alert book), then its ranks forgotten as the collector's expiry does: none of
+    it is left in a reference cycle."""
+    import pathlib
+
+    from stepwatch.collector._replay import replay
+    from stepwatch.collector.alerting import Detection
+    from stepwatch.collector.detect import DetectionConfig
+    from stepwatch.collector.tools.corpus import events, load
+
+    cfg = DetectionConfig()
+    det = Detection(cfg, log_changes=False)
+    replay(events(load(str(pathlib.Path(__file__).parents[2] / "data" / "real" / "h200zb_2gpu_m.jsonl.gz"))), cfg,
+           detection=det)
+    keys = sorted(det.engine.rank_keys())
+    assert len(keys) == 2, keys
+    garbage = _detection_garbage(lambda: det.forget(keys))
+    assert not det.engine.rank_keys()
+    assert not garbage, sorted({type(o).__qualname__ for o in garbage})
