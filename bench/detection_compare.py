@@ -28,7 +28,7 @@ from concurrent.futures import ProcessPoolExecutor
 
 from stepwatch.collector._replay import replay
 from stepwatch.collector.detect import parse_detection
-from stepwatch.collector.tools.corpus import events, first_step_time, inject, load, pulse_end, rerun, slow_loader
+from stepwatch.collector.tools.corpus import events, first_step_time, inject, load, pulses, rerun, slow_loader
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REAL = os.path.join(HERE, "..", "tests", "data", "real")
@@ -50,12 +50,8 @@ def _arms(lines: list) -> dict:
     phased = _has_phases(lines)
     out = {"recorded": lines,
            "step10": inject(lines, "step", 0.10, t0 + 300, 0.0, "backward" if phased else None)}
-    pulsed, at = lines, t0 + 240
-    for where in ("backward", "loader", "optimizer", None):
-        where = where if phased or where in (None, "loader") else None
-        pulsed = inject(pulsed, "pulse", 0.10, at, 90.0, where)
-        at = pulse_end(pulsed, at, 90.0, 0.10) + 140.0
-    out["pulses"] = pulsed
+    out["pulses"] = pulses(lines, [w if phased or w in (None, "loader") else None
+                                   for w in ("backward", "loader", "optimizer", None)], t0 + 240)[0]
     if _ranks(lines) > 1:
         steps = sorted(float(s["duration_s"]) for o in lines if o["kind"] == "batch"
                        for s in o["batch"].get("steps", ()))

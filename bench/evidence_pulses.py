@@ -28,8 +28,8 @@ import sys
 
 from stepwatch.collector._replay import replay
 from stepwatch.collector.detect import parse_detection
-from stepwatch.collector.tools.corpus import (events, first_step_time, inject, load, matched_cut, pulse_end, repeat,
-                                              seams as corpus_seams)
+from stepwatch.collector.tools.corpus import (events, first_step_time, load, matched_cut, pulses as pulse_train,
+                                              repeat, seams as corpus_seams)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REAL = os.path.join(HERE, "..", "tests", "data", "real")
@@ -79,14 +79,9 @@ def _ts(v) -> float:
 
 def run(lines: list, cfg, arm: str, a) -> list[dict]:
     t0 = first_step_time(lines)
-    at = t0 + a.at
-    pulses = []
-    for i in range(a.pulses):
-        where = WHERE[i % len(WHERE)] if arm == "evidence" else None
-        lines = inject(lines, "pulse", a.ratio, at, a.on_s, where)
-        end = pulse_end(lines, at, a.on_s, a.ratio)
-        pulses.append((at, end, where))
-        at = end + a.off_s
+    wheres = [WHERE[i % len(WHERE)] if arm == "evidence" else None for i in range(a.pulses)]
+    lines, spans = pulse_train(lines, wheres, t0 + a.at, a.ratio, a.on_s, a.off_s)
+    pulses = [(start, end, where) for (start, end), where in zip(spans, wheres)]
     alerts = [x for x in replay(events(lines), cfg) if x.alertname == DRIFT]
     t_end = max(float(o["time"]) for o in lines)
     onsets = [o for x in alerts for o in _onsets(x)]

@@ -22,8 +22,8 @@ from typing import Iterable, Optional
 
 from ..ingest import record_events
 
-__all__ = ["load", "first_step_time", "rank_steps", "inject", "slow_loader", "grow", "repeat", "matched_cut", "pulse_end", "rerun", "events",
-           "reach_at"]
+__all__ = ["load", "first_step_time", "rank_steps", "inject", "slow_loader", "grow", "repeat", "matched_cut", "pulse_end", "pulses", "rerun",
+           "events", "reach_at"]
 
 
 def load(path: str) -> list[dict]:
@@ -95,6 +95,20 @@ def pulse_end(lines: list[dict], at: float, span: float, ratio: float) -> float:
     return at + span + ratio * sum(float(s["duration_s"]) for o in lines if o["kind"] == "batch"
                                    and int(o.get("rank", 0)) == 0 for s in o["batch"].get("steps", ())
                                    if at <= float(s["end_time_s"]) < at + span)
+
+
+def pulses(lines: list[dict], where_each: Iterable[Optional[str]], at: float, ratio: float = 0.10,
+           on_s: float = 90.0, off_s: float = 140.0) -> tuple[list[dict], list[tuple[float, float]]]:
+    """``lines`` with one :func:`inject` ``pulse`` of +``ratio`` per entry of ``where_each`` (what
+    its time is made of, as :func:`inject`'s ``where``), the first from Unix time ``at``, each on
+    ``on_s`` and off ``off_s`` of the recording's time after it ends; the changed series and each
+    pulse's (start, end) in it (:func:`pulse_end`)."""
+    spans = []
+    for where in where_each:
+        lines = inject(lines, "pulse", ratio, at, on_s, where)
+        spans.append((at, pulse_end(lines, at, on_s, ratio)))
+        at = spans[-1][1] + off_s
+    return lines, spans
 
 
 def slow_loader(lines: list[dict], rank: int, seconds: float, at: float) -> list[dict]:

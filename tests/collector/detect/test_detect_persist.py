@@ -196,15 +196,11 @@ def test_an_episode_whose_evidence_went_away_ends_after_a_restart_though_the_hos
     from stepwatch.collector._replay import replay
     from stepwatch.collector.alerting import Detection
     from stepwatch.collector.detect import DetectionConfig
-    from stepwatch.collector.tools.corpus import events, first_step_time, inject, load, pulse_end, repeat
+    from stepwatch.collector.tools.corpus import events, first_step_time, load, pulses, repeat
 
     series = repeat(load(str(pathlib.Path(__file__).parents[2] / "data" / "real" / "h200zb_2gpu_m.jsonl.gz")), 3,
                     match=True)
-    at, spans = first_step_time(series) + 240.0, []
-    for where in ("backward", "loader", "forward", "optimizer"):
-        series = inject(series, "pulse", 0.10, at, 90.0, where)
-        spans.append((at, pulse_end(series, at, 90.0, 0.10)))
-        at = spans[-1][1] + 140.0
+    series, spans = pulses(series, ("backward", "loader", "forward", "optimizer"), first_step_time(series) + 240.0)
     evs, cfg = list(events(series)), DetectionConfig()
     cut = spans[1][0] + 45
     store = DriftStore(str(tmp_path))

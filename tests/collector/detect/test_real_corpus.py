@@ -13,8 +13,8 @@ import pytest
 
 from stepwatch.collector._replay import replay
 from stepwatch.collector.detect import DetectionConfig, DriftConfig
-from stepwatch.collector.tools.corpus import (events, first_step_time, grow, inject, load, pulse_end, rank_steps,
-                                              reach_at, repeat, seams, slow_loader)
+from stepwatch.collector.tools.corpus import (events, first_step_time, grow, inject, load, pulse_end, pulses,
+                                              rank_steps, reach_at, repeat, seams, slow_loader)
 
 REAL = pathlib.Path(__file__).resolve().parents[2] / "data" / "real"
 CORPUS = sorted(p.name for p in REAL.glob("*.jsonl.gz"))
@@ -367,13 +367,7 @@ def _pulses(series, where_each, ratio=0.10, on_s=90.0, off_s=140.0, at_s=240.0):
     """``series`` with a +``ratio`` pulse per entry of ``where_each`` (what its time is made of:
     a phase, "loader", or None), on ``on_s`` and off ``off_s`` of the recording's time from
     ``at_s``; returns the changed series and each pulse's (start, end)."""
-    at, spans = first_step_time(series) + at_s, []
-    for where in where_each:
-        series = inject(series, "pulse", ratio, at, on_s, where)
-        end = pulse_end(series, at, on_s, ratio)
-        spans.append((at, end))
-        at = end + off_s
-    return series, spans
+    return pulses(series, where_each, first_step_time(series) + at_s, ratio, on_s, off_s)
 
 
 def _raised_per_pulse(alerts, spans):
