@@ -154,28 +154,35 @@ def test_the_collector_exports_the_store_failures(start_collector, tmp_path):
     assert "stepwatch_collector_state_store_failures_total 2.0" in body.decode()
 
 
+def _replayed_with_a_restart(evs: list, cfg, cut: float, where) -> tuple[list, list]:
+    """``evs`` replayed into a collector's Detection that saves to a DriftStore in ``where`` until
+    data time ``cut``, stopped there (its pending saves written), and a new one on the same store
+    replayed the agents' connects and everything from ``cut`` on: the alerts before and after."""
+    from stepwatch.collector._replay import replay
+    from stepwatch.collector.alerting import Detection
+
+    store = DriftStore(str(where))
+    before = replay([e for e in evs if e.time < cut], cfg, detection=Detection(cfg, log_changes=False, store=store))
+    store.close()
+    after = replay([e for e in evs if e.kind == "connect"] + [e for e in evs if e.time >= cut and e.kind != "connect"],
+                   cfg, detection=Detection(cfg, log_changes=False, store=DriftStore(str(where))))
+    return before, after
+
+
 def test_a_real_change_of_the_job_keeps_its_evidence_across_a_restart(tmp_path):
     """The held-out live recording h200zs (tests/data/real/diag) replayed with a collector
     restart 45 s into its GEMMs in backward (raised at 30 s): the restarted collector's episode
     goes on decided by the backward's time, as without the restart (without the saved evidence it
     read "no one thing the agent measures beside the step time holds it"), and resolves within 2
     minutes of the GEMMs' end; the loader and ``empty_cache()`` after it are raised as before."""
-    from stepwatch.collector._replay import replay
-    from stepwatch.collector.alerting import Detection
     from stepwatch.collector.detect import DetectionConfig
     from stepwatch.collector.tools.corpus import events, load
 
     start, end = 1796360717.63, 1796360807.63  # the GEMMs (diag README)
     evs = list(events(load(str(pathlib.Path(__file__).parents[2] / "data" / "real" / "diag"
                                 / "h200zs_1gpu_m_pulses.jsonl.gz"))))
-    cfg, cut = DetectionConfig(), start + 45
-    store = DriftStore(str(tmp_path))
-    before = replay([e for e in evs if e.time < cut], cfg, detection=Detection(cfg, log_changes=False, store=store))
+    before, after = _replayed_with_a_restart(evs, DetectionConfig(), start + 45, tmp_path)
     assert [a.decided for a in before if a.state == "firing"] == ["job"], [a.summary for a in before]
-    store.close()  # (its pending saves written)
-    again = Detection(cfg, log_changes=False, store=DriftStore(str(tmp_path)))
-    after = replay([e for e in evs if e.kind == "connect"] + [e for e in evs if e.time >= cut and e.kind != "connect"],
-                   cfg, detection=again)
     gemms = [a for a in after if abs(a.onset - start) <= 15]
     assert len(gemms) == 1, [(a.onset - start, a.summary) for a in after]
     g = gemms[0]
@@ -193,21 +200,13 @@ def test_an_episode_whose_evidence_went_away_ends_after_a_restart_though_the_hos
     pulse after it is raised in an episode of its own on both ranks. Without that level the step
     alone had to clear, which the host held up: 118 and 308 s after the end, the forward pulse
     folded into rank 1's loader episode."""
-    from stepwatch.collector._replay import replay
-    from stepwatch.collector.alerting import Detection
     from stepwatch.collector.detect import DetectionConfig
     from stepwatch.collector.tools.corpus import events, first_step_time, load, pulses, repeat
 
     series = repeat(load(str(pathlib.Path(__file__).parents[2] / "data" / "real" / "h200zb_2gpu_m.jsonl.gz")), 3,
                     match=True)
     series, spans = pulses(series, ("backward", "loader", "forward", "optimizer"), first_step_time(series) + 240.0)
-    evs, cfg = list(events(series)), DetectionConfig()
-    cut = spans[1][0] + 45
-    store = DriftStore(str(tmp_path))
-    replay([e for e in evs if e.time < cut], cfg, detection=Detection(cfg, log_changes=False, store=store))
-    store.close()
-    after = replay([e for e in evs if e.kind == "connect"] + [e for e in evs if e.time >= cut and e.kind != "connect"],
-                   cfg, detection=Detection(cfg, log_changes=False, store=DriftStore(str(tmp_path))))
+    _, after = _replayed_with_a_restart(list(events(series)), DetectionConfig(), spans[1][0] + 45, tmp_path)
     drift = [a for a in after if a.alertname == "StepwatchThroughputDrift"]
     (start, end), (f_start, _) = spans[1], spans[2]
     loader = [a for a in drift if start - 30 <= a.onset < f_start - 30]
