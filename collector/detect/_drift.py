@@ -325,7 +325,7 @@ class DriftDetector:
             lasted = hist[-1][1] - self._ep.onset[1]
             if (lasted <= self.cfg.transient_s and self._ep.alertname == THROUGHPUT_DRIFT
                     and self._ep.backing is None):  # (a change its evidence held is no wave of the job's)
-                self._t.waves.append((hist[-1][1], self._ep.peak, lasted))  # it came back by itself
+                self._t.add_wave(hist[-1][1], self._ep.peak, lasted)  # it came back by itself
             self.end_episode()
             self._steps.level = recent
             return True

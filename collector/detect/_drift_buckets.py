@@ -16,7 +16,7 @@ import bisect
 import collections
 import math
 import weakref
-from typing import Callable, Optional
+from typing import Callable, Optional, Union
 
 from ._config import DriftConfig
 from ._types import finite_positive, median
@@ -57,7 +57,7 @@ class StepBuckets:
         # it, [window end step, end time, (median of the last _AROUND_STEPS, of the last
         # _AROUND_HOLD) before, steps after]
         self._recent_values: collections.deque = collections.deque(maxlen=_AROUND_HOLD)
-        self._windows: collections.deque = collections.deque(maxlen=8)
+        self._windows: Union[tuple, collections.deque] = ()  # a deque from the first window on
 
     def feed(self, step: int, time: float, value: float) -> bool:
         if not finite_positive(value):
@@ -153,6 +153,8 @@ class StepBuckets:
         ``time``): the kept steps before it are noted, those after it gathered."""
         recent = list(self._recent_values)
         before = (median(recent[-_AROUND_STEPS:]), median(recent)) if len(recent) >= 5 else None
+        if not self._windows:
+            self._windows = collections.deque(maxlen=8)
         self._windows.append([step, time, before, []])
 
     def _after_window(self, values: list) -> None:

@@ -109,7 +109,7 @@ def _restore_waves(t, state: dict) -> None:
         except (TypeError, ValueError):
             continue
         if all(math.isfinite(x) for x in (end, peak, lasted)):
-            t.waves.append((end, peak, lasted))
+            t.add_wave(end, peak, lasted)
     try:
         ended = float(state["ended_at"]) if state.get("ended_at") is not None else None
     except (TypeError, ValueError):

@@ -12,7 +12,7 @@ from __future__ import annotations
 import collections
 import itertools
 import math
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, Optional, Union
 
 from .._ring import Ring
 from ._config import DriftConfig
@@ -77,7 +77,7 @@ class ShiftTests:
         self.noise = Noise(cfg.z, self.n, max(1, math.ceil(noise_history_s / b)), self.ratio)
         self.ended_at: Optional[float] = None
         self.outlast = 0
-        self.waves: collections.deque = collections.deque(maxlen=_WAVES_KEPT)
+        self.waves: Union[tuple, collections.deque] = ()  # a deque from the first wave on (:meth:`add_wave`)
 
     def shift(self, sev: str, ref: float, n: int = 0, backed: bool = False) -> Optional[float]:
         """The shift of ``sev``'s window (or of the last ``n`` buckets) above ``ref`` (log
@@ -392,6 +392,13 @@ class ShiftTests:
         began (the critical window alone: ~20 s)."""
         n = self.n_sustain
         return _stands(self.history.tail(2, min(len(self.history), n)), ref, shift, n)
+
+    def add_wave(self, end: float, peak: float, lasted: float) -> None:
+        """An episode that ended by itself (``end`` time, ``peak`` log shift, seconds it
+        ``lasted``): the latest _WAVES_KEPT are kept."""
+        if not self.waves:
+            self.waves = collections.deque(maxlen=_WAVES_KEPT)
+        self.waves.append((end, peak, lasted))
 
     def outlasts_waves(self, ref: float, shift: float) -> bool:
         """False while a shift no larger than one of the job's recent waves (an episode that

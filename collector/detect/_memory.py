@@ -12,7 +12,7 @@ import bisect
 import collections
 import math
 import operator
-from typing import Optional
+from typing import Optional, Union
 
 from ._config import MemoryConfig
 from ._names import (ALLOC_RETRIES, ALLOCATOR_FRAGMENTATION, GPU_MEMORY_LEAK, HOST_MEMORY_LEAK, MEMORY_EXHAUSTION_FORECAST,
@@ -59,10 +59,12 @@ class Trend:
     def __init__(self, window_s: float, segments: int, min_growth: float, min_capacity_share: float = 0.0):
         self.window_s, self.segments, self.min_growth = window_s, segments, min_growth
         self.min_capacity_share = min_capacity_share
-        self._pts: collections.deque = collections.deque()
-        # (time, value) of the points that are the window's largest (smallest) from there on
-        self._highs: collections.deque = collections.deque()
-        self._lows: collections.deque = collections.deque()
+        # the kept points, and the (time, value) of those that are the window's largest
+        # (smallest) from there on: deques from the first point on (an empty deque holds a
+        # 64-slot block, ~600 B; a rank without host or NVML samples never feeds its trends)
+        self._pts: Union[tuple, collections.deque] = ()
+        self._highs: Union[tuple, collections.deque] = ()
+        self._lows: Union[tuple, collections.deque] = ()
 
     def add(self, t: float, v: float) -> bool:
         """Record a point; True when a point was kept (the verdict may have changed). A point
@@ -75,6 +77,8 @@ class Trend:
         if self._pts and t - self._pts[-1][0] < gap:
             return False
         point = (t, float(v))
+        if not self._pts:
+            self._pts, self._highs, self._lows = collections.deque(), collections.deque(), collections.deque()
         self._pts.append(point)
         highs, lows = self._highs, self._lows
         while highs and highs[-1][1] <= point[1]:

@@ -3,6 +3,7 @@ capacity, alloc retries and OOM holds, leak trend and exhaustion forecast."""
 
 from __future__ import annotations
 
+import collections
 import itertools
 import math
 import random
@@ -241,7 +242,7 @@ def test_leak_judgement_by_bisection_equals_the_direct_computation(data, segment
     else:
         values = [1e9 + rng.gauss(0, 2e7) for _ in times]
     trend = Trend(1500.0, segments, 0.10, 0.02)
-    trend._pts.extend(zip(times, values))
+    trend._pts = collections.deque(zip(times, values))  # (the points as kept, every one)
     want = _judge_directly(list(trend._pts), segments, 0.10, 0.02, capacity)
     assert trend._judge(capacity) == want
 
