@@ -50,6 +50,7 @@ class RankDrift:
 
     def __init__(self, cfg: DriftConfig, job: str, rank: int, evidence=None):
         self.median = DriftDetector(cfg, job, rank, evidence=evidence)
+        self._evidence = evidence
         q = cfg.floor_quantile
         self.floor: Optional[DriftDetector] = DriftDetector(cfg, job, rank, q, evidence) if q > 0 else None
         self._src: Optional[DriftDetector] = None  # the detector whose episode is shown
@@ -192,6 +193,8 @@ class RankDrift:
         out = {"v": 2, "median": med, "shown": "floor" if self._src is self.floor and self.floor else "median"}
         if self.floor is not None:
             out["floor"] = self.floor.state()
+        if self._evidence is not None:
+            out["sources"] = self._evidence.noise.saved()  # (what the evidence read its sources' spreads as)
         return out
 
     def restore(self, state: dict) -> None:
@@ -199,6 +202,8 @@ class RankDrift:
         state) restores the median detector, and the floor settles afresh."""
         if state.get("v") == 2 and isinstance(state.get("median"), dict):
             self.median.restore(state["median"])
+            if self._evidence is not None:
+                self._evidence.noise.restore(state.get("sources"))
             if self.floor is not None and isinstance(state.get("floor"), dict):
                 self.floor.restore(state["floor"])
             shown = self.floor if state.get("shown") == "floor" and self.floor is not None else self.median

@@ -4,7 +4,8 @@ ended, and an open episode with its evidence (what held it, what could not be co
 it was read against): a restart while a change of the job lasts must not turn it into "nothing
 the agent measures ... moved". The rank's evidence itself starts afresh; the saved evidence's own
 level before (``Backing.before``) stands in for the span before it, so the episode still ends
-when its evidence goes away (``RankEvidence.grown``)."""
+when its evidence goes away (``RankEvidence.grown``). The rank's sources' measured spreads are
+carried beside the two detectors' states (``RankDrift.state``, ``SourceNoise.saved``)."""
 
 from __future__ import annotations
 

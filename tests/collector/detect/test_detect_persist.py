@@ -219,3 +219,54 @@ def test_an_episode_whose_evidence_went_away_ends_after_a_restart_though_the_hos
     assert sorted(a.rank for a in forward) == [0, 1], [(a.rank, a.starts_at - f_start, a.summary) for a in drift]
     assert all(a.fired_at - f_start <= 60 and a.decided == "job" for a in forward), \
         [(a.rank, a.fired_at - f_start, a.decided) for a in forward]
+
+
+def test_a_source_measured_before_a_restart_decides_its_change_again_soon_after_it(tmp_path):
+    """The held-out 2 x H200 job h200zb with +10% pulses in backward, the loader's wait, backward
+    again and the optimizer, the collector restarted 60 s before the second backward pulse: the
+    restarted ranks hold 12 blocks, too few to measure backward's own spread (18), so the spread
+    measured before the restart, carried in the drift state, stands in. Both ranks raise it within
+    45 s, decided by backward (34 s without the restart); without the carried spread rank 0 waited
+    for the step time's spreads alone: 62 s."""
+    from stepwatch.collector.detect import DetectionConfig
+    from stepwatch.collector.tools.corpus import events, first_step_time, load, pulses, repeat
+
+    series = repeat(load(str(pathlib.Path(__file__).parents[2] / "data" / "real" / "h200zb_2gpu_m.jsonl.gz")), 3,
+                    match=True)
+    series, spans = pulses(series, ("backward", "loader", "backward", "optimizer"), first_step_time(series) + 240.0)
+    (start, _), (next_start, _) = spans[2], spans[3]
+    _, after = _replayed_with_a_restart(list(events(series)), DetectionConfig(), start - 60, tmp_path)
+    drift = [a for a in after if a.alertname == "StepwatchThroughputDrift"]
+    again = [a for a in drift if start - 30 <= a.starts_at < next_start - 30]
+    assert sorted(a.rank for a in again) == [0, 1], [(a.rank, a.starts_at - start, a.summary) for a in drift]
+    assert all(a.fired_at - start <= 45 and a.decided == "job" and a.evidence["name"] == "backward" for a in again), \
+        [(a.rank, a.fired_at - start, a.decided, a.evidence) for a in again]
+
+
+def test_source_spreads_carried_over_a_restart_stand_in_only_while_the_blocks_cannot_measure():
+    """:class:`SourceNoise`'s saved spreads round-trip through JSON; one that does not read is left
+    out; a run of ``n`` blocks takes the spread of the longest saved run no longer than ``n``;
+    once the rank's own blocks measure the source, they decide."""
+    import json
+
+    from stepwatch.collector.detect._evidence_noise import SourceNoise
+
+    rng = random.Random(7)
+    before = SourceNoise(5.0)
+    steady = [(5.0 * i, 0.010 * math.exp(rng.gauss(0, 0.1))) for i in range(1, 200)]
+    measured = before.spread(("phase", (1,), 15), 6, 1000.0, 0.05, lambda: steady, tuple)
+    assert measured is not None and measured > 0.005 * 0.05  # (over the floor: the series' own)
+    saved = json.loads(json.dumps(before.saved()))
+    assert saved == [[["phase", [1], 15], 6, measured]]
+
+    after = SourceNoise(5.0)
+    after.restore(saved + [[["phase", [2], 15], "six", 0.1], [["loader"], 6, float("nan")], "junk", [[3], 6, 0.1]])
+    few = steady[-12:]  # 12 blocks since the restart: too few to measure
+    key = ("phase", (1,), 15)
+    assert after.spread(key, 5, 1000.0, 0.05, lambda: few, tuple) is None  # (no saved run of 5 or fewer)
+    assert after.spread(key, 8, 1000.0, 0.05, lambda: few, tuple) == measured
+    assert after.spread(("phase", (2,), 15), 8, 1000.0, 0.05, lambda: few, tuple) is None
+    assert after.spread(("loader",), 8, 1000.0, 0.05, lambda: few, tuple) is None
+    own = [(1000.0 + 5.0 * i, 0.010 * math.exp(rng.gauss(0, 0.2))) for i in range(40)]  # its own, louder
+    live = after.spread(key, 8, 1205.0, 0.05, lambda: own, tuple)
+    assert live is not None and live != measured
