@@ -89,16 +89,16 @@ class SourceNoise:
         what :meth:`restore` takes after a restart."""
         out = [[_listed(key), n, s] for (key, n), (_, s) in self._kept.items() if s is not None]
         out += [[_listed(key), n, s] for key, runs in self._restored.items() for n, s in runs.items()
-                if (key, n) not in self._kept]
+                if self._kept.get((key, n), (0, None))[1] is None]  # (not measured again yet)
         return out[:_KEPT_MAX]
 
     def restore(self, entries) -> None:
         """Take up :meth:`saved`'s spreads as the measure of their sources while the rank's own
         blocks cannot measure them. Entries that do not read are left out."""
-        for entry in entries if isinstance(entries, list) else ():
+        for entry in entries[:_KEPT_MAX] if isinstance(entries, list) else ():
             try:
                 key, n, s = _tupled(entry[0]), int(entry[1]), float(entry[2])
-            except (TypeError, ValueError, IndexError):
+            except (TypeError, ValueError, IndexError, KeyError):
                 continue
             if isinstance(key, tuple) and key and isinstance(key[0], str) and n > 0 and math.isfinite(s) and s >= 0:
                 self._restored.setdefault(key, {})[n] = s

@@ -260,13 +260,15 @@ def test_source_spreads_carried_over_a_restart_stand_in_only_while_the_blocks_ca
     assert saved == [[["phase", [1], 15], 6, measured]]
 
     after = SourceNoise(5.0)
-    after.restore(saved + [[["phase", [2], 15], "six", 0.1], [["loader"], 6, float("nan")], "junk", [[3], 6, 0.1]])
+    after.restore(saved + [[["phase", [2], 15], "six", 0.1], [["loader"], 6, float("nan")], "junk", [[3], 6, 0.1],
+                           {"key": 1}, None])
     few = steady[-12:]  # 12 blocks since the restart: too few to measure
     key = ("phase", (1,), 15)
     assert after.spread(key, 5, 1000.0, 0.05, lambda: few, tuple) is None  # (no saved run of 5 or fewer)
     assert after.spread(key, 8, 1000.0, 0.05, lambda: few, tuple) == measured
     assert after.spread(("phase", (2,), 15), 8, 1000.0, 0.05, lambda: few, tuple) is None
     assert after.spread(("loader",), 8, 1000.0, 0.05, lambda: few, tuple) is None
+    assert after.saved() == saved  # (still carried: its blocks could not measure it yet)
     own = [(1000.0 + 5.0 * i, 0.010 * math.exp(rng.gauss(0, 0.2))) for i in range(40)]  # its own, louder
     live = after.spread(key, 8, 1205.0, 0.05, lambda: own, tuple)
     assert live is not None and live != measured
