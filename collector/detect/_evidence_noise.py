@@ -98,9 +98,9 @@ class SourceNoise:
         for entry in entries[:_KEPT_MAX] if isinstance(entries, list) else ():
             try:
                 key, n, s = _tupled(entry[0]), int(entry[1]), float(entry[2])
-            except (TypeError, ValueError, IndexError, KeyError):
+            except (TypeError, ValueError, IndexError, KeyError, RecursionError):
                 continue
-            if isinstance(key, tuple) and key and isinstance(key[0], str) and n > 0 and math.isfinite(s) and s >= 0:
+            if _a_key(key) and n > 0 and math.isfinite(s) and s >= 0:
                 self._restored.setdefault(key, {})[n] = s
 
 
@@ -110,6 +110,14 @@ def _listed(x):
 
 def _tupled(x):
     return tuple(_tupled(v) for v in x) if isinstance(x, list) else x
+
+
+def _a_key(key) -> bool:
+    """Whether ``key`` reads as a source's: its kind, then phase columns (ints) and a points
+    kind, as :meth:`~._evidence.RankEvidence.spreads` makes them."""
+    return (isinstance(key, tuple) and 0 < len(key) <= 3 and isinstance(key[0], str)
+            and all(isinstance(v, int) or (isinstance(v, tuple) and all(isinstance(c, int) for c in v))
+                    for v in key[1:]))
 
 
 def _quiet(rows: list, loud: Sequence[tuple], block_s: float) -> list:

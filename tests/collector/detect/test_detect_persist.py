@@ -261,7 +261,7 @@ def test_source_spreads_carried_over_a_restart_stand_in_only_while_the_blocks_ca
 
     after = SourceNoise(5.0)
     after.restore(saved + [[["phase", [2], 15], "six", 0.1], [["loader"], 6, float("nan")], "junk", [[3], 6, 0.1],
-                           {"key": 1}, None])
+                           {"key": 1}, None, [["phase", [[[1]]], 15], 6, 0.1], [["phase", [1], 15, 4], 6, 0.1]])
     few = steady[-12:]  # 12 blocks since the restart: too few to measure
     key = ("phase", (1,), 15)
     assert after.spread(key, 5, 1000.0, 0.05, lambda: few, tuple) is None  # (no saved run of 5 or fewer)
