@@ -203,6 +203,11 @@ class DriftDetector:
         spreads = self._noise.spreads
         return math.exp(self._settled), spreads.get(WARNING, spreads.get(CRITICAL, 0.0))
 
+    def loud(self) -> list[tuple[float, float]]:
+        """The data times of its history inside episodes (what the evidence's own spreads leave
+        out: :meth:`ShiftTests.loud`)."""
+        return self._t.loud()
+
     def state(self) -> Optional[dict]:
         """What survives a collector restart (:func:`._drift_state.drift_state`)."""
         return drift_state(self)

@@ -186,15 +186,18 @@ class RankDrift:
 
     def state(self) -> Optional[dict]:
         """Both detectors' :meth:`DriftDetector.state` (the median's alone where the floor is
-        off); None before the median detector is armed."""
+        off) and the spreads the rank's evidence measured its sources in (one source not yet
+        measured is measured here: :meth:`RankEvidence.measure_unread`); None before the median
+        detector is armed."""
         med = self.median.state()
         if med is None:
             return None
         out = {"v": 2, "median": med, "shown": "floor" if self._src is self.floor and self.floor else "median"}
         if self.floor is not None:
             out["floor"] = self.floor.state()
-        if self._evidence is not None:
-            out["sources"] = self._evidence.noise.saved()  # (what the evidence read its sources' spreads as)
+        if self._evidence is not None:  # (what the evidence reads its sources' spreads as)
+            self._evidence.measure_unread(self.median.loud)
+            out["sources"] = self._evidence.noise.saved()
         return out
 
     def restore(self, state: dict) -> None:

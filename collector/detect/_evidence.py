@@ -38,7 +38,7 @@ import dataclasses
 from typing import Callable, Optional, Sequence
 
 from .._ring import Ring
-from ._evidence_noise import SourceNoise
+from ._evidence_noise import MIN_RUN, SourceNoise
 from ._types import Backing, Kind, median
 
 __all__ = ["Backing", "RankEvidence", "PHASES"]
@@ -190,15 +190,45 @@ class RankEvidence:
             if not after:
                 return None
             kind = after[-1][2]
-            ks = _columns(b)
-            key: tuple = (b.kind, ks, kind)
+            key, rows = self._source(b.kind, _columns(b), kind)
             n = sum(1 for r in after if r[2] == kind)
-            rows = lambda: [(r[0], sum(r[3 + k] for k in ks)) for r in self.phases if r[2] == kind]  # noqa: E731
         else:
-            key, n = (b.kind,), sum(1 for r in self.waits if since <= r[0] <= now + _BLOCK_S)
-            rows = lambda: [(r[0], r[1]) for r in self.waits]  # noqa: E731
+            key, rows = self._source(b.kind)
+            n = sum(1 for r in self.waits if since <= r[0] <= now + _BLOCK_S)
         s = self.noise.spread(key, n, edge, step_s, rows, loud)
         return None if s is None else round((b.after - b.before) / 1e3 / s, 1)
+
+    def _source(self, kind: str, ks: tuple = (), points: int = 0) -> tuple:
+        """(key, rows) of one source of the evidence as :class:`SourceNoise` measures it: a phase
+        or the device's work (the columns ``ks`` of the blocks of ``points``), or the loader's wait."""
+        if kind in (Kind.PHASE, Kind.DEVICE):
+            return (kind, ks, points), lambda: [(r[0], sum(r[3 + k] for k in ks)) for r in self.phases
+                                                if r[2] == points]
+        return (kind,), lambda: [(r[0], r[1]) for r in self.waits]
+
+    def measure_unread(self, loud: Callable[[], Sequence[tuple]] = tuple) -> bool:
+        """At a save of the drift state: measure the spread of one source not measured over the
+        last 30 minutes (a phase's device time, the device's work, the loader's wait), over runs
+        of the fewest blocks, so that a collector restart carries it (:meth:`SourceNoise.saved`):
+        a change in a source first read in the 90 s after a restart is then decided by its
+        evidence too. Only on a rank whose evidence was read before (its step time shifted: a
+        wandering host); elsewhere nothing is measured. At most one measurement per save (about
+        once a minute of data): ~0.1 ms on real 2 x H200 and launch-bound recordings, the whole
+        state ~40 us a save on average; what the rank decides now is not changed by it. True
+        when one was measured."""
+        if not self.noise.read() or not len(self.phases):
+            return False
+        points = self.phases[-1][2]
+        edge = self.phases[-1][0] + _BLOCK_S
+        sources = [self._source(Kind.PHASE, (j,), points) for j in range(len(PHASES))]
+        sources.append(self._source(Kind.DEVICE, tuple(j for j in range(len(PHASES)) if PHASES[j] != "sync"), points))
+        if len(self.waits):
+            sources.append(self._source(Kind.LOADER))
+        for key, rows in sources:
+            if self.noise.due(key, edge):
+                self.noise.measure_for_restart(key, MIN_RUN, edge, rows, loud)
+                return True
+        return False
 
     def grown(self, b: Backing, lo: float, edge: float, since: float, now: float, step_s: float) -> Optional[float]:
         """How much the source of ``b`` stands above its level of ``lo..edge`` over

@@ -16,7 +16,7 @@ source's own unit (seconds), over the source's blocks of the last ``_SPAN_S`` be
 the blocks inside the rank's episodes and before its settling time (``loud`` spans: the warm-up's
 compiling and allocator growth are no measure of a source's pace). A history too short for runs of
 ``n`` measures runs as long as it holds (shorter runs spread more: the reading errs towards
-blind), and none under ``_MIN_RUN`` blocks: the step time's own spread decides then. Never under
+blind), and none under ``MIN_RUN`` blocks: the step time's own spread decides then. Never under
 ``_FLOOR`` of the step: a perfectly still phase does not make any growth of it significant.
 
 A collector restart empties the rank's blocks: for its first ~90 s of data no source can be
@@ -38,11 +38,11 @@ from typing import Callable, Optional, Sequence
 
 from ._drift_noise import run_differences
 
-__all__ = ["SourceNoise"]
+__all__ = ["SourceNoise", "MIN_RUN"]
 
 _SPAN_S = 1800.0   # history a source's spread is measured over
 _KEEP_S = 60.0     # a measurement serves spans ending up to this much later
-_MIN_RUN = 6       # blocks per run at the least (30 s: the critical window)
+MIN_RUN = 6       # blocks per run at the least (30 s: the critical window)
 _RUNS = 6          # runs the history must hold beyond two
 _FLOOR = 0.005     # of the step: the smallest spread a source is read with
 _KEPT_MAX = 64     # measurements kept per rank
@@ -53,12 +53,13 @@ class SourceNoise:
     """Spreads of one rank's evidence sources (blocks of ``block_s``), kept for a minute each;
     ``key`` names a source (e.g. ("phase", (2,), points))."""
 
-    __slots__ = ("_kept", "_block_s", "_restored")
+    __slots__ = ("_kept", "_block_s", "_restored", "_for_restart")
 
     def __init__(self, block_s: float) -> None:
         self._kept: dict = {}  # (key, n) -> (edge it was measured to, spread s or None)
         self._block_s = block_s
         self._restored: dict = {}  # key -> {n: spread s} measured before a collector restart
+        self._for_restart: dict = {}  # (key, n) -> (edge, spread s or None) measured at a save
 
     def spread(self, key: tuple, n: int, edge: float, step_s: float,
                rows: Callable[[], Sequence[tuple]], loud: Callable[[], Sequence[tuple]]) -> Optional[float]:
@@ -77,6 +78,33 @@ class SourceNoise:
             s = self._before_restart(key, n)
         return None if s is None else max(s, _FLOOR * step_s)
 
+    def read(self) -> bool:
+        """Whether any source was measured (the rank's evidence was read for a shift)."""
+        return bool(self._kept)
+
+    def due(self, key: tuple, edge: float) -> bool:
+        """Whether ``key`` wants measuring for :meth:`saved` at ``edge``: no spread of it was
+        measured over the last ``_SPAN_S`` (by :meth:`spread` or at a save), and no attempt at a
+        save in the last ``_KEEP_S`` found too few blocks."""
+        measured = [e for (k, _), (e, s) in self._kept.items() if k == key and s is not None]
+        for (k, _), (e, s) in self._for_restart.items():
+            if k == key:
+                if s is None and edge - e < _KEEP_S:
+                    return False
+                if s is not None:
+                    measured.append(e)
+        return not measured or edge - max(measured) > _SPAN_S
+
+    def measure_for_restart(self, key: tuple, n: int, edge: float, rows: Callable[[], Sequence[tuple]],
+                            loud: Callable[[], Sequence[tuple]]) -> None:
+        """Measure ``key`` over runs of ``n`` blocks before ``edge`` as :meth:`spread` would, for
+        :meth:`saved` alone: what the rank decides now is not changed by it (the measurements
+        :meth:`spread` keeps are its own)."""
+        s = _spread(_quiet([r for r in rows() if edge - _SPAN_S <= r[0] < edge], loud(), self._block_s), n)
+        if len(self._for_restart) >= _KEPT_MAX:
+            self._for_restart.clear()
+        self._for_restart[(key, n)] = (edge, s)
+
     def _before_restart(self, key: tuple, n: int) -> Optional[float]:
         """The spread of ``key`` over runs of ``n`` blocks or fewer (shorter runs spread more:
         the reading errs towards blind) measured before a restart, or None."""
@@ -87,10 +115,14 @@ class SourceNoise:
     def saved(self) -> list:
         """The spreads measured, as ``[key, n, spread s]`` (``key`` with its tuples as lists):
         what :meth:`restore` takes after a restart."""
-        out = [[_listed(key), n, s] for (key, n), (_, s) in self._kept.items() if s is not None]
-        out += [[_listed(key), n, s] for key, runs in self._restored.items() for n, s in runs.items()
-                if self._kept.get((key, n), (0, None))[1] is None]  # (not measured again yet)
-        return out[:_KEPT_MAX]
+        got = {(key, n): s for (key, n), (_, s) in self._kept.items() if s is not None}
+        for (key, n), (_, s) in self._for_restart.items():
+            if s is not None:
+                got.setdefault((key, n), s)
+        for key, runs in self._restored.items():  # (carried on until measured again)
+            for n, s in runs.items():
+                got.setdefault((key, n), s)
+        return [[_listed(key), n, s] for (key, n), s in got.items()][:_KEPT_MAX]
 
     def restore(self, entries) -> None:
         """Take up :meth:`saved`'s spreads as the measure of their sources while the rank's own
@@ -137,7 +169,7 @@ def _quiet(rows: list, loud: Sequence[tuple], block_s: float) -> list:
 
 def _spread(ys: list, n: int) -> Optional[float]:
     n = min(n, (len(ys) - _RUNS) // 2)
-    if n < _MIN_RUN:
+    if n < MIN_RUN:
         return None
     diffs = sorted(run_differences(ys, n))
     if not diffs:

@@ -243,10 +243,32 @@ def test_a_source_measured_before_a_restart_decides_its_change_again_soon_after_
         [(a.rank, a.fired_at - start, a.decided, a.evidence) for a in again]
 
 
+def test_a_source_first_read_after_a_restart_is_decided_by_its_evidence_too(tmp_path):
+    """h200zb with the four pulses (backward, loader, forward, optimizer), the collector restarted
+    60 s before the forward pulse, the first change in forward: no shift was read against forward
+    before the restart, so its spread was measured at a save (``measure_unread``) and carried.
+    Both ranks raise it within 45 s, decided by forward (34 s without the restart); without that
+    measurement rank 0 waited for the step time's spreads: 62 s."""
+    from stepwatch.collector.detect import DetectionConfig
+    from stepwatch.collector.tools.corpus import events, first_step_time, load, pulses, repeat
+
+    series = repeat(load(str(pathlib.Path(__file__).parents[2] / "data" / "real" / "h200zb_2gpu_m.jsonl.gz")), 3,
+                    match=True)
+    series, spans = pulses(series, ("backward", "loader", "forward", "optimizer"), first_step_time(series) + 240.0)
+    (start, _), (next_start, _) = spans[2], spans[3]
+    _, after = _replayed_with_a_restart(list(events(series)), DetectionConfig(), start - 60, tmp_path)
+    drift = [a for a in after if a.alertname == "StepwatchThroughputDrift"]
+    forward = [a for a in drift if start - 30 <= a.starts_at < next_start - 30]
+    assert sorted(a.rank for a in forward) == [0, 1], [(a.rank, a.starts_at - start, a.summary) for a in drift]
+    assert all(a.fired_at - start <= 45 and a.decided == "job" and a.evidence["name"] == "forward" for a in forward), \
+        [(a.rank, a.fired_at - start, a.decided, a.evidence) for a in forward]
+
+
 def test_source_spreads_carried_over_a_restart_stand_in_only_while_the_blocks_cannot_measure():
     """:class:`SourceNoise`'s saved spreads round-trip through JSON; one that does not read is left
     out; a run of ``n`` blocks takes the spread of the longest saved run no longer than ``n``;
-    once the rank's own blocks measure the source, they decide."""
+    once the rank's own blocks measure the source, they decide. A spread measured at a save is
+    saved and never read before a restart."""
     import json
 
     from stepwatch.collector.detect._evidence_noise import SourceNoise
@@ -269,6 +291,15 @@ def test_source_spreads_carried_over_a_restart_stand_in_only_while_the_blocks_ca
     assert after.spread(("phase", (2,), 15), 8, 1000.0, 0.05, lambda: few, tuple) is None
     assert after.spread(("loader",), 8, 1000.0, 0.05, lambda: few, tuple) is None
     assert after.saved() == saved  # (still carried: its blocks could not measure it yet)
+    # measured at a save when no spread of the source was measured over the last 30 minutes; a
+    # try on too few blocks is tried again a minute later; neither changes what spread() reads
+    at_save = SourceNoise(5.0)
+    assert at_save.due(key, 1000.0)
+    at_save.measure_for_restart(key, 6, 1000.0, lambda: few, tuple)
+    assert not at_save.due(key, 1050.0) and at_save.due(key, 1070.0) and at_save.saved() == []
+    at_save.measure_for_restart(key, 6, 1000.0, lambda: steady, tuple)
+    assert at_save.saved() == saved and not at_save.due(key, 2700.0) and at_save.due(key, 2900.0)
+    assert at_save.spread(key, 6, 1000.0, 0.05, lambda: few, tuple) is None
     own = [(1000.0 + 5.0 * i, 0.010 * math.exp(rng.gauss(0, 0.2))) for i in range(40)]  # its own, louder
     live = after.spread(key, 8, 1205.0, 0.05, lambda: own, tuple)
     assert live is not None and live != measured
