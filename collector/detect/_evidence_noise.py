@@ -23,7 +23,10 @@ A collector restart empties the rank's blocks: for its first ~90 s of data no so
 measured, and a change of the job then waits for the step time's spreads alone (a +10% forward
 on a wandering 2 x H200 host raised 62 s after it began, 34 s without the restart). The spreads
 measured before it (:meth:`SourceNoise.saved`, carried in the drift state) stand in
-(:meth:`SourceNoise.restore`) until the rank's own blocks measure the source again.
+(:meth:`SourceNoise.restore`) until the rank's own blocks measure the source again. A spread is
+measured when a shift is read against its source; so that every source is carried, a rank whose
+evidence was read at all also measures one source a save (:meth:`SourceNoise.measure_for_restart`,
+``RankEvidence.measure_unread``), apart from what it decides on.
 
 Cost: a measurement sorts a few hundred short lists (~1 ms); each is kept per (source, run)
 for ``_KEEP_S`` of data time, so a rank whose step wanders over the ratios for minutes measures
