@@ -47,6 +47,7 @@ __all__ = ["Backing", "RankEvidence", "PHASES"]
 PHASE_TIMES, LOADER_WAIT, ALLOCATOR_CALLS = "phase times", "loader wait", "allocator calls"
 
 PHASES = ("data", "forward", "backward", "sync", "optimizer")
+_DEVICE_COLUMNS = tuple(j for j in range(len(PHASES)) if PHASES[j] != "sync")  # the device's own work
 _BLOCK_S = 5.0
 _BLOCKS = 360            # 30 minutes of 5 s blocks per ring
 _MIN_BLOCKS = 3          # blocks on each side of the onset for a phase or wait comparison
@@ -221,7 +222,7 @@ class RankEvidence:
         points = self.phases[-1][2]
         edge = self.phases[-1][0] + _BLOCK_S
         sources = [self._source(Kind.PHASE, (j,), points) for j in range(len(PHASES))]
-        sources.append(self._source(Kind.DEVICE, tuple(j for j in range(len(PHASES)) if PHASES[j] != "sync"), points))
+        sources.append(self._source(Kind.DEVICE, _DEVICE_COLUMNS, points))
         if len(self.waits):
             sources.append(self._source(Kind.LOADER))
         for key, rows in sources:
@@ -332,7 +333,7 @@ class RankEvidence:
         # a wait that fell must not hide a host that slowed (a healthy 2 x H200 job's wander: data's
         # host time 10.7 -> 4.3 ms while forward's and backward's grew +2.8 ms each, their device
         # time +1.9 and +1.6 ms: tests/data/real/h200t_2gpu_m_sched_short)
-        own = [j for j in range(5) if PHASES[j] != "sync"]
+        own = _DEVICE_COLUMNS
         work = sum(grew[j] for j in own)
         host = sum(ha[j] - hb[j] for j in range(5) if PHASES[j] in _COMPUTE)
         if work >= _SHARE * delta_s and host < _HOST_GREW * work:
@@ -397,7 +398,7 @@ def _concentrated(k: int, before: list, after: list) -> bool:
 def _columns(b: Backing) -> tuple:
     """The phase columns a phase or device-work backing reads: its phase's, or every phase's
     but sync's."""
-    return (PHASES.index(b.name),) if b.kind == Kind.PHASE else tuple(j for j in range(5) if PHASES[j] != "sync")
+    return (PHASES.index(b.name),) if b.kind == Kind.PHASE else _DEVICE_COLUMNS
 
 
 def _rate(rows: list) -> Optional[float]:

@@ -73,13 +73,19 @@ class SourceNoise:
         if kept is not None and kept[0] <= edge < kept[0] + _KEEP_S:
             s = kept[1]
         else:
-            s = _spread(_quiet([r for r in rows() if edge - _SPAN_S <= r[0] < edge], loud(), self._block_s), n)
+            s = self._measure(n, edge, rows, loud)
             if len(self._kept) >= _KEPT_MAX:
                 self._kept.clear()
             self._kept[(key, n)] = (edge, s)
         if s is None and self._restored:
             s = self._before_restart(key, n)
         return None if s is None else max(s, _FLOOR * step_s)
+
+    def _measure(self, n: int, edge: float, rows: Callable[[], Sequence[tuple]],
+                 loud: Callable[[], Sequence[tuple]]) -> Optional[float]:
+        """The spread of ``rows()``'s medians over runs of ``n`` blocks, from the last ``_SPAN_S``
+        before ``edge`` outside ``loud()``; None when too few blocks."""
+        return _spread(_quiet([r for r in rows() if edge - _SPAN_S <= r[0] < edge], loud(), self._block_s), n)
 
     def read(self) -> bool:
         """Whether any source was measured (the rank's evidence was read for a shift)."""
@@ -103,7 +109,7 @@ class SourceNoise:
         """Measure ``key`` over runs of ``n`` blocks before ``edge`` as :meth:`spread` would, for
         :meth:`saved` alone: what the rank decides now is not changed by it (the measurements
         :meth:`spread` keeps are its own)."""
-        s = _spread(_quiet([r for r in rows() if edge - _SPAN_S <= r[0] < edge], loud(), self._block_s), n)
+        s = self._measure(n, edge, rows, loud)
         if len(self._for_restart) >= _KEPT_MAX:
             self._for_restart.clear()
         self._for_restart[(key, n)] = (edge, s)

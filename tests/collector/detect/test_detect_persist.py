@@ -191,6 +191,21 @@ def test_a_real_change_of_the_job_keeps_its_evidence_across_a_restart(tmp_path):
     assert [a.decided for a in after if a.onset > end] == ["job", "job"], [a.summary for a in after]
 
 
+def _h200zb_pulses_restarted(where_each: tuple, k: int, into_s: float, tmp_path) -> tuple:
+    """The held-out h200zb (2 x H200, its host wanders) played three times, +10% pulses of
+    ``where_each`` from 240 s (90 s on, 140 s off), replayed with the collector restarted
+    ``into_s`` after the start of pulse ``k``: each pulse's (start, end), the drift alerts after
+    the restart."""
+    from stepwatch.collector.detect import DetectionConfig
+    from stepwatch.collector.tools.corpus import events, first_step_time, load, pulses, repeat
+
+    series = repeat(load(str(pathlib.Path(__file__).parents[2] / "data" / "real" / "h200zb_2gpu_m.jsonl.gz")), 3,
+                    match=True)
+    series, spans = pulses(series, where_each, first_step_time(series) + 240.0)
+    _, after = _replayed_with_a_restart(list(events(series)), DetectionConfig(), spans[k][0] + into_s, tmp_path)
+    return spans, [a for a in after if a.alertname == "StepwatchThroughputDrift"]
+
+
 def test_an_episode_whose_evidence_went_away_ends_after_a_restart_though_the_host_stays_up(tmp_path):
     """The held-out 2 x H200 job h200zb (its host wanders by a few percent) with four +10% pulses
     (backward, the loader's wait, forward, optimizer; 90 s on, 140 s off), the collector
@@ -200,14 +215,7 @@ def test_an_episode_whose_evidence_went_away_ends_after_a_restart_though_the_hos
     pulse after it is raised in an episode of its own on both ranks. Without that level the step
     alone had to clear, which the host held up: 118 and 308 s after the end, the forward pulse
     folded into rank 1's loader episode."""
-    from stepwatch.collector.detect import DetectionConfig
-    from stepwatch.collector.tools.corpus import events, first_step_time, load, pulses, repeat
-
-    series = repeat(load(str(pathlib.Path(__file__).parents[2] / "data" / "real" / "h200zb_2gpu_m.jsonl.gz")), 3,
-                    match=True)
-    series, spans = pulses(series, ("backward", "loader", "forward", "optimizer"), first_step_time(series) + 240.0)
-    _, after = _replayed_with_a_restart(list(events(series)), DetectionConfig(), spans[1][0] + 45, tmp_path)
-    drift = [a for a in after if a.alertname == "StepwatchThroughputDrift"]
+    spans, drift = _h200zb_pulses_restarted(("backward", "loader", "forward", "optimizer"), 1, 45, tmp_path)
     (start, end), (f_start, _) = spans[1], spans[2]
     loader = [a for a in drift if start - 30 <= a.onset < f_start - 30]
     assert sorted(a.rank for a in loader) == [0, 1], [(a.rank, a.onset - start, a.summary) for a in drift]
@@ -221,6 +229,14 @@ def test_an_episode_whose_evidence_went_away_ends_after_a_restart_though_the_hos
         [(a.rank, a.fired_at - f_start, a.decided) for a in forward]
 
 
+def _third_pulse_restarted_before_it(where_each: tuple, tmp_path) -> tuple:
+    """:func:`_h200zb_pulses_restarted` 60 s before the third pulse: the drift alerts after the
+    restart, those whose episode began with the third pulse, its start."""
+    spans, drift = _h200zb_pulses_restarted(where_each, 2, -60, tmp_path)
+    (start, _), (next_start, _) = spans[2], spans[3]
+    return drift, [a for a in drift if start - 30 <= a.starts_at < next_start - 30], start
+
+
 def test_a_source_measured_before_a_restart_decides_its_change_again_soon_after_it(tmp_path):
     """The held-out 2 x H200 job h200zb with +10% pulses in backward, the loader's wait, backward
     again and the optimizer, the collector restarted 60 s before the second backward pulse: the
@@ -228,16 +244,7 @@ def test_a_source_measured_before_a_restart_decides_its_change_again_soon_after_
     measured before the restart, carried in the drift state, stands in. Both ranks raise it within
     45 s, decided by backward (34 s without the restart); without the carried spread rank 0 waited
     for the step time's spreads alone: 62 s."""
-    from stepwatch.collector.detect import DetectionConfig
-    from stepwatch.collector.tools.corpus import events, first_step_time, load, pulses, repeat
-
-    series = repeat(load(str(pathlib.Path(__file__).parents[2] / "data" / "real" / "h200zb_2gpu_m.jsonl.gz")), 3,
-                    match=True)
-    series, spans = pulses(series, ("backward", "loader", "backward", "optimizer"), first_step_time(series) + 240.0)
-    (start, _), (next_start, _) = spans[2], spans[3]
-    _, after = _replayed_with_a_restart(list(events(series)), DetectionConfig(), start - 60, tmp_path)
-    drift = [a for a in after if a.alertname == "StepwatchThroughputDrift"]
-    again = [a for a in drift if start - 30 <= a.starts_at < next_start - 30]
+    drift, again, start = _third_pulse_restarted_before_it(("backward", "loader", "backward", "optimizer"), tmp_path)
     assert sorted(a.rank for a in again) == [0, 1], [(a.rank, a.starts_at - start, a.summary) for a in drift]
     assert all(a.fired_at - start <= 45 and a.decided == "job" and a.evidence["name"] == "backward" for a in again), \
         [(a.rank, a.fired_at - start, a.decided, a.evidence) for a in again]
@@ -249,16 +256,7 @@ def test_a_source_first_read_after_a_restart_is_decided_by_its_evidence_too(tmp_
     before the restart, so its spread was measured at a save (``measure_unread``) and carried.
     Both ranks raise it within 45 s, decided by forward (34 s without the restart); without that
     measurement rank 0 waited for the step time's spreads: 62 s."""
-    from stepwatch.collector.detect import DetectionConfig
-    from stepwatch.collector.tools.corpus import events, first_step_time, load, pulses, repeat
-
-    series = repeat(load(str(pathlib.Path(__file__).parents[2] / "data" / "real" / "h200zb_2gpu_m.jsonl.gz")), 3,
-                    match=True)
-    series, spans = pulses(series, ("backward", "loader", "forward", "optimizer"), first_step_time(series) + 240.0)
-    (start, _), (next_start, _) = spans[2], spans[3]
-    _, after = _replayed_with_a_restart(list(events(series)), DetectionConfig(), start - 60, tmp_path)
-    drift = [a for a in after if a.alertname == "StepwatchThroughputDrift"]
-    forward = [a for a in drift if start - 30 <= a.starts_at < next_start - 30]
+    drift, forward, start = _third_pulse_restarted_before_it(("backward", "loader", "forward", "optimizer"), tmp_path)
     assert sorted(a.rank for a in forward) == [0, 1], [(a.rank, a.starts_at - start, a.summary) for a in drift]
     assert all(a.fired_at - start <= 45 and a.decided == "job" and a.evidence["name"] == "forward" for a in forward), \
         [(a.rank, a.fired_at - start, a.decided, a.evidence) for a in forward]
