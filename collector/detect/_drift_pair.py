@@ -66,6 +66,9 @@ class RankDrift:
         old = self.condition
         open_ = [d for d in self._both() if d.condition is not None]
         if not open_:
+            if old is not None and self.floor is not None:  # (the rank's episode ended: on both)
+                self.median.follow_end(self.floor)
+                self.floor.follow_end(self.median)
             self._src, self.condition = None, None
             return old is not None
         best = max(open_, key=lambda d: _RANK[d.condition.severity])  # the median first on a tie

@@ -74,6 +74,7 @@ def restore_drift(d, state: dict) -> None:
             ep.began = (int(began[0]), float(began[1])) if began else None
             _restore_evidence(ep, e)
             ep.set(e["severity"], math.log(float(e["ratio"])))
+            d._restored_open = True
         except (KeyError, TypeError, ValueError, IndexError):
             ep.condition = None
 

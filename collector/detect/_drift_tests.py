@@ -34,6 +34,7 @@ _SUSTAIN_BELOW = 1.5
 MIN_BEFORE_S = 120.0  # the "level before" reference spans at least this long
 _GONE_SHARE = 0.3  # an episode's evidence under this share of its growth at the raise: gone
 _WAVES_KEPT = 16  # the job's latest waves (episodes that ended by themselves) remembered
+_LEFT_OUT_KEPT = 4  # spans whose buckets stand for no level before (ShiftTests.leave_out) kept
 _WAVE_SIZE = 0.8  # a shift under 1/0.8 of a wave's peak must outlast the wave to raise
 _WAVE_OUTLAST = 1.5  # ... by this factor of the wave's length
 # A further change is at least this share of the shift already raised: the first raise can
@@ -78,6 +79,7 @@ class ShiftTests:
         self.ended_at: Optional[float] = None
         self.outlast = 0
         self.waves: Union[tuple, collections.deque] = ()  # a deque from the first wave on (:meth:`add_wave`)
+        self.left_out: Union[tuple, collections.deque] = ()  # ... from the first span on (:meth:`leave_out`)
 
     def shift(self, sev: str, ref: float, n: int = 0, backed: bool = False) -> Optional[float]:
         """The shift of ``sev``'s window (or of the last ``n`` buckets) above ``ref`` (log
@@ -271,8 +273,9 @@ class ShiftTests:
         if len(hist) < n or not self.after_end(hist[-n][1]):
             return None
         refs = [(settled, "settled")]
-        if len(hist) >= n + nb // 2:
-            refs.append((median(hist.tail(2, min(len(hist), n + nb))[:-n]), "before"))
+        before = self.level_before(n, nb)
+        if before is not None:
+            refs.append((before, "before"))
         for ref, which in refs:  # the settled level first: the job's own long-run level
             shift, early = self.shift(sev, ref, backed=True), False
             if shift is None and sev == WARNING:
@@ -289,6 +292,30 @@ class ShiftTests:
             if self.outlasts_waves(ref, shift) or self.backed(ref, shift, n) is not None:
                 return shift, ref, which, spared  # (a shift its evidence holds is the job's: no wave holds it)
         return None
+
+    def level_before(self, n: int, nb: int) -> Optional[float]:
+        """The level just before the last ``n`` buckets: the median of the ``nb`` before them,
+        those inside a span left out (:meth:`leave_out`) not counted, when at least half of ``nb``
+        are left; else None."""
+        hist = self.history
+        m = min(len(hist), n + nb)
+        ys = hist.tail(2, m)[:-n]
+        if self.left_out:
+            b = self.cfg.bucket_s
+            ys = [y for y, t in zip(ys, hist.tail(1, m)[:-n])
+                  if not any(start <= t - b / 2 <= end for start, end in self.left_out)]
+        return median(ys) if len(ys) >= nb // 2 else None
+
+    def leave_out(self, start: float, end: float) -> None:
+        """The buckets from ``start`` to ``end`` stand for no level before a later window: the
+        tail of an episode that a collector restart restored open. The restarted history holds
+        none of the level before that episode, only its last buckets and the dip its end may
+        leave (a slower loader's end: the loader catching up), which alone would then stand for
+        the job's level. The latest _LEFT_OUT_KEPT spans are kept."""
+        if not self.left_out:
+            self.left_out = collections.deque(maxlen=_LEFT_OUT_KEPT)
+        if (start, end) not in self.left_out:
+            self.left_out.append((start, end))
 
     def early(self, ref: float) -> Optional[float]:
         """A warning-sized shift above ``ref`` over the critical window (its size and two thirds

@@ -191,19 +191,22 @@ def test_a_real_change_of_the_job_keeps_its_evidence_across_a_restart(tmp_path):
     assert [a.decided for a in after if a.onset > end] == ["job", "job"], [a.summary for a in after]
 
 
-def _h200zb_pulses_restarted(where_each: tuple, k: int, into_s: float, tmp_path) -> tuple:
-    """The held-out h200zb (2 x H200, its host wanders) played three times, +10% pulses of
-    ``where_each`` from 240 s (90 s on, 140 s off), replayed with the collector restarted
-    ``into_s`` after the start of pulse ``k``: each pulse's (start, end), the drift alerts after
-    the restart."""
+def _pulses_restarted(name: str, where_each: tuple, k: int, into_s: float, tmp_path) -> tuple:
+    """The real recording ``name`` played three times, +10% pulses of ``where_each`` from 240 s
+    (90 s on, 140 s off), replayed with the collector restarted ``into_s`` after the start of
+    pulse ``k``: each pulse's (start, end), the drift alerts after the restart."""
     from stepwatch.collector.detect import DetectionConfig
     from stepwatch.collector.tools.corpus import events, first_step_time, load, pulses, repeat
 
-    series = repeat(load(str(pathlib.Path(__file__).parents[2] / "data" / "real" / "h200zb_2gpu_m.jsonl.gz")), 3,
-                    match=True)
+    series = repeat(load(str(pathlib.Path(__file__).parents[2] / "data" / "real" / name)), 3, match=True)
     series, spans = pulses(series, where_each, first_step_time(series) + 240.0)
     _, after = _replayed_with_a_restart(list(events(series)), DetectionConfig(), spans[k][0] + into_s, tmp_path)
     return spans, [a for a in after if a.alertname == "StepwatchThroughputDrift"]
+
+
+def _h200zb_pulses_restarted(where_each: tuple, k: int, into_s: float, tmp_path) -> tuple:
+    """:func:`_pulses_restarted` on the held-out h200zb (2 x H200, its host wanders)."""
+    return _pulses_restarted("h200zb_2gpu_m.jsonl.gz", where_each, k, into_s, tmp_path)
 
 
 def test_an_episode_whose_evidence_went_away_ends_after_a_restart_though_the_host_stays_up(tmp_path):
@@ -260,6 +263,26 @@ def test_a_source_first_read_after_a_restart_is_decided_by_its_evidence_too(tmp_
     assert sorted(a.rank for a in forward) == [0, 1], [(a.rank, a.starts_at - start, a.summary) for a in drift]
     assert all(a.fired_at - start <= 45 and a.decided == "job" and a.evidence["name"] == "forward" for a in forward), \
         [(a.rank, a.fired_at - start, a.decided, a.evidence) for a in forward]
+
+
+def test_a_restart_inside_a_change_never_takes_its_end_for_the_level_before(tmp_path):
+    """The held-out launch-bound 1 x H200 job h200v (~13 ms steps) with +10% pulses in backward,
+    the loader's wait, forward and the optimizer, the collector restarted 10 s before the loader's
+    pulse ends. The restarted rank's history then holds only the pulse's last seconds and the dip
+    its end leaves (the loader catching up), while the restored episode still stands: none of
+    that is the job's level before a later window. Nothing is raised between the pulses, and
+    forward is raised within 60 s in an episode of its own, decided by its evidence. Read against
+    that dip, the step raised "+4.7% vs the level before ... no one thing the agent measures
+    beside the step time holds it" 63 s after the loader's end, and forward folded into it as a
+    further change raised 64 s after it began."""
+    spans, drift = _pulses_restarted("h200v_1gpu_xs.jsonl.gz", ("backward", "loader", "forward", "optimizer"),
+                                     1, 80, tmp_path)
+    assert [a.decided for a in drift] == ["job", "job", "job"], \
+        [(a.starts_at - spans[1][0], a.decided, a.summary) for a in drift]
+    f_start = spans[2][0]
+    forward = [a for a in drift if f_start - 30 <= a.starts_at < spans[3][0] - 30]
+    assert len(forward) == 1 and forward[0].fired_at - f_start <= 60, [(a.starts_at - f_start, a.summary) for a in drift]
+    assert forward[0].evidence["name"] == "forward", forward[0].evidence
 
 
 def test_source_spreads_carried_over_a_restart_stand_in_only_while_the_blocks_cannot_measure():

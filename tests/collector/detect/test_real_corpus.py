@@ -444,3 +444,22 @@ def test_a_phase_change_dated_at_a_scheduled_window_is_the_jobs_drift_not_the_ag
     first = min(mine, key=lambda a: a.fired_at)
     assert first.fired_at - start <= 60 and abs(first.onset - start) <= 10, (first.fired_at - start, first.onset - start)
     assert "a change of the job: optimizer +" in first.fired_summary, first.fired_summary
+
+
+def test_no_episode_of_a_rank_opens_with_an_onset_inside_the_one_before(lines):
+    """The held-out 2 x H200 job h200t with the agent's scheduled profiler windows (their
+    after-effects raise evidence-less episodes on it), played nine times: once a rank's episode
+    ends, on whichever of its two detectors (medians, floors) held it, neither reaches back
+    before that end, so no later episode of the rank is dated inside it. Before, the detector
+    that had not held it read windows over it: rank 0's medians raised a warning dated 269.5 s,
+    inside the floors' episode of 254-400 s (fired at 485 s), and an info episode fired 235 s
+    after an onset dated inside the episode before it."""
+    series = repeat(lines("h200t_2gpu_m_sched_short.jsonl.gz"), 9, match=True)
+    drift = [a for a in replay(events(series), DetectionConfig()) if a.alertname == "StepwatchThroughputDrift"]
+    assert len({a.rank for a in drift}) == 2, [(a.rank, a.summary) for a in drift]
+    t0, b = first_step_time(series), DriftConfig().bucket_s
+    for rank in (0, 1):
+        eps = sorted((a for a in drift if a.rank == rank), key=lambda a: a.starts_at)
+        for before, after in zip(eps, eps[1:]):  # (an onset is a bucket's start; an end, its last step)
+            assert before.ends_at is not None and after.starts_at >= before.ends_at - b, \
+                (rank, before.starts_at - t0, before.ends_at - t0, after.starts_at - t0, after.summary)
