@@ -35,6 +35,8 @@
 #                                                                # '|'-separated verbs side by side
 #   bash bench/run_real_device.sh gputests NAME GPUS PATHS...    # pytest on those GPUs (a verb for rounds)
 #   bash bench/run_real_device.sh probe NAME GPUS SIZE [ARGS...] # bench/collective_timing_probe.py, a rank a GPU
+#   bash bench/run_real_device.sh restarts-start NAME SIZE SECS AFTER CAUSES RESTARTS  # pulses, the collector
+#                                                                # killed and restarted on its state_dir at RESTARTS s
 set -u
 source bench/device_install.sh
 W=/tmp/real; case $1 in *-start|live|slots|rounds|latin) rm -rf $W ;; esac  # ('after' keeps it)
@@ -324,6 +326,30 @@ pulses-run)  # NAME SIZE SECS AFTER CAUSES: pulses-start's detached part
     job1 $1 0 0 $2 $3 --inject-schedule $5 --inject-after-s $4 --inject-ratio ${RATIO:-0.10} \
         --inject-on-s ${ON_S:-90} --inject-off-s ${OFF_S:-140} ${BATCH:+--batch $BATCH}
     finish $1 0; touch $W/$1.done ;;
+restarts-start)  # NAME SIZE SECS AFTER CAUSES RESTARTS: pulses-start with a state_dir, its collector
+    # killed (SIGKILL) and started again on it at each of RESTARTS (comma-separated seconds after
+    # the job's start), detached: the live check of detection across collector restarts; each
+    # collector records to its own file (NAME, NAME_r1, ...); the alerts at the end are the last's
+    armed $4
+    setsid bash bench/run_real_device.sh restarts-run "$@" > $W/$1.run.log 2>&1 < /dev/null &
+    sleep 8; echo started $1 ;;
+restarts-run)  # NAME SIZE SECS AFTER CAUSES RESTARTS: restarts-start's detached part
+    export STATE=$W/$1.state
+    collector $1 0
+    job1 $1 0 0 $2 $3 --inject-schedule $5 --inject-after-s $4 --inject-ratio ${RATIO:-0.10} \
+        --inject-on-s ${ON_S:-90} --inject-off-s ${OFF_S:-140} ${BATCH:+--batch $BATCH} &
+    jobpid=$! t0=$(date +%s) last=$1 k=0
+    for at in ${6//,/ }; do
+        left=$(( at - ($(date +%s) - t0) )); [ $left -gt 0 ] && sleep $left
+        kill -0 $jobpid 2>/dev/null || break
+        kill -KILL $(cat $W/$last.collector.pid); wait $(cat $W/$last.collector.pid) 2>/dev/null
+        echo "$(date +%s.%N) collector $last killed at $at s" | tee -a $W/$1.restarts.log
+        k=$((k + 1)) last=${1}_r$k
+        collector $last 0
+        echo "$(date +%s.%N) collector $last started" | tee -a $W/$1.restarts.log
+    done
+    wait $jobpid
+    finish $last 0; gzip -9 -f $W/$1.jsonl $W/${1}_r*.jsonl 2>/dev/null; touch $W/$1.done ;;
 poll)  # NAME SECONDS: the detached job's alerts every 60 s for SECONDS (into $W/NAME.poll.log)
     for _ in $(seq $(( $2 / 60 ))); do
         sleep 60
