@@ -77,6 +77,11 @@ class Ring:
                 col[:k - first] = array(t, values[first:])
         self._start = (i + k) % m
 
+    @property
+    def types(self) -> str:
+        """Each column's array type code, as given."""
+        return self._types
+
     def column(self, index: int) -> array:
         """Column ``index`` as stored (rotated: for sums and extremes, not for order)."""
         return self._cols[index]

@@ -201,6 +201,7 @@ class RankDrift:
         if self._evidence is not None:  # (what the evidence reads its sources' spreads as)
             self._evidence.measure_unread(self.median.loud)
             out["sources"] = self._evidence.noise.saved()
+            out["blocks"] = self._evidence.saved_blocks()
         return out
 
     def restore(self, state: dict) -> None:
@@ -210,6 +211,7 @@ class RankDrift:
             self.median.restore(state["median"])
             if self._evidence is not None:
                 self._evidence.noise.restore(state.get("sources"))
+                self._evidence.restore_blocks(state.get("blocks"))
             if self.floor is not None and isinstance(state.get("floor"), dict):
                 self.floor.restore(state["floor"])
             shown = self.floor if state.get("shown") == "floor" and self.floor is not None else self.median

@@ -285,6 +285,63 @@ def test_a_restart_inside_a_change_never_takes_its_end_for_the_level_before(tmp_
     assert forward[0].evidence["name"] == "forward", forward[0].evidence
 
 
+def test_a_change_that_began_just_before_a_restart_is_read_against_the_blocks_before_it(tmp_path):
+    """The held-out 2 x H200 job h200zb (its host wanders) with +10% pulses in backward, the
+    loader's wait, forward and the optimizer, the collector restarted 10 s into the loader's: the
+    restarted ranks take up the evidence blocks of the 150 s before the last save, so the loader's
+    change is read against the wait before its onset. Both ranks raise it within 60 s, decided by
+    the loader's wait (34-39 s with no restart). Without those blocks neither rank could compare
+    its evidence, and the step time alone never raised it on that host."""
+    spans, drift = _h200zb_pulses_restarted(("backward", "loader", "forward", "optimizer"), 1, 10, tmp_path)
+    (start, _), (next_start, _) = spans[1], spans[2]
+    loader = [a for a in drift if start - 30 <= a.starts_at < next_start - 30]
+    assert sorted(a.rank for a in loader) == [0, 1], [(a.rank, a.starts_at - start, a.summary) for a in drift]
+    assert all(a.fired_at - start <= 60 and a.decided == "job" and a.evidence["name"] == "data-loader wait"
+               for a in loader), [(a.rank, a.fired_at - start, a.decided, a.evidence) for a in loader]
+
+
+def test_evidence_blocks_carried_over_a_restart_read_back_and_bad_ones_are_left_out():
+    """:meth:`RankEvidence.saved_blocks` round-trips through JSON into a fresh rank's rings (the
+    last 150 s, every third block); columns that do not read (a count, a length, a value not
+    finite or negative, a string, times not rising) leave that ring empty; rings that already hold
+    blocks are not touched."""
+    import json
+
+    from stepwatch.collector.detect._evidence import RankEvidence
+
+    ev = RankEvidence()
+    t0 = 1_000.0
+    for i in range(100):  # 100 steps a block, 5 s blocks
+        ends = [t0 + i * 5.0 + j * 0.05 for j in range(100)]
+        ev.steps(ends, [0.001] * 100)
+        ev.phase_samples(ends[::20], [15] * 5, [[0.001] * 5, [0.01] * 5, [0.02] * 5, [0.001] * 5, [0.005] * 5],
+                         [[0.002] * 5, [0.009] * 5, [0.021] * 5, [0.001] * 5, [0.004] * 5])
+        ev.allocator([ends[0]], [float(i)])
+        ev.gpu([ends[0]], [0.7])
+    saved = json.loads(json.dumps(ev.saved_blocks()))
+    assert set(saved) == {"waits", "phases", "alloc", "busy"}
+    back = RankEvidence()
+    back.restore_blocks(saved)
+    for name in ("waits", "phases", "alloc", "busy"):
+        ring, old = getattr(back, name), list(getattr(ev, name))
+        kept = [r for r in old if r[0] > old[-1][0] - 150.0][::-3][::-1]
+        assert len(ring) == len(kept) >= 9, (name, len(ring), len(kept))
+        assert [r[0] for r in ring] == [round(r[0], 3) for r in kept]
+    assert list(back.phases)[-1][3:8] == (0.001, 0.01, 0.02, 0.001, 0.005)
+    for bad in ({"waits": saved["waits"][:2]},                                      # a column short
+                {"waits": [saved["waits"][0], saved["waits"][1][:-1], saved["waits"][2]]},  # lengths differ
+                {"waits": [saved["waits"][0], [float("nan")] + saved["waits"][1][1:], saved["waits"][2]]},
+                {"waits": [saved["waits"][0], ["x"] + saved["waits"][1][1:], saved["waits"][2]]},
+                {"waits": [saved["waits"][0][::-1], saved["waits"][1], saved["waits"][2]]},  # times falling
+                {"waits": [saved["waits"][0], [-1.0] + saved["waits"][1][1:], saved["waits"][2]]},
+                {"waits": "junk"}, "junk", None):
+        fresh = RankEvidence()
+        fresh.restore_blocks(bad)
+        assert not len(fresh.waits), bad
+    back.restore_blocks({"waits": [[5_000.0], [0.5], [3]]})  # (its rings hold blocks: untouched)
+    assert list(back.waits)[-1][0] != 5_000.0
+
+
 def test_source_spreads_carried_over_a_restart_stand_in_only_while_the_blocks_cannot_measure():
     """:class:`SourceNoise`'s saved spreads round-trip through JSON; one that does not read is left
     out; a run of ``n`` blocks takes the spread of the longest saved run no longer than ``n``;
