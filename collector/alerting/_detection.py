@@ -210,7 +210,7 @@ class Detection:
                 if i % TICK_SLICE == TICK_SLICE - 1:
                     yield
             yield from self.engine.tick_slices(now)
-            self.engine.save(now)
+            yield from self.engine.save_slices(now)
             self._update(now, full=True)
             if self.client is not None and now - self._last_resend >= self.client.resend_s:
                 self._last_resend = now

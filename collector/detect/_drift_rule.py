@@ -16,9 +16,10 @@ from ._evidence import RankEvidence
 from ._rule import Context, Phases, Rule, Steps
 from ._types import SampleTable
 
-__all__ = ["DriftRule"]
+__all__ = ["DriftRule", "SAVE_SLICE"]
 
 _ENDED_AFTER_S = 10.0  # every rank of a job disconnected this long: its drift episodes end
+SAVE_SLICE = 100  # drift states saved per slice of a tick (~16 ms on the development machine)
 
 
 class _Rank:
@@ -116,18 +117,30 @@ class DriftRule(Rule):
 
     # -- what the engine asks -----------------------------------------------------------------
     def save(self) -> None:
+        """:meth:`save_slices` at once."""
+        for _ in self.save_slices(SAVE_SLICE):
+            pass
+
+    def save_slices(self, per: int) -> Iterator[None]:
         """Save the state of each armed rank whose state changed since its last save (armed,
         its noise measured again, an episode raised, risen or cleared: at most about once a
-        minute of data per rank)."""
+        minute of data per rank), yielding after every ``per`` saves: a state with its evidence
+        blocks takes ~0.1 ms and its JSON ~0.06 ms, so 3,000 ranks armed together, saved in one
+        go, held the event loop ~0.45 s (bench/results/state_store_2core.md)."""
         if self._store is None:
             return
+        done = 0
         for key, r in list(self._ranks.items()):
-            if r.drift.version != self._saved.get(key):
-                state = r.drift.state()
-                if state is not None:
-                    state["session"] = self.ctx.session(*key)
-                    self._store.save(key[0], key[1], state)
-                    self._saved[key] = r.drift.version
+            if self._ranks.get(key) is not r or r.drift.version == self._saved.get(key):
+                continue  # (forgotten or replaced since the slice began, or unchanged)
+            state = r.drift.state()
+            if state is not None:
+                state["session"] = self.ctx.session(*key)
+                self._store.save(key[0], key[1], state)
+                self._saved[key] = r.drift.version
+                done += 1
+                if done % per == 0:
+                    yield
 
     def of(self, job: str, rank: int) -> Optional[RankDrift]:
         """The rank's drift detector, or None."""

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Iterator, Optional, Sequence
 
 from ._agent_rule import AgentRule
 from ._config import DetectionConfig
-from ._drift_rule import DriftRule
+from ._drift_rule import SAVE_SLICE, DriftRule
 from ._liveness import RankLiveness
 from ._liveness_rule import LivenessRule
 from ._memory_rule import ALLOCATOR_FIELDS, GPU_FIELDS, MemoryRule
@@ -239,6 +239,11 @@ class DetectionEngine:
     def save(self, now: float) -> None:
         """Save the drift state of each armed rank whose state changed since its last save."""
         self.drift.save()
+
+    def save_slices(self, now: float, per: int = SAVE_SLICE) -> Iterator[None]:
+        """:meth:`save` as a generator that yields after every ``per`` states saved (the event
+        loop acks other agents in between)."""
+        yield from self.drift.save_slices(per)
 
     # -- what the API, the alert book and the metrics read ------------------------------------
     def drift_of(self, job: str, rank: int) -> Optional["RankDrift"]:
