@@ -54,6 +54,12 @@ collector() {  # NAME PORT: a collector recording to $W/NAME.jsonl on the last c
 }
 
 finish() {  # NAME PORT: alerts (active and resolved) and jobs, then stop the collector
+    snapshot "$1" "$2"
+    kill -TERM $(cat $W/$1.collector.pid) 2>/dev/null; sleep 2
+    gzip -9 -f $W/$1.jsonl 2>/dev/null
+}
+
+snapshot() {  # NAME PORT: the collector's alerts (active and resolved) and jobs into $W/NAME.*.json
     python3 - "$1" "$((7401 + $2 * 2))" <<'EOF'
 import json, sys, urllib.request
 name, port = sys.argv[1], sys.argv[2]
@@ -65,8 +71,6 @@ for path in ("api/alerts", "api/jobs"):
     open(f"/tmp/real/{name}.{path.split('/')[1]}.json", "wb").write(body)
 print(name, "alerts:", open(f"/tmp/real/{name}.alerts.json").read()[:1500])
 EOF
-    kill -TERM $(cat $W/$1.collector.pid) 2>/dev/null; sleep 2
-    gzip -9 -f $W/$1.jsonl 2>/dev/null
 }
 
 job1() {  # NAME PORT GPU SIZE SECONDS [job args...]: one 1-GPU job
@@ -342,6 +346,7 @@ restarts-run)  # NAME SIZE SECS AFTER CAUSES RESTARTS: restarts-start's detached
     for at in ${6//,/ }; do
         left=$(( at - ($(date +%s) - t0) )); [ $left -gt 0 ] && sleep $left
         kill -0 $jobpid 2>/dev/null || break
+        snapshot $last 0 > /dev/null  # (what it raised: a restarted collector keeps no alert history)
         kill -KILL $(cat $W/$last.collector.pid); wait $(cat $W/$last.collector.pid) 2>/dev/null
         echo "$(date +%s.%N) collector $last killed at $at s" | tee -a $W/$1.restarts.log
         k=$((k + 1)) last=${1}_r$k
