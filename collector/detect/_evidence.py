@@ -169,8 +169,11 @@ class RankEvidence:
                 continue
             times = ring.tail(0, _CARRIED_ROWS)
             k = sum(1 for t in times if t > times[-1] - _CARRIED_S)
-            out[name] = [[round(v, _DIGITS[t]) for v in ring.tail(c, k)[::-_THIN][::-1]] if t != "Q"
-                         else ring.tail(c, k)[::-_THIN][::-1] for c, t in enumerate(_carried_types(ring))]
+            cols = []
+            for c, kind in enumerate(_carried_types(ring)):
+                col = ring.tail(c, k)[::-_THIN][::-1]  # (every third, the newest kept)
+                cols.append(col if kind == "Q" else [round(v, _DIGITS[kind]) for v in col])
+            out[name] = cols
         return out
 
     def restore_blocks(self, saved) -> None:
