@@ -331,9 +331,10 @@ pulses-run)  # NAME SIZE SECS AFTER CAUSES: pulses-start's detached part
         --inject-on-s ${ON_S:-90} --inject-off-s ${OFF_S:-140} ${BATCH:+--batch $BATCH}
     finish $1 0; touch $W/$1.done ;;
 restarts-start)  # NAME SIZE SECS AFTER CAUSES RESTARTS: pulses-start with a state_dir, its collector
-    # killed (SIGKILL) and started again on it at each of RESTARTS (comma-separated seconds after
-    # the job's start), detached: the live check of detection across collector restarts; each
-    # collector records to its own file (NAME, NAME_r1, ...); the alerts at the end are the last's
+    # killed (SIGKILL; SIGNALS=TERM,KILL: the signal of each restart in turn) and started again on
+    # it at each of RESTARTS (comma-separated seconds after the job's start), detached: the live
+    # check of detection across collector restarts; each collector records to its own file (NAME,
+    # NAME_r1, ...); the alerts at the end are the last's
     armed $4
     setsid bash bench/run_real_device.sh restarts-run "$@" > $W/$1.run.log 2>&1 < /dev/null &
     sleep 8; echo started $1 ;;
@@ -342,13 +343,14 @@ restarts-run)  # NAME SIZE SECS AFTER CAUSES RESTARTS: restarts-start's detached
     collector $1 0
     job1 $1 0 0 $2 $3 --inject-schedule $5 --inject-after-s $4 --inject-ratio ${RATIO:-0.10} \
         --inject-on-s ${ON_S:-90} --inject-off-s ${OFF_S:-140} ${BATCH:+--batch $BATCH} &
-    jobpid=$! t0=$(date +%s) last=$1 k=0
+    jobpid=$! t0=$(date +%s) last=$1 k=0 sigs=(${SIGNALS//,/ })
     for at in ${6//,/ }; do
         left=$(( at - ($(date +%s) - t0) )); [ $left -gt 0 ] && sleep $left
         kill -0 $jobpid 2>/dev/null || break
         snapshot $last 0 > /dev/null  # (what it raised: a restarted collector keeps no alert history)
-        kill -KILL $(cat $W/$last.collector.pid); wait $(cat $W/$last.collector.pid) 2>/dev/null
-        echo "$(date +%s.%N) collector $last killed at $at s" | tee -a $W/$1.restarts.log
+        sig=${sigs[$k]:-KILL}
+        kill -$sig $(cat $W/$last.collector.pid); wait $(cat $W/$last.collector.pid) 2>/dev/null
+        echo "$(date +%s.%N) collector $last stopped (SIG$sig) at $at s" | tee -a $W/$1.restarts.log
         k=$((k + 1)) last=${1}_r$k
         collector $last 0
         echo "$(date +%s.%N) collector $last started" | tee -a $W/$1.restarts.log

@@ -208,6 +208,10 @@ class Collector:
         if self._recorder is not None:
             self._recorder.close()
         if self._store is not None:
+            try:  # (every rank's state as it is now: a restart then misses none of it)
+                self.detection.engine.save(self.clock(), force=True)
+            except Exception:  # noqa: BLE001 - stopping must finish; what was saved before stands
+                log.exception("stepwatch collector: saving the detection state at stop failed")
             self._store.close()
         self._runs.close()
         if self._owned_trace_dir is not None:

@@ -116,12 +116,13 @@ class DriftRule(Rule):
             self.ctx.emit(r.drift, [])
 
     # -- what the engine asks -----------------------------------------------------------------
-    def save(self) -> None:
-        """:meth:`save_slices` at once."""
-        for _ in self.save_slices(SAVE_SLICE):
+    def save(self, force: bool = False) -> None:
+        """:meth:`save_slices` at once; ``force``: every armed rank's state, changed or not (the
+        collector stopping: what changed since the last tick is not lost)."""
+        for _ in self.save_slices(SAVE_SLICE, force):
             pass
 
-    def save_slices(self, per: int) -> Iterator[None]:
+    def save_slices(self, per: int, force: bool = False) -> Iterator[None]:
         """Save the state of each armed rank whose state changed since its last save (armed,
         its noise measured again, an episode raised, risen or cleared: at most about once a
         minute of data per rank), yielding after every ``per`` saves: a state with its evidence
@@ -131,7 +132,7 @@ class DriftRule(Rule):
             return
         done = 0
         for key, r in list(self._ranks.items()):
-            if self._ranks.get(key) is not r or r.drift.version == self._saved.get(key):
+            if self._ranks.get(key) is not r or (r.drift.version == self._saved.get(key) and not force):
                 continue  # (forgotten or replaced since the slice began, or unchanged)
             state = r.drift.state()
             if state is not None:

@@ -236,9 +236,10 @@ class DetectionEngine:
         for rule in self.rules:
             yield from rule.tick(now, per)
 
-    def save(self, now: float) -> None:
-        """Save the drift state of each armed rank whose state changed since its last save."""
-        self.drift.save()
+    def save(self, now: float, force: bool = False) -> None:
+        """Save the drift state of each armed rank whose state changed since its last save
+        (``force``: of every armed rank)."""
+        self.drift.save(force)
 
     def save_slices(self, now: float, per: int = SAVE_SLICE) -> Iterator[None]:
         """:meth:`save` as a generator that yields after every ``per`` states saved (the event

@@ -54,6 +54,11 @@ _HOST_ALL, _HOST_EVEN, _HOST_ONE = 0.8, 2.5, 0.75
 _HOST_EVEN_MIN = 0.1
 # the diagnosis's "before" ends this long ahead of the onset (at most this share of the data)
 _GUARD_S, _GUARD_SHARE = 30.0, 0.25
+# "before" spans at least this much data time when the rings hold none of the reference level
+# (the collector restarted since): restarted just before an onset, they held a second of steps
+# before it, which read a live H200 job's +22% (GEMMs in forward) as "no measured contributor
+# explains the -0.1 ms/step" (tests/data/real/diag/h200zy)
+_MIN_BEFORE_S = 10.0
 # "after" is at most this long from the onset: the diagnosis is of the change where it began.
 # It is made again as data comes until a window completes it, and a job that recovered while
 # its episode was still open diluted it (2 x H200, a host hump of +10% for 90 s: backward and
@@ -99,7 +104,8 @@ def _step_median(rows: list, k: int) -> Optional[float]:
 
 def diagnose(r: Optional[_Rank], since: float, reference: Optional[tuple] = None,
              lead: str = "") -> Optional[Diagnosis]:
-    """Compare before and after data time ``since``; None without step data on both sides.
+    """Compare before and after data time ``since``; None without step data on both sides
+    (``_MIN_BEFORE_S`` of it before, when ``reference`` lies before all of it).
     ``reference``: (start, end) data times of the level the alert compares against (a drift
     episode's settled level, or the span before its onset it was raised against): "before" is
     those times, up to the guard band ahead of ``since``, when the rings still hold 3 blocks of
@@ -130,6 +136,8 @@ def diagnose(r: Optional[_Rank], since: float, reference: Optional[tuple] = None
             before, edge = settled, end
     if len(before) < 3 or len(after) < 3:
         return None
+    if reference is not None and reference[1] < blocks[0][2] and edge - before[0][2] < _MIN_BEFORE_S:
+        return None  # (a second after a restart is not the level the alert compares with)
     step_delta = (_step_median(after, 3) - _step_median(before, 3)) * 1e3
     wait = (_step_median(after, 4) - _step_median(before, 4)) * 1e3
     lo = before[max(0, len(before) - 60)][2]

@@ -398,3 +398,44 @@ def test_healthy_wandering_jobs_restarted_anywhere_raise_nothing(tmp_path):
             before, after = _replayed_with_a_restart(evs, DetectionConfig(), t0 + at, tmp_path / f"{name}-{at:.0f}")
             raised = [(a.alertname, a.rank, round(a.starts_at - t0)) for a in before + after]
             assert not raised, (name, at, raised)
+
+
+def test_a_stopping_collector_saves_every_ranks_state_as_it_is_now(start_collector, tmp_path):
+    """A collector stopped (SIGTERM) saves each armed rank's state as it is, changed since its last
+    save or not: the evidence blocks it carries reach the last block, not up to a minute earlier
+    (a quiet rank's state is saved on the tick only when it changes: once a minute)."""
+    import sys
+
+    sys.path.insert(0, str(pathlib.Path(__file__).parents[1]))
+    from collector_testlib import Stream, batch, hello
+    from stepwatch.proto.stepwatch.v1 import agent_pb2
+
+    state_dir = str(tmp_path / "state")
+    col = start_collector(state_dir=state_dir)
+    chan = col.channel()
+    rng, t, n = random.Random(7), T0, 0
+    stream = Stream(chan, hello(world_size=1))
+    for seq in range(1, 41):  # 40 batches of 200 steps of ~40 ms: 320 s of data, armed at 180 s
+        steps = []
+        for _ in range(200):
+            n += 1
+            d = 0.04 * math.exp(rng.gauss(0, 0.01))
+            t += d
+            steps.append(agent_pb2.StepRecord(step=n, end_time_s=t, duration_s=d, dataloader_wait_s=0.001,
+                                              clock=agent_pb2.STEP_CLOCK_CUDA_EVENT))
+        stream.send(batch(seq, steps=steps))
+    stream.close()
+    chan.close()
+    rank = col.collector.detection.engine.drift_of("j", 0)
+    assert rank.median._settled is not None, "not armed"
+    last = col.loop.call(_last_block(rank))
+    col.loop.call(col.collector.stop(grace_s=0))
+    store = DriftStore(state_dir)
+    saved = store.load("j", 0)
+    store.close()
+    assert abs(saved["blocks"]["waits"][0][-1] - last) < 0.01, (saved["blocks"]["waits"][0][-1], last)
+
+
+async def _last_block(rank) -> float:
+    """The start of the rank's newest loader-wait block, read on the collector's loop."""
+    return rank._evidence.waits[-1][0]
