@@ -269,13 +269,15 @@ class RankEvidence:
     def measure_unread(self, loud: Callable[[], Sequence[tuple]] = tuple) -> bool:
         """At a save of the drift state: measure the spread of one source not measured over the
         last 30 minutes (a phase's device time, the device's work, the loader's wait), over runs
-        of the fewest blocks, so that a collector restart carries it (:meth:`SourceNoise.saved`):
+        of 6, 8, 10 and 12 blocks, so that a collector restart carries it (:meth:`SourceNoise.saved`):
         a change in a source first read in the 90 s after a restart is then decided by its
-        evidence too. Only on a rank whose evidence was read before (its step time shifted: a
-        wandering host); elsewhere nothing is measured. At most one measurement per save (about
-        once a minute of data): ~0.1 ms on real 2 x H200 and launch-bound recordings, the whole
-        state ~40 us a save on average; what the rank decides now is not changed by it. True
-        when one was measured."""
+        evidence too, read in the spread of the longest run no longer than its span (6-block
+        runs alone spread more: a 2 x H200 job's forward pulse after a restart stood 3.2-3.8 of
+        them out on one rank and was raised after 127 s; 46 s with the longer runs). Only on a
+        rank whose evidence was read before (its step time shifted: a wandering host); elsewhere
+        nothing is measured. At most one source per save (about once a minute of data): ~0.1 ms
+        a run length on real 2 x H200 and launch-bound recordings; what the rank decides now is
+        not changed by it. True when one was measured."""
         if not self.noise.read() or not len(self.phases):
             return False
         points = self.phases[-1][2]
@@ -286,7 +288,8 @@ class RankEvidence:
             sources.append(self._source(Kind.LOADER))
         for key, rows in sources:
             if self.noise.due(key, edge):
-                self.noise.measure_for_restart(key, MIN_RUN, edge, rows, loud)
+                for n in (MIN_RUN, MIN_RUN + 2, MIN_RUN + 4, 2 * MIN_RUN):
+                    self.noise.measure_for_restart(key, n, edge, rows, loud)
                 return True
         return False
 

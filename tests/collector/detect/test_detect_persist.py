@@ -265,6 +265,22 @@ def test_a_source_first_read_after_a_restart_is_decided_by_its_evidence_too(tmp_
         [(a.rank, a.fired_at - start, a.decided, a.evidence) for a in forward]
 
 
+def test_spreads_carried_over_a_restart_are_measured_over_the_runs_a_change_is_read_in(tmp_path):
+    """The held-out 2 x H200 job h200x_2gpu_m with four +10% pulses (backward, the loader's wait,
+    forward, the optimizer), the collector restarted 60 s before the forward pulse. The restarted
+    rank reads forward's growth over 7-12 blocks; a spread measured at the saves over 6-block
+    runs alone stood in for all of them (a 6-block run's medians spread more), so rank 1 read it
+    3.2-3.8 spreads out, under ``evidence_z``, and raised it 127 s after it began. Measured over
+    runs of 6, 8, 10 and 12 blocks, the longest run no longer than the span read stands in: both
+    ranks raise it within 60 s, decided by forward."""
+    spans, drift = _pulses_restarted("h200x_2gpu_m.jsonl.gz", ("backward", "loader", "forward", "optimizer"),
+                                     2, -60, tmp_path)
+    (start, _), (next_start, _) = spans[2], spans[3]
+    forward = [a for a in drift if start - 30 <= a.starts_at < next_start - 30]
+    assert sorted(a.rank for a in forward) == [0, 1], [(a.rank, a.starts_at - start, a.summary) for a in drift]
+    assert all(a.fired_at - start <= 60 and a.decided == "job" and a.evidence["name"] == "forward" for a in forward), \
+        [(a.rank, a.fired_at - start, a.decided, a.evidence) for a in forward]
+
 def test_a_restart_inside_a_change_never_takes_its_end_for_the_level_before(tmp_path):
     """The held-out launch-bound 1 x H200 job h200v (~13 ms steps) with +10% pulses in backward,
     the loader's wait, forward and the optimizer, the collector restarted 10 s before the loader's
