@@ -341,7 +341,7 @@ class DriftDetector:
         since = sum(1 for t in hist.tail(1, min(len(hist), self._t.n_clear)) if t > self._ep.onset[1])
         recent = median(hist.tail(2, max(1, since)))
         gone = recent - self._ep.ref >= min(math.log1p(self.cfg.info_ratio) / 2, _CLEAR_SHARE * self._ep.raised)
-        if not gone or self._t.evidence_gone(self._ep, recent):
+        if not gone or self._t.evidence_gone(self._ep, recent, self._settled):
             # no test window reaches back into the episode that ended: the info window (240 s)
             # read 5 s after a +10% pulse's end still held it, and raised it again at +5%
             self._t.ended_at = hist[-1][1]
@@ -387,6 +387,8 @@ class DriftDetector:
         # empty_cache() episode ended, and a host's +8% after it was dated at its start and taken
         # for it, tests/data/real/diag/h200zm)
         rows = [r for r in rows if self._t.after_end(r[1])] or rows[-self._n[sev]:]
+        if which == "led":  # (dated by the source's own change, ShiftTests.led)
+            rows = [r for r in rows if r[1] - self.cfg.bucket_s >= self._t.led_at - self.cfg.bucket_s / 2] or rows
         ys = [r[2] for r in rows]
         k = estimate_onset(ys, ref, shift, self._t.clip)
         onset_at = rows[k][1] - self.cfg.bucket_s

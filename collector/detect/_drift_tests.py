@@ -5,7 +5,8 @@ sustain, the job's waves a shift no larger must outlast, the settled level alone
 that nothing holds over a dip of the job's own noise, and the rank's evidence, which raises a
 warning or critical shift at its ratio when the source that holds it stands ``evidence_z`` of its
 own spreads out (a warning-sized one on the critical window already, when a phase's device time
-or the loader's wait holds it: :meth:`ShiftTests.early`), and which, gone, ends an episode."""
+or the loader's wait holds it: :meth:`ShiftTests.early`; a slower loader measured against the
+seconds before its wait changed: :meth:`ShiftTests.led`), and which, gone, ends an episode."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from ._config import DriftConfig
 from ._drift_episode import Episode
 from ._drift_noise import RAISE, Noise
 from ._evidence import PHASE_TIMES, PHASES
+from ._evidence_noise import MIN_RUN
 from ._types import CRITICAL, INFO, WARNING, Backing, Kind, median
 
 if TYPE_CHECKING:
@@ -80,6 +82,7 @@ class ShiftTests:
         self.outlast = 0
         self.waves: Union[tuple, collections.deque] = ()  # a deque from the first wave on (:meth:`add_wave`)
         self.left_out: Union[tuple, collections.deque] = ()  # ... from the first span on (:meth:`leave_out`)
+        self.led_at = 0.0  # the onset of the last shift :meth:`led` found (its source's change)
 
     def shift(self, sev: str, ref: float, n: int = 0, backed: bool = False) -> Optional[float]:
         """The shift of ``sev``'s window (or of the last ``n`` buckets) above ``ref`` (log
@@ -245,7 +248,7 @@ class ShiftTests:
                 spans.append([t - b, t])
         return [tuple(x) for x in spans]
 
-    def evidence_gone(self, ep: Episode, recent: float) -> bool:
+    def evidence_gone(self, ep: Episode, recent: float, settled: Optional[float] = None) -> bool:
         """The open episode's evidence is back under ``_GONE_SHARE`` of what it held at the raise
         over the clear window, and the step level (``recent``) under the shift raised: the job's
         change went away, whatever the level the episode compares against did meanwhile (a healthy
@@ -253,9 +256,13 @@ class ShiftTests:
         change that came and went stayed open through the next change, which it hid). What is
         left above the reference then is the host's, judged afresh under the rules for a shift
         with no evidence (asking for the step under half the shift kept pulses on 2-GPU hosts
-        that wander open 124-308 s after their end: bench/results/evidence_pulses_gone_step.md)."""
+        that wander open 124-308 s after their end: bench/results/evidence_pulses_gone_step.md).
+        The step is read above the higher of the episode's reference and the ``settled`` level:
+        an episode raised over the seconds before its change (:meth:`led`, a host that had sped
+        up) must not stay open because the host went back to its settled pace."""
         b, span = ep.backing, ep.backing_span
-        if b is None or span is None or self.evidence is None or recent - ep.ref >= ep.raised:
+        top = ep.ref if settled is None else max(ep.ref, settled)
+        if b is None or span is None or self.evidence is None or recent - top >= ep.raised:
             return False
         hist = self.history
         now = hist[-1][1]
@@ -291,7 +298,50 @@ class ShiftTests:
                 continue
             if self.outlasts_waves(ref, shift) or self.backed(ref, shift, n) is not None:
                 return shift, ref, which, spared  # (a shift its evidence holds is the job's: no wave holds it)
-        return None
+        led = self.led(sev) if sev != INFO else None
+        if led is None:
+            return None
+        self.led_at = led[2]
+        return led[0], led[1], "led", False
+
+    def led(self, sev: str) -> Optional[tuple[float, float, float]]:
+        """(shift, reference, onset time) of a slower loader that its wait dates inside ``sev``'s window: the
+        wait changed there (:meth:`RankEvidence.change_at`), the step since then stands ``sev``'s
+        shift above its level over the window before that change, and the wait holds that shift,
+        ``evidence_z`` of its own spreads out. Read only when the window's median stands a
+        warning's raise size above the one before it. On a host whose pace moves 10% in minutes,
+        the settled level and the 2 minutes before can lie at a change's own level while the
+        seconds before it lay 10% under it (a live H200 job's loader, its wait 0.4 -> 4.5 ms:
+        +13.5% over the 30 s before it, 0% over its settled level, tests/data/real/diag/h200zz)."""
+        if self.evidence is None:
+            return None
+        hist, b, n = self.history, self.cfg.bucket_s, self.n[sev]
+        if len(hist) < 3 * n + 2:
+            return None
+        if median(hist.tail(2, n)) - median(hist.tail(2, 2 * n)[:n]) < math.log1p(RAISE[WARNING] * self.ratio[WARNING]):
+            return None
+        ys = hist.tail(2, 3 * n + self.n[CRITICAL])
+        times = hist.tail(1, len(ys))
+        now = times[-1]
+        src = Backing(Kind.LOADER, "data-loader wait", 0.0, 0.0, "ms", 0.0)
+        at = self.evidence.change_at(src, now - MIN_BEFORE_S - 2 * n * b, now - 2 * n * b, now)
+        if at is None:
+            return None
+        j = next((i for i in range(len(times)) if times[i] - b >= at - b / 2), None)
+        # (the wait's own spread needs MIN_RUN blocks after its change)
+        if j is None or j < 2 or len(ys) - j < max(MIN_RUN + 1, n * 2 // 3) or not self.after_end(times[j - 2]):
+            return None
+        ref = median(ys[max(0, j - n):j])
+        after = ys[j:]
+        shift = median(after) - ref
+        if shift < math.log1p(RAISE[sev] * self.ratio[sev]) or not _stands(after, ref, shift, len(after)):
+            return None
+        onset_at = times[j] - b
+        edge = onset_at - 2 * b
+        step_s = math.exp(ref)
+        wait = self.evidence.wait_backing(edge - max(MIN_BEFORE_S, now - onset_at), edge, onset_at + b, now,
+                                          step_s, step_s * math.expm1(shift), self.loud)
+        return (shift, ref, onset_at) if self.holds(wait) else None
 
     def level_before(self, n: int, nb: int) -> Optional[float]:
         """The level just before the last ``n`` buckets: the median of the ``nb`` before them,

@@ -258,6 +258,17 @@ class RankEvidence:
         s = self.noise.spread(key, n, edge, step_s, rows, loud)
         return None if s is None else round((b.after - b.before) / 1e3 / s, 1)
 
+    def wait_backing(self, lo: float, edge: float, since: float, now: float, step_s: float,
+                     delta_s: float, loud: Callable[[], Sequence[tuple]] = tuple) -> Optional[Backing]:
+        """The loader's wait alone as the evidence of a shift of ``delta_s`` per step (as
+        :meth:`backing` reads it, but not set against the phases: the data phase, which holds
+        the wait, is host-paced by it), with its spreads; None when it does not hold it or
+        cannot be read."""
+        b = self._wait_backing(lo, edge, since, now, delta_s)
+        if not b:
+            return None
+        return dataclasses.replace(b, spreads=self.spreads(b, edge, since, now, step_s, loud))
+
     def _source(self, kind: str, ks: tuple = (), points: int = 0) -> tuple:
         """(key, rows) of one source of the evidence as :class:`SourceNoise` measures it: a phase
         or the device's work (the columns ``ks`` of the blocks of ``points``), or the loader's wait."""

@@ -326,6 +326,26 @@ def test_a_loader_change_as_a_host_wave_recedes_is_dated_by_the_loader_wait(line
     assert a.decided == "job" and a.evidence["name"] == "data-loader wait", (a.decided, a.evidence)
 
 
+def test_a_slower_loader_on_a_host_that_sped_up_is_raised_against_the_seconds_before_it(lines):
+    """The held-out live H200 job h200zz (size m; its host's pace moved the 5-s medians 39-54 ms):
+    its data loader slowed at 315 s from the first step (wait 0.2 -> 5 ms, a batch every 4.1 ms
+    more), taking the step from the host's 40 ms back to 46 ms, its settled level: +13.5% over
+    the 30 s before, 0% over the settled level and the 2 minutes before. The loader's wait dates
+    the change and holds it, many of its own spreads out: raised within 45 s, dated within 5 s of
+    315 s, decided by the loader's data phase, resolved within 2 minutes of its end (375 s);
+    nothing raised before it (the GEMMs in backward at 195-255 s stood +3% on those levels and
+    0..+5% on the seconds before them: not raised)."""
+    series = load(str(REAL / "diag" / "h200zz_1gpu_m_restarts.jsonl.gz"))
+    t0 = first_step_time(series)
+    drift = [a for a in replay(events(series), DetectionConfig()) if a.alertname == "StepwatchThroughputDrift"]
+    assert drift and all(a.onset - t0 >= 300 for a in drift), [(a.onset - t0, a.fired_summary) for a in drift]
+    loader = [a for a in drift if a.onset - t0 < 400]
+    assert len(loader) == 1, [(a.onset - t0, a.fired_summary) for a in drift]
+    (a,) = loader
+    assert abs(a.onset - t0 - 315) <= 5 and a.fired_at - t0 - 315 <= 45, (a.onset - t0, a.fired_at - t0)
+    assert a.decided == "job" and a.evidence["name"] in ("data", "data-loader wait"), (a.decided, a.evidence)
+    assert a.ends_at is not None and a.ends_at - t0 - 375 <= 120, a.ends_at and a.ends_at - t0
+
 def test_a_slow_gpu_memory_leak_on_a_large_allocation_is_warned_within_two_hours(lines):
     """The recording with the largest allocation (15.6 GB allocated of 85 GB), played 14 times
     as a 2.8-hour job: silent as recorded; 3 GiB/h of growth injected into its allocator and
