@@ -55,6 +55,8 @@ _SEARCHED_SHARE = 1 / 3
 # phase: the phases and the loader's wait are searched as with none, and one that changed later
 # and holds its step dates the change
 _UNSPECIFIC = (Kind.GPU, Kind.DEVICE)
+# The loader's wait as a source searched for its own change (date_by_evidence, led)
+_WAIT_SOURCE = Backing(Kind.LOADER, "data-loader wait", 0.0, 0.0, "ms", 0.0)
 
 
 class ShiftTests:
@@ -204,7 +206,7 @@ class ShiftTests:
         now = self.history[-1][1]
         lo = onset_at - max(MIN_BEFORE_S, now - onset_at)
         searched = ([Backing(Kind.PHASE, p, 0.0, 0.0, "ms", 0.0) for p in PHASES if p != "sync"]
-                    + [Backing(Kind.LOADER, "data-loader wait", 0.0, 0.0, "ms", 0.0)])
+                    + [_WAIT_SOURCE])
         sources = ([backing] if backing is not None else []) + (
             searched if backing is None or backing.kind in _UNSPECIFIC else [])
         ys = [r[2] for r in rows]
@@ -248,7 +250,7 @@ class ShiftTests:
                 spans.append([t - b, t])
         return [tuple(x) for x in spans]
 
-    def evidence_gone(self, ep: Episode, recent: float, settled: Optional[float] = None) -> bool:
+    def evidence_gone(self, ep: Episode, recent: float, settled: float) -> bool:
         """The open episode's evidence is back under ``_GONE_SHARE`` of what it held at the raise
         over the clear window, and the step level (``recent``) under the shift raised: the job's
         change went away, whatever the level the episode compares against did meanwhile (a healthy
@@ -261,8 +263,7 @@ class ShiftTests:
         an episode raised over the seconds before its change (:meth:`led`, a host that had sped
         up) must not stay open because the host went back to its settled pace."""
         b, span = ep.backing, ep.backing_span
-        top = ep.ref if settled is None else max(ep.ref, settled)
-        if b is None or span is None or self.evidence is None or recent - top >= ep.raised:
+        if b is None or span is None or self.evidence is None or recent - max(ep.ref, settled) >= ep.raised:
             return False
         hist = self.history
         now = hist[-1][1]
@@ -318,13 +319,12 @@ class ShiftTests:
         hist, b, n = self.history, self.cfg.bucket_s, self.n[sev]
         if len(hist) < 3 * n + 2:
             return None
-        if median(hist.tail(2, n)) - median(hist.tail(2, 2 * n)[:n]) < math.log1p(RAISE[WARNING] * self.ratio[WARNING]):
-            return None
         ys = hist.tail(2, 3 * n + self.n[CRITICAL])
+        if median(ys[-n:]) - median(ys[-2 * n:-n]) < math.log1p(RAISE[WARNING] * self.ratio[WARNING]):
+            return None
         times = hist.tail(1, len(ys))
         now = times[-1]
-        src = Backing(Kind.LOADER, "data-loader wait", 0.0, 0.0, "ms", 0.0)
-        at = self.evidence.change_at(src, now - MIN_BEFORE_S - 2 * n * b, now - 2 * n * b, now)
+        at = self.evidence.change_at(_WAIT_SOURCE, now - MIN_BEFORE_S - 2 * n * b, now - 2 * n * b, now)
         if at is None:
             return None
         j = next((i for i in range(len(times)) if times[i] - b >= at - b / 2), None)
