@@ -518,12 +518,14 @@ def run_once(n, args):
     # Acks over 250 ms by the second their batch went out (seconds from measure_at): whether
     # the tail comes in bursts (a tick, a collection, a scrape) or spread out.
     late: dict = {}
+    slowest: dict = {}  # second of the measured time -> its slowest ack, ms
     for g in got:
         for kind in ("quiet", "scrape"):
             for rep, x, t0 in g["lat"][kind]:
                 if rep == 0:
                     row = late.setdefault(int(t0 - measure_at), [0, 0, 0.0])
                     row[0] += 1
+                    slowest[int(t0 - measure_at)] = max(slowest.get(int(t0 - measure_at), 0.0), round(1e3 * x, 1))
                     if x > 0.25:
                         row[1] += 1
                         row[2] = max(row[2], 1e3 * x)
@@ -582,6 +584,8 @@ def run_once(n, args):
             if bodies else None,
             # {second: [acks, acks over 250 ms, slowest ms]} for the seconds with a late ack
             "late_acks_by_second": {sec: row for sec, row in sorted(late.items()) if row[1]},
+            # {second: its slowest ack, ms}: where in the measured time the slow acks lie
+            "slowest_ack_ms_by_second": dict(sorted(slowest.items())),
             # batches the measured replica got per second (by send time): how even the load is
             "batches_per_second": {"min": min(full_seconds, default=0), "max": max(full_seconds, default=0),
                                    "mean": statistics.mean(full_seconds) if full_seconds else 0},

@@ -16,10 +16,11 @@ from ._evidence import RankEvidence
 from ._rule import Context, Phases, Rule, Steps
 from ._types import SampleTable
 
-__all__ = ["DriftRule", "SAVE_SLICE"]
+__all__ = ["DriftRule", "SAVE_PER_TICK", "SAVE_SLICE"]
 
 _ENDED_AFTER_S = 10.0  # every rank of a job disconnected this long: its drift episodes end
-SAVE_SLICE = 100  # drift states saved per slice of a tick (~16 ms on the development machine)
+SAVE_SLICE = 25  # drift states saved per slice of a tick (~4 ms on the development machine)
+SAVE_PER_TICK = 500  # drift states saved per tick at most (or a tenth of the ranks held, if more)
 
 
 class _Rank:
@@ -119,19 +120,25 @@ class DriftRule(Rule):
     def save(self, force: bool = False) -> None:
         """:meth:`save_slices` at once; ``force``: every armed rank's state, changed or not (the
         collector stopping: what changed since the last tick is not lost)."""
-        for _ in self.save_slices(SAVE_SLICE, force):
+        for _ in self.save_slices(SAVE_SLICE, force, share=False):
             pass
 
-    def save_slices(self, per: int, force: bool = False) -> Iterator[None]:
+    def save_slices(self, per: int, force: bool = False, share: bool = True) -> Iterator[None]:
         """Save the state of each armed rank whose state changed since its last save (armed,
         its noise measured again, an episode raised, risen or cleared: at most about once a
         minute of data per rank), yielding after every ``per`` saves: a state with its evidence
         blocks takes ~0.1 ms and its JSON ~0.06 ms, so 3,000 ranks armed together, saved in one
-        go, held the event loop ~0.45 s (bench/results/state_store_2core.md)."""
+        go, held the event loop ~0.45 s (bench/results/state_store_2core.md). ``share``: at most
+        ``SAVE_PER_TICK`` states or a tenth of the ranks held, the larger (else all); the others
+        stay unsaved and the next calls save them: ranks that arm together are saved over a few
+        ticks (3,000 over six), all the ranks held within ten (50 s at the default tick)."""
         if self._store is None:
             return
+        most = max(SAVE_PER_TICK, len(self._ranks) // 10) if share else None
         done = 0
         for key, r in list(self._ranks.items()):
+            if most is not None and done >= most:
+                return
             if self._ranks.get(key) is not r or (r.drift.version == self._saved.get(key) and not force):
                 continue  # (forgotten or replaced since the slice began, or unchanged)
             state = r.drift.state()

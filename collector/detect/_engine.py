@@ -238,12 +238,13 @@ class DetectionEngine:
 
     def save(self, now: float, force: bool = False) -> None:
         """Save the drift state of each armed rank whose state changed since its last save
-        (``force``: of every armed rank)."""
+        (``force``: of every armed rank), all of them at once."""
         self.drift.save(force)
 
     def save_slices(self, now: float, per: int = SAVE_SLICE) -> Iterator[None]:
         """:meth:`save` as a generator that yields after every ``per`` states saved (the event
-        loop acks other agents in between)."""
+        loop acks other agents in between), of at most ``SAVE_PER_TICK`` states: the rest are
+        saved by the next calls (the tick's, once a second)."""
         yield from self.drift.save_slices(per)
 
     # -- what the API, the alert book and the metrics read ------------------------------------

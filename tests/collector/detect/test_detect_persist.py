@@ -10,6 +10,7 @@ import sqlite3
 import time
 
 from stepwatch.collector.detect import DetectionEngine, Steps, parse_detection
+from stepwatch.collector.detect import _drift_rule
 from stepwatch.collector.detect._persist import DriftStore
 
 CFG = parse_detection({"warmup_steps": 10})
@@ -455,3 +456,35 @@ def test_a_stopping_collector_saves_every_ranks_state_as_it_is_now(start_collect
 async def _last_block(rank) -> float:
     """The start of the rank's newest loader-wait block, read on the collector's loop."""
     return rank._evidence.waits[-1][0]
+
+
+def test_ranks_that_arm_together_are_saved_over_the_next_ticks_none_left_out(tmp_path, monkeypatch):
+    """A tick saves at most its share of changed states (``SAVE_PER_TICK``, here shrunk to 3);
+    the states it left are saved by the next ticks, and a collector that stops saves every armed
+    rank at once."""
+    monkeypatch.setattr(_drift_rule, "SAVE_PER_TICK", 3)
+    store = DriftStore(str(tmp_path))
+    engine = DetectionEngine(parse_detection({"warmup_steps": 0, "drift": {"warmup_s": 5, "settle_s": 10}}), store)
+    saved = []
+    real_save = store.save
+    store.save = lambda job, rank, state: (saved.append(rank), real_save(job, rank, state))
+    for rank in range(7):
+        now = T0
+        steps = list(range(1, 801))
+        times = [T0 + 0.04 * s for s in steps]
+        engine.feed("j", rank, Steps(steps, times, [0.04] * 800, [0.0] * 800))
+        now = times[-1]
+    engine.tick(now)
+    assert all(engine.armed()[("j", r)] for r in range(7))
+    ticks = []
+    for _ in range(4):
+        before = len(saved)
+        for _slice in engine.drift.save_slices(2):
+            pass
+        ticks.append(sorted(saved[before:]))
+    assert ticks == [[0, 1, 2], [3, 4, 5], [6], []], ticks
+    engine.save(now, force=True)
+    assert sorted(saved[-7:]) == list(range(7))
+    store.close()
+    again = DriftStore(str(tmp_path))
+    assert all(again.load("j", r) is not None for r in range(7))
