@@ -94,7 +94,7 @@ from ._drift_buckets import StepBuckets
 from ._drift_episode import Episode
 from ._drift_noise import RAISE
 from ._drift_state import drift_state, restore_drift
-from ._drift_tests import ShiftTests, estimate_onset
+from ._drift_tests import Found, ShiftTests, estimate_onset
 from ._names import THROUGHPUT_DRIFT
 from ._types import CRITICAL, INFO, SEVERITIES, WARNING, Backing, Condition, Kind, median
 
@@ -330,7 +330,7 @@ class DriftDetector:
         if old is None:
             for sev in (CRITICAL, WARNING, INFO):
                 found = self._t.test(sev, self._settled)  # (a shift under z spreads that its evidence holds raises too)
-                raised = None if found is None else self._raise(sev, *found)
+                raised = None if found is None else self._raise(sev, found)
                 if raised is not None:
                     return raised
             self._set_level(median(self._history.tail(2, min(len(self._history), self._n[CRITICAL]))))
@@ -376,10 +376,11 @@ class DriftDetector:
             return self._ep.set(old.severity, level)
         return False
 
-    def _raise(self, sev: str, shift: float, ref: float, which: str, spared: bool) -> Optional[bool]:
+    def _raise(self, sev: str, found: Found) -> Optional[bool]:
         """Open an episode of ``sev`` for the shift found (its onset and evidence read here); True
         when ``condition`` changed, False when settled again instead, None when not raised (a
         critical shift spared the sustain whose evidence its own onset does not show)."""
+        shift, ref, which = found.shift, found.ref, found.which
         self._ep.peak = 0.0
         n = self._n[sev] + self._n_before[sev] + self._t.outlast  # (the onset lies further back)
         rows = [self._history[k] for k in range(max(0, len(self._history) - n), len(self._history))]
@@ -387,8 +388,8 @@ class DriftDetector:
         # empty_cache() episode ended, and a host's +8% after it was dated at its start and taken
         # for it, tests/data/real/diag/h200zm)
         rows = [r for r in rows if self._t.after_end(r[1])] or rows[-self._n[sev]:]
-        if which == "led":  # (dated by the source's own change, ShiftTests.led)
-            rows = [r for r in rows if r[1] - self.cfg.bucket_s >= self._t.led_at - self.cfg.bucket_s / 2] or rows
+        if found.since is not None:  # (dated by the source's own change, ShiftTests.led)
+            rows = [r for r in rows if r[1] - self.cfg.bucket_s >= found.since - self.cfg.bucket_s / 2] or rows
         ys = [r[2] for r in rows]
         k = estimate_onset(ys, ref, shift, self._t.clip)
         onset_at = rows[k][1] - self.cfg.bucket_s
@@ -399,7 +400,7 @@ class DriftDetector:
         if window is None:  # (the change dated by the source that holds it)
             k, onset_at, backing, unknown, span = self._t.date_by_evidence(rows, k, onset_at, backing, (unknown, span),
                                                                            ref, shift)
-        if spared and not self._t.holds(backing):
+        if found.spared and not self._t.holds(backing):
             return None  # (spared the sustain by evidence its own onset does not show: not raised)
         if (onset_at < self._settled_at - self.cfg.bucket_s and self._resettles < _RESETTLE_MAX
                 and window is None and backing is None):  # (stepwatch's own cost, and a change its

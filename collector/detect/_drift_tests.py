@@ -13,7 +13,7 @@ from __future__ import annotations
 import collections
 import itertools
 import math
-from typing import TYPE_CHECKING, Optional, Union
+from typing import TYPE_CHECKING, NamedTuple, Optional, Union
 
 from .._ring import Ring
 from ._config import DriftConfig
@@ -26,7 +26,7 @@ from ._types import CRITICAL, INFO, WARNING, Backing, Kind, median
 if TYPE_CHECKING:
     from ._evidence import RankEvidence
 
-__all__ = ["ShiftTests", "estimate_onset", "MIN_BEFORE_S"]
+__all__ = ["Found", "ShiftTests", "estimate_onset", "MIN_BEFORE_S"]
 
 _SUSTAINED_SHARE = 2 / 3  # share of a test window's buckets above half the shift
 # A critical shift under this many critical ratios (+15%) must also be sustained over
@@ -59,6 +59,16 @@ _UNSPECIFIC = (Kind.GPU, Kind.DEVICE)
 _WAIT_SOURCE = Backing(Kind.LOADER, "data-loader wait", 0.0, 0.0, "ms", 0.0)
 
 
+class Found(NamedTuple):
+    """A shift :meth:`ShiftTests.test` found, for the detector to raise."""
+
+    shift: float  # log ratio above ``ref``
+    ref: float  # the log level it stands above
+    which: str  # "settled", "before" (the level just before the window) or "led" (:meth:`ShiftTests.led`)
+    spared: bool  # a critical shift spared the sustain by its evidence (:meth:`ShiftTests.stands_out`)
+    since: Optional[float] = None  # "led": the time its source changed (the onset lies after it)
+
+
 class ShiftTests:
     """``history``: the detector's buckets ((first step, end time, log summary, quiet) rows);
     ``noise``: its spreads; ``evidence``: the rank's (None: the step times alone). ``n``,
@@ -84,7 +94,6 @@ class ShiftTests:
         self.outlast = 0
         self.waves: Union[tuple, collections.deque] = ()  # a deque from the first wave on (:meth:`add_wave`)
         self.left_out: Union[tuple, collections.deque] = ()  # ... from the first span on (:meth:`leave_out`)
-        self.led_at = 0.0  # the onset of the last shift :meth:`led` found (its source's change)
 
     def shift(self, sev: str, ref: float, n: int = 0, backed: bool = False) -> Optional[float]:
         """The shift of ``sev``'s window (or of the last ``n`` buckets) above ``ref`` (log
@@ -271,11 +280,11 @@ class ShiftTests:
         grown = self.evidence.grown(b, span[0], span[1], since, now, span[2])
         return grown is not None and grown < _GONE_SHARE * (b.after - b.before)
 
-    def test(self, sev: str, settled: float) -> Optional[tuple[float, float, str, bool]]:
-        """(shift, reference, which, spared) for ``sev`` over its window against the settled
-        level, else the level just before the window (not for a shift that nothing holds when
-        that level is a dip within the job's noise: :meth:`within_noise_under`), or None;
-        ``spared``: a critical shift spared the sustain by its evidence (:meth:`stands_out`)."""
+    def test(self, sev: str, settled: float) -> Optional["Found"]:
+        """The shift of ``sev``'s window against the settled level, else the level just before
+        the window (not for a shift that nothing holds when that level is a dip within the job's
+        noise: :meth:`within_noise_under`), else a slower loader against the seconds before its
+        wait changed (:meth:`led`), or None."""
         n, nb = self.n[sev], self.n_before[sev]
         hist = self.history
         if len(hist) < n or not self.after_end(hist[-n][1]):
@@ -298,12 +307,9 @@ class ShiftTests:
             if spared and not early and not self.stands_out(ref, shift, n):
                 continue
             if self.outlasts_waves(ref, shift) or self.backed(ref, shift, n) is not None:
-                return shift, ref, which, spared  # (a shift its evidence holds is the job's: no wave holds it)
+                return Found(shift, ref, which, spared)  # (a shift its evidence holds is the job's: no wave holds it)
         led = self.led(sev) if sev != INFO else None
-        if led is None:
-            return None
-        self.led_at = led[2]
-        return led[0], led[1], "led", False
+        return None if led is None else Found(led[0], led[1], "led", False, led[2])
 
     def led(self, sev: str) -> Optional[tuple[float, float, float]]:
         """(shift, reference, onset time) of a slower loader that its wait dates inside ``sev``'s window: the
