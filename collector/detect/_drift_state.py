@@ -25,7 +25,7 @@ def drift_state(d) -> Optional[dict]:
     if d._settled is None:
         return None
     out = {"v": 1, "settled": d._settled, "settled_at": d._settled_at,
-           "noise": dict(d._noise.spreads), "pauses": dict(d.pauses),
+           "noise": dict(d._noise.spreads), "noise_rows": d._noise.rows, "pauses": dict(d.pauses),
            "waves": [list(w) for w in d._t.waves], "ended_at": d._t.ended_at}
     ep = d._ep
     c = ep.condition
@@ -50,12 +50,13 @@ def restore_drift(d, state: dict) -> None:
     try:
         settled, at = float(state["settled"]), float(state["settled_at"])
         noise = {k: float(v) for k, v in state.get("noise", {}).items() if k in d._n}
+        rows = int(state.get("noise_rows", d._noise.n_noise))
     except (KeyError, TypeError, ValueError):
         return
     if not (math.isfinite(settled) and math.isfinite(at)):
         return
-    d._settled, d._settled_at, d._noise.spreads = settled, at, noise
-    d._noise.measure_reach()
+    d._settled, d._settled_at = settled, at
+    d._noise.carry(noise, rows)
     d._steps.level, d.baseline_s = settled, math.exp(settled)
     d._steps.first_time = at - d.cfg.warmup_s - d.cfg.settle_s
     d.pauses.update({str(k): int(v) for k, v in state.get("pauses", {}).items()})

@@ -400,6 +400,58 @@ def test_source_spreads_carried_over_a_restart_stand_in_only_while_the_blocks_ca
     assert live is not None and live != measured
 
 
+def test_step_spreads_carried_over_a_restart_are_never_lowered_by_a_shorter_history():
+    """A drift detector's spreads restored after a restart stand as a floor while the restarted
+    history holds fewer rows than they were measured over (a wandering host's medians spread
+    less over a few minutes than over half an hour: tests/data/real/h200zw, below). Once the
+    history is as long, its own measurement decides, as it would have without the restart."""
+    from stepwatch.collector._ring import Ring
+    from stepwatch.collector.detect._drift_noise import Noise
+
+    n, ratio = {"critical": 6, "warning": 18, "info": 48}, {"critical": 0.1, "warning": 0.05, "info": 0.03}
+    rng = random.Random(1)
+    levels = [rng.choice((-0.07, 0.0, 0.07)) for _ in range(5)]  # the host's level every 80 buckets
+    rows = [(i, 5.0 * i, levels[i // 80] + rng.gauss(0, 0.04), 1) for i in range(400)]
+    hist, short = Ring("Qddd", 400, rows), Ring("Qddd", 400, rows[-60:])  # (five minutes of it)
+    whole = Noise(3.0, n, 360, ratio)
+    whole.update(hist)
+    fresh = Noise(3.0, n, 360, ratio)
+    fresh.update(short)
+    assert fresh.spreads["warning"] < whole.spreads["warning"], (fresh.spreads, whole.spreads)
+
+    restored = Noise(3.0, n, 360, ratio)
+    restored.carry(whole.spreads, whole.rows)
+    restored.update(short)
+    assert restored.spreads == whole.spreads and restored.rows == whole.rows
+    assert restored.reach["warning"] > fresh.reach["warning"]
+    quiet = Ring("Qddd", 400, [(i, 5.0 * i, rng.gauss(0, 0.005), 1) for i in range(400)])
+    restored.update(quiet)  # as much history as before the restart: its own measurement decides
+    alone = Noise(3.0, n, 360, ratio)
+    alone.update(hist)
+    alone.update(quiet)
+    assert restored.spreads == alone.spreads and restored.spreads["warning"] < whole.spreads["warning"] / 2
+
+
+def test_a_restart_inside_a_change_never_lets_the_host_open_an_episode_that_folds_the_next_one(tmp_path):
+    """The held-out launch-bound h200zw (one H200, its 10 s medians 0.85-1.22x) with four +10%
+    pulses (backward, the loader's wait, forward, optimizer), the collector restarted 130 s into
+    the loader's. The restarted history held five minutes when the step spreads were measured
+    again: the warning spread fell from 13.8% to 4.5%, a +5.3% of the host's pace with no
+    evidence was raised a warning (onset in forward's pulse, raised 60 s before the optimizer's),
+    and the optimizer pulse, +6% over the settled level, folded into it and was never raised on
+    its own. With the spreads carried as a floor: no episode of the host's, and the optimizer
+    pulse raised in its own episode, decided by the optimizer, within 60 s (35 s, as with no
+    restart)."""
+    spans, drift = _pulses_restarted("h200zw_1gpu_s.jsonl.gz", ("backward", "loader", "forward", "optimizer"),
+                                     1, 130, tmp_path)
+    l_end, o_start = spans[1][1], spans[3][0]
+    unheld = [a for a in drift if l_end + 120 < a.starts_at < o_start - 30]
+    assert not unheld, [(a.starts_at - o_start, a.summary) for a in unheld]
+    opt = [a for a in drift if o_start - 30 <= a.starts_at]
+    assert len(opt) == 1 and opt[0].fired_at - o_start <= 60, [(a.starts_at - o_start, a.summary) for a in drift]
+    assert opt[0].decided == "job" and opt[0].evidence["name"] == "optimizer", (opt[0].decided, opt[0].evidence)
+
+
 def test_healthy_wandering_jobs_restarted_anywhere_raise_nothing(tmp_path):
     """Two held-out healthy recordings whose hosts wander (the launch-bound 1 x H200 h200zw, its
     10 s medians 0.85-1.22x; the 2 x H200 h200zb), the collector restarted at 240, 330 and 420 s
