@@ -101,7 +101,7 @@ class Noise:
         self.rows = n_hist
         if self._carried is not None:
             carried, rows = self._carried
-            if n_hist >= rows:
+            if n_hist >= min(rows, hist.maxlen):  # (a history that can never hold as many: full)
                 self._carried = None  # (measured over as much history as they were)
             else:
                 self.rows = rows
