@@ -430,6 +430,12 @@ def test_step_spreads_carried_over_a_restart_are_never_lowered_by_a_shorter_hist
     alone.update(hist)
     alone.update(quiet)
     assert restored.spreads == alone.spreads and restored.spreads["warning"] < whole.spreads["warning"] / 2
+    # measured over more rows than the history keeps (a noise_history_s longer than it): a full
+    # history lifts the floor
+    longer = Noise(3.0, n, 5000, ratio)
+    longer.carry(whole.spreads, 5048)
+    longer.update(quiet)
+    assert longer.spreads["warning"] < whole.spreads["warning"] / 2, longer.spreads
 
 
 def test_a_restart_inside_a_change_never_lets_the_host_open_an_episode_that_folds_the_next_one(tmp_path):
