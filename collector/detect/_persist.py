@@ -8,7 +8,9 @@ One SQLite file (the standard library's ``sqlite3``) in the collector's ``state_
 written on the collector's event loop: a save (one small row per armed rank, at most about once
 a minute) is a dict entry the store's own thread writes every ``flush_s`` in one transaction,
 waiting at most ``lock_wait_s`` for another process's lock; a load (once, when a rank is first
-seen) is one indexed read that waits at most ``read_wait_s`` (then the rank learns afresh). A
+seen) is one indexed read that waits at most ``read_wait_s`` (then the rank learns afresh; for
+the next ``_READ_BACKOFF_S`` no read waits, so a fleet that connects while another process holds
+the file's lock does not add a wait per rank). A
 failure (disk full, read-only, a lock held, a damaged file) is counted (``failures``:
 stepwatch_collector_state_store_failures_total), logged once per run of failures, and the
 writes wait for the next flush: saving resumes when the disk has room again (a store that
@@ -57,13 +59,16 @@ def close_db(db: Optional[sqlite3.Connection]) -> None:
 
 
 _REOPEN_S = 30.0  # a store that could not open tries again this often
+_READ_BACKOFF_S = 5.0  # after a read that failed, reads answer "nothing" without trying this long
 
 
 class StoreFile:
     """``detection.sqlite`` as a store uses it off the event loop: a writer connection
     (``db``, the flushing thread's; waits ``lock_wait_s`` for another process's lock) and a
-    reader (waits ``read_wait_s``); ``failures`` counts reads and writes that failed, logged
-    once per run of failures as "``label`` PATH WHAT failed (ERROR); ``after``"; a file that
+    reader (waits ``read_wait_s``; after a read that failed, the reads of the next
+    ``read_backoff_s`` answer None at once, counted in ``skipped``); ``failures`` counts reads
+    and writes that failed, logged once per run of failures as "``label`` PATH WHAT failed
+    (ERROR); ``after``"; a file that
     could not open is opened again at a write ``_REOPEN_S`` later. With ``thread``, a daemon
     thread calls ``flush()`` every ``flush_s`` until :meth:`close`."""
 
@@ -73,6 +78,9 @@ class StoreFile:
         self.path = os.path.join(directory, "detection.sqlite")
         self.flush_s, self.lock_wait_s, self.read_wait_s = flush_s, lock_wait_s, read_wait_s
         self.failures = 0
+        self.skipped = 0  # reads not tried: within read_backoff_s of one that failed
+        self.read_backoff_s = _READ_BACKOFF_S
+        self._read_again_at = -_READ_BACKOFF_S
         self._logged = False  # a failure logged since the last success
         self.db: Optional[sqlite3.Connection] = None
         self.reader: Optional[sqlite3.Connection] = None
@@ -104,12 +112,19 @@ class StoreFile:
         self._logged = True
 
     def read(self, sql: str, args: tuple) -> Optional[list]:
-        """The rows of ``sql``, or None (not open, or the read failed: counted)."""
+        """The rows of ``sql``, or None (not open, the read failed: counted, or one failed
+        within ``read_backoff_s``: not tried). At 3,000 ranks first seen while another process
+        held the file's lock, each read waiting ``read_wait_s`` would have held the event loop
+        150 s."""
         if self.reader is None:
+            return None
+        if time.monotonic() < self._read_again_at:
+            self.skipped += 1
             return None
         try:
             return self.reader.execute(sql, args).fetchall()
         except sqlite3.Error as exc:
+            self._read_again_at = time.monotonic() + self.read_backoff_s
             self.fail("read", exc)
             return None
 
