@@ -51,9 +51,9 @@ class Noise:
         """Take up ``spreads`` measured before a collector restart over ``rows`` history rows.
         Until the history again holds that many, each measurement keeps at least them: a
         wandering host's 90-s medians spread less over the few minutes a restarted history holds
-        than over its half hour (a 2 x H200-host job's warning spread, 13.8% over the job's
-        history, measured 4.5% five minutes after a restart; a host's +5.3% then raised a
-        warning that folded the optimizer's pulse after it)."""
+        than over its half hour (a launch-bound H200 job, tests/data/real/h200zw: the warning
+        window's reach 13.8% over the job's history, 4.5% measured five minutes after a restart;
+        its host's +5.3% then raised a warning into which the optimizer's pulse after it folded)."""
         self.spreads, self.rows = dict(spreads), rows
         self._carried = (dict(spreads), rows) if spreads and rows > 0 else None
         self.measure_reach()
