@@ -51,7 +51,7 @@ def restore_drift(d, state: dict) -> None:
         settled, at = float(state["settled"]), float(state["settled_at"])
         noise = {k: float(v) for k, v in state.get("noise", {}).items() if k in d._n}
         rows = int(state.get("noise_rows", d._noise.n_noise))
-    except (KeyError, TypeError, ValueError):
+    except (KeyError, TypeError, ValueError, OverflowError):  # (OverflowError: a row count of Infinity)
         return
     if not (math.isfinite(settled) and math.isfinite(at)):
         return

@@ -462,6 +462,25 @@ def test_step_spreads_carried_over_a_restart_are_never_lowered_by_a_shorter_hist
     assert longer.spreads["warning"] < whole.spreads["warning"] / 2, longer.spreads
 
 
+def test_a_saved_row_count_that_does_not_read_leaves_the_state_unrestored_or_unfloored():
+    """``noise_rows`` from a damaged state file (Infinity, text, a negative count) never raises
+    into the caller: a count that does not read leaves the rank to settle afresh, a count of
+    none or fewer keeps no floor."""
+    import json
+
+    from stepwatch.collector.detect._drift import DriftDetector
+
+    cfg = parse_detection(None).drift
+    base = {"v": 1, "settled": -3.2, "settled_at": T0, "noise": {"critical": 0.01}}
+    for rows in ("Infinity", '"many"', "[3]"):
+        d = DriftDetector(cfg, "j", 0)
+        d.restore(json.loads(json.dumps(base)[:-1] + ', "noise_rows": ' + rows + "}"))
+        assert not d.armed, rows
+    d = DriftDetector(cfg, "j", 0)
+    d.restore(dict(base, noise_rows=-5))
+    assert d.armed and d._noise._carried is None
+
+
 def test_a_restart_inside_a_change_never_lets_the_host_open_an_episode_that_folds_the_next_one(tmp_path):
     """The held-out launch-bound h200zw (one H200, its 10 s medians 0.85-1.22x) with four +10%
     pulses (backward, the loader's wait, forward, optimizer), the collector restarted 130 s into
