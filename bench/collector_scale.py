@@ -523,9 +523,10 @@ def run_once(n, args):
         for kind in ("quiet", "scrape"):
             for rep, x, t0 in g["lat"][kind]:
                 if rep == 0:
-                    row = late.setdefault(int(t0 - measure_at), [0, 0, 0.0])
+                    sec = int(t0 - measure_at)
+                    row = late.setdefault(sec, [0, 0, 0.0])
                     row[0] += 1
-                    slowest[int(t0 - measure_at)] = max(slowest.get(int(t0 - measure_at), 0.0), round(1e3 * x, 1))
+                    slowest[sec] = max(slowest.get(sec, 0.0), round(1e3 * x, 1))
                     if x > 0.25:
                         row[1] += 1
                         row[2] = max(row[2], 1e3 * x)

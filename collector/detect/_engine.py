@@ -244,7 +244,7 @@ class DetectionEngine:
     def save_slices(self, now: float, per: int = SAVE_SLICE) -> Iterator[None]:
         """:meth:`save` as a generator that yields after every ``per`` states saved (the event
         loop acks other agents in between), of at most ``SAVE_PER_TICK`` states: the rest are
-        saved by the next calls (the tick's, once a second)."""
+        saved by the next calls (the housekeeping tick's, every ``eval_interval_s``)."""
         yield from self.drift.save_slices(per)
 
     # -- what the API, the alert book and the metrics read ------------------------------------
