@@ -115,23 +115,31 @@ def test_a_load_under_another_process_lock_waits_only_read_wait_s(tmp_path):
     other.close()
 
 
-def test_ranks_first_seen_under_another_process_lock_wait_once_not_each(tmp_path):
+def test_ranks_first_seen_under_another_process_lock_wait_once_not_each(tmp_path, monkeypatch):
     """A fleet connecting while another process holds the state file's lock: the first rank's
     load waits ``read_wait_s`` and fails; the loads after it within ``read_backoff_s`` are not
     tried (each would have waited as long on the event loop); once the backoff has passed and
-    the lock is gone, loads read the saved states again."""
+    the lock is gone, loads read the saved states again. (The store's monotonic clock is held
+    still, so the machine's speed decides nothing.)"""
+    import types
+
+    from stepwatch.collector.detect import _persist
+
+    clock = [1000.0]
+    monkeypatch.setattr(_persist, "time", types.SimpleNamespace(monotonic=lambda: clock[0]))
     store = DriftStore(str(tmp_path), thread=False)
     for rank in range(40):
         store.save("j", rank, {"settled": 0.04, "rank": rank})
     store.flush()
     fresh = DriftStore(str(tmp_path), thread=False, read_wait_s=0.02)
-    fresh.file.read_backoff_s = 0.3
     other = sqlite3.connect(str(tmp_path / "detection.sqlite"), isolation_level=None)
     other.execute("BEGIN EXCLUSIVE")
     assert [fresh.load("j", rank) for rank in range(40)] == [None] * 40
     assert fresh.failures == 1 and fresh.file.skipped == 39
     other.execute("ROLLBACK")
-    time.sleep(0.4)  # (past the backoff)
+    clock[0] += fresh.file.read_backoff_s - 0.1
+    assert fresh.load("j", 39) is None and fresh.file.skipped == 40  # (still within the backoff)
+    clock[0] += 0.2
     assert fresh.load("j", 39) == {"settled": 0.04, "rank": 39} and fresh.failures == 1
     for s in (store, fresh):
         s.close()
