@@ -95,6 +95,7 @@ from ._drift_episode import Episode
 from ._drift_noise import RAISE
 from ._drift_state import drift_state, restore_drift
 from ._drift_tests import Found, ShiftTests, estimate_onset
+from ._evidence import PHASE_TIMES
 from ._names import THROUGHPUT_DRIFT
 from ._types import CRITICAL, INFO, SEVERITIES, WARNING, Backing, Condition, Kind, median
 
@@ -118,6 +119,9 @@ _CLEAR_SHARE = 0.4
 # +4.5 ms/step on a 2 x H200 job with scheduled windows, its onset 20 s before a window's end,
 # was raised as the agent's cost (bench/results/evidence_pulses_ended.md)
 _NO_WINDOW_MAKES = (Kind.PHASE, Kind.LOADER, Kind.ALLOCATOR)
+# An episode raised before its onset's phase times could be compared (too few 5-s blocks after a
+# late onset) reads its evidence again each evaluation for this long after its onset
+_REREAD_S = 120.0
 
 
 class DriftDetector:
@@ -356,6 +360,8 @@ class DriftDetector:
             return True
         if self._further():
             return True
+        if self._reread():
+            return True
         i = SEVERITIES.index(old.severity)
         if i + 1 < len(SEVERITIES):  # one level up at a time, never down while it lasts
             # A rise needs the higher level over the longer of its window and the warning
@@ -423,6 +429,23 @@ class DriftDetector:
         self._steps.first_time = onset_at - self.cfg.warmup_s  # settled again settle_s after the onset
         self._version += 1
         return False
+
+    def _reread(self) -> bool:
+        """The open episode's evidence read again at its onset when its phase times could not be
+        compared at the raise (too few blocks after the onset), until they can, for
+        ``_REREAD_S`` after the onset: the episode then says what decided it, as any other. A
+        launch-bound H100 job's busy training thread (+1.1 ms of 12 ms) was raised 16 s after an
+        onset its noisy floors dated 36 s late, two 5-s blocks after it: decided by nothing, its
+        text saying neither "a change of the job" nor "no one thing", though its forward grew
+        (tests/data/real/diag/h100p_1gpu_s_pulses). True when ``condition`` changed."""
+        ep = self._ep
+        if (ep.backing is not None or PHASE_TIMES not in ep.unknown or self._evidence is None or ep.change
+                or self._history[-1][1] - ep.onset[1] > _REREAD_S):  # (a further change's read is its own)
+            return False
+        read = self._t.backing_at(ep.onset[1], ep.ref, ep.raised)
+        if PHASE_TIMES in read[1]:
+            return False
+        return ep.reread(read)
 
     def _further(self) -> bool:
         """A further change in the open episode (:meth:`ShiftTests.further`): the episode takes

@@ -65,6 +65,10 @@ class Episode:
         self.backing: Optional[Backing] = None  # the open episode's evidence at its latest onset
         self.unknown: tuple = ()  # the sources of evidence that could not be compared there
         self.backing_span: Optional[tuple] = None  # (lo, edge, step s) the evidence was read against
+        # (evidence, span) of the latest onset that evidence held: the job's change the episode
+        # holds, kept through a further change that nothing holds (the host's pace on top of
+        # it), so that the episode still ends once that change has gone (ShiftTests.evidence_gone)
+        self.held: Optional[tuple[Backing, tuple]] = None
         self.against_before = False  # the latest onset a further change measured against the level before it
         self.condition: Optional[Condition] = None
         self.version = 0
@@ -75,7 +79,7 @@ class Episode:
             self.condition, self.onset, self.ref = None, None, None
             self.change, self.began = 0, None
             self.backing, self.unknown, self.backing_span = None, (), None
-            self.against_before = False
+            self.held, self.against_before = None, False
             self.version += 1
 
     def open(self, sev: str, onset: tuple[int, float], ref: float, shift: float, window: Optional[int],
@@ -87,6 +91,8 @@ class Episode:
         before). True when the condition changed (or a back-off already heard is noted)."""
         onset_at = onset[1]
         self.backing, self.unknown, self.backing_span = backing
+        self.held = None
+        self._hold()
         self.onset, self.ref, self.raised = onset, ref, shift
         self.against_before = False
         self.alertname, self.window_note, self.window_step = THROUGHPUT_DRIFT, "", window
@@ -112,10 +118,23 @@ class Episode:
             self.began = (self.onset[0], math.expm1(self.raised))
         self.onset = (step, onset_at)
         self.backing, self.unknown, self.backing_span = backing
+        self._hold()
         self.against_before = before
         self.raised += shift
         self.change += 1
         return self.set(self.condition.severity, self.raised)
+
+    def reread(self, backing: tuple) -> bool:
+        """The open episode's evidence read again at its onset (``backing`` as :meth:`open`
+        takes it), its severity and shift as they stand. True when the condition changed."""
+        self.backing, self.unknown, self.backing_span = backing
+        self._hold()
+        return self.set(self.condition.severity, math.log(self.condition.ratio))
+
+    def _hold(self) -> None:
+        """The latest onset's evidence becomes what the episode holds, when there is any."""
+        if self.backing is not None and self.backing_span is not None:
+            self.held = (self.backing, self.backing_span)
 
     def set(self, sev: str, shift_log: float) -> bool:
         """Show the episode at ``sev`` and ``shift_log`` (log units over ``ref``); True when the

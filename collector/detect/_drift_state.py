@@ -39,6 +39,8 @@ def drift_state(d) -> Optional[dict]:
                           "unknown": list(ep.unknown),
                           "span": list(ep.backing_span) if ep.backing_span is not None else None,
                           "against_before": ep.against_before}
+        if ep.held is not None and ep.held[0] is not ep.backing:  # (a further change that nothing holds)
+            out["episode"]["held"] = {"evidence": dataclasses.asdict(ep.held[0]), "span": list(ep.held[1])}
     return out
 
 
@@ -83,23 +85,47 @@ def restore_drift(d, state: dict) -> None:
 def _restore_evidence(ep, e: dict) -> None:
     """The saved episode's evidence onto Episode ``ep``. Evidence that does not read, or a state
     saved without it, leaves the episode's evidence unknown (decided "", never "steps": that
-    would say nothing moved with the step time)."""
+    would say nothing moved with the step time). The evidence it holds through a further change
+    that nothing holds (``held``) is taken up when it reads, else it is the latest onset's."""
     try:
-        b = e["evidence"]
-        backing = None if b is None else Backing(
-            str(b["kind"]), str(b["name"]), float(b["before"]), float(b["after"]), str(b["unit"]),
-            float(b["share"]), None if b.get("spreads") is None else float(b["spreads"]),
-            bool(b.get("host_paced", False)))
+        backing = _backing(e["evidence"])
         unknown = tuple(str(x) for x in e["unknown"])
-        span = e["span"]
-        span = None if span is None else (float(span[0]), float(span[1]), float(span[2]))
-        values = () if backing is None else (backing.before, backing.after, backing.share)
-        if not all(math.isfinite(x) for x in values + (span or ())):
-            raise ValueError("not finite")
+        span = _span(e["span"])
     except (KeyError, TypeError, ValueError, IndexError, AttributeError):
         backing, unknown, span = None, (PHASE_TIMES,), None
     ep.backing, ep.unknown, ep.backing_span = backing, unknown, span
     ep.against_before = bool(e.get("against_before", False)) and span is not None
+    ep.held = (backing, span) if backing is not None and span is not None else None
+    held = e.get("held")
+    if isinstance(held, dict):
+        try:
+            b, sp = _backing(held["evidence"]), _span(held["span"])
+        except (KeyError, TypeError, ValueError, IndexError, AttributeError):
+            return
+        if b is not None and sp is not None:
+            ep.held = (b, sp)
+
+
+def _backing(b) -> Optional[Backing]:
+    """A saved Backing (None stays None); raises on one that does not read or is not finite."""
+    if b is None:
+        return None
+    backing = Backing(str(b["kind"]), str(b["name"]), float(b["before"]), float(b["after"]), str(b["unit"]),
+                      float(b["share"]), None if b.get("spreads") is None else float(b["spreads"]),
+                      bool(b.get("host_paced", False)))
+    if not all(math.isfinite(x) for x in (backing.before, backing.after, backing.share)):
+        raise ValueError("not finite")
+    return backing
+
+
+def _span(span) -> Optional[tuple]:
+    """A saved (lo, edge, step s) span (None stays None); raises on one that does not read."""
+    if span is None:
+        return None
+    out = (float(span[0]), float(span[1]), float(span[2]))
+    if not all(math.isfinite(x) for x in out):
+        raise ValueError("not finite")
+    return out
 
 
 def _restore_waves(t, state: dict) -> None:

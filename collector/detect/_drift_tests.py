@@ -270,8 +270,14 @@ class ShiftTests:
         that wander open 124-308 s after their end: bench/results/evidence_pulses_gone_step.md).
         The step is read above the higher of the episode's reference and the ``settled`` level:
         an episode raised over the seconds before its change (:meth:`led`, a host that had sped
-        up) must not stay open because the host went back to its settled pace."""
-        b, span = ep.backing, ep.backing_span
+        up) must not stay open because the host went back to its settled pace. A further change
+        that nothing holds (the host's pace on top of the job's change) leaves the evidence the
+        episode holds as it was (``Episode.held``): a launch-bound H100 job's tiny ops in
+        forward (+2.1 ms) were raised, the host then ran +15% over them for 30 s (a further
+        change of no evidence), and the episode, its evidence no longer read, stayed open 161 s
+        after the ops ended, while the host stood +2..6% over its settled level
+        (tests/data/real/diag/h100p_1gpu_s_pulses)."""
+        b, span = ep.held if ep.backing is None and ep.held is not None else (ep.backing, ep.backing_span)
         if b is None or span is None or self.evidence is None or recent - max(ep.ref, settled) >= ep.raised:
             return False
         hist = self.history

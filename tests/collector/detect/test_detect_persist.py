@@ -489,6 +489,39 @@ def test_a_saved_row_count_that_does_not_read_leaves_the_state_unrestored_or_unf
     assert d.armed and d._noise._carried is None
 
 
+def test_the_evidence_an_episode_holds_through_a_further_change_is_saved_and_taken_up():
+    """An open episode whose latest onset (a further change) nothing holds still ends once the
+    job's change it was raised on has gone (``Episode.held``, tests/data/real/diag/h100p): a
+    restarted collector takes that evidence up with the episode; one that does not read leaves
+    the latest onset's (none)."""
+    import json
+
+    from stepwatch.collector.detect._drift import DriftDetector
+
+    cfg = parse_detection(None).drift
+    forward = {"kind": "phase", "name": "forward", "before": 5.05, "after": 7.17, "unit": "ms",
+               "share": 1.3, "spreads": 9.0, "host_paced": True}
+    state = {"v": 1, "settled": math.log(0.0129), "settled_at": T0, "noise": {"critical": 0.02},
+             "episode": {"alertname": "StepwatchThroughputDrift", "severity": "critical",
+                         "ref": math.log(0.0129), "ref_text": "vs this job's level settled at 10:08 UTC",
+                         "onset": [18727, T0 + 75], "raised": math.log1p(0.309), "ratio": 1.309, "change": 1,
+                         "began": [15028, 0.086], "evidence": None, "unknown": [], "span": None,
+                         "held": {"evidence": forward, "span": [T0 - 140, T0 + 10, 0.0129]}}}
+    d = DriftDetector(cfg, "j", 0)
+    d.restore(json.loads(json.dumps(state)))
+    assert d.condition is not None and d.condition.change == 1 and d._ep.backing is None, d.condition
+    held, span = d._ep.held
+    assert (held.name, held.before, held.after, span) == ("forward", 5.05, 7.17, (T0 - 140, T0 + 10, 0.0129))
+    again = DriftDetector(cfg, "j", 0)
+    again.restore(json.loads(json.dumps(d.state())))
+    assert again._ep.held == d._ep.held
+    for bad in ({"evidence": dict(forward, before="NaN"), "span": [0, 1, 2]}, {"evidence": forward, "span": [1]},
+                "forward"):
+        d = DriftDetector(cfg, "j", 0)
+        d.restore(json.loads(json.dumps(dict(state, episode=dict(state["episode"], held=bad)))))
+        assert d.condition is not None and d._ep.held is None, bad
+
+
 def test_a_restart_inside_a_change_never_lets_the_host_open_an_episode_that_folds_the_next_one(tmp_path):
     """The held-out launch-bound h200zw (one H200, its 10 s medians 0.85-1.22x) with four +10%
     pulses (backward, the loader's wait, forward, optimizer), the collector restarted 130 s into

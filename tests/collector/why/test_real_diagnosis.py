@@ -694,3 +694,33 @@ def test_four_live_causes_at_the_defaults_are_each_raised_within_a_minute_naming
     assert len(alerts) == len(H200ZV) and min(a.onset for a in alerts) > H200ZV[0][1] - 15, [
         (a.onset - H200ZV[0][1], a.fired_summary) for a in alerts]
     _each_cause_its_own_episode(alerts, H200ZV, ("forward +", "data +", "forward +", "backward +"))
+
+
+# h100p (diag README, held out): a launch-bound job on one H100 (12.1 ms median; its host's pace
+# moved the 10-s medians 8.5-17.5 ms), four causes live at dc76dca
+H100P = [("small_ops", 1796465294.57, 1796465384.57), ("host", 1796465524.56, 1796465614.56),
+         ("empty_cache", 1796465754.57, 1796465844.56), ("optimizer_loop", 1796465984.57, 1796466074.57)]
+
+
+def test_a_launch_bound_job_s_change_ends_when_its_evidence_goes_though_the_host_ran_on_top_of_it():
+    """Replayed at the defaults (bench/results/real_h100p.md): each cause raised within 60 s of its
+    start in an episode of its own, the why naming it first, resolved within 2 minutes of its end;
+    nothing before the first. The tiny ops' episode took a further change that nothing held (the
+    host +15% over them for their last 30 s) and, live, stayed open 161 s after they ended, the
+    host then +2..6% over its settled level: the forward's evidence it held is now kept through
+    that change (71 s). The busy training thread's onset was dated 36 s late by the noisy floors
+    and its phase times could not be compared at the raise: its evidence is read again once they
+    can be, and it is decided by the step times (the thread slowed every phase, none alone holds
+    it), as its text says."""
+    lines = load(str(DIAG / "h100p_1gpu_s_pulses.jsonl.gz"))
+    alerts = [a for a in replay(events(lines), DetectionConfig()) if a.alertname == "StepwatchThroughputDrift"]
+    assert len(alerts) == len(H100P) and min(a.onset for a in alerts) > H100P[0][1] - 15, [
+        (a.onset - H100P[0][1], a.fired_summary) for a in alerts]
+    for (cause, start, end), a, first in zip(H100P, alerts, ("forward +", "forward +", "allocator churn",
+                                                            "optimizer +")):
+        assert start - 15 <= a.onset <= start + 60 and a.fired_at - start <= 60, (cause, a.onset - start,
+                                                                                  a.fired_at - start)
+        assert a.diagnosis.startswith(first), (cause, a.diagnosis)
+        assert a.ends_at is not None and a.ends_at - end <= 120, (cause, a.ends_at and a.ends_at - end)
+    assert [a.decided for a in alerts] == ["job", "steps", "job", "job"], [a.decided for a in alerts]
+    assert "no one thing the agent measures" in alerts[1].summary, alerts[1].summary
