@@ -57,6 +57,9 @@ _SEARCHED_SHARE = 1 / 3
 _UNSPECIFIC = (Kind.GPU, Kind.DEVICE)
 # The loader's wait as a source searched for its own change (date_by_evidence, led)
 _WAIT_SOURCE = Backing(Kind.LOADER, "data-loader wait", 0.0, 0.0, "ms", 0.0)
+# The sources a change is measured against the seconds before it by (ShiftTests.led): the wait,
+# then the compute phases' device time
+_LED_SOURCES = (_WAIT_SOURCE,) + tuple(Backing(Kind.PHASE, p, 0.0, 0.0, "ms", 0.0) for p in ("forward", "backward", "optimizer"))
 
 
 class Found(NamedTuple):
@@ -318,14 +321,19 @@ class ShiftTests:
         return None if led is None else Found(led[0], led[1], "led", False, led[2])
 
     def led(self, sev: str) -> Optional[tuple[float, float, float]]:
-        """(shift, reference, onset time) of a slower loader that its wait dates inside ``sev``'s window: the
-        wait changed there (:meth:`RankEvidence.change_at`), the step since then stands ``sev``'s
-        shift above its level over the window before that change, and the wait holds that shift,
-        ``evidence_z`` of its own spreads out. Read only when the window's median stands a
-        warning's raise size above the one before it. On a host whose pace moves 10% in minutes,
-        the settled level and the 2 minutes before can lie at a change's own level while the
-        seconds before it lay 10% under it (a live H200 job's loader, its wait 0.4 -> 4.5 ms:
-        +13.5% over the 30 s before it, 0% over its settled level, tests/data/real/diag/h200zz)."""
+        """(shift, reference, onset time) of a change that its source dates inside ``sev``'s window: the
+        source changed there (:meth:`RankEvidence.change_at`), the step since then stands ``sev``'s
+        shift above its level over the window before that change, and the source holds that
+        shift, ``evidence_z`` of its own spreads out. The sources (``_LED_SOURCES``): the loader's
+        wait, then the compute phases' device time (a phase that holds the shift alone, not one
+        its host paces). Read only when the window's median stands a warning's raise size above
+        the one before it. On a host whose pace moves 10% in minutes, the settled level and the 2
+        minutes before can lie at a change's own level while the seconds before it lay 10% under
+        it (a live H200 job's loader, its wait 0.4 -> 4.5 ms: +13.5% over the 30 s before it, 0%
+        over its settled level, tests/data/real/diag/h200zz; a 2 x H200 job's backward +10% as its
+        host came down from a 3.5-minute hump it had settled on, never raised without the phases,
+        75 s after it began with them: tests/data/real/h200za_2gpu_m_sched_short,
+        bench/results/detection_real_led_phases.md)."""
         if self.evidence is None:
             return None
         hist, b, n = self.history, self.cfg.bucket_s, self.n[sev]
@@ -336,11 +344,21 @@ class ShiftTests:
             return None
         times = hist.tail(1, len(ys))
         now = times[-1]
-        at = self.evidence.change_at(_WAIT_SOURCE, now - MIN_BEFORE_S - 2 * n * b, now - 2 * n * b, now)
+        for source in _LED_SOURCES:
+            found = self._led_by(source, sev, ys, times, now)
+            if found is not None:
+                return found
+        return None
+
+    def _led_by(self, source: Backing, sev: str, ys: list, times: list, now: float) -> Optional[tuple[float, float, float]]:
+        """:meth:`led` by one source: the loader's wait, or a phase's device time (its own, not a
+        host that paces it)."""
+        b, n = self.cfg.bucket_s, self.n[sev]
+        at = self.evidence.change_at(source, now - MIN_BEFORE_S - 2 * n * b, now - 2 * n * b, now)
         if at is None:
             return None
         j = next((i for i in range(len(times)) if times[i] - b >= at - b / 2), None)
-        # (the wait's own spread needs MIN_RUN blocks after its change)
+        # (the source's own spread needs MIN_RUN blocks after its change)
         if j is None or j < 2 or len(ys) - j < max(MIN_RUN + 1, n * 2 // 3) or not self.after_end(times[j - 2]):
             return None
         ref = median(ys[max(0, j - n):j])
@@ -351,9 +369,14 @@ class ShiftTests:
         onset_at = times[j] - b
         edge = onset_at - 2 * b
         step_s = math.exp(ref)
-        wait = self.evidence.wait_backing(edge - max(MIN_BEFORE_S, now - onset_at), edge, onset_at + b, now,
-                                          step_s, step_s * math.expm1(shift), self.loud)
-        return (shift, ref, onset_at) if self.holds(wait) else None
+        lo, delta = edge - max(MIN_BEFORE_S, now - onset_at), step_s * math.expm1(shift)
+        if source.kind == Kind.LOADER:
+            held = self.evidence.wait_backing(lo, edge, onset_at + b, now, step_s, delta, self.loud)
+        else:
+            held, _ = self.evidence.backing(lo, edge, onset_at + b, now, step_s, delta, self.loud)
+            if held is None or (held.kind, held.name) != (source.kind, source.name) or held.host_paced:
+                return None
+        return (shift, ref, onset_at) if self.holds(held) else None
 
     def level_before(self, n: int, nb: int) -> Optional[float]:
         """The level just before the last ``n`` buckets: the median of the ``nb`` before them,

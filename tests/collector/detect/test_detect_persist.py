@@ -531,11 +531,13 @@ def test_a_restart_inside_a_change_never_lets_the_host_open_an_episode_that_fold
     and the optimizer pulse, +6% over the settled level, folded into it and was never raised on
     its own. With the spreads carried as a floor: no episode of the host's, and the optimizer
     pulse raised in its own episode, decided by the optimizer, within 60 s (35 s, as with no
-    restart)."""
+    restart). (The forward pulse's own episode, decided by the device's work, is raised 108 s
+    after it began, as with a restart 45-100 s into the loader's: a change of the job, not the
+    host's.)"""
     spans, drift = _pulses_restarted("h200zw_1gpu_s.jsonl.gz", ("backward", "loader", "forward", "optimizer"),
                                      1, 130, tmp_path)
     l_end, o_start = spans[1][1], spans[3][0]
-    unheld = [a for a in drift if l_end + 120 < a.starts_at < o_start - 30]
+    unheld = [a for a in drift if l_end + 120 < a.starts_at < o_start - 30 and a.decided != "job"]
     assert not unheld, [(a.starts_at - o_start, a.summary) for a in unheld]
     opt = [a for a in drift if o_start - 30 <= a.starts_at]
     assert len(opt) == 1 and opt[0].fired_at - o_start <= 60, [(a.starts_at - o_start, a.summary) for a in drift]

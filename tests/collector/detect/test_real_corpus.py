@@ -346,6 +346,25 @@ def test_a_slower_loader_on_a_host_that_sped_up_is_raised_against_the_seconds_be
     assert a.decided == "job" and a.evidence["name"] in ("data", "data-loader wait"), (a.decided, a.evidence)
     assert a.ends_at is not None and a.ends_at - t0 - 375 <= 120, a.ends_at and a.ends_at - t0
 
+def test_a_phase_change_as_a_host_hump_recedes_is_raised_against_the_seconds_before_it(lines):
+    """The held-out 2 x H200 job h200za_2gpu_m_sched_short settled on its host's hump (20 s
+    medians 50.3-54.3 ms for 3.5 minutes), which ended at ~225 s (46 ms); backward's device time
+    +10% of the step from 240 s takes the step back to the settled level: 0% over it and over
+    the 2 minutes before, +10% over the 30 s before. Backward's own change dates it and holds it
+    (its device time, not paced by the host): raised on both ranks, decided by backward, within
+    80 s (75 s; never before a phase's change was read against the seconds before it), dated
+    within 30 s of 240 s."""
+    series = load(str(REAL / "h200za_2gpu_m_sched_short.jsonl.gz"))
+    t0 = first_step_time(series)
+    at = t0 + 240
+    drift = [a for a in replay(events(inject(series, "step", 0.10, at, 0, where="backward")), DetectionConfig())
+             if a.alertname == "StepwatchThroughputDrift"]
+    assert sorted(a.rank for a in drift) == [0, 1], [(a.rank, a.onset - at, a.fired_summary) for a in drift]
+    for a in drift:
+        assert 0 <= a.onset - at <= 30 and a.fired_at - at <= 80, (a.rank, a.onset - at, a.fired_at - at)
+        assert a.decided == "job" and a.evidence["name"] == "backward", (a.rank, a.decided, a.evidence)
+
+
 def test_a_slow_gpu_memory_leak_on_a_large_allocation_is_warned_within_two_hours(lines):
     """The recording with the largest allocation (15.6 GB allocated of 85 GB), played 14 times
     as a 2.8-hour job: silent as recorded; 3 GiB/h of growth injected into its allocator and
