@@ -336,7 +336,7 @@ class ShiftTests:
         bench/results/detection_real_led_phases.md)."""
         if self.evidence is None:
             return None
-        hist, b, n = self.history, self.cfg.bucket_s, self.n[sev]
+        hist, n = self.history, self.n[sev]
         if len(hist) < 3 * n + 2:
             return None
         ys = hist.tail(2, 3 * n + self.n[CRITICAL])
