@@ -59,7 +59,8 @@ _UNSPECIFIC = (Kind.GPU, Kind.DEVICE)
 _WAIT_SOURCE = Backing(Kind.LOADER, "data-loader wait", 0.0, 0.0, "ms", 0.0)
 # The sources a change is measured against the seconds before it by (ShiftTests.led): the wait,
 # then the compute phases' device time
-_LED_SOURCES = (_WAIT_SOURCE,) + tuple(Backing(Kind.PHASE, p, 0.0, 0.0, "ms", 0.0) for p in ("forward", "backward", "optimizer"))
+_LED_SOURCES = (_WAIT_SOURCE,) + tuple(Backing(Kind.PHASE, p, 0.0, 0.0, "ms", 0.0)
+                                       for p in ("forward", "backward", "optimizer"))
 
 
 class Found(NamedTuple):
@@ -350,7 +351,8 @@ class ShiftTests:
                 return found
         return None
 
-    def _led_by(self, source: Backing, sev: str, ys: list, times: list, now: float) -> Optional[tuple[float, float, float]]:
+    def _led_by(self, source: Backing, sev: str, ys: list, times: list,
+                now: float) -> Optional[tuple[float, float, float]]:
         """:meth:`led` by one source: the loader's wait, or a phase's device time (its own, not a
         host that paces it)."""
         b, n = self.cfg.bucket_s, self.n[sev]
