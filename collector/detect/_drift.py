@@ -437,10 +437,13 @@ class DriftDetector:
         launch-bound H100 job's busy training thread (+1.1 ms of 12 ms) was raised 16 s after an
         onset its noisy floors dated 36 s late, two 5-s blocks after it: decided by nothing, its
         text saying neither "a change of the job" nor "no one thing", though its forward grew
-        (tests/data/real/diag/h100p_1gpu_s_pulses). True when ``condition`` changed."""
+        (tests/data/real/diag/h100p_1gpu_s_pulses). Not an overhead episode (its text names the
+        agent's window, and what makes it the job's is the diagnosis's). True when ``condition``
+        changed."""
         ep = self._ep
         if (ep.backing is not None or PHASE_TIMES not in ep.unknown or self._evidence is None or ep.change
-                or self._history[-1][1] - ep.onset[1] > _REREAD_S):  # (a further change's read is its own)
+                or ep.alertname != THROUGHPUT_DRIFT  # (a further change's read is its own; an overhead
+                or self._history[-1][1] - ep.onset[1] > _REREAD_S):  # episode's is the agent's)
             return False
         read = self._t.backing_at(ep.onset[1], ep.ref, ep.raised)
         if PHASE_TIMES in read[1]:
