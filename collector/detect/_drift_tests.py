@@ -281,7 +281,7 @@ class ShiftTests:
         change of no evidence), and the episode, its evidence no longer read, stayed open 161 s
         after the ops ended, while the host stood +2..6% over its settled level
         (tests/data/real/diag/h100p_1gpu_s_pulses)."""
-        b, span = ep.held if ep.backing is None and ep.held is not None else (ep.backing, ep.backing_span)
+        b, span = ep.held or (None, None)  # (the latest onset's evidence, or the one held through a further change)
         if b is None or span is None or self.evidence is None or recent - max(ep.ref, settled) >= ep.raised:
             return False
         hist = self.history
