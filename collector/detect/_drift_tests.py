@@ -2,7 +2,8 @@
 of its history: the size and spread each severity needs (``_shift``'s rules: 0.8x the ratio,
 0.7x for info, ``z`` spreads, two thirds of the window above half the shift), the critical
 sustain, the job's waves a shift no larger must outlast, the settled level alone for a shift
-that nothing holds over a dip of the job's own noise, and the rank's evidence, which raises a
+that nothing holds over a dip of the job's own noise, what such a shift needs (``enough``), and
+the rank's evidence, which raises a
 warning or critical shift at its ratio when the source that holds it stands ``evidence_z`` of its
 own spreads out (a warning-sized one on the critical window already, when a phase's device time
 or the loader's wait holds it: :meth:`ShiftTests.early`; a slower loader measured against the
@@ -153,6 +154,18 @@ class ShiftTests:
             return False
         backing, unknown, _ = self._read(ref, shift, n)
         return backing is None and PHASE_TIMES not in unknown
+
+    def enough(self, sev: str, ref: float, shift: float) -> bool:
+        """Whether a shift above ``ref`` that nothing holds (its phase times compared at its onset)
+        is what such a shift needs to raise ``sev``: ``sev``'s full ratio (not 0.8x), and two
+        thirds of the last two of its windows above half of it. The host's wander looks like the
+        job's change on the step times alone; only the evidence tells them apart, so without any
+        it must be larger and longer (a healthy 2 x H200 job's floor +8.4% for 76 s: raised
+        critical without this, tests/data/real/h200t_2gpu_m_sched_short)."""
+        if shift < math.log1p(self.ratio[sev]):
+            return False
+        m = 2 * self.n[sev]
+        return len(self.history) >= m and _stands(self.history.tail(2, m), ref, shift, m)
 
     def within_noise_under(self, settled: float, before: float) -> bool:
         """Whether the level just before a window (``before``) lies under the settled level by

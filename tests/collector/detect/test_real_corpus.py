@@ -48,17 +48,17 @@ HOST_SLOWED_2GPU = {
                                     ("StepwatchThroughputDrift", 1)])}
 # A healthy 2 x H200 job (held out) whose whole step distribution stepped up in its last 80 s:
 # 20 s 10th percentiles 43.0-43.9 ms, then 47.6, 44.5, 46.5 ms (medians 44-47 -> 48-50.6 ms),
-# as in its first 80 s. The floor detector raises it (a +8% floor held 45 s is what a cost added
-# to every step looks like); the medians alone raise nothing. A false episode on the held-out part
-# (bench/results/detection_real_floor.md): (seconds after the first step before which nothing is raised)
+# as in its first 80 s. Its phase times hold none of it (the host's pace): the floor's +8.4% for
+# 76 s is short of what a shift that nothing holds needs (a severity's full ratio over two of its
+# windows), so it is quiet; judged on the step times alone the floor raises it critical.
+# (seconds after the first step from which the floor stands up)
 FLOOR_STEPPED = {"h200t_2gpu_m_sched_short.jsonl.gz": 240}
 # (h200zw_1gpu_s, a healthy launch-bound H200 job held out, live at 34c07bd, bench/results/
 # real_h200zw.md: its host's pace rose +10..25% for about 45 s from 308 s over a level before at
 # the low side of its wander, raised critical live with no evidence; quiet since a shift that
 # nothing holds is judged against the settled level when the level before is a dip within the
 # job's noise, _drift_tests.ShiftTests.within_noise_under: one of the QUIET ones.)
-QUIET = [n for n in CORPUS if n not in SHIFTED + WANDERING + list(HOST_SLOWED) + list(HOST_SLOWED_2GPU)
-         + list(FLOOR_STEPPED)]
+QUIET = [n for n in CORPUS if n not in SHIFTED + WANDERING + list(HOST_SLOWED) + list(HOST_SLOWED_2GPU)]
 
 
 @pytest.fixture(scope="module")
@@ -87,21 +87,22 @@ def test_a_healthy_real_recording_raises_nothing(name, lines):
 
 
 @pytest.mark.parametrize("name, quiet_until_s", sorted(FLOOR_STEPPED.items()))
-def test_a_floor_that_stepped_up_at_the_end_is_raised_by_the_floor_or_by_its_evidence(name, quiet_until_s, lines):
-    """The whole step distribution stepped up +8% in the last 80 s: the floor (p10) raises it;
-    the medians alone do not (their spread is wider), unless the evidence holds it: the
-    forward's device time grew with it, many of its own spreads out."""
+def test_a_floor_step_that_nothing_holds_needs_more_than_a_change_of_the_job(name, quiet_until_s, lines):
+    """The whole step distribution stepped up +8% in the last 80 s with no evidence: quiet at the
+    defaults (it is one of QUIET too). Judged on the step times alone (no evidence read), the
+    floor raises it: what quiets it is that its phase times were compared and hold nothing. The
+    same +8% made of the backward's device time is raised as a change of the job within a minute
+    (on one rank by the backward, on the other by the GPU's busy time that grew with it)."""
     start = first_step_time(lines(name))
-    alerts = replay(events(lines(name)), DetectionConfig())
-    assert alerts and all(a.alertname == "StepwatchThroughputDrift" and a.starts_at - start >= quiet_until_s
-                          for a in alerts), [(a.alertname, a.starts_at - start, a.fired_summary) for a in alerts]
-    assert any("(p10 step " in a.fired_summary for a in alerts), [a.fired_summary for a in alerts]
-    medians = DetectionConfig(drift=DriftConfig(floor_quantile=0.0))
-    alone = DetectionConfig(drift=DriftConfig(floor_quantile=0.0, evidence=False))
-    assert replay(events(lines(name)), alone) == []
-    backed = replay(events(lines(name)), medians)
-    assert all(a.decided == "job" and a.evidence["name"] == "forward" and a.starts_at - start >= quiet_until_s
-               for a in backed), [(a.starts_at - start, a.decided, a.evidence) for a in backed]
+    alone = replay(events(lines(name)), DetectionConfig(drift=DriftConfig(evidence=False)))
+    assert alone and all(a.starts_at - start >= quiet_until_s and "(p10 step " in a.fired_summary
+                         for a in alone), [(a.starts_at - start, a.fired_summary) for a in alone]
+    at = start + quiet_until_s + 10
+    changed = inject(lines(name), "step", 0.08, at, 0.0, "backward")
+    raised = replay(events(changed), DetectionConfig())
+    assert raised and all(a.decided == "job" and a.fired_at - at <= 60 for a in raised), \
+        [(a.fired_at - at, a.decided, a.evidence) for a in raised]
+    assert any(a.evidence["name"] == "backward" for a in raised), [a.evidence for a in raised]
 
 
 @pytest.mark.parametrize("name, level_until_s", sorted(HOST_SLOWED.items()))
@@ -258,20 +259,24 @@ def test_an_hour_long_ramp_in_real_noise_is_raised_and_the_healthy_hour_is_quiet
 @pytest.mark.parametrize("name", ["h100_1gpu_l.jsonl.gz", "h200x_1gpu_m.jsonl.gz"])
 def test_a_change_that_goes_away_is_one_episode_resolved_within_two_minutes(name, lines):
     """+10% for 5 minutes from 240 s into a held-out real job (played twice at matching levels:
-    room after the change), then back: one drift episode, raised within 60 s, its severity only
-    rising, open while the change lasts and resolved within 2 minutes of its end (issue 31's
-    recovery target, on the job's own noise)."""
+    room after the change), made of the backward's device time, then back: one drift episode,
+    raised within 60 s, its severity only rising, open while the change lasts and resolved within
+    2 minutes of its end (issue 31's recovery target, on the job's own noise). The same change
+    with nothing but the step time moving (the host's own pace) is one episode too, resolved as
+    soon, raised within 90 s: a shift that nothing holds needs its full ratio over two windows
+    (the H200 job's: 85 s)."""
     series = repeat(lines(name), 2, match=True)
     at = first_step_time(series) + 240
     over = pulse_end(series, at, 300, 0.10)
-    alerts = replay(events(inject(series, "pulse", 0.10, at, 300)), DetectionConfig())
-    drift = [a for a in alerts if a.alertname == "StepwatchThroughputDrift"]
-    assert len(drift) == 1, [(a.severity, a.fired_summary) for a in alerts]
-    (a,) = drift
-    levels = [("info", "warning", "critical").index(sev) for _, sev in a.history]
-    assert levels == sorted(set(levels)), a.history
-    assert a.fired_at - at <= 60 and a.ends_at is not None and over <= a.ends_at <= over + 120, \
-        (a.fired_at - at, None if a.ends_at is None else a.ends_at - over)
+    for where, within in (("backward", 60), (None, 90)):
+        alerts = replay(events(inject(series, "pulse", 0.10, at, 300, where)), DetectionConfig())
+        drift = [a for a in alerts if a.alertname == "StepwatchThroughputDrift"]
+        assert len(drift) == 1, (where, [(a.severity, a.fired_summary) for a in alerts])
+        (a,) = drift
+        levels = [("info", "warning", "critical").index(sev) for _, sev in a.history]
+        assert levels == sorted(set(levels)), a.history
+        assert a.fired_at - at <= within and a.ends_at is not None and over <= a.ends_at <= over + 120, \
+            (where, a.fired_at - at, None if a.ends_at is None else a.ends_at - over)
 
 
 def test_an_injected_change_moves_the_phase_times_with_their_steps(lines):
@@ -424,9 +429,9 @@ def test_real_changes_that_come_back_with_their_evidence_are_each_raised(lines):
     different part of the step (backward, the data-loader wait, forward, optimizer), as real
     causes are: each raised within 60 s in an episode of its own, decided as a change of the job
     with that part as its evidence, and resolved within 2 minutes of its end. The same four
-    changes with nothing but the step time moving (the host's own pace) meet the quieting rules:
-    the first is raised, the later ones, no larger than its wave, are not all raised within 60 s
-    (the steps alone raised two of the four; bench/results/evidence_pulses.md)."""
+    changes with nothing but the step time moving (the host's own pace) need more: none is taken
+    for the job's, the first is raised later than a minute (its full ratio over two critical
+    windows: 85 s; 34 s with its evidence), and the later ones are not all raised within 60 s."""
     series = repeat(lines("h200x_1gpu_m.jsonl.gz"), 3, match=True)  # (room for four: 20 minutes)
     where = ["backward", "loader", "forward", "optimizer"]
     changed, spans = _pulses(series, where)
@@ -439,7 +444,8 @@ def test_real_changes_that_come_back_with_their_evidence_are_each_raised(lines):
         assert a.ends_at is not None and a.ends_at - end <= 120, (w, a.ends_at - end)
     bare, spans = _pulses(series, [None] * 4)
     per = _raised_per_pulse(replay(events(bare), DetectionConfig()), spans)
-    assert per[0] and per[0][0].fired_at - spans[0][0] <= 60
+    assert per[0] and per[0][0].fired_at - spans[0][0] > 60, [(a.fired_at - spans[0][0]) for a in per[0]]
+    assert all(a.decided == "steps" for eps in per for a in eps), [a.decided for eps in per for a in eps]
     late = [not eps or min(a.fired_at for a in eps) - s > 60 for eps, (s, _) in zip(per[1:], spans[1:])]
     assert any(late), [(a.starts_at - s, a.fired_summary) for eps, (s, _) in zip(per, spans) for a in eps]
 

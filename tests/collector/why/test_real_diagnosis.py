@@ -5,6 +5,7 @@ drift, within a minute of the change, and its diagnosis names the cause first.""
 from __future__ import annotations
 
 import pathlib
+from typing import Optional
 
 import pytest
 
@@ -209,12 +210,17 @@ H200Q_AT = {"h200q_1gpu_m_optimizer_loop.jsonl.gz": 1796006845.81, "h200q_1gpu_m
 
 
 def test_a_second_held_out_for_loop_optimizer_is_named_first_within_a_minute_of_its_growth():
-    """Live and replayed: one drift episode, dated within 10 s after the change, the optimizer
-    phase named first (the for-loop's launches cost host time: the host CPU is not named first)."""
+    """Live and replayed: one drift episode, the optimizer phase named first (the for-loop's
+    launches cost host time: the host CPU is not named first), decided by the optimizer's time.
+    Its step grew in over half a minute (40.2-41.1 -> 43.3-46.2 ms): at +9.7% with nothing yet
+    holding it, it is short of what such a shift needs, and it is raised once the optimizer
+    holds it, dated where the optimizer's time changed (21.6 s after the change; 1.4 s when the
+    step times alone raised it)."""
     name = "h200q_1gpu_m_optimizer_loop.jsonl.gz"
     alerts = replay(events(load(str(DIAG / name))), DetectionConfig())
     assert [a.alertname for a in alerts] == ["StepwatchThroughputDrift"], [(a.alertname, a.fired_summary) for a in alerts]
-    assert 0 <= alerts[0].starts_at - H200Q_AT[name] <= 10, alerts[0].starts_at - H200Q_AT[name]
+    assert 0 <= alerts[0].starts_at - H200Q_AT[name] <= 30, alerts[0].starts_at - H200Q_AT[name]
+    assert alerts[0].decided == "job" and alerts[0].evidence["name"] == "optimizer", alerts[0].evidence
     assert alerts[0].diagnosis.startswith("optimizer +"), alerts[0].diagnosis
 
 
@@ -274,15 +280,18 @@ def test_a_held_out_extra_all_reduce_is_named_as_sync_on_both_ranks():
         assert a.diagnosis.startswith("sync +") and "all-reduce wait" in a.diagnosis, a.diagnosis
 
 
-def test_a_synchronize_that_costs_one_percent_is_not_raised_the_later_host_slowdown_is():
+def test_a_synchronize_that_costs_one_percent_is_not_raised_nor_the_later_host_wave():
     """The synchronize cost this GPU-bound job +0.9% (40.7 -> 41.1 ms): nothing raised for it.
     ~115 s later the host slowed ~+6% for a minute, on this job and on the d2h job beside it at
-    the same time: raised then, its onset there (not the cause's; counted as not raised in
-    bench/results/real_h200ze.md)."""
+    the same time, nothing the agent measures holding it: judged on the step times alone it is
+    raised critical (+8.4%), at the defaults not (a shift that nothing holds needs its full
+    ratio over two windows: bench/results/detection_unbacked_more.md)."""
     changed = 1796049606.42
-    alerts = _h200ze("sync")
-    assert [a.alertname for a in alerts] == ["StepwatchThroughputDrift"], [(a.alertname, a.rank) for a in alerts]
-    assert alerts[0].starts_at - changed > 100, alerts[0].starts_at - changed
+    lines = load(str(DIAG / "h200ze_1gpu_m_sync.jsonl.gz"))
+    alone = replay(events(lines), DetectionConfig(drift=DriftConfig(evidence=False)))
+    assert [a.alertname for a in alone] == ["StepwatchThroughputDrift"] and alone[0].starts_at - changed > 100, \
+        [(a.alertname, a.starts_at - changed) for a in alone]
+    assert _h200ze("sync") == [], [(a.alertname, a.rank, a.fired_summary) for a in _h200ze("sync")]
 
 
 # h200zg (README): one 18.7-minute H200 job at the defaults, four real causes in turn from 200 s
@@ -615,17 +624,20 @@ def test_three_real_slowdowns_on_a_steady_host_are_each_their_own_episode_resolv
     _each_cause_its_own_episode(alerts, H200ZS, ("backward +", "data +", "allocator churn"), opened)
 
 
-def _each_cause_its_own_episode(alerts, schedule, firsts, opened=lambda a: (a.onset, a.diagnosis)) -> list:
+def _each_cause_its_own_episode(alerts, schedule, firsts, opened=lambda a: (a.onset, a.diagnosis),
+                                later: Optional[dict] = None) -> list:
     """For each (cause, start, end) of ``schedule``: one alert of ``alerts`` whose onset (the first
-    of ``opened(a)``) lies 15 s before to 60 s after the start, raised within 60 s of it, decided
-    "job", its why (the second of ``opened(a)``) starting with the cause's entry of ``firsts``, and
-    resolved within 2 minutes of the end. Returns [(cause, alert)]."""
+    of ``opened(a)``) lies 15 s before to 60 s after the start, raised within 60 s of it (``later``:
+    seconds for a cause allowed more), decided "job", its why (the second of ``opened(a)``) starting
+    with the cause's entry of ``firsts``, and resolved within 2 minutes of the end. Returns
+    [(cause, alert)]."""
     found = []
     for (cause, start, end), first in zip(schedule, firsts):
         mine = [a for a in alerts if start - 15 <= opened(a)[0] <= start + 60]
         assert len(mine) == 1, (cause, [(opened(a)[0] - start, a.fired_summary[:60]) for a in alerts])
         a = mine[0]
-        assert a.fired_at - start <= 60 and a.decided == "job" and opened(a)[1].startswith(first), (
+        within = (later or {}).get(cause, 60)
+        assert a.fired_at - start <= within and a.decided == "job" and opened(a)[1].startswith(first), (
             cause, a.fired_at - start, a.decided, opened(a)[1][:80])
         assert a.ends_at is not None and a.ends_at - end <= 120, (cause, a.ends_at and a.ends_at - end)
         found.append((cause, a))
@@ -645,19 +657,19 @@ def test_five_real_causes_are_each_their_own_episode_whose_text_says_what_decide
     forward, the phase it ran in, host-bound), raised within 60 s of its start (live: 35.0, 20.6,
     24.1, 32.5 s; the slower loader, +8% on the level before, 63.4 s live on the warning window,
     38 s now on the critical window by its wait: ``ShiftTests.early``), each resolved within 2
-    minutes of its end (live: 66-71 s), nothing raised before the first cause. The summary says what decided it, as ``decided`` does: the tiny operators were
-    raised first on the 10th percentiles with no evidence of their own (forward's host time grew,
-    backward's too) and went on saying so beside decided "job" (the medians' episode, opened
-    seconds later, held by forward's time). Their raise's own text still says what was known at
-    the raise: not asserted."""
+    minutes of its end (live: 66-71 s), nothing raised before the first cause. The summary says
+    what decided it, as ``decided`` does. The tiny operators (+5..7%) grew forward's host time and
+    backward's too, as a slower host does: at first nothing holds them (live, the floor raised
+    them 50 s after they began with no evidence); a shift that nothing holds needs a warning's 5%
+    over two of its windows, so they are raised when the medians' warning window holds forward's
+    time, its host's pace outgrown (95 s)."""
     lines = load(str(DIAG / "h200zt_1gpu_m_pulses.jsonl.gz"))
     alerts = [a for a in replay(events(lines), DetectionConfig()) if a.alertname == "StepwatchThroughputDrift"]
     assert alerts and min(a.fired_at for a in alerts) > H200ZT[0][1], [a.fired_summary for a in alerts]
     firsts = ("backward +", "data +", "allocator churn", "forward +", "forward +")
-    for cause, a in _each_cause_its_own_episode(alerts, H200ZT, firsts):
+    for cause, a in _each_cause_its_own_episode(alerts, H200ZT, firsts, later={"small_ops": 100}):
         assert "; a change of the job: " in a.summary and "(the host's own pace?)" not in a.summary, (cause, a.summary)
-        if cause != "small_ops":
-            assert "; a change of the job: " in a.fired_summary, (cause, a.fired_summary)
+        assert "; a change of the job: " in a.fired_summary, (cause, a.fired_summary)
 
 
 def test_a_live_slower_loader_alone_is_raised_within_a_minute_by_its_wait():
