@@ -422,8 +422,7 @@ class DriftDetector:
                                                                            ref, shift)
         if found.spared and not self._t.holds(backing):
             return None  # (spared the sustain by evidence its own onset does not show: not raised)
-        if (window is None and backing is None and PHASE_TIMES not in unknown and self._evidence is not None
-                and not self._t.enough(sev, ref, shift)):
+        if window is None and self._t.nothing_in(backing, unknown) and not self._t.enough(sev, ref, shift):
             return None  # (nothing holds it: the host's pace needs more, and is no shift to settle again from)
         if (onset_at < self._settled_at - self.cfg.bucket_s and self._resettles < _RESETTLE_MAX
                 and window is None and backing is None):  # (stepwatch's own cost, and a change its

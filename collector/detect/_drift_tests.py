@@ -150,10 +150,13 @@ class ShiftTests:
     def holds_nothing(self, ref: float, shift: float, n: int) -> bool:
         """Whether the rank's evidence was compared for the shift (:meth:`backed`; its phase
         times known) and nothing holds it: the host's own pace, as far as the agent measures."""
-        if self.evidence is None:
-            return False
-        backing, unknown, _ = self._read(ref, shift, n)
-        return backing is None and PHASE_TIMES not in unknown
+        return self.evidence is not None and self.nothing_in(*self._read(ref, shift, n)[:2])
+
+    def nothing_in(self, backing: Optional[Backing], unknown: tuple) -> bool:
+        """Whether a read of the evidence (:meth:`backing_at`'s backing and what it could not
+        compare) says nothing holds the shift, its phase times compared (a rank without evidence
+        reads nothing and compares nothing: never)."""
+        return self.evidence is not None and backing is None and PHASE_TIMES not in unknown
 
     def enough(self, sev: str, ref: float, shift: float) -> bool:
         """Whether a shift above ``ref`` that nothing holds (its phase times compared at its onset)
