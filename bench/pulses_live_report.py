@@ -3,7 +3,8 @@
 ``--target-s`` of its start in an episode (or a further change) of its own, the delay, how it
 was decided and the first contributor of its why (right when it names the cause:
 bench/phase_device_report.py's EXPECTED), and the seconds from the cause's end to the resolve;
-and anything raised while the job was healthy (before the first cause, 30 s of slack).
+and anything raised while the job was healthy: an onset before the first cause (30 s of slack), or
+from 30 s after a cause's end, raised before the next cause began (or after the last).
 
     python bench/pulses_live_report.py FOLDER NAME [--replayed] [--md OUT.md]
 
@@ -25,6 +26,7 @@ sys.path.insert(0, HERE)
 from phase_device_report import EXPECTED, _right  # noqa: E402  (one list of what names each cause)
 
 SLOWDOWNS = ("StepwatchThroughputDrift", "StepwatchProfilerOverhead")
+SLACK_S = 30.0  # an onset this long after a cause's end is no longer that cause's
 
 
 def _ts(v) -> float:
@@ -64,6 +66,13 @@ def report(folder: str, name: str, replayed: bool = False, target_s: float = 60.
     found = onsets(alerts)
     first = turns[0]["time"] if turns else float("inf")
     healthy = [o for o in found if o["onset"] < first - 30]
+    # ... and between causes: an onset from SLACK_S after a cause's end, raised before the next
+    # began (or after the last's end): the job ran with no cause on
+    for k, t in enumerate(turns):
+        end = t.get("end_time")
+        nxt = turns[k + 1]["time"] if k + 1 < len(turns) else float("inf")
+        if end is not None:
+            healthy += [o for o in found if end + SLACK_S <= o["onset"] < nxt and o["raised"] < nxt]
     rows = []
     for k, t in enumerate(turns):
         start, end = t["time"], t.get("end_time")
@@ -85,6 +94,7 @@ def report(folder: str, name: str, replayed: bool = False, target_s: float = 60.
                      "within_target": hit is not None and hit["raised"] - start <= target_s})
     return {"name": name, "replayed": replayed, "healthy_raised": [
         {"alertname": o["alert"]["alertname"], "onset_before_first_s": round(first - o["onset"], 1),
+         "raised_before_first_s": round(first - o["raised"], 1), "decided": o["decided"],
          "summary": o["summary"][:200]} for o in healthy], "causes": rows}
 
 

@@ -420,8 +420,8 @@ class DriftDetector:
         if window is None:  # (the change dated by the source that holds it)
             k, onset_at, backing, unknown, span = self._t.date_by_evidence(rows, k, onset_at, backing, (unknown, span),
                                                                            ref, shift)
-        if found.spared and not self._t.holds(backing):
-            return None  # (spared the sustain by evidence its own onset does not show: not raised)
+        if (found.spared or found.held) and not self._t.holds(backing):
+            return None  # (spared the sustain or z by evidence its own onset does not show: not raised)
         if window is None and self._t.nothing_in(backing, unknown) and not self._t.enough(sev, ref, shift):
             return None  # (nothing holds it: the host's pace needs more, and is no shift to settle again from)
         if (onset_at < self._settled_at - self.cfg.bucket_s and self._resettles < _RESETTLE_MAX
