@@ -744,23 +744,6 @@ H100Q = [("small_ops", 1796517005.68, 1796517095.69), ("host", 1796517235.68, 17
          ("empty_cache", 1796517465.68, 1796517555.68), ("optimizer_loop", 1796517695.68, 1796517785.68)]
 
 
-def _raises(alerts) -> list:
-    """(onset, raised, why) of every onset of every episode, further changes included."""
-    out = []
-    for a in alerts:
-        earlier = list(a.earlier or ())
-        raised = [a.fired_at] + [e["until"] for e in earlier]
-        whys = [(e["onset_at"], e.get("diagnosis", "")) for e in earlier] + [(a.onset, a.diagnosis)]
-        out += [(on if isinstance(on, float) else _unix(on), r if isinstance(r, float) else _unix(r), why)
-                for (on, why), r in zip(whys, raised)]
-    return out
-
-
-def _unix(iso: str) -> float:
-    import datetime
-    return datetime.datetime.fromisoformat(str(iso).replace("Z", "+00:00")).timestamp()
-
-
 def test_evidence_that_stood_out_must_stand_out_at_the_raise_and_allocator_churn_stands_out_by_its_count():
     """Replayed at the defaults (bench/results/real_h100q.md). Live, at d2a1291, the host ran
     +3..9% after the tiny ops ended with a 20-s +45% spike in it; its forward, read at one onset,
@@ -780,7 +763,7 @@ def test_evidence_that_stood_out_must_stand_out_at_the_raise_and_allocator_churn
     cause on and the GPU's busy time +0.9 ms a step, are raised."""
     lines = load(str(DIAG / "h100q_1gpu_s_pulses.jsonl.gz"))
     alerts = [a for a in replay(events(lines), DetectionConfig()) if a.alertname == "StepwatchThroughputDrift"]
-    onsets = _raises(alerts)
+    onsets = _onsets(alerts)
     # nothing between the causes (30 s after one's end to the next's start), nor before the first
     quiet = [(H100Q[0][1] - 400, H100Q[0][1] - 15)] + [(e + 30, s) for (_, _, e), (_, s, _) in zip(H100Q, H100Q[1:])]
     assert not [o for o in onsets for lo, hi in quiet if lo <= o[0] < hi and o[1] < hi], [
@@ -790,7 +773,7 @@ def test_evidence_that_stood_out_must_stand_out_at_the_raise_and_allocator_churn
     for cause, start, end in H100Q:
         mine = [o for o in onsets if start - 15 <= o[0] <= end]
         assert mine, (cause, [(o[0] - start) for o in onsets])
-        on, raised, why = min(mine, key=lambda o: o[1])
+        on, raised, why, _ = min(mine, key=lambda o: o[1])
         late = 90 if cause == "small_ops" else 60  # (the tiny ops: 84 s, the gap named above)
         assert raised - start <= late, (cause, raised - start)
         assert why.startswith(firsts[cause]), (cause, why)
