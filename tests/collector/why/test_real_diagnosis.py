@@ -662,7 +662,8 @@ def test_five_real_causes_are_each_their_own_episode_whose_text_says_what_decide
     backward's too, as a slower host does: at first nothing holds them (live, the floor raised
     them 50 s after they began with no evidence); a shift that nothing holds needs a warning's 5%
     over two of its windows, so they are raised when the medians' warning window holds forward's
-    time, its host's pace outgrown (95 s)."""
+    time, its host's pace outgrown (95 s). ``empty_cache()`` is decided by the allocator's calls,
+    whose count rule stands out of itself (``ShiftTests.holds``)."""
     lines = load(str(DIAG / "h200zt_1gpu_m_pulses.jsonl.gz"))
     alerts = [a for a in replay(events(lines), DetectionConfig()) if a.alertname == "StepwatchThroughputDrift"]
     assert alerts and min(a.fired_at for a in alerts) > H200ZT[0][1], [a.fired_summary for a in alerts]
@@ -670,6 +671,8 @@ def test_five_real_causes_are_each_their_own_episode_whose_text_says_what_decide
     for cause, a in _each_cause_its_own_episode(alerts, H200ZT, firsts, later={"small_ops": 100}):
         assert "; a change of the job: " in a.summary and "(the host's own pace?)" not in a.summary, (cause, a.summary)
         assert "; a change of the job: " in a.fired_summary, (cause, a.fired_summary)
+        if cause == "empty_cache":  # (its calls' count stands out: before, "sync +5 ms" held it, raised 5 s later)
+            assert "a change of the job: allocator calls" in a.fired_summary, a.fired_summary
 
 
 def test_a_live_slower_loader_alone_is_raised_within_a_minute_by_its_wait():
