@@ -86,7 +86,7 @@ class DriftConfig:
                            "source's own spreads out (its medians over the same span, in the quiet history) "
                            "is raised at the severity's ratio, whatever the step time's spread (a phase "
                            "whose host time grew with it counts only when it is forward, backward or the "
-                           "optimizer and grew 4x faster than the step)")
+                           "optimizer and grew 3x faster than the step)")
 
     def __post_init__(self) -> None:
         if not self.info_ratio <= self.warning_ratio <= self.critical_ratio:
