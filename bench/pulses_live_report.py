@@ -26,7 +26,7 @@ sys.path.insert(0, HERE)
 from phase_device_report import EXPECTED, _right  # noqa: E402  (one list of what names each cause)
 
 SLOWDOWNS = ("StepwatchThroughputDrift", "StepwatchProfilerOverhead")
-SLACK_S = 30.0  # an onset this long after a cause's end is no longer that cause's
+SLACK_S = 30.0  # an onset this long before a cause's start, or after its end, is not that cause's
 
 
 def _ts(v) -> float:
@@ -65,7 +65,7 @@ def report(folder: str, name: str, replayed: bool = False, target_s: float = 60.
     turns = steps.get("schedule") or []
     found = onsets(alerts)
     first = turns[0]["time"] if turns else float("inf")
-    healthy = [o for o in found if o["onset"] < first - 30]
+    healthy = [o for o in found if o["onset"] < first - SLACK_S]
     # ... and between causes: an onset from SLACK_S after a cause's end, raised before the next
     # began (or after the last's end): the job ran with no cause on
     for k, t in enumerate(turns):

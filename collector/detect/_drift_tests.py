@@ -202,9 +202,9 @@ class ShiftTests:
         """Whether ``b`` stands ``evidence_z`` spreads of its own source out, or is the allocator's
         calls, whose rule is a count that no wander of the host meets (at least +1 a step and 3x
         their level before: the cache emptied each step, 0 -> 19 calls a step)."""
-        if b is not None and b.kind == Kind.ALLOCATOR:
-            return True
-        return b is not None and b.spreads is not None and b.spreads >= self.cfg.evidence_z
+        if b is None:
+            return False
+        return b.kind == Kind.ALLOCATOR or (b.spreads is not None and b.spreads >= self.cfg.evidence_z)
 
     def backing_at(self, onset_at: float, ref: float, shift: float) -> tuple[Optional[Backing], tuple, Optional[tuple]]:
         """The rank's evidence of a shift of ``shift`` (log) above ``ref`` from ``onset_at``, what

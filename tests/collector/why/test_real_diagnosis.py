@@ -770,6 +770,8 @@ def test_evidence_that_stood_out_must_stand_out_at_the_raise_and_each_cause_is_i
     quiet = [(H100Q[0][1] - 400, H100Q[0][1] - 15)] + [(e + 30, s) for (_, _, e), (_, s, _) in zip(H100Q, H100Q[1:])]
     assert not [o for o in onsets for lo, hi in quiet if lo <= o[0] < hi and o[1] < hi], [
         (o[0] - H100Q[0][1], o[1] - H100Q[0][1]) for o in onsets]
+    # (not _each_cause_its_own_episode: the busy thread's episode ends decided by a further change
+    # of the host's on top of it, which nothing holds)
     for a, (cause, start, end), first in zip(alerts, H100Q, ("forward +", "forward +", "allocator churn",
                                                              "optimizer +")):
         assert start - 15 <= a.onset <= end and a.fired_at - start <= 60, (cause, a.onset - start,
@@ -794,7 +796,4 @@ def test_a_busy_thread_and_the_cache_emptied_on_a_wandering_launch_bound_host_li
     lines = load(str(DIAG / "h100r_1gpu_s_pulses.jsonl.gz"))
     alerts = [a for a in replay(events(lines), DetectionConfig()) if a.alertname == "StepwatchThroughputDrift"]
     assert len(alerts) == 2 and not alerts[0].earlier and not alerts[1].earlier, [a.fired_summary for a in alerts]
-    for a, (cause, start, end), first in zip(alerts, H100R, ("host +", "allocator churn")):
-        assert start - 15 <= a.onset <= end and a.fired_at - start <= 60, (cause, a.onset - start, a.fired_at - start)
-        assert a.decided == "job" and a.diagnosis.startswith(first), (cause, a.decided, a.diagnosis)
-        assert a.ends_at is not None and a.ends_at - end <= 120, (cause, a.ends_at and a.ends_at - end)
+    _each_cause_its_own_episode(alerts, H100R, ("host +", "allocator churn"))
