@@ -4,7 +4,12 @@
 was decided and the first contributor of its why (right when it names the cause:
 bench/phase_device_report.py's EXPECTED), and the seconds from the cause's end to the resolve;
 and anything raised while the job was healthy: an onset before the first cause (30 s of slack), or
-from 30 s after a cause's end, raised before the next cause began (or after the last).
+from 30 s after a cause's end, raised before the next cause began (or after the last). Each such
+raise also gives ``job_clock_ratio``: the median of the job's own step times over the 60 s after
+its onset against the time before it (at most 60 s, none of it before the last cause's end and
+its slack), from NAME.steps.json (the schedule's starts and ends anchor its clock),
+so that a real change of the job that no cause made (h100q's last 40 s, h200zza's +18%) is told
+from a false raise by the reader; it is counted as raised while healthy either way.
 
     python bench/pulses_live_report.py FOLDER NAME [--replayed] [--md OUT.md]
 
@@ -53,6 +58,39 @@ def onsets(alerts: list[dict]) -> list[dict]:
     return out
 
 
+def _clock(steps: dict):
+    """Unix time -> the job's step index: its step durations from the nearest cause start or end
+    of the schedule (each known by step and time) at or before it."""
+    import bisect
+    import itertools
+    durs = steps.get("step_s") or []
+    anchors = sorted((t[k], t[s]) for t in steps.get("schedule") or []
+                     for k, s in (("time", "step"), ("end_time", "end_step")) if t.get(k) and t.get(s))
+    if not durs or not anchors:
+        return None
+    cum = [0.0] + list(itertools.accumulate(durs))  # cum[i]: the job's time at the start of step i
+
+    def at(t: float) -> int:
+        k = max(0, bisect.bisect_right([a for a, _ in anchors], t) - 1)
+        t0, s0 = anchors[k]
+        s0 = min(s0, len(durs))
+        return max(0, min(len(durs), bisect.bisect_left(cum, cum[s0] + (t - t0))))
+    return at
+
+
+def _clock_ratio(steps: dict, at, onset: float, since: float, span_s: float = 60.0):
+    """The job's median step over ``span_s`` after ``onset`` against the time before it (at most
+    ``span_s``, none before ``since``: the last cause's end and its slack), or None."""
+    import statistics
+    if at is None:
+        return None
+    durs = steps["step_s"]
+    lo, mid, hi = at(max(onset - span_s, since)), at(onset), at(onset + span_s)
+    if mid - lo < 10 or hi - mid < 10:
+        return None
+    return round(statistics.median(durs[mid:hi]) / statistics.median(durs[lo:mid]), 3)
+
+
 def report(folder: str, name: str, replayed: bool = False, target_s: float = 60.0) -> dict:
     steps = json.load(open(os.path.join(folder, f"{name}.steps.json")))
     if replayed:
@@ -73,6 +111,7 @@ def report(folder: str, name: str, replayed: bool = False, target_s: float = 60.
         nxt = turns[k + 1]["time"] if k + 1 < len(turns) else float("inf")
         if end is not None:
             healthy += [o for o in found if end + SLACK_S <= o["onset"] < nxt and o["raised"] < nxt]
+    at = _clock(steps)
     rows = []
     for k, t in enumerate(turns):
         start, end = t["time"], t.get("end_time")
@@ -95,6 +134,9 @@ def report(folder: str, name: str, replayed: bool = False, target_s: float = 60.
     return {"name": name, "replayed": replayed, "healthy_raised": [
         {"alertname": o["alert"]["alertname"], "onset_before_first_s": round(first - o["onset"], 1),
          "raised_before_first_s": round(first - o["raised"], 1), "decided": o["decided"],
+         "job_clock_ratio": _clock_ratio(steps, at, o["onset"], max(
+             [t["end_time"] + SLACK_S for t in turns if t.get("end_time") and t["end_time"] + SLACK_S <= o["onset"]],
+             default=float("-inf"))),
          "summary": o["summary"][:200]} for o in healthy], "causes": rows}
 
 
