@@ -4,6 +4,11 @@ A ``collections.deque`` of tuples costs a tuple and a float object per number: 3
 trend for 10,000 ranks are 12 million objects, every one of them walked by each full garbage
 collection (16% of the collector's ingest time at 10,000 ranks, py-spy on the bench). A
 :class:`Ring` keeps one ``array`` per column; rows are made as tuples only when read.
+
+An empty ring holds no arrays of its own: it reads a set of empty columns shared by every empty
+ring of its types, and makes its own on its first row (a rank holds 15 rings of 104 columns,
+~7.5 KB of empty arrays before its first sample; most stay empty for a rank that connects and
+goes, bench/results/connection_churn_2core.md).
 """
 
 from __future__ import annotations
@@ -15,6 +20,14 @@ __all__ = ["Ring"]
 
 
 _NONE = {"d": float("nan"), "q": -1}  # what stands for None in a nullable ring's column
+_EMPTY: dict[str, list] = {}  # types -> the empty columns every empty ring of them reads (never written)
+
+
+def _empty(types: str) -> list:
+    cols = _EMPTY.get(types)
+    if cols is None:
+        cols = _EMPTY[types] = [array(t) for t in types]
+    return cols
 
 
 class Ring:
@@ -32,7 +45,7 @@ class Ring:
         if nullable and not set(types) <= set(_NONE):
             raise ValueError("a nullable ring takes only 'd' and 'q' columns")
         self.maxlen, self._types, self._nullable = maxlen, types, nullable
-        self._cols = [array(t) for t in types]
+        self._cols = _empty(types)  # (its own from its first row: append, extend_columns)
         self._start = 0
         self.extend(rows)
 
@@ -48,6 +61,8 @@ class Ring:
             if k:
                 self.append(*[values[0] for values in columns])
             return
+        if not self._cols[0]:  # (an empty ring reads the shared empty columns: its own now)
+            self._cols = [array(t) for t in self._types]
         if self._nullable:  # None stored as NaN / -1, a column at a time
             columns = tuple([_NONE[t] if v is None else v for v in values] if None in values else values
                             for t, values in zip(self._types, columns))
@@ -83,7 +98,8 @@ class Ring:
         return self._types
 
     def column(self, index: int) -> array:
-        """Column ``index`` as stored (rotated: for sums and extremes, not for order)."""
+        """Column ``index`` as stored (rotated: for sums and extremes, not for order); read only (an
+        empty ring's is shared)."""
         return self._cols[index]
 
     def tail(self, index: int, n: int) -> list:
@@ -101,7 +117,10 @@ class Ring:
         if self._nullable and None in row:
             row = tuple(_NONE[t] if v is None else v for t, v in zip(self._types, row))
         cols = self._cols
-        if len(cols[0]) < self.maxlen:
+        n = len(cols[0])
+        if n < self.maxlen:
+            if not n:  # (an empty ring reads the shared empty columns: its own now)
+                self._cols = cols = [array(t) for t in self._types]
             for col, value in zip(cols, row):
                 col.append(value)
         else:
@@ -140,11 +159,12 @@ class Ring:
         return len(self._cols[0]) > 0
 
     def clear(self) -> None:
-        self._cols = [array(t) for t in self._types]
+        self._cols = _empty(self._types)
         self._start = 0
 
     def copy(self) -> "Ring":
         dup = Ring(self._types, self.maxlen, nullable=self._nullable)
-        dup._cols = [array(t, col) for t, col in zip(self._types, self._cols)]
+        if self._cols[0]:
+            dup._cols = [array(t, col) for t, col in zip(self._types, self._cols)]
         dup._start = self._start
         return dup

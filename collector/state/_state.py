@@ -15,7 +15,7 @@ import itertools
 import math
 import statistics
 import threading
-from typing import Any, Callable, Iterable, Iterator, Optional
+from typing import Any, Callable, Iterable, Iterator, Optional, Union
 
 from stepwatch.proto.stepwatch.v1 import agent_pb2
 
@@ -154,9 +154,11 @@ class RankState:
     gpu_sample: Optional[agent_pb2.GpuSample] = None
     host: Optional[agent_pb2.HostSample] = None
     event_counts: dict = dataclasses.field(default_factory=dict)
-    events: collections.deque = dataclasses.field(default_factory=lambda: collections.deque(maxlen=KEPT_EVENTS))
+    # the latest events and profiler-window summaries: () until the first (an empty deque is a
+    # ~600-byte block, and most ranks of a churn send neither), then a bounded deque
+    events: Union[tuple, collections.deque] = ()
     stats: Optional[agent_pb2.AgentStats] = None
-    windows: collections.deque = dataclasses.field(default_factory=lambda: collections.deque(maxlen=WINDOWS_KEPT))
+    windows: Union[tuple, collections.deque] = ()
     # the device-timeline phase times (data, forward, backward, sync, optimizer) of the rank's last
     # PHASES_KEPT sampled steps, and their medians (None before the first)
     phase_recent: Ring = dataclasses.field(default_factory=lambda: Ring("ddddd", PHASES_KEPT))
@@ -269,8 +271,7 @@ class CollectorState:
         with self._lock:
             st = self._ranks.get(key)
             if st is None:
-                st = self._ranks[key] = RankState(job=hello.job, rank=hello.rank, hello=hello,
-                                                  windows=collections.deque(maxlen=self.windows_kept))
+                st = self._ranks[key] = RankState(job=hello.job, rank=hello.rank, hello=hello)
                 self._job_ranks[hello.job] = self._job_ranks.get(hello.job, 0) + 1
             st.hello = hello
             if hello.HasField("gpu"):
@@ -332,6 +333,8 @@ class CollectorState:
             if kind not in st.event_counts and len(st.event_counts) >= MAX_EVENT_KINDS:
                 kind = "other"
             st.event_counts[kind] = st.event_counts.get(kind, 0) + 1
+            if type(st.events) is tuple:
+                st.events = collections.deque(maxlen=KEPT_EVENTS)
             st.events.append(own(ev))
         dropped = 0
         if batch.HasField("stats"):
@@ -339,6 +342,8 @@ class CollectorState:
             dropped = max(0, batch.stats.records_dropped - old)
             st.stats = own(batch.stats)
         for w in batch.windows or ():
+            if type(st.windows) is tuple:
+                st.windows = collections.deque(maxlen=self.windows_kept)
             st.windows.append(own(w))
         p = steps.phase_times
         if p is not None:
@@ -524,6 +529,6 @@ def _copy(st: RankState, light: bool = False, median: bool = False) -> RankState
     dup.trend = _NO_TREND if light else st.trend.copy()
     dup.life = _NO_LIFE if light else st.life.copy()
     dup.event_counts = dict(st.event_counts)
-    dup.events = collections.deque(() if light else st.events, maxlen=KEPT_EVENTS)
-    dup.windows = collections.deque(st.windows, maxlen=st.windows.maxlen)
+    dup.events = () if light or type(st.events) is tuple else collections.deque(st.events, maxlen=KEPT_EVENTS)
+    dup.windows = () if type(st.windows) is tuple else collections.deque(st.windows, maxlen=st.windows.maxlen)
     return dup

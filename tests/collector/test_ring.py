@@ -30,6 +30,7 @@ def test_ring_reads_as_a_deque_of_rows(types, maxlen, ops, nullable, data):
     if nullable and "Q" in types:
         types = types.replace("Q", "q")
     ring, want, value = Ring(types, maxlen, nullable=nullable), collections.deque(maxlen=maxlen), 0
+    witness = Ring(types, maxlen, nullable=nullable)  # (an empty ring of the same types reads shared columns)
     for op, k in ops:
         if op == "append":
             row = _row(types, value, nullable, data.draw)
@@ -63,6 +64,26 @@ def test_ring_reads_as_a_deque_of_rows(types, maxlen, ops, nullable, data):
             assert sorted(ring.column(c)) == sorted(column)  # (as stored: rotated, for sums and extremes)
     with pytest.raises(IndexError):
         ring[len(want)]
+    # no write went into the empty columns that every empty ring of these types shares
+    for empty in (witness, Ring(types, maxlen, nullable=nullable)):
+        assert not empty and len(empty) == 0 and list(empty) == []
+        assert all(len(empty.column(c)) == 0 for c in range(len(types)))
+
+
+def test_an_empty_ring_holds_no_columns_of_its_own_until_its_first_row():
+    """A rank's 15 rings hold 104 columns; most stay empty for a rank that connects and goes
+    (bench/results/connection_churn_2core.md): an empty ring reads columns shared with every empty
+    ring of its types, makes its own at its first row, and shares again once cleared."""
+    a, b = Ring("Qdd", 10), Ring("Qdd", 10)
+    assert a._cols is b._cols
+    a.append(1, 2.0, 3.0)
+    assert a._cols is not b._cols and not b and list(a) == [(1, 2.0, 3.0)]
+    c = Ring("Qdd", 3)
+    c.extend_columns([1, 2, 3, 4, 5], [0.0] * 5, [1.0] * 5)  # more than maxlen into an empty ring
+    assert list(c) == [(3, 0.0, 1.0), (4, 0.0, 1.0), (5, 0.0, 1.0)] and not b
+    a.clear()
+    assert a._cols is b._cols and not a
+    assert a.copy()._cols is b._cols  # (an empty ring's copy: empty, shared too)
 
 
 def test_ring_memory_stays_at_maxlen():
