@@ -20,7 +20,8 @@ does.
 
 Records (detect/_run_store.py): one SQLite table next to the drift state (``state_dir``), the
 newest ``runs.keep`` runs per job; in memory only without a ``state_dir``. Written when a run
-starts, settles, once a minute of data while it runs, and when it ends. A store that fails
+starts, at the next tick after ranks joined it, when it settles, once a minute of data while it
+runs, and when it ends. A store that fails
 (damaged, read-only, full) logs once; detection and the in-memory lineage go on.
 """
 
@@ -90,22 +91,23 @@ class Lineage:
             if held is not None and held.ident.session == ident.session:
                 held.gone = False
                 return False  # a reconnect (a collector restart in between included)
-            if held is None and run.world == ident.world and ident.session not in self._sessions(run):
+            if held is None and run.world == ident.world and ident.session not in run.sessions:
                 run.ranks[rank] = RankRun(ident)
-                self._save(run, now, force=True)
+                run.sessions.add(ident.session)
+                # written at the next tick, one record for every rank that joined since: a record
+                # is O(ranks), and made at each rank's Hello a 3,000-rank job's start cost the
+                # event loop 22.6 s (bench/results/run_record_start_2core.md)
+                run.saved_at = -math.inf
                 return False
         if run is not None:
             self._end(run, now)
         run = Run(job=job, run_id=ident.session or f"{job}-{now:.0f}", world=ident.world, tokens=ident.tokens,
                    samples=ident.samples, started_at=ident.attach_time_s or now, last_time=now)
         run.ranks[rank] = RankRun(ident)
+        run.sessions.add(ident.session)
         self._current[job] = run
         self._save(run, now, force=True)
         return True
-
-    @staticmethod
-    def _sessions(run: Run) -> set:
-        return {r.ident.session for r in run.ranks.values()}
 
     def _resumed(self, job: str, rank: int, ident: RunIdentity) -> Optional[Run]:
         """After a collector restart: the job's newest stored run when it holds this session

@@ -107,6 +107,9 @@ class Run:
     regression: bool = False
     ended: bool = False
     saved_at: float = -math.inf
+    # the sessions of ``ranks`` (a Hello's membership test, once per rank: a set built from the
+    # ranks at each Hello made a 3,000-rank job's start quadratic)
+    sessions: set = dataclasses.field(default_factory=set, repr=False, compare=False)
 
     def record(self) -> dict:
         """The run as stored and served (``/api/jobs/<job>/runs``)."""
@@ -142,6 +145,7 @@ class Run:
                                 agent=str(r.get("agent", "")),
                                 settings=tuple(sorted((str(k), str(v)) for k, v in (r.get("settings") or {}).items())))
             run.ranks[int(rank)] = RankRun(ident, r.get("first_step"), r.get("settled_s"), r.get("noise"))
+            run.sessions.add(ident.session)
         comp = rec.get("compared")
         if isinstance(comp, dict):
             run.compared = RunComparison(**{**comp, "changed": tuple(comp.get("changed") or ())})

@@ -312,3 +312,37 @@ def test_a_lock_held_by_another_process_never_stalls_a_run_save_and_writing_resu
     assert [r["run"] for r in RunStore(str(tmp_path), thread=False).runs("j")] == ["r0", "r1", "r2"]
     other.close()
     store.close()
+
+
+class _CountingStore(RunStore):
+    """A run store that counts the rank entries of every record it is given."""
+
+    def __init__(self):
+        super().__init__(None)
+        self.entries = 0
+
+    def save(self, record: dict) -> None:
+        self.entries += len(record["ranks"])
+        super().save(record)
+
+
+def test_a_large_job_s_start_builds_its_run_record_once_a_tick_not_once_a_rank():
+    """A run's record is O(ranks): made at each rank's Hello, a 3,000-rank job's start built 4.5
+    million rank entries on the event loop (22.6 s, bench/results/run_record_start_2core.md). The
+    ranks that joined are written at the next tick, together; the record then holds every rank
+    (a collector restart resumes the run with them all)."""
+    store = _CountingStore()
+    lineage = Lineage(store)
+    n = 2000
+    for rank in range(n):
+        lineage.hello("big", rank, RunIdentity(session=f"s{rank}", world=n, host=f"node-{rank // 8}"), 1000.0)
+    assert store.entries <= 1  # (the run's start: its first rank)
+    lineage.tick(1001.0, lambda job, rank: None)
+    assert store.entries <= 1 + n  # one record of every rank, not one per Hello (n * n / 2 before)
+    (rec,) = store.runs("big")
+    assert len(rec["ranks"]) == n and rec["ended_at"] is None
+    lineage.tick(1002.0, lambda job, rank: None)
+    assert store.entries <= 1 + n  # (nothing joined since: written again only a minute later)
+    # a rank of this run that says Hello again is a reconnect; a new session on a held rank a new run
+    assert not lineage.hello("big", 5, RunIdentity(session="s5", world=n), 1003.0)
+    assert lineage.hello("big", 5, RunIdentity(session="again", world=n), 1004.0)
