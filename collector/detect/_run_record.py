@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import sys
 import time
 from typing import Optional
 
@@ -32,6 +33,14 @@ class RunIdentity:
     attach_time_s: float = 0.0
     settings: tuple = ()  # sorted (name, value) pairs of the agent's effective settings
 
+    def __post_init__(self) -> None:
+        # The ranks of a run mostly say the same: one object for each distinct text and settings
+        # tuple (each Hello's are new objects; 40 settings a rank made a 1,000-rank run's record
+        # 5.7 MB, bench/results/run_record_start_2core.md)
+        for name in ("host", "gpu", "driver", "torch", "cuda", "agent"):
+            object.__setattr__(self, name, sys.intern(getattr(self, name)))
+        object.__setattr__(self, "settings", _one(self.settings))
+
     @property
     def tokens(self) -> Optional[int]:
         return _count(dict(self.settings).get("tokens_per_step"))
@@ -39,6 +48,19 @@ class RunIdentity:
     @property
     def samples(self) -> Optional[int]:
         return _count(dict(self.settings).get("samples_per_step"))
+
+
+_SETTINGS: dict = {}  # settings tuple -> the one kept (cleared past _SETTINGS_MAX distinct ones)
+_SETTINGS_MAX = 4096
+
+
+def _one(settings: tuple) -> tuple:
+    got = _SETTINGS.get(settings)
+    if got is None:
+        if len(_SETTINGS) >= _SETTINGS_MAX:
+            _SETTINGS.clear()
+        got = _SETTINGS[settings] = settings
+    return got
 
 
 def _count(text: Optional[str]) -> Optional[int]:
@@ -114,10 +136,14 @@ class Run:
     def record(self) -> dict:
         """The run as stored and served (``/api/jobs/<job>/runs``)."""
         ranks = {}
+        settings: dict = {}  # one dict for each distinct settings of the ranks (read only, as the record)
         for rank, r in sorted(self.ranks.items()):
             i = r.ident
+            kept = settings.get(i.settings)
+            if kept is None:
+                kept = settings[i.settings] = dict(i.settings)
             ranks[str(rank)] = {"session": i.session, "host": i.host, "gpu": i.gpu, "driver": i.driver,
-                                "torch": i.torch, "cuda": i.cuda, "agent": i.agent, "settings": dict(i.settings),
+                                "torch": i.torch, "cuda": i.cuda, "agent": i.agent, "settings": kept,
                                 "first_step": r.first_step, "settled_s": r.settled_s, "noise": r.noise}
         per = self.tokens and self.settled_s and self.tokens / self.settled_s
         per_s = self.samples and self.settled_s and self.samples / self.settled_s
