@@ -69,21 +69,24 @@ def _clock(steps: dict):
     if not durs or not anchors:
         return None
     cum = [0.0] + list(itertools.accumulate(durs))  # cum[i]: the job's time at the start of step i
+    times = [a for a, _ in anchors]
 
     def at(t: float) -> int:
-        k = max(0, bisect.bisect_right([a for a, _ in anchors], t) - 1)
+        k = max(0, bisect.bisect_right(times, t) - 1)
         t0, s0 = anchors[k]
         s0 = min(s0, len(durs))
         return max(0, min(len(durs), bisect.bisect_left(cum, cum[s0] + (t - t0))))
     return at
 
 
-def _clock_ratio(steps: dict, at, onset: float, since: float, span_s: float = 60.0):
+def _clock_ratio(steps: dict, at, onset: float, span_s: float = 60.0):
     """The job's median step over ``span_s`` after ``onset`` against the time before it (at most
-    ``span_s``, none before ``since``: the last cause's end and its slack), or None."""
+    ``span_s``, none of it before the last cause's end and its slack), or None."""
     import statistics
     if at is None:
         return None
+    since = max((t["end_time"] + SLACK_S for t in steps.get("schedule") or ()
+                 if t.get("end_time") and t["end_time"] + SLACK_S <= onset), default=float("-inf"))
     durs = steps["step_s"]
     lo, mid, hi = at(max(onset - span_s, since)), at(onset), at(onset + span_s)
     if mid - lo < 10 or hi - mid < 10:
@@ -134,9 +137,7 @@ def report(folder: str, name: str, replayed: bool = False, target_s: float = 60.
     return {"name": name, "replayed": replayed, "healthy_raised": [
         {"alertname": o["alert"]["alertname"], "onset_before_first_s": round(first - o["onset"], 1),
          "raised_before_first_s": round(first - o["raised"], 1), "decided": o["decided"],
-         "job_clock_ratio": _clock_ratio(steps, at, o["onset"], max(
-             [t["end_time"] + SLACK_S for t in turns if t.get("end_time") and t["end_time"] + SLACK_S <= o["onset"]],
-             default=float("-inf"))),
+         "job_clock_ratio": _clock_ratio(steps, at, o["onset"]),
          "summary": o["summary"][:200]} for o in healthy], "causes": rows}
 
 

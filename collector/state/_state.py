@@ -333,7 +333,7 @@ class CollectorState:
             if kind not in st.event_counts and len(st.event_counts) >= MAX_EVENT_KINDS:
                 kind = "other"
             st.event_counts[kind] = st.event_counts.get(kind, 0) + 1
-            if type(st.events) is tuple:
+            if not st.events:
                 st.events = collections.deque(maxlen=KEPT_EVENTS)
             st.events.append(own(ev))
         dropped = 0
@@ -342,7 +342,7 @@ class CollectorState:
             dropped = max(0, batch.stats.records_dropped - old)
             st.stats = own(batch.stats)
         for w in batch.windows or ():
-            if type(st.windows) is tuple:
+            if not st.windows:
                 st.windows = collections.deque(maxlen=self.windows_kept)
             st.windows.append(own(w))
         p = steps.phase_times
@@ -529,6 +529,6 @@ def _copy(st: RankState, light: bool = False, median: bool = False) -> RankState
     dup.trend = _NO_TREND if light else st.trend.copy()
     dup.life = _NO_LIFE if light else st.life.copy()
     dup.event_counts = dict(st.event_counts)
-    dup.events = () if light or type(st.events) is tuple else collections.deque(st.events, maxlen=KEPT_EVENTS)
-    dup.windows = () if type(st.windows) is tuple else collections.deque(st.windows, maxlen=st.windows.maxlen)
+    dup.events = collections.deque(st.events, maxlen=KEPT_EVENTS) if st.events and not light else ()
+    dup.windows = collections.deque(st.windows, maxlen=st.windows.maxlen) if st.windows else ()
     return dup
