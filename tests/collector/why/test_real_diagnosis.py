@@ -825,3 +825,28 @@ def test_three_live_causes_and_a_slowdown_nothing_injected_are_each_raised_as_a_
                                                                              own.fired_at - H200ZZA[3][1])
     assert own.decided == "job" and "a change of the job: GPU busy time +" in own.fired_summary, (
         own.decided, own.fired_summary)
+
+
+# h100s (diag README, held out): four causes live at a2b1245 on one H100 (size m, 47.3 ms median);
+# the AdamW for-loop moved the step only +5.5% there (optimizer device 6.5 -> 7.7 ms, its host time
+# 3.7 -> 15.4 ms), under the +10% that the 60-s horizon is for
+H100S = [("gemm_backward", 1796540553.05, 1796540643.03), ("dataloader", 1796540783.02, 1796540873.03),
+         ("empty_cache", 1796541013.05, 1796541103.04), ("optimizer_loop", 1796541243.02, 1796541333.04)]
+
+
+def test_live_causes_of_ten_percent_and_more_are_raised_and_nothing_while_the_job_is_healthy():
+    """Replayed at the defaults, as live (bench/results/real_h100s.md: raised 31.3, 33.8 and 22.1 s
+    after each start, resolved 67-77 s after each end): the GEMMs in backward (+10.8%), the slower
+    loader (+12.3%) and ``empty_cache()`` (+42%) each open one episode of their own, decided "job"
+    by their evidence, the why naming their phase first. Nothing opens outside the causes (before
+    the first, in the gaps, after the last); the for-loop optimizer (+5.5% for 90 s) may open one
+    only by naming the optimizer first."""
+    lines = load(str(DIAG / "h100s_1gpu_m_pulses.jsonl.gz"))
+    alerts = [a for a in replay(events(lines), DetectionConfig()) if a.alertname == "StepwatchThroughputDrift"]
+    _each_cause_its_own_episode([a for a in alerts if a.onset < H100S[3][1] - 15], H100S[:3],
+                                ("backward +", "data +", "allocator churn"))
+    outside = [a for a in alerts if not any(start - 15 <= a.onset <= end + 30 for _, start, end in H100S)]
+    assert not outside, [(a.onset - H100S[0][1], a.fired_summary) for a in outside]
+    for a in alerts:
+        if a.onset >= H100S[3][1] - 15:
+            assert a.diagnosis.startswith("optimizer +"), a.diagnosis[:80]
