@@ -83,7 +83,9 @@ def test_hf_logging_every_step_does_not_hide_a_slowdown(tmp_path):
         time.sleep(1.0)
         drift = [a for a in col.api("/api/alerts")["alerts"]
                  if a["job"] == "hflog" and a["alertname"] == "StepwatchThroughputDrift"]
-        assert drift, col.api("/api/alerts")
+        # (on failure: what the rank's detector said; it failed once in ~6 whole-suite runs with
+        # the slowdown at +40%, raising nothing, not reproduced alone or under 3 busy loops)
+        assert drift, (col.api("/api/alerts"), col.api("/api/jobs"))
         # an onset of some episode (or a further change) near step 200: within 40 steps (~1.4 s,
         # under three buckets) before it, as a 2-core host's hump just ahead of the change dated
         # it once in CI (step 165), and an earlier hump's own episode does not hide it
