@@ -112,7 +112,7 @@ class Lineage:
     def _resumed(self, job: str, rank: int, ident: RunIdentity) -> Optional[Run]:
         """After a collector restart: the job's newest stored run when it holds this session
         (it goes on); one that does not, and was not ended before the restart, ends here."""
-        stored = self.store.runs(job)
+        stored = self.store.runs(job, ranks=False)  # (an ended run's, not needed, is not decompressed)
         if not stored or stored[-1].get("ended_at") is not None:
             return None
         try:
@@ -211,7 +211,7 @@ class Lineage:
 
     def _previous(self, run: Run) -> Optional[Run]:
         """The newest settled run of the same lineage, started before this one."""
-        for rec in reversed(self.store.runs(run.job)):
+        for rec in reversed(self.store.runs(run.job, ranks=False)):
             if rec.get("run") == run.run_id or float(rec.get("started_at", 0)) > run.started_at:
                 continue
             if (rec.get("world_size") != run.world or rec.get("tokens_per_step") != run.tokens
@@ -219,7 +219,7 @@ class Lineage:
                 return None  # the name was reused by another model: a new lineage starts here
             if rec.get("settled_step_s"):
                 try:
-                    return Run.from_record(rec)
+                    return Run.from_record(rec if "ranks" in rec else self.store.one(run.job, rec["run"]))
                 except (KeyError, TypeError, ValueError):
                     return None
         return None

@@ -4,6 +4,7 @@ restart between the runs (a new Detection on the same state directory)."""
 
 from __future__ import annotations
 
+import json
 import logging
 import multiprocessing
 import os
@@ -352,7 +353,8 @@ def test_the_records_of_ended_runs_share_what_their_ranks_said_alike():
     """Each Hello's texts and settings are new objects; a run's record kept them per rank: 5.7 KB a
     rank with an agent's 40 settings, 285 MB for the 50 runs kept of a 1,000-rank job (in memory
     without a state_dir; bench/results/run_record_start_2core.md). Equal texts and settings are
-    now one object, and a record holds one settings dict for the ranks that share them."""
+    one object, a record holds one settings dict for the ranks that share them, and an ended run's
+    record is held as compressed JSON."""
     import tracemalloc
 
     config = {f"setting_{k}": f"value of setting {k} for this job" for k in range(40)}
@@ -379,5 +381,35 @@ def test_the_records_of_ended_runs_share_what_their_ranks_said_alike():
     records = [r for r in store.runs("big") if r["run"] != "r-1s0"]
     assert len(records) == 4 and all(len(r["ranks"]) == n and r["ended_at"] is not None for r in records)
     assert records[0]["ranks"]["7"]["settings"] == config and records[0]["ranks"]["7"]["torch"] == "2.11.0"
-    assert records[0]["ranks"]["7"]["settings"] is records[0]["ranks"]["8"]["settings"]
-    assert grown / (4 * n) < 1500, f"{grown / (4 * n):.0f} bytes a rank's entry"
+    # an ended run's record is held compressed: ~43 bytes a rank's entry (~640 as a dict that
+    # shares its texts and settings; 5.7 KB before they were shared)
+    assert grown / (4 * n) < 200, f"{grown / (4 * n):.0f} bytes a rank's entry"
+    for rank in range(n):  # the live run's record holds one settings dict for the ranks that share them
+        lineage.hello("big", rank, ident(9, rank), 9001.0)
+    live = [r for r in lineage.runs("big") if r.get("live")][0]
+    assert live["ranks"]["7"]["settings"] == config and live["ranks"]["7"]["settings"] is live["ranks"]["8"]["settings"]
+
+
+@pytest.mark.parametrize("on_disk", [False, True])
+def test_an_ended_run_held_compressed_reads_back_whole_and_is_written_whole(tmp_path, on_disk):
+    """An ended run's record is held as compressed JSON: ``runs`` and ``one`` give it back equal to
+    what was saved, ``runs(ranks=False)`` its head without decompressing, and the store's file
+    (with a state_dir) gets the whole record; a live run's record is held as the dict it is."""
+    store = RunStore(str(tmp_path) if on_disk else None, thread=False)
+    ranks = {str(k): {"session": f"s{k}", "host": f"node-{k // 8}", "settings": {"a": "1"}, "first_step": 3,
+                      "settled_s": 0.04, "noise": 0.01} for k in range(64)}
+    ended = {"v": 1, "job": "j", "run": "r1", "started_at": 10.0, "ended_at": 99.0, "settled_step_s": 0.04,
+             "world_size": 64, "ranks": ranks}
+    live = dict(ended, run="r2", started_at=100.0, ended_at=None)
+    store.save(ended)
+    store.save(live)
+    assert store.runs("j") == [ended, live]
+    assert store.runs("j", ranks=False)[0] == {k: v for k, v in ended.items() if k != "ranks"}
+    assert store.runs("j", ranks=False)[1] is live
+    assert store.one("j", "r1") == ended and store.one("j", "nope") is None
+    if on_disk:
+        assert store.flush()
+        rows = dict(sqlite3.connect(store.path).execute("SELECT run, record FROM runs").fetchall())
+        assert json.loads(rows["r1"]) == ended and json.loads(rows["r2"]) == live
+        assert store.runs("j") == [ended, live] and store.one("j", "r1") == ended  # (read from the file now)
+    store.close()
