@@ -56,7 +56,8 @@ class RunStore:
         ``ranks=False``: the ended runs held in memory without their "ranks" (not decompressed:
         what choosing a run needs; :meth:`one` gives its whole record)."""
         with self._lock:
-            out = {run: _record(entry, ranks) for run, entry in self._memory.get(job, {}).items()}
+            held = list(self._memory.get(job, {}).items())
+        out = {run: _record(entry, ranks) for run, entry in held}  # (decompressed outside the lock)
         rows = self.file.read("SELECT run, record FROM runs WHERE job = ?", (job,)) if self.file is not None else None
         for run, text in rows or ():
             if run in out:
