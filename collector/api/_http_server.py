@@ -192,7 +192,7 @@ class HttpServer:
         if target in self._query_routes:
             route = functools.partial(self._query_routes[target], dict(urllib.parse.parse_qsl(query)))
         if route is None:
-            route = self._match(target)
+            route = self._match(target, query)
         if route is None:
             return 404, "text/plain; charset=utf-8", b"not found\n", ()
         if method != "GET":
@@ -207,11 +207,15 @@ class HttpServer:
             return 500, "text/plain; charset=utf-8", b"internal error\n", ()
         return status, ctype, body, tuple(extra[0]) if extra else ()
 
-    def _match(self, target: str) -> Optional[Route]:
+    def _match(self, target: str, query: str = "") -> Optional[Route]:
+        """A path route's call: its parameters from the path's segments, and its query's pairs
+        under "query" (a dict)."""
         for _, regex, fn in self._path_routes:
             m = regex.fullmatch(target)
             if m:
-                return functools.partial(fn, {k: urllib.parse.unquote(v) for k, v in m.groupdict().items()})
+                params = {k: urllib.parse.unquote(v) for k, v in m.groupdict().items()}
+                params["query"] = dict(urllib.parse.parse_qsl(query))
+                return functools.partial(fn, params)
         return None
 
 

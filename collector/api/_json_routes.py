@@ -265,7 +265,10 @@ def jobs_summary_json(state: CollectorState, pause: Callable[[], None] = no_paus
 def runs_json(runs: list, job: str) -> tuple[int, bytes]:
     """``/api/jobs/<job>/runs``: ``(200, {"job", "runs": [...]})``, oldest first, the live run
     last with ``"live": true`` (detect's ``Lineage.runs``); an empty list for a job with no run
-    recorded (the page asks for every job it draws, and a 404 would be a console error)."""
+    recorded (the page asks for every job it draws, and a 404 would be a console error). With
+    ``?ranks=0`` each run has ``rank_count``, ``hosts`` and ``torch`` instead of its per-rank
+    entries (the page's and ``stepwatch history``'s view: a 1,000-rank run's whole record is
+    ~1 MB of JSON with an agent's settings repeated per rank)."""
     return 200, json.dumps(_finite({"job": job, "runs": runs}), allow_nan=False).encode()
 
 

@@ -17,7 +17,7 @@ fetches only endpoints listed there, because Chromium logs every failed load, ev
   summary, the why, the trace, since when), resolved ones folded below;
 * jobs: alerting jobs first (most severe first, marked), then live jobs, then finished ones
   (marked finished);
-* runs: ``/api/jobs/{job}/runs`` of each drawn job, its newest five runs folded under its ranks;
+* runs: ``/api/jobs/{job}/runs?ranks=0`` of each drawn job, its newest five runs folded under its ranks;
 * window summary: ``/api/jobs/{job}/windows``, the newest window of any rank of each drawn job (step
   breakdown bar and top kernels);
 * traces: ``/api/traces`` (strings starting ``/api/`` become links).
@@ -261,7 +261,7 @@ function runsTable(doc) {
   if (!doc || !doc.runs || !doc.runs.length) return null;
   const rows = doc.runs.slice(-5).reverse().map((r) => {
     const c = r.compared;
-    const hosts = [...new Set(Object.values(r.ranks || {}).map((x) => x.host))].join(", ");
+    const hosts = (r.hosts || [...new Set(Object.values(r.ranks || {}).map((x) => x.host))]).join(", ");
     return {run: r.live ? "this run" : "earlier", started: new Date(r.started_at * 1000).toISOString().slice(0, 16).replace("T", " ") + " UTC",
       "from step": r.first_step, "settled step": r.settled_step_s == null ? "settling" : ms(r.settled_step_s),
       "vs run before": c ? `${c.ratio >= 1 ? "+" : ""}${(100 * (c.ratio - 1)).toFixed(1)} %${r.regression ? " (raised)" : ""}` : "—",
@@ -385,7 +385,7 @@ async function refresh() {
       jobs.map((j) => getJSON("api/steps?job=" + encodeURIComponent(j.job) + "&ranks=" + MAX_SERIES))) : [];
     const lives = has("/api/life") ? await Promise.all(jobs.map((j) => lifeDocs(j.job).catch(() => null))) : [];
     const runs = has("/api/jobs/{job}/runs") ? await Promise.all(jobs.map((j) =>
-      getJSON(`api/jobs/${encodeURIComponent(j.job)}/runs`).catch(() => null))) : [];
+      getJSON(`api/jobs/${encodeURIComponent(j.job)}/runs?ranks=0`).catch(() => null))) : [];
     const more = rest.length ? [h("p", {class: "muted more-jobs"},
       `${rest.length} more jobs not drawn (${rest.reduce((n, j) => n + j.ranks, 0)} ranks; /api/jobs has them all): `
       + rest.slice(0, 50).map((j) => j.job).join(", ") + (rest.length > 50 ? ", ..." : ""))] : [];

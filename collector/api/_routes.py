@@ -120,7 +120,9 @@ class Routes:
         return status, "application/json", body
 
     def _job_runs(self, params):
-        status, body = runs_json(self.engine.lineage.runs(params["job"]), params["job"])
+        """``?ranks=0``: each run as its brief record (no per-rank entries; the page's list)."""
+        whole = params.get("query", {}).get("ranks", "1") != "0"
+        status, body = runs_json(self.engine.lineage.runs(params["job"], ranks=whole), params["job"])
         return status, "application/json", body
 
     def _traces(self, _params):

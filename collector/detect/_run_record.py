@@ -11,7 +11,7 @@ import sys
 import time
 from typing import Optional
 
-__all__ = ["RunIdentity", "RunComparison", "RankRun", "Run", "changes", "first_step"]
+__all__ = ["brief", "RunIdentity", "RunComparison", "RankRun", "Run", "changes", "first_step"]
 
 # agent settings that name paths, addresses or credentials: never "what changed"
 _SETTINGS_IGNORED = frozenset({"job", "collector", "spool_dir", "trace_dir", "tls", "tls_ca", "tls_cert", "tls_key",
@@ -176,6 +176,20 @@ class Run:
         if isinstance(comp, dict):
             run.compared = RunComparison(**{**comp, "changed": tuple(comp.get("changed") or ())})
         return run
+
+
+def brief(record: dict) -> dict:
+    """``record`` without its per-rank entries, with what a list of runs shows of them:
+    ``rank_count`` and the sorted distinct ``hosts`` and ``torch`` (a record as it is when it
+    has no "ranks": already brief)."""
+    ranks = record.get("ranks")
+    if ranks is None:
+        return record
+    out = {k: v for k, v in record.items() if k != "ranks"}
+    out["rank_count"] = len(ranks)
+    for key, field in (("hosts", "host"), ("torch", "torch")):
+        out[key] = sorted({str(r.get(field, "")) for r in ranks.values() if isinstance(r, dict)})
+    return out
 
 
 def first_step(values) -> Optional[int]:

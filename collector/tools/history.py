@@ -42,9 +42,9 @@ def render(doc: dict) -> str:
             f"{'HOSTS':<20} {'TORCH':<14} RUN")
     lines = [head]
     for r in doc.get("runs", ()):
-        ranks = r.get("ranks") or {}
-        hosts = sorted({str(x.get("host", "")) for x in ranks.values()})
-        torch = sorted({str(x.get("torch", "")) for x in ranks.values()})
+        ranks = r.get("ranks") or {}  # (a whole record; a brief one has its hosts and torch)
+        hosts = r.get("hosts") or sorted({str(x.get("host", "")) for x in ranks.values()})
+        torch = r.get("torch") or sorted({str(x.get("torch", "")) for x in ranks.values()})
         level = r.get("settled_step_s")
         comp = r.get("compared") or {}
         vs = f"{comp['ratio'] - 1:+.1%}" if comp.get("ratio") else "-"
@@ -67,7 +67,7 @@ def render(doc: dict) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    url = f"http://{args.http}/api/jobs/{urllib.parse.quote(args.job, safe='')}/runs"
+    url = f"http://{args.http}/api/jobs/{urllib.parse.quote(args.job, safe='')}/runs" + ("" if args.json else "?ranks=0")
     headers = {"Authorization": f"Bearer {args.http_token}"} if args.http_token else {}
     try:
         with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=5) as resp:

@@ -16,6 +16,7 @@ import os
 import re
 import select
 import shutil
+import socket
 import statistics
 import subprocess
 import time
@@ -120,7 +121,8 @@ PROBE = """(() => {
           traces: document.getElementById("traces").textContent,
           runs: (card.querySelector("details.runs summary") || {}).textContent || "",
           detector: [...card.querySelectorAll("td.detector")].map((t) => t.textContent),
-          runRows: [...card.querySelectorAll("details.runs tbody tr")].map((r) => r.cells[0].textContent)};
+          runRows: [...card.querySelectorAll("details.runs tbody tr")].map((r) => r.cells[0].textContent),
+          runHosts: [...card.querySelectorAll("details.runs tbody tr")].map((r) => r.cells[5].textContent)};
 })()"""
 
 
@@ -193,6 +195,8 @@ def test_page_shows_a_real_training_job(collector_factory, tmp_path):
     assert (card["scripts"], card["imgs"]) == (1, 0)
     assert card["ranks"] == ["0", "1"]
     assert (card["runs"], card["runRows"]) == ("1 run of this job", ["this run"]), card  # (folded, drawn)
+    # (the page reads the brief runs, ?ranks=0: their hosts without the per-rank entries)
+    assert card["runHosts"] == [os.environ.get("NODE_NAME") or socket.gethostname()], card
     # a 20-step job ended long before its detector could arm: the page says so, and what to set
     assert all(d.startswith("ended before arming") and "settle_s" in d for d in card["detector"]), card
     for section in ("alerts", "windows", "traces"):  # rendered: a table, "none yet" or "not available"

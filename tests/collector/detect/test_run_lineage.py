@@ -269,6 +269,8 @@ def test_runs_are_served_on_the_api_the_command_line_top_and_metrics_across_a_re
     status, _, body = running.get(f"/api/jobs/{job}/runs")
     doc = json.loads(body)
     assert status == 200 and [r.get("live", False) for r in doc["runs"]] == [False, True]
+    brief = json.loads(running.get(f"/api/jobs/{job}/runs?ranks=0")[2])["runs"]
+    assert [r["hosts"] for r in brief] == [["vm"], ["gpu-node-22"]] and not any("ranks" in r for r in brief), brief
     assert doc["runs"][1]["regression"] and doc["runs"][1]["compared"]["changed"] == ["host vm -> gpu-node-22"]
     assert json.loads(running.get("/api/jobs/nobody/runs")[2]) == {"job": "nobody", "runs": []}
     summary = json.loads(running.get("/api/jobs?summary=1")[2])["jobs"][0]["run"]
@@ -393,7 +395,7 @@ def test_the_records_of_ended_runs_share_what_their_ranks_said_alike():
 @pytest.mark.parametrize("on_disk", [False, True])
 def test_an_ended_run_held_compressed_reads_back_whole_and_is_written_whole(tmp_path, on_disk):
     """An ended run's record is held as compressed JSON: ``runs`` and ``one`` give it back equal to
-    what was saved, ``runs(ranks=False)`` its head without decompressing, and the store's file
+    what was saved, ``runs(ranks=False)`` its brief record without decompressing, and the store's file
     (with a state_dir) gets the whole record; a live run's record is held as the dict it is."""
     store = RunStore(str(tmp_path) if on_disk else None, thread=False)
     ranks = {str(k): {"session": f"s{k}", "host": f"node-{k // 8}", "settings": {"a": "1"}, "first_step": 3,
@@ -404,7 +406,8 @@ def test_an_ended_run_held_compressed_reads_back_whole_and_is_written_whole(tmp_
     store.save(ended)
     store.save(live)
     assert store.runs("j") == [ended, live]
-    assert store.runs("j", ranks=False)[0] == {k: v for k, v in ended.items() if k != "ranks"}
+    assert store.runs("j", ranks=False)[0] == dict({k: v for k, v in ended.items() if k != "ranks"}, rank_count=64,
+                                                   hosts=[f"node-{k}" for k in range(8)], torch=[""])
     assert store.runs("j", ranks=False)[1] is live
     assert store.one("j", "r1") == ended and store.one("j", "nope") is None
     if on_disk:
@@ -413,3 +416,25 @@ def test_an_ended_run_held_compressed_reads_back_whole_and_is_written_whole(tmp_
         assert json.loads(rows["r1"]) == ended and json.loads(rows["r2"]) == live
         assert store.runs("j") == [ended, live] and store.one("j", "r1") == ended  # (read from the file now)
     store.close()
+
+
+def test_a_brief_list_of_runs_has_their_hosts_and_rank_counts_not_their_ranks():
+    """``Lineage.runs(job, ranks=False)`` (``/api/jobs/<job>/runs?ranks=0``, the page and
+    ``stepwatch history``): every run, ended (held compressed) or live, without its per-rank
+    entries, with its rank count and distinct hosts and torch versions; the whole list still has
+    them."""
+    lin = Lineage(RunStore(None))
+    for k in range(2):
+        for rank in range(16):
+            lin.hello("j", rank, RunIdentity(session=f"r{k}s{rank}", world=16, host=f"node-{rank // 8 + 2 * k}",
+                                             torch="2.11.0"), 1000.0 * k)
+        lin.tick(1000.0 * k + 1, lambda job, rank: None)
+        if k == 0:
+            for rank in range(16):
+                lin.left("j", rank)
+    ended, live = lin.runs("j", ranks=False)
+    assert "ranks" not in ended and "ranks" not in live and live["live"] and ended["ended_at"] is not None
+    assert (ended["rank_count"], ended["hosts"], ended["torch"]) == (16, ["node-0", "node-1"], ["2.11.0"])
+    assert (live["rank_count"], live["hosts"]) == (16, ["node-2", "node-3"])
+    whole = lin.runs("j")
+    assert [len(r["ranks"]) for r in whole] == [16, 16] and whole[0]["ranks"]["9"]["host"] == "node-1"
