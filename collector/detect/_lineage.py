@@ -254,10 +254,10 @@ class Lineage:
     def runs(self, job: str, ranks: bool = True) -> list[dict]:
         """The job's runs, oldest first, the live one as it stands now (any thread); ``ranks``
         False: each as its :func:`~._run_record.brief` record (no per-rank entries: a page's
-        list of a 1,000-rank job's runs). The stored
-        ones are read outside the lineage's lock (a Hello on the event loop waits for it): an
-        ended run of 10,000 ranks takes 0.17 s to decompress; the live one's record is built under
-        it (0.02 s at 10,000 ranks; this 2-core machine)."""
+        list of a 1,000-rank job's runs). The stored ones are read outside the lineage's lock (a
+        Hello on the event loop waits for it): an ended run of 10,000 ranks takes 0.17 s to
+        decompress; the live one's record is built under it (0.02 s at 10,000 ranks; this 2-core
+        machine)."""
         with self._lock:
             run = self._current.get(job)
             live = dict(run.record(), live=True) if run is not None else None

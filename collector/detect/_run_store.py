@@ -8,10 +8,10 @@ collector holds). A failure (damaged, read-only, full, a lock held) is counted (
 logged once per run of failures, and the rows wait for the next flush: a store that could not
 open tries again every 30 s. Until written, records are answered from memory (at most ``keep``
 per job); an ended run's record is held there as its JSON text, zlib-compressed (it is saved
-once and read only when asked for), so the ``keep`` runs of a job without a ``state_dir`` cost a
-few bytes a rank, not the ~0.6 KB a rank of its dict (10 jobs' 50 runs of 100 ranks: ~20 MB of
-small objects that a connection churn left behind, spread over pymalloc's arenas). Two collector replicas that share the directory each write whole rows (one statement
-each) and never a torn one.
+once and read only when asked for), so the ``keep`` runs of a job without a ``state_dir`` cost
+~40 bytes a rank, not the ~600 of its dict (a churn of ten 100-rank jobs left 20 MB of such
+dicts behind: bench/results/connection_churn_2core.md). Two collector replicas that share the
+directory each write whole rows (one statement each) and never a torn one.
 """
 
 from __future__ import annotations
@@ -98,7 +98,8 @@ class RunStore:
             entry = (float(record["started_at"]), None, record)
         else:
             head = brief(record)
-            entry = (float(record["started_at"]), head, zlib.compress(json.dumps(record, separators=(",", ":")).encode(), 1))
+            body = zlib.compress(json.dumps(record, separators=(",", ":")).encode(), 1)
+            entry = (float(record["started_at"]), head, body)
         with self._lock:
             held = self._memory.setdefault(job, {})
             held[run] = entry
