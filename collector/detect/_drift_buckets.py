@@ -43,8 +43,9 @@ class StepBuckets:
         self.cfg, self.quantile = cfg, quantile
         # (weakly: the detector owns these buckets, so a strong bound method would make each
         # rank's detection state a reference cycle, freed only by a full collection, which the
-        # collector's freezer runs early only under stream churn)
-        self._on_bucket = weakref.WeakMethod(on_bucket)
+        # collector's freezer runs early only under stream churn; its owner by a plain weak
+        # reference and its function, as a WeakMethod is ~450 bytes more)
+        self._owner, self._on_bucket = weakref.ref(on_bucket.__self__), on_bucket.__func__
         self._clip = math.log(cfg.pause_ratio)
         self.level: Optional[float] = None
         self.first_time: Optional[float] = None
@@ -56,7 +57,9 @@ class StepBuckets:
         # The agent's own cost: kept steps just before each profiler window's end and just after
         # it, [window end step, end time, (median of the last _AROUND_STEPS, of the last
         # _AROUND_HOLD) before, steps after]
-        self._recent_values: collections.deque = collections.deque(maxlen=_AROUND_HOLD)
+        # (a deque from the first kept step on: an empty one is a 64-slot block, and a rank in its
+        # warm-up steps feeds none)
+        self._recent_values: Union[tuple, collections.deque] = ()
         self._windows: Union[tuple, collections.deque] = ()  # a deque from the first window on
 
     def feed(self, step: int, time: float, value: float) -> bool:
@@ -110,7 +113,7 @@ class StepBuckets:
                 if self._bucket_start is None:
                     self._bucket_start = (step[0], end_time_s[0])
                 self._bucket.extend(part)
-                self._recent_values.extend(part)
+                self._recent(part)
                 if self._windows:
                     self._after_window(part)
             else:
@@ -129,14 +132,22 @@ class StepBuckets:
         if self._bucket_start is None:
             self._bucket_start = (step, time)
         self._bucket.append(value)
-        self._recent_values.append(value)
+        recent = self._recent_values or self._recent(())
+        recent.append(value)
         if self._windows:
             self._after_window([value])
         if time - self._bucket_start[1] < self.cfg.bucket_s or len(self._bucket) < self.cfg.min_bucket_steps:
             return False
         y, first = math.log(self._summary(self._bucket)), self._bucket_start[0]
         self._bucket, self._bucket_start = [], None
-        return self._on_bucket()(first, time, y)
+        return self._on_bucket(self._owner(), first, time, y)
+
+    def _recent(self, values) -> collections.deque:
+        """``values`` kept among the recent ones (made at the first); the deque."""
+        if not self._recent_values:
+            self._recent_values = collections.deque(maxlen=_AROUND_HOLD)
+        self._recent_values.extend(values)
+        return self._recent_values
 
     def _summary(self, values: list) -> float:
         q = self.quantile
