@@ -113,7 +113,7 @@ class StepBuckets:
                 if self._bucket_start is None:
                     self._bucket_start = (step[0], end_time_s[0])
                 self._bucket.extend(part)
-                self._recent(part)
+                self._recent().extend(part)
                 if self._windows:
                     self._after_window(part)
             else:
@@ -132,8 +132,7 @@ class StepBuckets:
         if self._bucket_start is None:
             self._bucket_start = (step, time)
         self._bucket.append(value)
-        recent = self._recent_values or self._recent(())
-        recent.append(value)
+        (self._recent_values or self._recent()).append(value)
         if self._windows:
             self._after_window([value])
         if time - self._bucket_start[1] < self.cfg.bucket_s or len(self._bucket) < self.cfg.min_bucket_steps:
@@ -142,11 +141,10 @@ class StepBuckets:
         self._bucket, self._bucket_start = [], None
         return self._on_bucket(self._owner(), first, time, y)
 
-    def _recent(self, values) -> collections.deque:
-        """``values`` kept among the recent ones (made at the first); the deque."""
+    def _recent(self) -> collections.deque:
+        """The recent values' deque, made at the first."""
         if not self._recent_values:
             self._recent_values = collections.deque(maxlen=_AROUND_HOLD)
-        self._recent_values.extend(values)
         return self._recent_values
 
     def _summary(self, values: list) -> float:

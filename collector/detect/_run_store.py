@@ -62,13 +62,8 @@ class RunStore:
         out = {run: _record(entry, ranks) for run, entry in held}  # (decompressed outside the lock)
         rows = self.file.read("SELECT run, record FROM runs WHERE job = ?", (job,)) if self.file is not None else None
         for run, text in rows or ():
-            if run in out:
-                continue
-            try:
-                rec = json.loads(text)
-            except ValueError:
-                continue
-            if isinstance(rec, dict):
+            rec = _parsed(text) if run not in out else None
+            if rec is not None:
                 out[run] = rec
         return sorted(out.values(), key=lambda r: float(r.get("started_at", 0)))[-self.keep:]
 
@@ -80,13 +75,7 @@ class RunStore:
             return _record(entry)
         rows = (self.file.read("SELECT record FROM runs WHERE job = ? AND run = ?", (job, run))
                 if self.file is not None else None)
-        for (text,) in rows or ():
-            try:
-                rec = json.loads(text)
-            except ValueError:
-                return None
-            return rec if isinstance(rec, dict) else None
-        return None
+        return next((_parsed(text) for (text,) in rows or ()), None)
 
     def save(self, record: dict) -> None:
         """Hold ``record`` and write it at the next flush (no I/O here). An ended run's is held as
@@ -143,6 +132,14 @@ class RunStore:
         if self.file is not None:
             self.file.close()
 
+
+def _parsed(text: str) -> Optional[dict]:
+    """A stored row's record, or None when it is not a JSON object."""
+    try:
+        rec = json.loads(text)
+    except ValueError:
+        return None
+    return rec if isinstance(rec, dict) else None
 
 
 def _record(entry: tuple, ranks: bool = True) -> dict:
