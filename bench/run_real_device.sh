@@ -317,6 +317,32 @@ EOF
     python3 -m stepwatch.collector.tools history $name --http 127.0.0.1:7401 | tee $W/$name.history.txt
     kill $jobpid 2>/dev/null; wait $jobpid
     finish ${name}_2 0 ;;
+cause-batch)  # CAUSE SIZE MIN BATCHES...: the first of BATCHES (largest first) at which CAUSE moves
+    # the step by MIN (0.12: +12%) or more, printed last (the last one given when none does): a
+    # 38-s job per batch without the agent, CAUSE on from 14 s for 20 s, its clock in
+    # ${OUT}/cause_batch_B.json. (The AdamW for-loop moved a batch-8 step +5.5% on an H100,
+    # +9.6% on an H200: its host time grows ~11 ms a step, hidden while the device is behind.)
+    cause=$1 size=$2 min=$3; shift 3; pick=""
+    for b in "$@"; do
+        f=${OUT:-$W}/cause_batch_$b
+        python3 bench/real_job.py --size $size --batch $b --duration-s 38 --agent none \
+            --inject-schedule $cause --inject-after-s 14 --inject-on-s 20 --inject-off-s 100 \
+            --steps-out $f.json > $f.log 2>&1
+        if python3 - $f.json $min <<'EOF' >&2
+import json, statistics, sys
+d = json.load(open(sys.argv[1]))
+t = d["schedule"][0]
+s, e = t["step"], t["end_step"]
+before = d["step_s"][max(1, s - 200):s - 1]
+during = d["step_s"][s + 25:e - 1]
+r = statistics.median(during) / statistics.median(before) - 1
+print(f"batch {d['batch']}: {t['cause']} {statistics.median(before) * 1e3:.2f} -> "
+      f"{statistics.median(during) * 1e3:.2f} ms ({r:+.1%}; {len(before)} / {len(during)} steps)")
+sys.exit(0 if r >= float(sys.argv[2]) else 1)
+EOF
+        then pick=$b; break; fi
+    done
+    echo ${pick:-$b} ;;
 pulses-start)  # NAME SIZE SECS AFTER CAUSES: a 1-GPU job at the defaults, CAUSES (comma-separated)
     # turned on in turn from AFTER s (each on ON_S=90 s, off OFF_S=140 s, RATIO=0.10 of the step),
     # detached; its collector records, its alerts and jobs are kept at the end (wait-pack NAME)
