@@ -110,8 +110,11 @@ class Lineage:
         return True
 
     def _resumed(self, job: str, rank: int, ident: RunIdentity) -> Optional[Run]:
-        """After a collector restart: the job's newest stored run when it holds this session
-        (it goes on); one that does not, and was not ended before the restart, ends here."""
+        """After a collector restart: the job's newest stored run, not ended before the restart,
+        goes on when it holds this session, or holds no entry for this rank and has this world
+        size (a rank that joined less than a tick before the restart: ranks that join are written
+        at the next tick); one that holds this rank under another session, or another world
+        size, ends here (a new run of the job)."""
         stored = self.store.runs(job, ranks=False)  # (an ended run's, not needed, is not decompressed)
         if not stored or stored[-1].get("ended_at") is not None:
             return None
@@ -120,7 +123,11 @@ class Lineage:
         except (KeyError, TypeError, ValueError):
             return None
         held = run.ranks.get(rank)
-        if held is None or held.ident.session != ident.session:
+        if held is not None:
+            another = held.ident.session != ident.session
+        else:  # (written at the next tick after it joined: a restart came first)
+            another = run.world != ident.world
+        if another:
             run.ended = True
             self.store.save(run.record())
             return None

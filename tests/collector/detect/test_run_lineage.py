@@ -438,3 +438,36 @@ def test_a_brief_list_of_runs_has_their_hosts_and_rank_counts_not_their_ranks():
     assert (live["rank_count"], live["hosts"]) == (16, ["node-2", "node-3"])
     whole = lin.runs("j")
     assert [len(r["ranks"]) for r in whole] == [16, 16] and whole[0]["ranks"]["9"]["host"] == "node-1"
+
+
+def test_a_rank_that_joined_just_before_a_restart_resumes_the_run_not_a_new_one(tmp_path):
+    """Ranks that join are written at the next tick: a collector killed in between restarts with
+    a stored record that lacks them. The first to come back after the restart is still a rank of
+    that run (its world size, no entry of its own): the run goes on with it, one run, every rank
+    in its record at the next tick. A rank held under another session, or another world size,
+    still begins a new run."""
+    store = RunStore(str(tmp_path))
+    lineage = Lineage(store)
+    assert lineage.hello("late", 0, _ident("s0", world=2), 1000.0)  # the run's start: written at once
+    assert not lineage.hello("late", 1, _ident("s1", world=2), 1000.5)  # written at the next tick...
+    store.flush()  # ...which never came (SIGKILL)
+    (rec,) = RunStore(str(tmp_path)).runs("late")
+    assert sorted(rec["ranks"]) == ["0"], rec["ranks"]
+
+    store = RunStore(str(tmp_path))
+    lineage = Lineage(store)
+    assert not lineage.hello("late", 1, _ident("s1", world=2), 1010.0)  # first back: not a new run
+    assert not lineage.hello("late", 0, _ident("s0", world=2), 1010.2)
+    lineage.tick(1011.0, _level({}))
+    store.flush()
+    (rec,) = RunStore(str(tmp_path)).runs("late")
+    assert sorted(rec["ranks"]) == ["0", "1"] and rec["ended_at"] is None, rec
+
+    store = RunStore(str(tmp_path))  # another restart; the job itself restarted, sessions anew
+    lineage = Lineage(store)
+    assert lineage.hello("late", 1, _ident("t1", world=2), 1100.0)
+    store.flush()
+    old, new = RunStore(str(tmp_path)).runs("late")
+    assert old["ended_at"] is not None and new["ended_at"] is None and new["run"] == "t1" and old["run"] == "s0", (old, new)
+    lineage = Lineage(RunStore(str(tmp_path)))
+    assert lineage.hello("late", 3, _ident("u3", world=4), 1200.0)  # another world size: a new run
