@@ -468,6 +468,7 @@ def test_a_rank_that_joined_just_before_a_restart_resumes_the_run_not_a_new_one(
     assert lineage.hello("late", 1, _ident("t1", world=2), 1100.0)
     store.flush()
     old, new = RunStore(str(tmp_path)).runs("late")
-    assert old["ended_at"] is not None and new["ended_at"] is None and new["run"] == "t1" and old["run"] == "s0", (old, new)
+    assert (old["run"], new["run"]) == ("s0", "t1"), (old, new)
+    assert old["ended_at"] is not None and new["ended_at"] is None, (old, new)
     lineage = Lineage(RunStore(str(tmp_path)))
     assert lineage.hello("late", 3, _ident("u3", world=4), 1200.0)  # another world size: a new run
