@@ -175,7 +175,8 @@ ddp-arms)  # NAME PORT GPUS SIZE SECS ARMS...: healthy arms one after the other,
            # scheduled windows whose traces are not exported (nor analysed); bare:
            # the step hook, IPC and sidecar only), each its
            # own collector; BATCH=N (or BATCH_<size>=N for one size)
-           # fixes the batch (calibration chose 6 for one arm and 8 for the others on an H200)
+           # fixes the batch (calibration chose 6 for one arm and 8 for the others on an H200);
+           # JOB_ARGS="..." is added to every arm's real_job.py arguments (a cause schedule)
     name=$1 port=$2 gpus=$3 size=$4 secs=$5; shift 5; i=0
     for arm in "$@"; do
         i=$((i + 1)); n=${name}_${i}_$arm
@@ -201,6 +202,7 @@ ddp-arms)  # NAME PORT GPUS SIZE SECS ARMS...: healthy arms one after the other,
             esac
             b=$(eval echo "\${BATCH_${size}:-${BATCH:-}}")  # BATCH_<size> (e.g. BATCH_s=8) over BATCH
             [ -n "$b" ] && extra+=(--batch $b)
+            extra+=(${JOB_ARGS:-})  # JOB_ARGS: more real_job.py arguments for every arm (e.g. a schedule)
             case $gpus in
                 *,*) job2 $n $port $gpus $size $secs "${extra[@]}" ;;
                 *) job1 $n $port $gpus $size $secs "${extra[@]}" ;;
