@@ -4,6 +4,7 @@ evaluated through Prometheus's HTTP API."""
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import shutil
 import time
@@ -25,15 +26,40 @@ def _get(url: str):
         return json.loads(resp.read())
 
 
-@pytest.fixture(params=["summary", "full", "off"])
-def stack(tmp_path, request):
-    from stepwatch.collector.tools.stack import LocalStack
+MODES = ("summary", "full", "off")
 
-    s = LocalStack(str(tmp_path / "stack"), scrape_interval="1s",
-                   collector_args=["--metrics-per-rank", request.param]).start()
-    s.mode = request.param
-    yield s
-    s.stop()
+
+@pytest.fixture(scope="module")
+def stacks(tmp_path_factory):
+    """One stack per ``--metrics-per-rank`` mode, each fed by its own CPU training job, the three
+    side by side (their checks read data, not timings): ``{mode: (stack, start time)}``."""
+    from stepwatch.collector.tools.stack import LocalStack
+    tmp = tmp_path_factory.mktemp("stacks")
+    started = {}
+    try:
+        for mode in MODES:
+            s = LocalStack(str(tmp / mode / "stack"), scrape_interval="1s",
+                           collector_args=["--metrics-per-rank", mode]).start()
+            s.mode, started[mode] = mode, s
+        start = time.time()
+        with concurrent.futures.ThreadPoolExecutor(len(MODES)) as pool:
+            list(pool.map(lambda mode: _feed(started[mode], tmp / mode), MODES))  # (each checked)
+        time.sleep(3)  # a few more scrapes after the last step
+        yield {mode: (s, start) for mode, s in started.items()}
+    finally:
+        for s in started.values():
+            s.stop()
+
+
+def _feed(stack, tmp_path):
+    # Profiler windows every 32 steps (CPU activities), so the window panels have data: the first
+    # window is discarded (warm-up), the ones at steps 64 and 96 feed the window gauges.
+    env = trainer_env(tmp_path, stack.collector_grpc, "paneljob", STEPWATCH_WINDOWS="scheduled", STEPWATCH_WINDOW_EVERY_STEPS=32,
+                      STEPWATCH_OVERHEAD_BUDGET=0.5)
+    # An evaluation after every 40th step, marked with agent.pause("eval"): the "Marked phases"
+    # annotation query must find them.
+    return run_trainer(env, "--steps", "120", "--workers", "1", "--step-sleep-s", "0.05", "--eval-every", "40",
+                       "--eval-s", "0.3", timeout=120)
 
 
 def test_panels_have_feed_tags():
@@ -46,18 +72,10 @@ def test_panels_have_feed_tags():
     assert {level for _, _, _, level, _ in found} == {"", "summary", "full"}
 
 
-def test_stack_scrapes_collector_and_every_cpu_panel_has_data(stack, tmp_path):
+@pytest.mark.parametrize("mode", MODES)
+def test_stack_scrapes_collector_and_every_cpu_panel_has_data(stacks, mode):
+    stack, start = stacks[mode]
     prom = stack.prometheus_url
-    start = time.time()
-    # Profiler windows every 32 steps (CPU activities), so the window panels have data: the first
-    # window is discarded (warm-up), the ones at steps 64 and 96 feed the window gauges.
-    env = trainer_env(tmp_path, stack.collector_grpc, "paneljob", STEPWATCH_WINDOWS="scheduled", STEPWATCH_WINDOW_EVERY_STEPS=32,
-                      STEPWATCH_OVERHEAD_BUDGET=0.5)
-    # An evaluation after every 40th step, marked with agent.pause("eval"): the "Marked phases"
-    # annotation query must find them.
-    run_trainer(env, "--steps", "120", "--workers", "1", "--step-sleep-s", "0.05", "--eval-every", "40",
-                "--eval-s", "0.3", timeout=120)
-    time.sleep(3)  # a few more scrapes after the last step
     (rank,) = _get(f"http://{stack.collector_http}/api/jobs/paneljob/windows")["ranks"]  # every mode
     assert len(rank["windows"]) >= 2, rank  # the windows at steps 64 and 96
     target = _get(f"{prom}/api/v1/targets")["data"]["activeTargets"][0]
