@@ -25,6 +25,7 @@ import json
 import math
 import os
 import sys
+from typing import Optional
 
 from stepwatch.collector._replay import replay
 from stepwatch.collector.detect import parse_detection
@@ -55,15 +56,16 @@ def landmarks(lines: list, base: list, times: int) -> tuple:
     return seams, start, ends
 
 
-def classify(onset: float, name: str, marks: tuple) -> str:
-    """Where a false episode (its ``onset``, Unix) of the recording ``name`` starts, given its
-    :func:`landmarks`: "seam" (within 60 s of a seam of the copies: the repetition's own level
-    step, as bench/detection_real.py keeps apart), "host" (at or after the recording's real host
+def classify(onset: float, name: str, marks: tuple, raised: Optional[float] = None) -> str:
+    """Where a false episode (its ``onset``, Unix; ``raised``: when it fired) of the recording
+    ``name`` starts, given its :func:`landmarks`: "seam" (its onset, or its raise, within 60 s of
+    a seam of the copies: the repetition's own level step, as bench/detection_real.py keeps
+    apart; an episode the seam brought can be dated minutes before it), "host" (at or after the recording's real host
     change, ``HOST_SHIFT``, less 60 s, on the recording's own clock: not a false alarm there),
     "window" (within 30 s after one of the agent's recorded profiler windows ended, on the
     recording's clock), else "other". The totals count every kind; this says which."""
     seams, start, ends = marks
-    if any(abs(onset - t) <= 60 for t in seams):
+    if any(abs(onset - t) <= 60 or (raised is not None and 0 <= raised - t <= 60) for t in seams):
         return "seam"
     t_rec = onset
     if seams and onset >= seams[0]:  # (back onto the recording's clock: a copy begins at its cut)
@@ -165,7 +167,8 @@ def main() -> None:
         marks = landmarks(lines, base, times)
         rec = {"name": name, "held_out": name in HELD_OUT, "repeat": times,
                "false_episodes": [{"rank": x.rank, "severity": x.severity, "decided": x.decided,
-                                   "where": classify(x.onset, name, marks),
+                                   "where": classify(_ts(x.onset), name, marks,
+                                                     _ts(x.fired_at) if x.fired_at else None),
                                    "since_s": round(_ts(x.starts_at) - first_step_time(lines), 1),
                                    "summary": (x.fired_summary or x.summary)[:200]} for x in healthy],
                "arms": {arm: run(lines, cfg, arm, a) for arm in a.arms}}
