@@ -4,13 +4,15 @@ while no sidecar read them are counted as dropped, and the rest arrive."""
 
 from __future__ import annotations
 
+import concurrent.futures
 import os
 import signal
 import time
 
 import psutil
+import pytest
 
-from _procs import start_trainer, trainer_env
+from _procs import Collector, start_trainer, trainer_env
 
 STEPS = 400
 
@@ -28,7 +30,8 @@ def _sidecar_of(trainer_pid, deadline_s=60):
     raise AssertionError("no sidecar process")
 
 
-def test_killed_sidecar_is_restarted_and_the_gap_is_reported(collector_factory, tmp_path):
+def test_killed_sidecar_is_restarted_and_the_gap_is_reported(capped, collector_factory, tmp_path):
+    # (``capped``: the restart-cap test's kills run meanwhile, in the background)
     col = collector_factory()
     env = trainer_env(tmp_path, col.grpc, "restart", STEPWATCH_WINDOWS=0)
     trainer = start_trainer(env, "--steps", str(STEPS), "--step-sleep-s", "0.02")
@@ -62,11 +65,9 @@ def test_killed_sidecar_is_restarted_and_the_gap_is_reported(collector_factory, 
     assert steps == STEPS and dropped > 0, (steps, dropped)
 
 
-def test_a_sidecar_at_its_restart_cap_raises_an_alert_that_says_so(collector_factory, tmp_path):
-    """Five kills, five restarts (1 + 2 + 4 + 8 + 16 s apart): the fifth restart is the cap, the
-    collector raises StepwatchAgentRestartCap for the rank with the reason, before the rank
-    goes quiet for good."""
-    col = collector_factory()
+def _kill_to_the_cap(col, tmp_path) -> list:
+    """Five kills, five restarts (1 + 2 + 4 + 8 + 16 s apart): the rank's StepwatchAgentRestartCap
+    alerts once the fifth restart (the cap) has come, or after 30 s."""
     env = trainer_env(tmp_path, col.grpc, "capped", STEPWATCH_WINDOWS=0)
     trainer = start_trainer(env, "--steps", "6000", "--step-sleep-s", "0.02")
     try:
@@ -85,11 +86,32 @@ def test_a_sidecar_at_its_restart_cap_raises_an_alert_that_says_so(collector_fac
         while True:
             alerts = [a for a in col.api("/api/alerts")["alerts"] if a["alertname"] == "StepwatchAgentRestartCap"]
             if alerts or time.monotonic() > deadline:
-                break
+                return alerts
             time.sleep(0.3)
     finally:
         trainer.kill()
         trainer.wait()
+
+
+@pytest.fixture(scope="module")
+def capped(tmp_path_factory):
+    """:func:`_kill_to_the_cap` with its own collector, started with the module: its ~31 s of
+    restart back-off run while the other test of this file runs (both mostly wait: their trainers
+    sleep 20 ms a step)."""
+    tmp = tmp_path_factory.mktemp("capped")
+    col = Collector(tmp, []).start()
+    pool = concurrent.futures.ThreadPoolExecutor(1)
+    try:
+        yield pool.submit(_kill_to_the_cap, col, tmp)
+    finally:
+        pool.shutdown(wait=True)
+        col.kill()
+
+
+def test_a_sidecar_at_its_restart_cap_raises_an_alert_that_says_so(capped):
+    """Five kills, five restarts: the fifth restart is the cap, the collector raises
+    StepwatchAgentRestartCap for the rank with the reason, before the rank goes quiet for good."""
+    alerts = capped.result(timeout=400)
     assert len(alerts) == 1, alerts
     (a,) = alerts
     assert a["job"] == "capped" and a["rank"] == 0 and a["state"] == "firing" and a["severity"] == "warning", a
