@@ -30,15 +30,15 @@ def turns(d: dict) -> list[dict]:
                 break
             before.append(x)
         level = statistics.median(before)
-        tens, bucket, acc, after = [], [], 0.0, []
+        tens, bucket, acc, start, after = [], [], 0.0, 0.0, []
         for x in steps[e:]:
             acc += x
             bucket.append(x)
             if 30 <= acc <= 150:
                 after.append(x)
-            if sum(bucket) >= 10:
+            if acc - start >= 10:
                 tens.append(round(statistics.median(bucket) / level, 3))
-                bucket = []
+                bucket, start = [], acc
         out.append({"cause": t["cause"], "level_ms": round(level * 1e3, 2),
                     "during": round(statistics.median(steps[s:e]) / level, 3),
                     "after_30_150s": round(statistics.median(after) / level, 3) if after else None,

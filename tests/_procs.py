@@ -5,6 +5,7 @@ Imported by tests/conftest.py (the ``collector_factory`` fixture) and by test mo
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import os
 import shutil
@@ -158,6 +159,13 @@ def run_trainer(env: dict, *args: str, nproc: int = 1, timeout: float = 240,
     if check:
         assert_done(run, nproc, "trainer rank {rank}: ", tolerate=nproc > 1)
     return run
+
+
+def run_trainers(*jobs: tuple, timeout: float = 240) -> list:
+    """Each ``(env, *args)`` run by :func:`run_trainer` (checked as it checks), all at once: for
+    jobs whose test reads what reached the collector, not their timing."""
+    with concurrent.futures.ThreadPoolExecutor(len(jobs)) as pool:
+        return list(pool.map(lambda job: run_trainer(job[0], *job[1:], timeout=timeout), jobs))
 
 
 def run_script(script, env: dict, timeout: float = 120) -> subprocess.CompletedProcess:

@@ -4,7 +4,6 @@ evaluated through Prometheus's HTTP API."""
 
 from __future__ import annotations
 
-import concurrent.futures
 import json
 import shutil
 import time
@@ -13,7 +12,7 @@ import urllib.request
 
 import pytest
 
-from _procs import run_trainer, trainer_env
+from _procs import run_trainers, trainer_env
 from dashboard_check import FED_BY, annotations, check_panels, panels, query_range, substitute
 
 pytestmark = pytest.mark.skipif(
@@ -40,10 +39,9 @@ def stacks(tmp_path_factory):
         for mode in MODES:
             s = LocalStack(str(tmp / mode / "stack"), scrape_interval="1s",
                            collector_args=["--metrics-per-rank", mode]).start()
-            s.mode, started[mode] = mode, s
+            started[mode] = s
         start = time.time()
-        with concurrent.futures.ThreadPoolExecutor(len(MODES)) as pool:
-            list(pool.map(lambda mode: _feed(started[mode], tmp / mode), MODES))  # (each checked)
+        run_trainers(*(_feed(started[mode], tmp / mode) for mode in MODES), timeout=120)
         time.sleep(3)  # a few more scrapes after the last step
         yield {mode: (s, start) for mode, s in started.items()}
     finally:
@@ -51,15 +49,16 @@ def stacks(tmp_path_factory):
             s.stop()
 
 
-def _feed(stack, tmp_path):
+def _feed(stack, tmp_path) -> tuple:
+    """The paneljob's environment and arguments for ``stack`` (run_trainers' job)."""
     # Profiler windows every 32 steps (CPU activities), so the window panels have data: the first
     # window is discarded (warm-up), the ones at steps 64 and 96 feed the window gauges.
     env = trainer_env(tmp_path, stack.collector_grpc, "paneljob", STEPWATCH_WINDOWS="scheduled", STEPWATCH_WINDOW_EVERY_STEPS=32,
                       STEPWATCH_OVERHEAD_BUDGET=0.5)
     # An evaluation after every 40th step, marked with agent.pause("eval"): the "Marked phases"
     # annotation query must find them.
-    return run_trainer(env, "--steps", "120", "--workers", "1", "--step-sleep-s", "0.05", "--eval-every", "40",
-                       "--eval-s", "0.3", timeout=120)
+    return (env, "--steps", "120", "--workers", "1", "--step-sleep-s", "0.05", "--eval-every", "40",
+            "--eval-s", "0.3")
 
 
 def test_panels_have_feed_tags():
@@ -86,12 +85,12 @@ def test_stack_scrapes_collector_and_every_cpu_panel_has_data(stacks, mode):
     assert len(groups) == 4 and all(r["health"] != "err" for g in groups for r in g["rules"])
 
     end = time.time()
-    problems = check_panels(prom, "paneljob", start, end, required={"any"}, mode=stack.mode)
+    problems = check_panels(prom, "paneljob", start, end, required={"any"}, mode=mode)
     assert not problems, "\n".join(problems)
     # The check can see emptiness: on CPU every GPU-only panel the mode feeds comes back empty.
-    gpu_only = check_panels(prom, "paneljob", start, end, required={"cuda"}, mode=stack.mode)
+    gpu_only = check_panels(prom, "paneljob", start, end, required={"cuda"}, mode=mode)
     n_cuda = sum(len(exprs) for _, _, feeds, level, exprs in panels()
-                 if feeds == "cuda" and level in FED_BY[stack.mode])
+                 if feeds == "cuda" and level in FED_BY[mode])
     assert len(gpu_only) == n_cuda and all(": no data: " in p for p in gpu_only), gpu_only
     (found,) = annotations()
     body = query_range(prom, substitute(found[2], "paneljob"), start, time.time())

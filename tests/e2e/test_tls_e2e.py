@@ -4,7 +4,6 @@ serves /metrics with the same certificate; `stepwatch trace` speaks TLS too."""
 
 from __future__ import annotations
 
-import concurrent.futures
 import shutil
 import ssl
 import subprocess
@@ -15,7 +14,7 @@ import urllib.request
 
 import pytest
 
-from _procs import Collector, run_trainer, trainer_env
+from _procs import Collector, run_trainers, trainer_env
 
 pytestmark = pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl command")
 
@@ -38,12 +37,6 @@ def make_pki(d, name="ca"):
     return d
 
 
-def _side_by_side(*jobs) -> None:
-    """Each ``(env, steps)`` a test trainer run to its end (checked by run_trainer), all at once."""
-    with concurrent.futures.ThreadPoolExecutor(len(jobs)) as pool:
-        list(pool.map(lambda job: run_trainer(job[0], "--steps", job[1]), jobs))
-
-
 def steps_of(col, job):
     return col.value("stepwatch_steps_total", training_job=job)
 
@@ -55,9 +48,9 @@ def test_agent_reports_over_tls_and_plain_or_wrong_ca_clients_are_refused(tmp_pa
     try:
         # the same trainer without TLS, or trusting another CA, never gets through (the three
         # jobs side by side: each is judged by what reached the collector, not by its timing)
-        _side_by_side((trainer_env(tmp_path, col.grpc, "tlsjob", STEPWATCH_TLS_CA=pki / "ca.pem"), "30"),
-                      *((trainer_env(tmp_path, col.grpc, job, STEPWATCH_SHUTDOWN_TIMEOUT_S=2, **extra), "10")
-                        for job, extra in (("plainjob", {}), ("wrongca", {"STEPWATCH_TLS_CA": other / "ca.pem"}))))
+        run_trainers((trainer_env(tmp_path, col.grpc, "tlsjob", STEPWATCH_TLS_CA=pki / "ca.pem"), "--steps", "30"),
+                     *((trainer_env(tmp_path, col.grpc, job, STEPWATCH_SHUTDOWN_TIMEOUT_S=2, **extra), "--steps", "10")
+                       for job, extra in (("plainjob", {}), ("wrongca", {"STEPWATCH_TLS_CA": other / "ca.pem"}))))
         col.wait_value("stepwatch_steps_total", 30, training_job="tlsjob")
         time.sleep(1)
         assert steps_of(col, "plainjob") is None and steps_of(col, "wrongca") is None
@@ -73,10 +66,10 @@ def test_mutual_tls_needs_a_client_certificate_signed_by_the_client_ca(tmp_path)
                                "--tls-client-ca", str(pki / "ca.pem")]).start()
     ctx = ssl.create_default_context(cafile=str(pki / "ca.pem"))
     try:
-        _side_by_side((trainer_env(tmp_path, col.grpc, "nocert", STEPWATCH_TLS_CA=pki / "ca.pem",
-                                   STEPWATCH_SHUTDOWN_TIMEOUT_S=2), "10"),
-                      (trainer_env(tmp_path, col.grpc, "mtls", STEPWATCH_TLS_CA=pki / "ca.pem",
-                                   STEPWATCH_TLS_CERT=pki / "client.pem", STEPWATCH_TLS_KEY=pki / "client.key"), "30"))
+        run_trainers((trainer_env(tmp_path, col.grpc, "nocert", STEPWATCH_TLS_CA=pki / "ca.pem",
+                                  STEPWATCH_SHUTDOWN_TIMEOUT_S=2), "--steps", "10"),
+                     (trainer_env(tmp_path, col.grpc, "mtls", STEPWATCH_TLS_CA=pki / "ca.pem",
+                                  STEPWATCH_TLS_CERT=pki / "client.pem", STEPWATCH_TLS_KEY=pki / "client.key"), "--steps", "30"))
         with pytest.raises((urllib.error.URLError, ssl.SSLError, ConnectionError)):  # HTTPS without a certificate
             urllib.request.urlopen(f"https://{col.http}/metrics", timeout=5, context=ctx).read()
         ctx.load_cert_chain(str(pki / "client.pem"), str(pki / "client.key"))
