@@ -26,6 +26,9 @@
 # each follows the last with no gap, and begin every call after the first with a guard,
 #   [ -f /tmp/real/NAME.run.log ] || exit 3; ...
 # so that a call on a fresh machine costs its start, not its wait.
+# Budget: a four-cause pulses job (~17 minutes) needs ~1,100 s of commands in two calls plus the
+# machine's start, which has taken 90-700 s of the lease (real_h100v.md: 1,252 s held for 551 s of
+# command): start one only with 1,500 s or more of device time left; end each call with pack-until.
 #   bash bench/run_real_device.sh inject2 NAME PORT GPUS SIZE SECS CAUSE RANK AT [RATIO]  # DDP, a cause on RANK at AT s
 #   bash bench/run_real_device.sh inject1 NAME PORT GPU SIZE SECS CAUSE AT [RATIO]        # 1 GPU, a cause at AT s
 #   bash bench/run_real_device.sh phase-ab PORT GPU SIZE SECS    # phase times: none/off/default/every step
@@ -35,6 +38,7 @@
 #                                                                # '|'-separated verbs side by side
 #   bash bench/run_real_device.sh gputests NAME GPUS PATHS...    # pytest on those GPUs (a verb for rounds)
 #   bash bench/run_real_device.sh probe NAME GPUS SIZE [ARGS...] # bench/collective_timing_probe.py, a rank a GPU
+#   bash bench/run_real_device.sh pack-until NAME PREFIX SECONDS   # pack every 50 s until NAME is done
 #   bash bench/run_real_device.sh restarts-start NAME SIZE SECS AFTER CAUSES RESTARTS  # pulses, the collector
 #                                                                # killed and restarted on its state_dir at RESTARTS s
 set -u
@@ -396,6 +400,15 @@ sleep-pack)  # PREFIX SECONDS: sleep, then pack what the detached jobs wrote so 
     sleep $2
     (cd $W && tar czf $OUT/real.tgz gpus.txt ${1}*)
     ls $W | grep -c steps.json ;;
+pack-until)  # NAME PREFIX SECONDS: pack PREFIX's files every 50 s until NAME's job is done or SECONDS
+            # have passed, then once more: a call cut short (its limit, the session's device time
+            # running out) still brings back what the job wrote by its last minute (real_h100v.md)
+    t0=$(date +%s)
+    while [ ! -f $W/$1.done ] && [ $(( $(date +%s) - t0 + 50 )) -lt $3 ]; do
+        sleep 50; (cd $W && tar czf $OUT/real.tgz gpus.txt ${2}*)
+    done
+    (cd $W && tar czf $OUT/real.tgz gpus.txt ${2}*)
+    ls $W | grep -c "^$2" ;;
 wait-pack)  # every detached job done (at most WAIT_S=540 s), then pack the files starting with $1
     for _ in $(seq ${WAIT_S:-540}); do
         n_runs=$(ls $W/*.run.log 2>/dev/null | wc -l); n_done=$(ls $W/*.done 2>/dev/null | wc -l)
