@@ -19,6 +19,7 @@ import json
 import os
 import re
 import sys
+import tempfile
 import time
 
 import psutil
@@ -29,21 +30,19 @@ from stepwatch.proto.stepwatch.v1 import agent_pb2
 
 
 def arenas() -> int:
-    """pymalloc's arenas allocated now (``sys._debugmallocstats`` writes to fd 2: read through a pipe)."""
-    r, w = os.pipe()
-    saved = os.dup(2)
-    os.dup2(w, 2)
-    try:
-        sys._debugmallocstats()
-    finally:
-        os.dup2(saved, 2)
-        os.close(saved)
-        os.close(w)
-    out = b""
-    while chunk := os.read(r, 1 << 16):
-        out += chunk
-    os.close(r)
-    return int(re.search(rb"# arenas allocated current\s*=\s*([\d,]+)", out).group(1).replace(b",", b""))
+    """pymalloc's arenas allocated now (``sys._debugmallocstats`` writes to fd 2: read through a
+    temporary file, which, unlike a pipe, cannot fill up and block the write)."""
+    with tempfile.TemporaryFile() as out:
+        saved = os.dup(2)
+        os.dup2(out.fileno(), 2)
+        try:
+            sys._debugmallocstats()
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+        out.seek(0)
+        text = out.read()
+    return int(re.search(rb"# arenas allocated current\s*=\s*([\d,]+)", text).group(1).replace(b",", b""))
 
 
 def rss_mb() -> int:
