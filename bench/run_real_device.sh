@@ -57,6 +57,10 @@ collector() {  # NAME PORT: a collector recording to $W/NAME.jsonl on the last c
     sleep 3
 }
 
+tarball() {  # PREFIX: $OUT/real.tgz of gpus.txt and $W's files whose names start with PREFIX (all: "")
+    (cd $W && tar czf $OUT/real.tgz gpus.txt ${1:-}*)
+}
+
 finish() {  # NAME PORT: alerts (active and resolved) and jobs, then stop the collector
     snapshot "$1" "$2"
     kill -TERM $(cat $W/$1.collector.pid) 2>/dev/null; sleep 2
@@ -398,16 +402,16 @@ sleep-pack)  # PREFIX SECONDS: sleep, then pack what the detached jobs wrote so 
             # call of a detached sequence with it (a machine given back between two calls keeps
             # nothing; 2026-12-02 lost eight finished jobs so)
     sleep $2
-    (cd $W && tar czf $OUT/real.tgz gpus.txt ${1}*)
+    tarball $1
     ls $W | grep -c steps.json ;;
 pack-until)  # NAME PREFIX SECONDS: pack PREFIX's files every 50 s until NAME's job is done or SECONDS
             # have passed, then once more: a call cut short (its limit, the session's device time
             # running out) still brings back what the job wrote by its last minute (real_h100v.md)
     t0=$(date +%s)
     while [ ! -f $W/$1.done ] && [ $(( $(date +%s) - t0 + 50 )) -lt $3 ]; do
-        sleep 50; (cd $W && tar czf $OUT/real.tgz gpus.txt ${2}*)
+        sleep 50; tarball $2
     done
-    (cd $W && tar czf $OUT/real.tgz gpus.txt ${2}*)
+    tarball $2
     ls $W | grep -c "^$2" ;;
 wait-pack)  # every detached job done (at most WAIT_S=540 s), then pack the files starting with $1
     for _ in $(seq ${WAIT_S:-540}); do
@@ -415,10 +419,10 @@ wait-pack)  # every detached job done (at most WAIT_S=540 s), then pack the file
         [ "$n_runs" -gt 0 ] && [ "$n_done" -ge "$n_runs" ] && break; sleep 1
     done
     grep -H "rank .*steps, batch" $W/${1:-}*.log
-    (cd $W && tar czf $OUT/real.tgz gpus.txt ${1:-}*)
+    tarball "${1:-}"
     ls -la $W ;;
 pack)  # $W's files whose names start with $1 (default: all) into $OUT/real.tgz
     grep -H "rank .*steps, batch" $W/${1:-}*.log
-    (cd $W && tar czf $OUT/real.tgz gpus.txt ${1:-}*)
+    tarball "${1:-}"
     ls -la $W | head -70 ;;
 esac
