@@ -26,7 +26,9 @@ import psutil
 
 from stepwatch.collector._app import Collector
 from stepwatch.collector._config import CollectorSettings
-from stepwatch.proto.stepwatch.v1 import agent_pb2
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from connection_churn import cycle_messages  # noqa: E402  (the churn bench's cycle)
 
 
 def arenas() -> int:
@@ -61,12 +63,10 @@ def main() -> None:
     if a.keep:
         store.keep = a.keep
 
-    def cycle(rank: int, session: str, t: float) -> None:
-        hello = agent_pb2.Hello(job=f"churn-{rank % 10}", rank=rank, world_size=1000, host=f"node-{rank % 50}",
-                                pid=10_000 + rank, session_id=session, agent_version="0.1.0")
+    def cycle(c: int, t: float) -> None:
+        hello, batch = cycle_messages(c, 1000, t)
         key = col.pipeline.connect(hello, t)
-        col.pipeline.batch(key, hello, agent_pb2.Batch(seq=1, steps=[agent_pb2.StepRecord(
-            step=rank + 1, end_time_s=t, duration_s=0.04)]), t)
+        col.pipeline.batch(key, hello, batch, t)
         col.pipeline.disconnect(key, hello, t)
 
     now = t = time.time()
@@ -75,7 +75,7 @@ def main() -> None:
     print("idle: arenas", arenas(), "rss MB", rss_mb())
     for c in range(a.cycles):
         t = now + c / 500.0
-        cycle(c % 1000, f"s{c}", t)
+        cycle(c, t)
         if c % 200 == 0:
             col.pipeline.housekeeping(t)
     gc.collect()

@@ -33,6 +33,17 @@ def rss_mb(pid: int) -> float:
     return psutil.Process(pid).memory_info().rss / (1 << 20)
 
 
+def cycle_messages(cycle: int, ranks: int, now: float) -> tuple:
+    """One churn cycle's (Hello, Batch): rank ``cycle % ranks`` of ten jobs under a new session,
+    one step (bench/churn_arenas.py sends the same through the pipeline in process)."""
+    from stepwatch.proto.stepwatch.v1 import agent_pb2
+
+    rank = cycle % ranks
+    return (agent_pb2.Hello(job=f"churn-{rank % 10}", rank=rank, world_size=ranks, host=f"node-{rank % 50}",
+                            pid=10_000 + rank, session_id=f"s{cycle}", agent_version="0.1.0"),
+            agent_pb2.Batch(seq=1, steps=[agent_pb2.StepRecord(step=cycle + 1, end_time_s=now, duration_s=0.04)]))
+
+
 def _worker(address: str, first: int, count: int, ranks: int) -> tuple:
     import grpc
 
@@ -40,13 +51,8 @@ def _worker(address: str, first: int, count: int, ranks: int) -> tuple:
 
     done = failed = 0
     for cycle in range(first, first + count):
-        rank = cycle % ranks
-        now = time.time()
-        msgs = [agent_pb2.AgentMessage(hello=agent_pb2.Hello(
-                    job=f"churn-{rank % 10}", rank=rank, world_size=ranks, host=f"node-{rank % 50}",
-                    pid=10_000 + rank, session_id=f"s{cycle}", agent_version="0.1.0")),
-                agent_pb2.AgentMessage(batch=agent_pb2.Batch(seq=1, steps=[agent_pb2.StepRecord(
-                    step=cycle + 1, end_time_s=now, duration_s=0.04)]))]
+        hello, batch = cycle_messages(cycle, ranks, time.time())
+        msgs = [agent_pb2.AgentMessage(hello=hello), agent_pb2.AgentMessage(batch=batch)]
         try:
             with grpc.insecure_channel(address) as chan:
                 acks = list(agent_pb2_grpc.AgentServiceStub(chan).Connect(iter(msgs), timeout=30))
