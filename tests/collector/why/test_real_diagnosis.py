@@ -931,3 +931,32 @@ def test_live_matrix_products_in_forward_on_a_host_that_slowed_with_them_are_rai
         back.fired_at - H100V[1][1], back.decided, back.diagnosis[:80])
     outside = [a for a in alerts if not any(start - 15 <= a.onset <= end + 30 for _, start, end in H100V)]
     assert not outside, [(a.onset - H100V[0][1], a.fired_summary) for a in outside]
+
+
+# h100x (diag README, held out): four causes live at 3caa55a on one H100 (size m, batch 8, 45.7 ms);
+# on this card the backward GEMMs (10% of the step asked for) moved the step +4.5% and the slower
+# loader +5.7%: changes of issue 65's +5% kind, the forward GEMMs (15%) +13.4%, empty_cache() +36%
+H100X = [("gemm_backward", 1796578475.55, 1796578565.54), ("dataloader", 1796578705.58, 1796578795.56),
+         ("gemm_forward", 1796578935.54, 1796579025.54), ("empty_cache", 1796579165.57, 1796579255.55)]
+
+
+def test_four_live_causes_on_an_h100_are_each_raised_in_their_own_episode_with_their_cause_first():
+    """Replayed at the defaults, as live (bench/results/real_h100x.md: raised 63.9, 78.2, 30.5 and
+    18.8 s after each start): each cause opens one episode of its own, decided "job" by its
+    evidence, the why naming the cause first, the first three resolved within 2 minutes of their
+    end (live: 66-71 s), and nothing opens while the job is healthy. The +4.5% and +5.7% changes
+    are raised within issue 65's 3 minutes for +5%, not its 60 s for +10%: they are not +10%
+    changes on this card. The ``empty_cache()`` episode is still open when the job ends 70 s after
+    it."""
+    lines = load(str(DIAG / "h100x_1gpu_m_pulses.jsonl.gz"))
+    alerts = [a for a in replay(events(lines), DetectionConfig()) if a.alertname == "StepwatchThroughputDrift"]
+    _each_cause_its_own_episode([a for a in alerts if a.onset < H100X[3][1] - 15], H100X[:3],
+                                ("backward +", "data +", "forward +"), later={"gemm_backward": 180, "dataloader": 180})
+    (churn,) = [a for a in alerts if a.onset >= H100X[3][1] - 15]
+    # its first onset (a further change during the turn, the step still growing, follows it)
+    onset, why, decided = ((unix(churn.earlier[0]["onset_at"]), churn.earlier[0]["diagnosis"], churn.earlier[0]["decided"])
+                           if churn.earlier else (churn.onset, churn.diagnosis, churn.decided))
+    assert (H100X[3][1] - 15 <= onset and churn.fired_at - H100X[3][1] <= 60 and decided == "job"
+            and why.startswith("allocator churn")), (onset - H100X[3][1], churn.fired_at - H100X[3][1], decided, why[:80])
+    outside = [a for a in alerts if not any(start - 15 <= a.onset <= end + 30 for _, start, end in H100X)]
+    assert not outside, [(a.onset - H100X[0][1], a.fired_summary) for a in outside]
