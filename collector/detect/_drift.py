@@ -365,7 +365,8 @@ class DriftDetector:
             self._t.ended_at = hist[-1][1]
             lasted = hist[-1][1] - self._ep.onset[1]
             if (lasted <= self.cfg.transient_s and self._ep.alertname == THROUGHPUT_DRIFT
-                    and self._ep.backing is None):  # (a change its evidence held is no wave of the job's)
+                    and self._ep.evidence()[0] is None):  # (a change its evidence held, a further
+                # change that nothing holds on top of it or not, is no wave of the job's)
                 self._t.add_wave(hist[-1][1], self._ep.peak, lasted)  # it came back by itself
             if self._restored_open:  # (its tail is all the history holds of it: no level before)
                 self._t.leave_out(hist[0][1] - self.cfg.bucket_s, hist[-1][1])
