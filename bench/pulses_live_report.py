@@ -9,7 +9,12 @@ raise also gives ``job_clock_ratio``: the median of the job's own step times ove
 its onset against the time before it (at most 60 s, none of it before the last cause's end and
 its slack), from NAME.steps.json (the schedule's starts and ends anchor its clock),
 so that a real change of the job that no cause made (h100q's last 40 s, h200zza's +18%) is told
-from a false raise by the reader; it is counted as raised while healthy either way.
+from a false raise by the reader; it is counted as raised while healthy either way. Per cause
+also what the card made of it on the job's own clock (``step_change``: the median step during the
+turn over the 1,200 steps before it), the size of change that is (``size``: the largest of
++10/+5/+3% whose raise threshold, 0.8x / 0.8x / 0.7x, it reaches) and whether it was raised
+within that size's target (60 s / 3 min / 10 min: ``within_size_target``); ``within_target`` is
+``--target-s`` (60 s) whatever the size.
 
     python bench/pulses_live_report.py FOLDER NAME [--replayed] [--md OUT.md]
 
@@ -94,6 +99,32 @@ def _clock_ratio(steps: dict, at, onset: float, span_s: float = 60.0):
     return round(statistics.median(durs[mid:hi]) / statistics.median(durs[lo:mid]), 3)
 
 
+# issue 65's targets by the size of the change: (ratio, the detector's raise threshold as a share of
+# it, seconds to raise it in)
+CLASSES = ((0.10, 0.8, 60.0), (0.05, 0.8, 180.0), (0.03, 0.7, 600.0))
+BEFORE_STEPS = 1200
+
+
+def step_change(steps: dict, turn: dict):
+    """The turn's change on the job's own clock: the median step during it over the median of the
+    ``BEFORE_STEPS`` steps before it (as the results tables give it), or None."""
+    import statistics
+    durs = steps.get("step_s") or []
+    a, b = turn["step"] - 1, (turn.get("end_step") or len(durs) + 1) - 1
+    if a < 10 or b - a < 10 or b > len(durs):
+        return None
+    return statistics.median(durs[a:b]) / statistics.median(durs[max(0, a - BEFORE_STEPS):a]) - 1
+
+
+def size_class(change):
+    """The largest of +10/+5/+3% whose raise threshold the change reaches (``CLASSES``): (ratio,
+    target seconds), or None when it reaches none (under what the detector raises at all)."""
+    for ratio, share, seconds in CLASSES:
+        if change is not None and change >= share * ratio:
+            return ratio, seconds
+    return None
+
+
 def report(folder: str, name: str, replayed: bool = False, target_s: float = 60.0) -> dict:
     steps = json.load(open(os.path.join(folder, f"{name}.steps.json")))
     if replayed:
@@ -134,6 +165,13 @@ def report(folder: str, name: str, replayed: bool = False, target_s: float = 60.
                      # before the next cause is not this cause's)
                      "resolved_after_end_s": (round(hit["ends"] - end, 1) if hit and hit["ends"] and end else None),
                      "within_target": hit is not None and hit["raised"] - start <= target_s})
+        # what the card made of the cause: an H100 turned 10% of the step's GEMMs in backward
+        # into +4.6% (bench/results/real_h100x.md), judged by the target of that size
+        change = step_change(steps, t)
+        cls = size_class(change)
+        rows[-1].update({"step_change": None if change is None else round(change, 4),
+                         "size": None if cls is None else f"+{cls[0]:.0%}",
+                         "within_size_target": None if cls is None else (hit is not None and hit["raised"] - start <= cls[1])})
     return {"name": name, "replayed": replayed, "healthy_raised": [
         {"alertname": o["alert"]["alertname"], "onset_before_first_s": round(first - o["onset"], 1),
          "raised_before_first_s": round(first - o["raised"], 1), "decided": o["decided"],
