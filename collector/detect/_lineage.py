@@ -4,6 +4,10 @@ A **run** is the agents' sessions of one start of a job: a Hello whose rank the 
 run already holds under another session (the job restarted: preemption, a resume from a
 checkpoint), or whose world size differs, begins a new run; the other ranks' first Hellos join
 it. A reconnect (the same session, a collector restart in between included) stays in its run.
+After a collector restart, a rank with no entry in the stored run (it joined less than a tick
+before the restart) resumes that run; when the next rank back shows that the job restarted
+meanwhile (a rank of the record under a new session), it moves into the new run with it, unless
+a rank of the record came back under its own session first (the run went on).
 The **lineage** of a job is its runs of the same job name, world size, tokens per step and
 samples per step (the agent's ``tokens_per_step`` / ``samples_per_step``): a job name reused by
 another model or batch size starts a lineage of its own and is never compared across.
@@ -90,24 +94,57 @@ class Lineage:
             held = run.ranks.get(rank)
             if held is not None and held.ident.session == ident.session:
                 held.gone = False
+                # (a rank of the stored record back under its session: the run went on through
+                # the restart, and the ranks that joined it since are its own)
+                run.joined_since_resume = None
                 return False  # a reconnect (a collector restart in between included)
             if held is None and run.world == ident.world and ident.session not in run.sessions:
                 run.ranks[rank] = RankRun(ident)
                 run.sessions.add(ident.session)
+                if run.joined_since_resume is not None:
+                    run.joined_since_resume.add(rank)
                 # written at the next tick, one record for every rank that joined since: a record
                 # is O(ranks), and made at each rank's Hello a 3,000-rank job's start cost the
                 # event loop 22.6 s (bench/results/run_record_start_2core.md)
                 run.saved_at = -math.inf
                 return False
+        moved = []
         if run is not None:
+            moved = self._first_back(run, rank, ident)
             self._end(run, now)
         run = Run(job=job, run_id=ident.session or f"{job}-{now:.0f}", world=ident.world, tokens=ident.tokens,
                    samples=ident.samples, started_at=ident.attach_time_s or now, last_time=now)
         run.ranks[rank] = RankRun(ident)
         run.sessions.add(ident.session)
+        for r, rr in moved:
+            run.ranks[r] = rr
+            run.sessions.add(rr.ident.session)
+            if rr.ident.attach_time_s:
+                run.started_at = min(run.started_at, rr.ident.attach_time_s)
         self._current[job] = run
         self._save(run, now, force=True)
         return True
+
+    @staticmethod
+    def _first_back(run: Run, rank: int, ident: RunIdentity) -> list:
+        """The ranks to take out of ``run``, which ``rank``'s Hello (``ident``) ends as a restart
+        of the job, into the run it begins: those that joined ``run`` after it was resumed from
+        its stored record under a session that record lacked, of ``ident``'s world size. The
+        first rank back after a collector restart that lacks an entry of its own is resumed into
+        the stored run (it may have joined less than a tick before the restart); when the next
+        rank back shows that the job restarted meanwhile, that first rank was the new run's.
+        Returns [(rank, RankRun)], taken out of ``run``."""
+        if not run.joined_since_resume:  # (none, not resumed, or its stored ranks came back)
+            return []
+        out = []
+        for r in sorted(run.joined_since_resume):
+            rr = run.ranks.get(r)
+            if r == rank or rr is None or rr.ident.world != ident.world:
+                continue
+            out.append((r, run.ranks.pop(r)))
+            run.sessions.discard(rr.ident.session)
+        run.joined_since_resume.clear()
+        return out
 
     def _resumed(self, job: str, rank: int, ident: RunIdentity) -> Optional[Run]:
         """After a collector restart: the job's newest stored run, not ended before the restart,
@@ -132,6 +169,7 @@ class Lineage:
             self.store.save(run.record())
             return None
         self._current[job] = run
+        run.joined_since_resume = set()
         if run.regression and run.compared is not None:
             self._conditions[job] = self._condition(run, run.compared, run.last_time)
         return run

@@ -132,6 +132,10 @@ class Run:
     # the sessions of ``ranks`` (a Hello's membership test, once per rank: a set built from the
     # ranks at each Hello made a 3,000-rank job's start quadratic)
     sessions: set = dataclasses.field(default_factory=set, repr=False, compare=False)
+    # ranks that joined after the run was resumed from its stored record (a collector restart)
+    # under a session that record lacked: they may be the first ranks back of a job that
+    # restarted meanwhile (Lineage moves them to the new run once that shows); None: not resumed
+    joined_since_resume: Optional[set] = dataclasses.field(default=None, repr=False, compare=False)
 
     def record(self) -> dict:
         """The run as stored and served (``/api/jobs/<job>/runs``)."""

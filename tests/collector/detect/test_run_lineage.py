@@ -440,6 +440,47 @@ def test_a_brief_list_of_runs_has_their_hosts_and_rank_counts_not_their_ranks():
     assert [len(r["ranks"]) for r in whole] == [16, 16] and whole[0]["ranks"]["9"]["host"] == "node-1"
 
 
+def test_a_job_that_restarted_while_the_collector_did_takes_its_first_rank_back_into_its_new_run(tmp_path):
+    """The stored record lacks rank 1 (it joined less than a tick before the collector was
+    killed); meanwhile the job restarted. Rank 1 comes back first under a new session and is
+    resumed into the stored run (it may be that run's, as in the test below); rank 0 then comes
+    back under a new session too: the job restarted, and rank 1, which joined the resumed run
+    under a session its record lacked, moves with it into the new run. The old run keeps only
+    what it had. Once a rank of the stored record came back under its own session, the run went on
+    and the ranks that joined it are its own: a later restart leaves them there."""
+    store = RunStore(str(tmp_path))
+    lineage = Lineage(store)
+    assert lineage.hello("j", 0, _ident("s0", world=2), 1000.0)
+    assert not lineage.hello("j", 1, _ident("s1", world=2), 1000.5)  # (written at the next tick: none came)
+    store.flush()
+
+    store = RunStore(str(tmp_path))
+    lineage = Lineage(store)
+    assert not lineage.hello("j", 1, _ident("t1", world=2), 1010.0)  # first back: resumed, for now
+    assert lineage.hello("j", 0, _ident("t0", world=2), 1010.4)       # the job restarted
+    lineage.tick(1011.0, _level({}))
+    store.flush()
+    old, new = RunStore(str(tmp_path)).runs("j")
+    assert (old["run"], sorted(old["ranks"]), old["ended_at"] is not None) == ("s0", ["0"], True), old
+    assert (new["run"], sorted(new["ranks"]), new["ended_at"]) == ("t0", ["0", "1"], None), new
+    assert new["ranks"]["1"]["session"] == "t1", new["ranks"]
+
+    store = RunStore(str(tmp_path / "b"))
+    lineage = Lineage(store)
+    assert lineage.hello("k", 0, _ident("s0", world=2), 1000.0)
+    assert not lineage.hello("k", 1, _ident("s1", world=2), 1000.5)
+    store.flush()
+    store = RunStore(str(tmp_path / "b"))
+    lineage = Lineage(store)
+    assert not lineage.hello("k", 1, _ident("s1", world=2), 1010.0)  # first back, its record's entry lacking
+    assert not lineage.hello("k", 0, _ident("s0", world=2), 1010.2)  # the run went on
+    assert lineage.hello("k", 0, _ident("u0", world=2), 1500.0)      # a restart, later
+    lineage.tick(1501.0, _level({}))
+    store.flush()
+    old, new = RunStore(str(tmp_path / "b")).runs("k")
+    assert sorted(old["ranks"]) == ["0", "1"] and sorted(new["ranks"]) == ["0"], (old["ranks"], new["ranks"])
+
+
 def test_a_rank_that_joined_just_before_a_restart_resumes_the_run_not_a_new_one(tmp_path):
     """Ranks that join are written at the next tick: a collector killed in between restarts with
     a stored record that lacks them. The first to come back after the restart is still a rank of
