@@ -54,7 +54,7 @@ def test_the_settled_level_is_dated_against_the_onset_not_the_moment_it_was_writ
 
 def test_a_further_change_never_reads_under_the_figure_it_was_raised_at_while_the_window_reaches_before_it():
     """+20% from 400 s, then +50% from 600 s: the further change is raised with its own onset;
-    while the warning window (60 s) still holds steps from before that onset, its median is partly
+    while the warning window (90 s) still holds steps from before that onset, its median is partly
     the +20% level, and every summary "since" that onset reads at least the figure the further
     change was raised at (a live H100 job's further change was raised at +46.8% and read +21.9%
     the next evaluation: tests/data/real/diag/h100x); once the window is past it, the level."""
