@@ -613,8 +613,7 @@ def test_three_real_slowdowns_on_a_steady_host_are_each_their_own_episode_resolv
     cause first, and each resolves within 2 minutes of the cause's end (live: 66-76 s); nothing is
     raised before the first cause. (The for-loop optimizer, +2.3% for 90 s, is under every
     raise's size: not asserted either way.)"""
-    lines = load(str(DIAG / "h200zs_1gpu_m_pulses.jsonl.gz"))
-    alerts = [a for a in replay(events(lines), DetectionConfig()) if a.alertname == "StepwatchThroughputDrift"]
+    alerts = _drift("h200zs_1gpu_m_pulses.jsonl.gz")
     assert alerts and min(a.fired_at for a in alerts) > H200ZS[0][1], [a.fired_summary for a in alerts]
     def opened(a):  # (the episode's first onset and the why it was first raised with: empty_cache's
         # step grew for 10 s more, a further change of its own episode)
@@ -622,6 +621,19 @@ def test_three_real_slowdowns_on_a_steady_host_are_each_their_own_episode_resolv
         return (unix(e["onset_at"]), e["diagnosis"]) if e else (a.onset, a.diagnosis)
 
     _each_cause_its_own_episode(alerts, H200ZS, ("backward +", "data +", "allocator churn"), opened)
+
+
+def _drift(name: str) -> list:
+    """The drift alerts of the diag recording ``name`` replayed at the defaults."""
+    return [a for a in replay(events(load(str(DIAG / name))), DetectionConfig())
+            if a.alertname == "StepwatchThroughputDrift"]
+
+
+def _none_outside(alerts: list, schedule: list) -> None:
+    """No alert of ``alerts`` opens outside the (cause, start, end) spans of ``schedule`` (15 s
+    before a start to 30 s after its end): nothing while the job is healthy."""
+    outside = [a for a in alerts if not any(start - 15 <= a.onset <= end + 30 for _, start, end in schedule)]
+    assert not outside, [(a.onset - schedule[0][1], a.fired_summary) for a in outside]
 
 
 def _each_cause_its_own_episode(alerts, schedule, firsts, opened=lambda a: (a.onset, a.diagnosis),
@@ -664,8 +676,7 @@ def test_five_real_causes_are_each_their_own_episode_whose_text_says_what_decide
     over two of its windows, so they are raised when the medians' warning window holds forward's
     time, its host's pace outgrown (95 s). ``empty_cache()`` is decided by the allocator's calls,
     whose count rule stands out of itself (``ShiftTests.holds``)."""
-    lines = load(str(DIAG / "h200zt_1gpu_m_pulses.jsonl.gz"))
-    alerts = [a for a in replay(events(lines), DetectionConfig()) if a.alertname == "StepwatchThroughputDrift"]
+    alerts = _drift("h200zt_1gpu_m_pulses.jsonl.gz")
     assert alerts and min(a.fired_at for a in alerts) > H200ZT[0][1], [a.fired_summary for a in alerts]
     firsts = ("backward +", "data +", "allocator churn", "forward +", "forward +")
     for cause, a in _each_cause_its_own_episode(alerts, H200ZT, firsts, later={"small_ops": 100}):
@@ -704,8 +715,7 @@ def test_four_live_causes_at_the_defaults_are_each_raised_within_a_minute_naming
     opens one episode of its own, decided "job" by its evidence, the why naming its phase first,
     raised within 60 s of its start and resolved within 2 minutes of its end; nothing is raised
     before the first."""
-    lines = load(str(DIAG / "h200zv_1gpu_m_pulses.jsonl.gz"))
-    alerts = [a for a in replay(events(lines), DetectionConfig()) if a.alertname == "StepwatchThroughputDrift"]
+    alerts = _drift("h200zv_1gpu_m_pulses.jsonl.gz")
     assert len(alerts) == len(H200ZV) and min(a.onset for a in alerts) > H200ZV[0][1] - 15, [
         (a.onset - H200ZV[0][1], a.fired_summary) for a in alerts]
     _each_cause_its_own_episode(alerts, H200ZV, ("forward +", "data +", "forward +", "backward +"))
@@ -727,8 +737,7 @@ def test_a_launch_bound_job_s_change_ends_when_its_evidence_goes_though_the_host
     and its phase times could not be compared at the raise: its evidence is read again once they
     can be, and it is decided by the step times (the thread slowed every phase, none alone holds
     it), as its text says."""
-    lines = load(str(DIAG / "h100p_1gpu_s_pulses.jsonl.gz"))
-    alerts = [a for a in replay(events(lines), DetectionConfig()) if a.alertname == "StepwatchThroughputDrift"]
+    alerts = _drift("h100p_1gpu_s_pulses.jsonl.gz")
     assert len(alerts) == len(H100P) and min(a.onset for a in alerts) > H100P[0][1] - 15, [
         (a.onset - H100P[0][1], a.fired_summary) for a in alerts]
     for (cause, start, end), a, first in zip(H100P, alerts, ("forward +", "forward +", "allocator churn",
@@ -763,8 +772,7 @@ def test_evidence_that_stood_out_must_stand_out_at_the_raise_and_each_cause_is_i
     Each cause is its own episode, its why naming it first, resolved within 2 minutes of its end.
     The job's last 40 s, +20% on its own clock with no cause on and the GPU's busy time +0.9 ms a
     step, are raised (a fifth episode)."""
-    lines = load(str(DIAG / "h100q_1gpu_s_pulses.jsonl.gz"))
-    alerts = [a for a in replay(events(lines), DetectionConfig()) if a.alertname == "StepwatchThroughputDrift"]
+    alerts = _drift("h100q_1gpu_s_pulses.jsonl.gz")
     onsets = _onsets(alerts)
     # nothing between the causes (30 s after one's end to the next's start), nor before the first
     quiet = [(H100Q[0][1] - 400, H100Q[0][1] - 15)] + [(e + 30, s) for (_, _, e), (_, s, _) in zip(H100Q, H100Q[1:])]
@@ -793,8 +801,7 @@ def test_a_busy_thread_and_the_cache_emptied_on_a_wandering_launch_bound_host_li
     each its own episode, its why naming it first, resolved within 2 minutes of its end; nothing
     before the first cause, between them, or after the last, on a host whose 10-s medians went
     +45% for 10 s with no cause on."""
-    lines = load(str(DIAG / "h100r_1gpu_s_pulses.jsonl.gz"))
-    alerts = [a for a in replay(events(lines), DetectionConfig()) if a.alertname == "StepwatchThroughputDrift"]
+    alerts = _drift("h100r_1gpu_s_pulses.jsonl.gz")
     assert len(alerts) == 2 and not alerts[0].earlier and not alerts[1].earlier, [a.fired_summary for a in alerts]
     _each_cause_its_own_episode(alerts, H100R, ("host +", "allocator churn"))
 
@@ -815,8 +822,7 @@ def test_three_live_causes_and_a_slowdown_nothing_injected_are_each_raised_as_a_
     raised too, before the thread began, as a change of the job held by the GPU's busy time; the
     thread on top of it (+1.6%) opens nothing of its own. Nothing is raised before the first cause
     or in the gaps between the first three."""
-    lines = load(str(DIAG / "h200zza_1gpu_m_pulses.jsonl.gz"))
-    alerts = [a for a in replay(events(lines), DetectionConfig()) if a.alertname == "StepwatchThroughputDrift"]
+    alerts = _drift("h200zza_1gpu_m_pulses.jsonl.gz")
     assert len(alerts) == 4 and alerts[0].onset > H200ZZA[0][1] - 15, [
         (a.onset - H200ZZA[0][1], a.fired_summary) for a in alerts]
     _each_cause_its_own_episode(alerts[:3], H200ZZA[:3], ("backward +", "data +", "allocator churn"))
@@ -841,12 +847,10 @@ def test_live_causes_of_ten_percent_and_more_are_raised_and_nothing_while_the_jo
     by their evidence, the why naming their phase first. Nothing opens outside the causes (before
     the first, in the gaps, after the last); the for-loop optimizer (+5.5% for 90 s) may open one
     only by naming the optimizer first."""
-    lines = load(str(DIAG / "h100s_1gpu_m_pulses.jsonl.gz"))
-    alerts = [a for a in replay(events(lines), DetectionConfig()) if a.alertname == "StepwatchThroughputDrift"]
+    alerts = _drift("h100s_1gpu_m_pulses.jsonl.gz")
     _each_cause_its_own_episode([a for a in alerts if a.onset < H100S[3][1] - 15], H100S[:3],
                                 ("backward +", "data +", "allocator churn"))
-    outside = [a for a in alerts if not any(start - 15 <= a.onset <= end + 30 for _, start, end in H100S)]
-    assert not outside, [(a.onset - H100S[0][1], a.fired_summary) for a in outside]
+    _none_outside(alerts, H100S)
     for a in alerts:
         if a.onset >= H100S[3][1] - 15:
             assert a.diagnosis.startswith("optimizer +"), a.diagnosis[:80]
@@ -862,14 +866,12 @@ def test_live_matrix_products_in_forward_and_a_copy_to_the_host_are_each_raised_
     each start): the GEMMs in forward (+6.9%) and a copy to the host each step (+2.7% on the step's
     median) each open one episode of their own, decided "job", the why naming forward, then the
     host's wait before the optimizer (sync) first; nothing opens while the job is healthy."""
-    lines = load(str(DIAG / "h100t_1gpu_m_pulses.jsonl.gz"))
-    alerts = [a for a in replay(events(lines), DetectionConfig()) if a.alertname == "StepwatchThroughputDrift"]
+    alerts = _drift("h100t_1gpu_m_pulses.jsonl.gz")
     _each_cause_its_own_episode([a for a in alerts if a.onset < H100T[1][1] - 15], H100T[:1], ("forward +",))
     (copy,) = [a for a in alerts if a.onset >= H100T[1][1] - 15]  # (the job ends 10 s after it: still open)
     assert copy.fired_at - H100T[1][1] <= 60 and copy.decided == "job" and copy.diagnosis.startswith("sync +"), (
         copy.fired_at - H100T[1][1], copy.decided, copy.diagnosis[:80])
-    outside = [a for a in alerts if not any(start - 15 <= a.onset <= end + 30 for _, start, end in H100T)]
-    assert not outside, [(a.onset - H100T[0][1], a.fired_summary) for a in outside]
+    _none_outside(alerts, H100T)
 
 
 # h100u (diag README, held out): h100s's four causes live at f9b1164 on one H100, batch 4 (29.3 ms
@@ -889,8 +891,7 @@ def test_four_live_causes_at_batch_four_are_each_raised_within_a_minute_with_the
     its own onset and raise within 60 s as a further change, the optimizer named first, the
     episode resolved within 2 minutes of its end. Nothing before the first cause or in the gaps
     between the first three."""
-    lines = load(str(DIAG / "h100u_1gpu_m_pulses.jsonl.gz"))
-    alerts = [a for a in replay(events(lines), DetectionConfig()) if a.alertname == "StepwatchThroughputDrift"]
+    alerts = _drift("h100u_1gpu_m_pulses.jsonl.gz")
     assert len(alerts) == 4 and alerts[0].onset > H100U[0][1] - 15, [
         (a.onset - H100U[0][1], a.fired_summary) for a in alerts]
     _each_cause_its_own_episode(alerts[:3], H100U[:3], ("backward +", "data +", "allocator churn"))
@@ -922,15 +923,13 @@ def test_live_matrix_products_in_forward_on_a_host_that_slowed_with_them_are_rai
     only the GPU's busy time holding it, which the step's own `z` decides: raised at warning after
     the warning window. The backward GEMMs' episode is still open when the job ends 10 s after
     them."""
-    lines = load(str(DIAG / "h100v_1gpu_m_pulses.jsonl.gz"))
-    alerts = [a for a in replay(events(lines), DetectionConfig()) if a.alertname == "StepwatchThroughputDrift"]
+    alerts = _drift("h100v_1gpu_m_pulses.jsonl.gz")
     _each_cause_its_own_episode([a for a in alerts if a.onset < H100V[1][1] - 15], H100V[:1], ("forward +",),
                                 later={"gemm_forward": 80})
     (back,) = [a for a in alerts if a.onset >= H100V[1][1] - 15]
     assert back.fired_at - H100V[1][1] <= 60 and back.decided == "job" and back.diagnosis.startswith("backward +"), (
         back.fired_at - H100V[1][1], back.decided, back.diagnosis[:80])
-    outside = [a for a in alerts if not any(start - 15 <= a.onset <= end + 30 for _, start, end in H100V)]
-    assert not outside, [(a.onset - H100V[0][1], a.fired_summary) for a in outside]
+    _none_outside(alerts, H100V)
 
 
 # h100x (diag README, held out): four causes live at 3caa55a on one H100 (size m, batch 8, 45.7 ms);
@@ -949,8 +948,7 @@ def test_four_live_causes_on_an_h100_are_each_raised_in_their_own_episode_with_t
     changes on this card. The ``empty_cache()`` episode is still open when the job ends 70 s after
     it; its further change, which nothing holds of its own, is shown on top of the job's change
     (``Episode.evidence``)."""
-    lines = load(str(DIAG / "h100x_1gpu_m_pulses.jsonl.gz"))
-    alerts = [a for a in replay(events(lines), DetectionConfig()) if a.alertname == "StepwatchThroughputDrift"]
+    alerts = _drift("h100x_1gpu_m_pulses.jsonl.gz")
     _each_cause_its_own_episode([a for a in alerts if a.onset < H100X[3][1] - 15], H100X[:3],
                                 ("backward +", "data +", "forward +"), later={"gemm_backward": 180, "dataloader": 180})
     (churn,) = [a for a in alerts if a.onset >= H100X[3][1] - 15]
@@ -965,5 +963,4 @@ def test_four_live_causes_on_an_h100_are_each_raised_in_their_own_episode_with_t
     assert churn.earlier and churn.decided == "job" and churn.summary.endswith(
         "a change of the job: sync +5.1 ms/step (0.0 -> 5.1 ms); the further change: no one thing the agent "
         "measures beside the step time holds it"), (churn.decided, churn.summary)
-    outside = [a for a in alerts if not any(start - 15 <= a.onset <= end + 30 for _, start, end in H100X)]
-    assert not outside, [(a.onset - H100X[0][1], a.fired_summary) for a in outside]
+    _none_outside(alerts, H100X)
