@@ -356,7 +356,7 @@ class DriftDetector:
         hist = self._history
         # the clear window never reaches back before the onset: just after a raise it would
         # hold mostly the old level (a critical raise holds 30 s, the clear window is 60 s)
-        since = sum(1 for t in hist.tail(1, min(len(hist), self._t.n_clear)) if t > self._ep.onset[1])
+        since = self._after_onset(self._t.n_clear)
         recent = median(hist.tail(2, max(1, since)))
         gone = recent - self._ep.ref >= min(math.log1p(self.cfg.info_ratio) / 2, _CLEAR_SHARE * self._ep.raised)
         if not gone or self._t.evidence_gone(self._ep, recent, self._settled):
@@ -392,7 +392,7 @@ class DriftDetector:
         # pause) shows the episode's peak, so a firing critical alert never reads "+0.5%"
         n = min(len(hist), self._n[WARNING])
         level = median(hist.tail(2, n)) - self._ep.ref
-        if sum(1 for t in hist.tail(1, n) if t > self._ep.onset[1]) < n:
+        if self._after_onset(n) < n:
             # (while the window still reaches back before the latest onset, its median is partly
             # the level before it: a live H100 job's further change was raised at +46.8% "since
             # step 19,303" and read +21.9% since that step the next evaluation, its steps still
@@ -403,6 +403,11 @@ class DriftDetector:
         if abs(level - math.log(old.ratio)) >= 0.005:
             return self._ep.set(old.severity, level)
         return False
+
+    def _after_onset(self, n: int) -> int:
+        """How many of the history's last ``n`` buckets lie after the open episode's latest onset."""
+        hist = self._history
+        return sum(1 for t in hist.tail(1, min(len(hist), n)) if t > self._ep.onset[1])
 
     def _raise(self, sev: str, found: Found) -> Optional[bool]:
         """Open an episode of ``sev`` for the shift found (its onset and evidence read here); True
