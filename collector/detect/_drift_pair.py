@@ -16,7 +16,10 @@ rules on each bucket's ``floor_quantile``, 0.1 by default; its summaries say "p1
 episode is raised when either raises; it keeps the detector that raised it, and takes the other's
 condition only when that one stands at a higher severity (severity only rises) or when its own
 clears while the other's is still open (the episode goes on, at no lower severity, showing the
-figure it stood at until the other reaches its severity: never a figure under it). An episode
+figure it stood at until the other reaches its severity: never a figure under it). A further
+change of the shown detector's episode, or the other's onset a critical window or more from the
+shown one when its episode is shown at its higher severity, is a further change of the pair's
+episode (``Condition.change`` counts them). An episode
 shown without evidence of its own (decided by the step times alone, or not known) shows the
 other detector's while that one's open episode has it (``_with_evidence``). Backtest on
 the real corpus, same split and command, medians alone vs both (bench/results/detection_real_floor.md):
@@ -56,6 +59,9 @@ class RankDrift:
         self._src: Optional[DriftDetector] = None  # the detector whose episode is shown
         self.condition: Optional[Condition] = None
         self._switches = 0
+        self._moved = 0  # the shown episode's further changes (its ``change``)
+        self._own: tuple = (None, 0)  # (the shown detector, its own count) at the last choice
+        self._far_s = cfg.critical_window_s
         self._reach: tuple = (None, None, None)  # (median's reach dict, floor's, their minimum)
 
     def _both(self) -> tuple:
@@ -69,7 +75,7 @@ class RankDrift:
             if old is not None and self.floor is not None:  # (the rank's episode ended: on both)
                 self.median.follow_end(self.floor)
                 self.floor.follow_end(self.median)
-            self._src, self.condition = None, None
+            self._src, self.condition, self._moved, self._own = None, None, 0, (None, 0)
             return old is not None
         best = max(open_, key=lambda d: _RANK[d.condition.severity])  # the median first on a tie
         src = self._src
@@ -83,12 +89,25 @@ class RankDrift:
             # handed over at a lower severity: the episode keeps its severity and shows the figure
             # it stood at (its peak), never a lower one that would contradict it (a live H200 job's
             # critical optimizer episode read "+4.5% ... p10 step" for 65 s when its median cleared),
-            # with the evidence its text names
+            # with the evidence and the onset its text names
             c = dataclasses.replace(c, severity=old.severity, summary=old.summary, ratio=max(c.ratio, old.ratio),
-                                    evidence=old.evidence, decided=old.decided)
+                                    evidence=old.evidence, decided=old.decided, since=old.since, step=old.step)
         held = next((d.condition for d in (src, *open_) if d.condition.decided == "job"), None)
         if c.decided != "job" and held is not None:
             c = _with_evidence(c, held)
+        own = (src, src.condition.change)
+        if old is not None and c.since != old.since and (abs(c.since - old.since) >= self._far_s
+                                                          or own[1] > 0 and own != self._own):
+            # a further change to the alert book, which takes the newest onset only when
+            # ``change`` moves: the onset shown moved to a further change of a detector's own, or
+            # to the other detector's onset a critical window or more from it (nearer, it dated
+            # the same change: the onset shown stays, as its text says). A live H200 job's slower
+            # loader was raised critical by the floor 20 s after it began, its text its own, while
+            # the alert kept the median's onset of a host's +6.7% 92 s earlier for 57 s more:
+            # each detector counted no change of its own (tests/data/real/diag/h200zzb)
+            self._moved += 1
+        self._own = own
+        c = dataclasses.replace(c, change=self._moved)
         self.condition = c
         return c != old
 
@@ -195,7 +214,8 @@ class RankDrift:
         med = self.median.state()
         if med is None:
             return None
-        out = {"v": 2, "median": med, "shown": "floor" if self._src is self.floor and self.floor else "median"}
+        out = {"v": 2, "median": med, "shown": "floor" if self._src is self.floor and self.floor else "median",
+               "moved": self._moved}
         if self.floor is not None:
             out["floor"] = self.floor.state()
         if self._evidence is not None:  # (what the evidence reads its sources' spreads as)
@@ -216,6 +236,9 @@ class RankDrift:
                 self.floor.restore(state["floor"])
             shown = self.floor if state.get("shown") == "floor" and self.floor is not None else self.median
             self._src = shown if shown.condition is not None else None
+            moved = state.get("moved")  # (a state saved before the pair counted: the detector's count)
+            self._moved = moved if isinstance(moved, int) and moved >= 0 else (
+                shown.condition.change if shown.condition is not None else 0)
         else:
             self.median.restore(state)
         self._pick()

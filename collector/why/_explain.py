@@ -52,6 +52,9 @@ _HOST_ALL, _HOST_EVEN, _HOST_ONE = 0.8, 2.5, 0.75
 # (when two do): a short phase's share is mostly its noise (a launch-bound 2 x H200 job whose
 # host slowed: forward, backward and sync +7-10% of their time, the 1.5 ms data phase +19%)
 _HOST_EVEN_MIN = 0.1
+# The data phase whose growth the loader's wait holds this share of is the loader's, not the
+# host's pace: never one of the phases made one "host" contributor (:func:`_host_slower`).
+_LOADER_HOLDS = 0.5
 # the diagnosis's "before" ends this long ahead of the onset (at most this share of the data)
 _GUARD_S, _GUARD_SHARE = 30.0, 0.25
 # "before" spans at least this much data time when the rings hold none of the reference level
@@ -81,6 +84,7 @@ class Diagnosis:
     complete: bool                 # a window after the onset was compared
     churn: str = ""                # the allocator churn named first ("" when none)
     busier: tuple = ()             # device activities that rose ("tensor activity 16% -> 22%", ...)
+    explained: bool = True         # a contributor explains the step's change (else the text says none does)
 
 
 def _step_median(rows: list, k: int) -> Optional[float]:
@@ -157,7 +161,8 @@ def diagnose(r: Optional[_Rank], since: float, reference: Optional[tuple] = None
     tail = [*first, _clocks(gpu, since), _activity(gpu, since), _retries(alloc, since), *last]
     churn = _churn(alloc, blocks, lo, edge, since, after[-1][2])
     text = "; ".join(t for t in [churn, text, *tail] if t)
-    return Diagnosis(text, tuple(ranked), step_delta, complete, churn.split(" (", 1)[0], busier)
+    return Diagnosis(text, tuple(ranked), step_delta, complete, churn.split(" (", 1)[0], busier,
+                     step_delta > 0 and explains)
 
 
 def _led(ranked: list, lead: str) -> tuple[list, bool]:
@@ -266,7 +271,11 @@ def _phase_contributors(rows: list, span: tuple, wait: float, cpu: Optional[floa
         if not points & _HOST_CLOCK and not busier and d >= 0.1 and h >= _HOST_GREW * d and ha >= _HOST_LONG * da:
             parts.append(f"host-bound: its host time {h:+.1f} ms")
             bound += d
-            shares[label] = (d / max(db * 1e3, 1e-6), db)
+            if not (name == "data" and wait >= _LOADER_HOLDS * d):
+                # (a slower loader is no slower launching: a live H200 job's loader, +5.3 ms of
+                # its +9.5 ms, was lumped with a host wander's backward and forward as "host
+                # slower in every phase", tests/data/real/diag/h200zzb)
+                shares[label] = (d / max(db * 1e3, 1e-6), db)
         out.append((label, d, ", ".join(parts)))
     out = _host_slower(out, shares, sum(db for db, _ in med[:5]))
     return out, _host_cpu(out, cpu, points, bound)
