@@ -117,3 +117,27 @@ def test_an_episode_raised_without_evidence_shows_the_other_detectors_evidence_i
         assert shown.decided == "job" and shown.evidence == fwd and shown.severity == "critical", shown
         assert shown.summary == base + "; a change of the job: " + fwd.text(), shown.summary
     assert evidence_note("steps", None).startswith("; no one thing the agent measures")
+
+
+def test_the_episode_s_further_changes_are_counted_by_the_pair_and_kept_across_a_restart():
+    """+4 ms from 420 s (the floor raises it), +12 ms more from 560 s (a further change of the
+    floor's episode): the shown condition's ``change`` moves 0 -> 1 with its onset, so the alert
+    book takes the new onset. Saved and restored (as a collector restart does), the episode shows
+    the same count and onset, so the book sees no change that did not happen; a state saved before
+    the pair kept its count restores the shown detector's."""
+    import json
+
+    det = RankDrift(DriftConfig(), "j", 0)
+    shown = []
+    for step, t, d in _host(900, 5, 4.0, 420.0):
+        det.feed(step, t, d + (0.012 if t - T0 > 560 else 0.0))
+        c = det.condition
+        if c is not None and (c.change, c.step) not in shown:
+            shown.append((c.change, c.step))
+    assert [k for k, _ in shown] == [0, 1] and shown[0][1] < shown[1][1], shown
+    saved = json.loads(json.dumps(det.state()))
+    for state in (saved, {k: v for k, v in saved.items() if k != "moved"}):
+        again = RankDrift(DriftConfig(), "j", 0)
+        again.restore(state)
+        assert (again.condition.change, again.condition.step, again.condition.since) == (
+            1, det.condition.step, det.condition.since), again.condition
