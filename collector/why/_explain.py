@@ -85,6 +85,7 @@ class Diagnosis:
     churn: str = ""                # the allocator churn named first ("" when none)
     busier: tuple = ()             # device activities that rose ("tensor activity 16% -> 22%", ...)
     explained: bool = True         # a contributor explains the step's change (else the text says none does)
+    phased: bool = False           # read from the phase times (else the loader wait, host CPU and windows)
 
 
 def _step_median(rows: list, k: int) -> Optional[float]:
@@ -152,7 +153,8 @@ def diagnose(r: Optional[_Rank], since: float, reference: Optional[tuple] = None
     w_after = [w for w in r.windows if w.start_time_s >= since]
     complete = bool(w_before and w_after)
     busier = _busier(gpu, lo, edge, since)
-    found, first, last = _contributors(phases, (lo, edge, since), wait, cpu, w_before, w_after, bool(busier), wide)
+    found, first, last, phased = _contributors(phases, (lo, edge, since), wait, cpu, w_before, w_after, bool(busier),
+                                               wide)
     ranked, led = _led(sorted(found, key=lambda c: -_rank_key(c, step_delta)), lead)
     explains = ranked[0][1] >= _EXPLAINED * step_delta or (led and max(ranked[0][1], wait) >= _LED_EXPLAINED * step_delta)
     text = "; ".join(fmt(c) for c in ranked[:3])
@@ -162,7 +164,7 @@ def diagnose(r: Optional[_Rank], since: float, reference: Optional[tuple] = None
     churn = _churn(alloc, blocks, lo, edge, since, after[-1][2])
     text = "; ".join(t for t in [churn, text, *tail] if t)
     return Diagnosis(text, tuple(ranked), step_delta, complete, churn.split(" (", 1)[0], busier,
-                     step_delta > 0 and explains)
+                     step_delta > 0 and explains, phased)
 
 
 def _led(ranked: list, lead: str) -> tuple[list, bool]:
@@ -183,9 +185,9 @@ def _led(ranked: list, lead: str) -> tuple[list, bool]:
 
 def _contributors(rows: list, span: tuple, wait: float, cpu: Optional[float],
                   w_before: list, w_after: list, busier: bool,
-                  wide: Optional[tuple] = None) -> tuple[list, list, list]:
-    """The candidate causes (name, ms/step, detail) and the notes that go before and after the
-    clock, activity and retry notes: from the phase times when the rank sent enough of them on
+                  wide: Optional[tuple] = None) -> tuple[list, list, list, bool]:
+    """The candidate causes (name, ms/step, detail), the notes that go before and after the
+    clock, activity and retry notes, and whether the phase times were compared: from the phase times when the rank sent enough of them on
     both sides (a window on each side adds the kernel), else the data-loader wait, host CPU and
     the windows' comparison. ``rows``: the rank's phase blocks. ``wide``: a span for the phases
     when ``span`` (the settled level's times) holds under 3 phase blocks: the phase sampler
@@ -204,16 +206,16 @@ def _contributors(rows: list, span: tuple, wait: float, cpu: Optional[float],
         found, note = phased
         if w_before and w_after:
             found = _add_kernel(found, w_before[-1], w_after[-1])
-        return found, [note], []
+        return found, [note], [], True
     found = [("data-loader wait", wait, "")]
     if cpu is not None:
         found.append(("host CPU", cpu, ""))
     if w_before and w_after:
         found.extend(compare_windows(w_before[-1], w_after[-1]))
         found = _discount_gpu_wait(found, w_before[-1], w_after[-1])
-        return found, [], []
+        return found, [], [], False
     return found, [], ["phases: no profiler window from before the onset" if not w_before
-                   else "phases: no profiler window after the onset yet"]
+                       else "phases: no profiler window after the onset yet"], False
 
 
 def _phase_medians_across(rows: list, span: tuple) -> Optional[tuple[int, list]]:
