@@ -978,7 +978,8 @@ def test_four_live_causes_on_an_h200_are_each_raised_within_a_minute_with_their_
     within 60 s of their start (32.4, 19.3, 22.7 s), decided "job", the why naming the cause first;
     the first two resolve within 2 minutes of their end. The slower loader (+19%) came while an
     episode the host's own +6.7% had opened 92 s before it was raised (0.7 s after the loader
-    began, by the optimizer's device time): it is a further change of that episode, its onset and
+    began, by the optimizer's device time; 5.8 s after it began now that the optimizer's level before
+    is not read inside the GEMMs' ended episode): it is a further change of that episode, its onset and
     text its own, taken 20.8 s after the loader began with the data phase named first. Live, at
     the code before, the floor's episode raised it critical with its own text 20 s after its
     start while the alert kept the host's onset for 57 s more (each detector counted no change of
@@ -998,6 +999,10 @@ def test_four_live_causes_on_an_h200_are_each_raised_within_a_minute_with_their_
     (host,) = loader.earlier  # (the host's own +6.7%, raised as the loader began)
     assert H200ZZB[0][2] + 30 < unix(host["onset_at"]) < start and unix(host["until"]) - start <= 60, (
         unix(host["onset_at"]) - start, unix(host["until"]) - start)
+    # (not "led" by the optimizer's device time against a "before" inside the GEMMs' ended
+    # episode, raised 0.7 s after the loader began: now against the settled level, 5.8 s after)
+    assert loader.fired_at - start > 5 and "vs this job's level settled" in host["raised"], (
+        loader.fired_at - start, host["raised"])
     assert loader.decided == "job" and loader.evidence["name"] == "data" and loader.diagnosis.startswith(
         "data +"), (loader.decided, loader.evidence, loader.diagnosis[:80])
     assert loader.ends_at is not None and loader.ends_at - end <= 120, loader.ends_at - end
