@@ -100,7 +100,8 @@ class Detection:
         # ranks with a firing slowdown whose diagnosis still lacks a window after its onset: only
         # their window batches are checked (one set lookup per batch for everyone else)
         self._incomplete: set[tuple] = set()
-        # alert key -> (onset, the largest step change in ms a why shown for that onset read)
+        # alert key -> (onset, the largest step change in ms a why shown for that onset read,
+        # the Diagnosis shown last)
         self._why_read: dict[tuple, tuple] = {}
         # (store: drift state kept across restarts; runs: the runs' records, _lineage.RunStore)
         self.engine = DetectionEngine(cfg, store, runs)
@@ -304,12 +305,14 @@ class Detection:
             # "host CPU +12.7 ms/step ...; phases: no profiler window from before the onset"
             # beside an alert its evidence held by backward's +12.6 ms (which read it came from
             # was not recorded; run alone, the same test's why is "backward +12.5 ms/step").
-            onset, peak, named, phased = self._why_read.get(a.key, (a.onset, 0.0, False, False))
-            peak, named, phased = (peak, named, phased) if onset == a.onset else (0.0, False, False)
-            kept = named and not d.explained and a.decided == "job" or phased and not d.phased
+            onset, peak, shown = self._why_read.get(a.key, (a.onset, 0.0, None))
+            if onset != a.onset:
+                peak, shown = 0.0, None
+            kept = shown is not None and (shown.explained and not d.explained and a.decided == "job"
+                                          or shown.phased and not d.phased)
             if a.diagnosis and (d.step_delta_ms < _WHY_KEPT * peak or kept):
                 continue
-            self._why_read[a.key] = (a.onset, max(peak, d.step_delta_ms), d.explained, d.phased)
+            self._why_read[a.key] = (a.onset, max(peak, d.step_delta_ms), d)
             if a.alertname == OVERHEAD:
                 own = _no_window_makes(d)
                 if own:

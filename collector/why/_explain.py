@@ -156,15 +156,15 @@ def diagnose(r: Optional[_Rank], since: float, reference: Optional[tuple] = None
     found, first, last, phased = _contributors(phases, (lo, edge, since), wait, cpu, w_before, w_after, bool(busier),
                                                wide)
     ranked, led = _led(sorted(found, key=lambda c: -_rank_key(c, step_delta)), lead)
-    explains = ranked[0][1] >= _EXPLAINED * step_delta or (led and max(ranked[0][1], wait) >= _LED_EXPLAINED * step_delta)
+    explained = step_delta > 0 and (ranked[0][1] >= _EXPLAINED * step_delta
+                                    or led and max(ranked[0][1], wait) >= _LED_EXPLAINED * step_delta)
     text = "; ".join(fmt(c) for c in ranked[:3])
-    if step_delta <= 0 or not explains:
+    if not explained:
         text = f"no measured contributor explains the {step_delta:+.1f} ms/step; " + text
     tail = [*first, _clocks(gpu, since), _activity(gpu, since), _retries(alloc, since), *last]
     churn = _churn(alloc, blocks, lo, edge, since, after[-1][2])
     text = "; ".join(t for t in [churn, text, *tail] if t)
-    return Diagnosis(text, tuple(ranked), step_delta, complete, churn.split(" (", 1)[0], busier,
-                     step_delta > 0 and explains, phased)
+    return Diagnosis(text, tuple(ranked), step_delta, complete, churn.split(" (", 1)[0], busier, explained, phased)
 
 
 def _led(ranked: list, lead: str) -> tuple[list, bool]:
@@ -187,9 +187,9 @@ def _contributors(rows: list, span: tuple, wait: float, cpu: Optional[float],
                   w_before: list, w_after: list, busier: bool,
                   wide: Optional[tuple] = None) -> tuple[list, list, list, bool]:
     """The candidate causes (name, ms/step, detail), the notes that go before and after the
-    clock, activity and retry notes, and whether the phase times were compared: from the phase times when the rank sent enough of them on
-    both sides (a window on each side adds the kernel), else the data-loader wait, host CPU and
-    the windows' comparison. ``rows``: the rank's phase blocks. ``wide``: a span for the phases
+    clock, activity and retry notes, and whether the phase times were compared: from the phase
+    times when the rank sent enough of them on both sides (a window on each side adds the
+    kernel), else the data-loader wait, host CPU and the windows' comparison. ``rows``: the rank's phase blocks. ``wide``: a span for the phases
     when ``span`` (the settled level's times) holds under 3 phase blocks: the phase sampler
     spends a share of wall time since attach, so its first samples can come late in a short
     settle window (the CPU test jobs settle in 6 s; beside a CPU burner their first samples came
