@@ -9,9 +9,8 @@ compares the blocks before a shift's onset with those after it and returns a :cl
 
 - **a phase**: its device time grew by at least ``_SHARE`` of the step's growth, by a share of
   its own time at least ``_CONCENTRATED`` x the share by which the other phases together grew,
-  and, when its host paced it (host-paced: its host time grew with it, or the host reached it
-  later against the device, :func:`_behind`), its host time by ``_CONCENTRATED`` x each other
-  compute phase's (:func:`_concentrated`). A host or GPU that wanders slows every phase alike
+  and, when its host time grew with it (host-paced), its host time by ``_CONCENTRATED`` x each
+  other compute phase's (:func:`_concentrated`). A host or GPU that wanders slows every phase alike
   (a launch-bound H200 job whose host slowed: forward, backward and optimizer +13..19% each):
   that concentration is absent;
 - **the device's own work** (every phase but sync) grew by ``_SHARE`` of the step's growth while
@@ -398,7 +397,7 @@ class RankEvidence:
             rest_b = sum(b) - b[k]
             rest = sum(grew) - d
             if rest_b <= 0 or rest <= 0 or d / b[k] >= _CONCENTRATED * rest / rest_b:
-                paced = ha[k] - hb[k] + max(0.0, _behind(k, b, a, hb, ha)) >= _HOST_GREW * d
+                paced = ha[k] - hb[k] >= _HOST_GREW * d
                 if not paced or _concentrated(k, hb, ha):
                     return Backing(Kind.PHASE, PHASES[k], b[k] * 1e3, a[k] * 1e3, "ms", d / delta_s, host_paced=paced)
         # the device's own work (every phase but sync, the wait) grew by half the step's growth
@@ -452,20 +451,6 @@ class RankEvidence:
         if a - b < _CHURN_MORE or a < _CHURN_TIMES * b:
             return False
         return Backing(Kind.ALLOCATOR, "allocator calls", b, a, "calls/step", 1.0)
-
-
-def _behind(k: int, b: list, a: list, hb: list, ha: list) -> float:
-    """How much later than before the host reached phase ``k``'s start, against the device
-    (seconds): the growth of the host's time in the compute phases before ``k`` less their device
-    time's (data's and sync's host time are mostly waits, for the loader or the step before and
-    for the collectives: a host that waits longer there is not behind the device). A host that
-    fell behind in them leaves the GPU idle when phase ``k`` begins, and the phase's device time
-    then grows by that wait with its own host time unchanged: a live H200 job's host ran +6% slow
-    for a minute, nothing injected, its backward's host time +3.3 ms against its device time's
-    +1.2, and the optimizer's device time grew 4.9 -> 6.6 ms (its host time +0.4, its GPU work
-    the same in every profiler window), which read as the optimizer's own change
-    (tests/data/real/diag/h200zzb_1gpu_m_pulses, 20:31:32)."""
-    return sum(ha[j] - hb[j] - (a[j] - b[j]) for j in range(k) if PHASES[j] in _COMPUTE)
 
 
 def _concentrated(k: int, before: list, after: list) -> bool:

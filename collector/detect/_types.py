@@ -49,9 +49,8 @@ class Backing:
     (``unit``: "ms" per step, or "calls/step"), ``share``: its growth over the step's (ms), and
     ``spreads``: its growth in spreads of its own source's medians over the same span (how
     clearly the source itself changed; None where not measured), and ``host_paced``: a phase
-    whose host time grew with its device time, or which the host reached later against the
-    device (the host's pace sets it: more Python work, or a host that slowed, which the times
-    cannot tell apart)."""
+    whose host time grew with its device time (the host's pace sets it: more Python work, or a
+    host that slowed, which the times cannot tell apart)."""
 
     kind: str
     name: str
