@@ -106,6 +106,8 @@ class RankDrift:
             # the alert kept the median's onset of a host's +6.7% 92 s earlier for 57 s more:
             # each detector counted no change of its own (tests/data/real/diag/h200zzb)
             self._moved += 1
+        elif old is not None and c.since != old.since:
+            c = _at_onset(c, old)
         self._own = own
         c = dataclasses.replace(c, change=self._moved)
         self.condition = c
@@ -242,6 +244,17 @@ class RankDrift:
         else:
             self.median.restore(state)
         self._pick()
+
+
+def _at_onset(c: Condition, old: Condition) -> Condition:
+    """``c``, the other detector's date of the change ``old`` shows (under a critical window
+    apart), shown at ``old``'s onset: the alert book keeps that onset, so the text says it too
+    (the detectors dated a 2-GPU job's backward pulse at steps 5,090 and 5,190: the alert's step
+    is the first, and so is its text's "since step")."""
+    summary = c.summary
+    if c.step is not None and old.step is not None:
+        summary = summary.replace(f" since step {c.step:,}", f" since step {old.step:,}", 1)
+    return dataclasses.replace(c, since=old.since, step=old.step, summary=summary)
 
 
 def _with_evidence(c: Condition, held: Condition) -> Condition:

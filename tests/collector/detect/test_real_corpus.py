@@ -508,3 +508,14 @@ def test_no_episode_of_a_rank_opens_with_an_onset_inside_the_one_before(lines):
         for before, after in zip(eps, eps[1:]):  # (an onset is a bucket's start; an end, its last step)
             assert before.ends_at is not None and after.starts_at >= before.ends_at - b, \
                 (rank, before.starts_at - t0, before.ends_at - t0, after.starts_at - t0, after.summary)
+
+
+def test_an_alerts_text_dates_the_change_at_the_alerts_own_step(lines):
+    """The pair of detectors dated the backward pulse on this 2-GPU job 100 steps apart (under a
+    critical window): the alert keeps the first onset, and its text, made by the detector shown
+    later, says that same step, never "since step 5,190" beside the alert's step 5,090."""
+    changed, _ = _pulses(lines("h200x_2gpu_m.jsonl.gz"), ["backward", "loader", "optimizer", None])
+    drift = [a for a in replay(events(changed), DetectionConfig()) if a.alertname == "StepwatchThroughputDrift"]
+    assert len(drift) >= 4, [(a.rank, a.step, a.summary) for a in drift]
+    assert all(f" since step {a.step:,}" in a.summary for a in drift if not a.earlier), [
+        (a.rank, a.step, a.summary) for a in drift]
