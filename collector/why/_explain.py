@@ -189,11 +189,12 @@ def _contributors(rows: list, span: tuple, wait: float, cpu: Optional[float],
     """The candidate causes (name, ms/step, detail), the notes that go before and after the
     clock, activity and retry notes, and whether the phase times were compared: from the phase
     times when the rank sent enough of them on both sides (a window on each side adds the
-    kernel), else the data-loader wait, host CPU and the windows' comparison. ``rows``: the rank's phase blocks. ``wide``: a span for the phases
-    when ``span`` (the settled level's times) holds under 3 phase blocks: the phase sampler
-    spends a share of wall time since attach, so its first samples can come late in a short
-    settle window (the CPU test jobs settle in 6 s; beside a CPU burner their first samples came
-    3.4-3.8 s after their first step)."""
+    kernel), else the data-loader wait, host CPU and the windows' comparison. ``rows``: the
+    rank's phase blocks. ``wide``: a span for the phases when ``span`` (the settled level's
+    times) holds under 3 phase blocks: the phase sampler spends a share of wall time since
+    attach, so its first samples can come late in a short settle window (the CPU test jobs
+    settle in 6 s; beside a CPU burner their first samples came 3.4-3.8 s after their first
+    step)."""
     phased = _phase_contributors(rows, span, wait, cpu, busier)
     if phased is None and wide is not None:
         phased = _phase_contributors(rows, wide, wait, cpu, busier)

@@ -28,10 +28,14 @@ def _phases(w: agent_pb2.WindowSummary) -> dict[str, float]:
             "communication": b.communication_s, "other": b.other_s}
 
 
+def _listed(w: agent_pb2.WindowSummary):
+    """The window's top list: its kernels (GPU windows) or operators (CPU windows)."""
+    return w.top_kernels if w.top_kernels else w.top_ops
+
+
 def _named(w: agent_pb2.WindowSummary) -> dict[str, float]:
     """Seconds per step by kernel name (GPU windows) or operator name (CPU windows)."""
-    items = w.top_kernels if w.top_kernels else w.top_ops
-    return {n.name: n.seconds * _per_step(w) for n in items}
+    return {n.name: n.seconds * _per_step(w) for n in _listed(w)}
 
 
 def _grew_most(wb: agent_pb2.WindowSummary, wa: agent_pb2.WindowSummary) -> tuple[Optional[str], float, bool]:
@@ -43,13 +47,16 @@ def _grew_most(wb: agent_pb2.WindowSummary, wa: agent_pb2.WindowSummary) -> tupl
     shorter (not cut). A LayerNorm backward kernel of 1.0 ms a step pushed out of a list by a
     slowdown's extra kernel otherwise reads "+1.0 ms, new" once the slowdown ends."""
     nb, na = _named(wb), _named(wa)
-    listed = [len(w.top_kernels) if w.top_kernels else len(w.top_ops) for w in (wb, wa)]
-    cut = bool(nb) and listed[0] >= listed[1]
+    cut = bool(nb) and len(_listed(wb)) >= len(_listed(wa))
     floor = min(nb.values()) if cut else 0.0
     top = max(na, key=lambda n: na[n] - nb.get(n, floor), default=None)
     if top is None:
         return None, 0.0, False
     return top, (na[top] - nb.get(top, floor)) * 1e3, top not in nb and not cut
+
+
+def _grown_text(top: str, grew: float, new: bool) -> str:
+    return f"{_short(top)} +{grew:.1f} ms" + (", new" if new else "")
 
 
 def _add_kernel(found: list, wb: agent_pb2.WindowSummary, wa: agent_pb2.WindowSummary) -> list:
@@ -64,7 +71,7 @@ def _add_kernel(found: list, wb: agent_pb2.WindowSummary, wa: agent_pb2.WindowSu
     i = max(phases, key=lambda j: found[j][1])
     name, d, detail = found[i]
     if grew > 0 and grew >= 0.25 * d and not name.startswith("data"):
-        extra = f"{_short(top)} +{grew:.1f} ms" + (", new" if new else "")
+        extra = _grown_text(top, grew, new)
         found = list(found)
         found[i] = (name, d, f"{detail}, {extra}" if detail else extra)
     return found
@@ -104,7 +111,7 @@ def compare_windows(wb: agent_pb2.WindowSummary, wa: agent_pb2.WindowSummary) ->
         if delayed.get(p, 0.0) >= 0.1:
             parts.append(f"after {delayed[p]:.1f} ms of delay by other phases' GPU work")
         if i == 0 and grew > 0 and grew >= 0.25 * d:
-            parts.append(f"{_short(top)} +{grew:.1f} ms" + (", new" if new else ""))
+            parts.append(_grown_text(top, grew, new))
         out.append((p, d, ", ".join(parts)))
     return out
 
