@@ -10,6 +10,7 @@ the agent's back-off, and how it was decided (its evidence, or the step times al
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import math
 from typing import Optional
@@ -19,7 +20,7 @@ from ._evidence import PHASE_TIMES
 from ._names import PROFILER_OVERHEAD, THROUGHPUT_DRIFT
 from ._types import Backing, Condition
 
-__all__ = ["Episode", "clock", "before_onset", "evidence_note"]
+__all__ = ["DriftText", "Episode", "clock", "before_onset", "evidence_note"]
 
 # The end of a drift summary when the step times alone decided the episode: the evidence was
 # compared and no one source held the shift (a source may have moved with others alike: a host
@@ -43,6 +44,30 @@ def evidence_note(decided: str, backing: Optional[Backing], on_top: bool = False
     if decided == "job" and backing is not None:
         return f"; a change of the job: {backing.text()}" + (_ON_TOP_NOTE if on_top else "")
     return _STEPS_NOTE if decided == "steps" else ""
+
+
+@dataclasses.dataclass(frozen=True)
+class DriftText:
+    """The parts of a drift summary (``Condition.text``); ``str()`` renders it: the shift over
+    ``base_ms`` (``which``: "p10 step " on the floor detector), what it is measured against
+    (``ref_text``), the onset's step, where the episode began after a further change
+    (``further``), the agent's notes (``window_note``) and how it was decided with its evidence."""
+
+    shift: float
+    ref_text: str
+    which: str
+    base_ms: float
+    step: int
+    further: str = ""
+    window_note: str = ""
+    decided: str = ""
+    evidence: Optional[Backing] = None
+    on_top: bool = False
+
+    def __str__(self) -> str:
+        return (f"step time {self.shift:+.1%} {self.ref_text} ({self.which}{self.base_ms:.1f} ms -> "
+                f"{self.base_ms * (1 + self.shift):.1f} ms) since step {self.step:,}{self.further}{self.window_note}"
+                f"{evidence_note(self.decided, self.evidence, self.on_top)}")
 
 
 def before_onset(seconds: float) -> str:
@@ -155,15 +180,14 @@ class Episode:
         q = self.quantile
         which = "" if q == 0.5 else f"p{100 * q:.0f} step "
         evidence, on_top = self.evidence()
-        summary = (f"step time {shift:+.1%} {self.ref_text} ({which}{base_ms:.1f} ms -> "
-                   f"{base_ms * (1 + shift):.1f} ms) since step {step:,}{further}{self.window_note}"
-                   f"{evidence_note(self.decided(), evidence, on_top)}")
+        text = DriftText(shift, self.ref_text, which, base_ms, step, further, self.window_note, self.decided(),
+                         evidence, on_top)
         old = self.condition
         self.version += 1
         self.peak = max(self.peak, shift_log)
-        self.condition = Condition(self.alertname, self.job, self.rank, sev, summary,
+        self.condition = Condition(self.alertname, self.job, self.rank, sev, str(text),
                                    since, step, self.cfg.for_s, ratio=1 + shift, change=self.change,
-                                   evidence=evidence, decided=self.decided())
+                                   evidence=evidence, decided=self.decided(), text=text)
         return self.condition != old
 
     def evidence(self) -> tuple[Optional[Backing], bool]:

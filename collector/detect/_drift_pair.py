@@ -39,7 +39,7 @@ from typing import Optional
 
 from ._config import DriftConfig
 from ._drift import DriftDetector
-from ._drift_episode import evidence_note
+from ._drift_episode import DriftText
 from ._types import SEVERITIES, Condition
 
 __all__ = ["RankDrift"]
@@ -91,7 +91,8 @@ class RankDrift:
             # critical optimizer episode read "+4.5% ... p10 step" for 65 s when its median cleared),
             # with the evidence and the onset its text names
             c = dataclasses.replace(c, severity=old.severity, summary=old.summary, ratio=max(c.ratio, old.ratio),
-                                    evidence=old.evidence, decided=old.decided, since=old.since, step=old.step)
+                                    evidence=old.evidence, decided=old.decided, since=old.since, step=old.step,
+                                    text=old.text)
         held = next((d.condition for d in (src, *open_) if d.condition.decided == "job"), None)
         if c.decided != "job" and held is not None:
             c = _with_evidence(c, held)
@@ -251,10 +252,10 @@ def _at_onset(c: Condition, old: Condition) -> Condition:
     apart), shown at ``old``'s onset: the alert book keeps that onset, so the text says it too
     (the detectors dated a 2-GPU job's backward pulse at steps 5,090 and 5,190: the alert's step
     is the first, and so is its text's "since step")."""
-    summary = c.summary
-    if c.step is not None and old.step is not None:
-        summary = summary.replace(f" since step {c.step:,}", f" since step {old.step:,}", 1)
-    return dataclasses.replace(c, since=old.since, step=old.step, summary=summary)
+    text = c.text
+    if isinstance(text, DriftText) and old.step is not None:
+        text = dataclasses.replace(text, step=old.step)
+    return _rendered(dataclasses.replace(c, since=old.since, step=old.step, text=text))
 
 
 def _with_evidence(c: Condition, held: Condition) -> Condition:
@@ -266,7 +267,12 @@ def _with_evidence(c: Condition, held: Condition) -> Condition:
     held by forward's time: the alert read that no evidence held it beside its decided "job"
     (tests/data/real/diag/h200zt). Only the text and the evidence shown change: each detector
     keeps its own episode and its own rules."""
-    note = evidence_note(c.decided, c.evidence)
-    base = c.summary[:len(c.summary) - len(note)] if note and c.summary.endswith(note) else c.summary
-    return dataclasses.replace(c, summary=base + evidence_note("job", held.evidence), evidence=held.evidence,
-                               decided="job")
+    text = c.text
+    if isinstance(text, DriftText):
+        text = dataclasses.replace(text, evidence=held.evidence, decided="job", on_top=False)
+    return _rendered(dataclasses.replace(c, evidence=held.evidence, decided="job", text=text))
+
+
+def _rendered(c: Condition) -> Condition:
+    """``c`` with its summary made anew from its typed parts (``Condition.text``), where it has them."""
+    return c if c.text is None else dataclasses.replace(c, summary=str(c.text))

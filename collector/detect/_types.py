@@ -79,7 +79,9 @@ class Condition:
     level moved again by another change, with ``since``/``step`` the newest onset).
     ``evidence``: what the shift came with at that onset (drift), and ``decided`` how it was
     told a change: "job" (by that evidence), "steps" (by the step times alone: the evidence
-    compared and none held it), "" (not known or not asked). ``found``: what a rule found, by
+    compared and none held it), "" (not known or not asked). ``text``: the typed parts the
+    summary was made of, where it is shown again with one of them changed (drift's onset, its
+    evidence), so no text is patched. ``found``: what a rule found, by
     name, where other rules reason on it (stragglers: "own_work", its work before the
     collectives longer than the others'; "gpu_busier", its GPU busier; "steps", its step time or
     loader wait; "windows", its compute in profiler windows): read by the why, never its prose.
@@ -98,6 +100,9 @@ class Condition:
     evidence: Optional[Backing] = None
     decided: str = ""
     found: tuple = ()
+    # the typed parts ``summary`` was rendered from, where a rule shows it anew with one part
+    # changed (drift: _drift_episode.DriftText); the summary is the figure compared
+    text: Any = dataclasses.field(default=None, compare=False)
 
     @property
     def key(self) -> tuple:

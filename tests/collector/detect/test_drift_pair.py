@@ -102,7 +102,7 @@ def test_an_episode_raised_without_evidence_shows_the_other_detectors_evidence_i
     step times alone decided, while the medians' episode holds a phase's evidence, is shown with
     that evidence and its text ("a change of the job: ..."), never "no one thing ... holds it"
     beside decided "job"; a condition not known ("") takes it too; one already held keeps its own."""
-    from stepwatch.collector.detect._drift_episode import evidence_note
+    from stepwatch.collector.detect._drift_episode import DriftText, evidence_note
     from stepwatch.collector.detect._drift_pair import _with_evidence
     from stepwatch.collector.detect._types import Backing, Condition, Kind
 
@@ -111,8 +111,10 @@ def test_an_episode_raised_without_evidence_shows_the_other_detectors_evidence_i
     held = Condition("StepwatchThroughputDrift", "j", 0, "warning", "median's" + evidence_note("job", fwd), T0,
                      evidence=fwd, decided="job")
     for decided in ("steps", ""):
-        floor = Condition("StepwatchThroughputDrift", "j", 0, "critical", base + evidence_note(decided, None), T0,
-                          ratio=1.081, decided=decided)
+        text = DriftText(0.081, "vs the level before", "p10 step ", 39.6, 19824, decided=decided)
+        assert str(text) == base + evidence_note(decided, None)
+        floor = Condition("StepwatchThroughputDrift", "j", 0, "critical", str(text), T0,
+                          ratio=1.081, decided=decided, text=text)
         shown = _with_evidence(floor, held)
         assert shown.decided == "job" and shown.evidence == fwd and shown.severity == "critical", shown
         assert shown.summary == base + "; a change of the job: " + fwd.text(), shown.summary
