@@ -252,10 +252,8 @@ def _at_onset(c: Condition, old: Condition) -> Condition:
     apart), shown at ``old``'s onset: the alert book keeps that onset, so the text says it too
     (the detectors dated a 2-GPU job's backward pulse at steps 5,090 and 5,190: the alert's step
     is the first, and so is its text's "since step")."""
-    text = c.text
-    if isinstance(text, DriftText) and old.step is not None:
-        text = dataclasses.replace(text, step=old.step)
-    return _rendered(dataclasses.replace(c, since=old.since, step=old.step, text=text))
+    c = dataclasses.replace(c, since=old.since, step=old.step)
+    return c if old.step is None else _rendered(c, step=old.step)
 
 
 def _with_evidence(c: Condition, held: Condition) -> Condition:
@@ -267,12 +265,14 @@ def _with_evidence(c: Condition, held: Condition) -> Condition:
     held by forward's time: the alert read that no evidence held it beside its decided "job"
     (tests/data/real/diag/h200zt). Only the text and the evidence shown change: each detector
     keeps its own episode and its own rules."""
-    text = c.text
-    if isinstance(text, DriftText):
-        text = dataclasses.replace(text, evidence=held.evidence, decided="job", on_top=False)
-    return _rendered(dataclasses.replace(c, evidence=held.evidence, decided="job", text=text))
+    c = dataclasses.replace(c, evidence=held.evidence, decided="job")
+    return _rendered(c, evidence=held.evidence, decided="job", on_top=False)
 
 
-def _rendered(c: Condition) -> Condition:
-    """``c`` with its summary made anew from its typed parts (``Condition.text``), where it has them."""
-    return c if c.text is None else dataclasses.replace(c, summary=str(c.text))
+def _rendered(c: Condition, **parts) -> Condition:
+    """``c`` with ``parts`` of its summary's typed parts (``Condition.text``, a :class:`DriftText`)
+    changed and its summary made anew from them; ``c`` as it is where it has none."""
+    if not isinstance(c.text, DriftText):
+        return c
+    text = dataclasses.replace(c.text, **parts)
+    return dataclasses.replace(c, text=text, summary=str(text))

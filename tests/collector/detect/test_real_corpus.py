@@ -12,6 +12,7 @@ import statistics
 import pytest
 
 from stepwatch.collector._replay import replay
+from stepwatch.collector.alerting._book import unix
 from stepwatch.collector.detect import DetectionConfig, DriftConfig
 from stepwatch.collector.tools.corpus import (events, first_step_time, grow, inject, load, pulse_end, pulses,
                                               rank_steps, reach_at, repeat, seams, slow_loader)
@@ -536,19 +537,12 @@ def test_a_change_with_its_evidence_soon_after_a_host_episode_opened_is_raised_a
     start, end = spans[3]
     drift = [a for a in replay(events(changed), DetectionConfig()) if a.alertname == "StepwatchThroughputDrift"]
     raised = []  # (onset, raised, text) of every onset raised: each episode's first, then each further change
-    for a in drift:
-        onsets = [(e["onset_at"], e["raised"][1]) for e in a.earlier] + [(a.onset, a.onset_raised[1])]
-        times = [a.fired_at] + [e["until"] for e in a.earlier]
-        raised += [(_seconds(on), _seconds(t), text) for (on, text), t in zip(onsets, times) if t]
+    for a in drift:  # (``earlier``'s times are the API's texts)
+        onsets = [(unix(e["onset_at"]), e["raised"][1]) for e in a.earlier] + [(a.onset, a.onset_raised[1])]
+        times = [a.fired_at] + [unix(e["until"]) for e in a.earlier]
+        raised += [(on, t, text) for (on, text), t in zip(onsets, times) if t]
     mine = [(on - start, t - start, text) for on, t, text in raised if start - 30 <= on <= end and t >= start]
     assert mine and min(t for _, t, _ in mine) <= 75, mine
     first = min(mine, key=lambda m: m[1])
     assert "(a further change: the episode began at step" in first[2] and "a change of the job: optimizer +" in first[2], first
 
-
-def _seconds(t) -> float:
-    """A time of an alert's record: Unix seconds, or an ISO 8601 text ("...Z")."""
-    import datetime
-
-    return float(t) if isinstance(t, (int, float)) else datetime.datetime.fromisoformat(
-        str(t).replace("Z", "+00:00")).timestamp()
