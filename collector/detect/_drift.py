@@ -430,10 +430,11 @@ class DriftDetector:
         backing, unknown, span = self._t.backing_at(onset_at, ref, shift)
         if window is not None and backing is not None and backing.kind in _NO_WINDOW_MAKES and not backing.host_paced:
             window = None  # (a window's after-effect is the host's cost spread over every phase)
+        read_at_steps = backing
         if window is None:  # (the change dated by the source that holds it)
             k, onset_at, backing, unknown, span = self._t.date_by_evidence(rows, k, onset_at, backing, (unknown, span),
                                                                            ref, shift)
-        if (found.spared or found.held) and not self._t.holds(backing):
+        if (found.spared or found.held) and not self._t.holds(backing) and not self._t.holds_redated(read_at_steps, backing):
             return None  # (spared the sustain or z by evidence its own onset does not show: not raised)
         if window is None and self._t.nothing_in(backing, unknown) and not self._t.enough(sev, ref, shift):
             return None  # (nothing holds it: the host's pace needs more, and is no shift to settle again from)

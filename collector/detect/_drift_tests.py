@@ -209,6 +209,19 @@ class ShiftTests:
             return False
         return b.kind == Kind.ALLOCATOR or (b.spreads is not None and b.spreads >= self.cfg.evidence_z)
 
+    def holds_redated(self, read: Optional[Backing], moved: Optional[Backing]) -> bool:
+        """Whether a backing that :meth:`date_by_evidence` moved to its own source's change holds
+        as ``read`` at the step times' onset: the same source, standing ``evidence_z`` of its
+        spreads there, and too few of its blocks after the change to read its spread anew
+        (``moved.spreads`` None), not a spread read there and found short. A live H200 job's
+        AdamW for-loop came in bursts: the critical window stood +10.7% 25 s after it began, the
+        optimizer's device time 4.9 -> 7.9 ms at 15 of its spreads from the steps' onset, and the
+        onset moved to the optimizer's own change 20 s later, where 25 s of blocks give no spread:
+        not raised, and the next windows fell back under the raise (tests/data/real/diag/h200zzc)."""
+        return (read is not None and moved is not None and moved is not read and moved.spreads is None
+                and moved.kind != Kind.ALLOCATOR and (moved.kind, moved.name) == (read.kind, read.name)
+                and self.holds(read))
+
     def backing_at(self, onset_at: float, ref: float, shift: float) -> tuple[Optional[Backing], tuple, Optional[tuple]]:
         """The rank's evidence of a shift of ``shift`` (log) above ``ref`` from ``onset_at``, what
         it could not compare, and the span before (lo, edge, step s) it was read against: that
