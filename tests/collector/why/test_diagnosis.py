@@ -82,6 +82,17 @@ def test_without_a_window_after_the_onset_it_says_so_and_clocks_are_reported():
     assert "SM clock 1.98 -> 1.41 GHz" in d.text and "no profiler window after the onset yet" in d.text
 
 
+def test_a_step_that_did_not_grow_is_said_so_not_left_unexplained():
+    """A why read where the median step has not grown (a floor detector's raise, or the steps
+    after the onset not yet up) says so, never "no measured contributor explains the -0.0
+    ms/step" beside an alert of +8%."""
+    ev = Evidence()
+    feed(ev, extra_ms=0.0, windows=[window(2, T0 + 8, 8.0, 3.0)])
+    d = diagnose(ev.rank("j", 3), T0 + 500 * 0.04)
+    assert not d.explained and abs(d.step_delta_ms) < 0.05, (d.explained, d.step_delta_ms)
+    assert d.text.startswith("the median step not grown since the onset (") and "no measured contributor" not in d.text, d.text
+
+
 def test_gpm_activity_that_moved_is_reported_and_unchanged_activity_is_not():
     ev = Evidence()
     feed(ev, extra_ms=5.0, tensor=(0.78, 0.61), windows=[window(2, T0 + 8, 8.0, 3.0)])
