@@ -225,7 +225,11 @@ class RankEvidence:
         churn = self._churn(lo, edge, since, now, step_s)
         if churn is None:
             unknown.append(ALLOCATOR_CALLS)
-        elif churn and best is None:
+        elif churn and (best is None or (best.kind == Kind.PHASE and best.name == "sync")):
+            # (over the sync phase too: the host waiting on the device is what the churn's calls
+            # do to the step; a live H200 job's empty_cache() read "a change of the job: sync +4.2
+            # ms/step" beside its why's "allocator churn: cudaMalloc/cudaFree 0.0 -> 131.2 per
+            # step", tests/data/real/diag/h200zzc)
             best = churn
         if best is not None:
             best = dataclasses.replace(best, spreads=self.spreads(best, edge, since, now, step_s, loud))

@@ -959,9 +959,10 @@ def test_four_live_causes_on_an_h100_are_each_raised_in_their_own_episode_with_t
             and why.startswith("allocator churn")), (onset - H100X[3][1], churn.fired_at - H100X[3][1], decided, why[:80])
     # the further change (+19% -> +47% over the turn, the host slower in every phase) is held by
     # nothing of its own: the episode still shows the job's change it came on top of, never "the
-    # host's own pace?" against its own start
+    # host's own pace?" against its own start; the job's change shown by its calls, as the why
+    # names it (the sync phase, +5.1 ms, is what they do to the step)
     assert churn.earlier and churn.decided == "job" and churn.summary.endswith(
-        "a change of the job: sync +5.1 ms/step (0.0 -> 5.1 ms); the further change: no one thing the agent "
+        "a change of the job: allocator calls 0.0 -> 110.7 per step; the further change: no one thing the agent "
         "measures beside the step time holds it"), (churn.decided, churn.summary)
     _none_outside(alerts, H100X)
 
@@ -1032,3 +1033,6 @@ def test_four_live_causes_again_each_their_own_episode_with_the_cause_first_and_
     (churn,) = [a for a in alerts if a.onset >= start - 15]
     assert churn.fired_at - start <= 60 and churn.decided == "job" and churn.diagnosis.startswith(
         "allocator churn"), (churn.fired_at - start, churn.decided, churn.diagnosis[:80])
+    # its text shows the calls, as its why does (live: "sync +4.2 ms/step", the host waiting on the
+    # device, which is what the calls do to the step)
+    assert "a change of the job: allocator calls 0.0 -> " in churn.fired_summary, churn.fired_summary
