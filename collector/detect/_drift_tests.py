@@ -219,8 +219,7 @@ class ShiftTests:
         onset moved to the optimizer's own change 20 s later, where 25 s of blocks give no spread:
         not raised, and the next windows fell back under the raise (tests/data/real/diag/h200zzc)."""
         return (read is not None and moved is not None and moved is not read and moved.spreads is None
-                and moved.kind != Kind.ALLOCATOR and (moved.kind, moved.name) == (read.kind, read.name)
-                and self.holds(read))
+                and (moved.kind, moved.name) == (read.kind, read.name) and self.holds(read))
 
     def backing_at(self, onset_at: float, ref: float, shift: float) -> tuple[Optional[Backing], tuple, Optional[tuple]]:
         """The rank's evidence of a shift of ``shift`` (log) above ``ref`` from ``onset_at``, what

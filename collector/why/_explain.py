@@ -163,7 +163,7 @@ def diagnose(r: Optional[_Rank], since: float, reference: Optional[tuple] = None
         text = f"no measured contributor explains the {step_delta:+.1f} ms/step; " + text
     elif not explained:  # (a floor detector's raise, or read before the steps after the onset
         # grew: a launch-bound job's p10 +8% read "no measured contributor explains the -0.0
-        # ms/step" beside its +8% alert, bench/results/real_h200zzc.md)
+        # ms/step" beside its +8% alert, bench/results/why_step_not_grown.md)
         text = f"the median step not grown since the onset ({step_delta:+.1f} ms/step); " + text
     tail = [*first, _clocks(gpu, since), _activity(gpu, since), _retries(alloc, since), *last]
     churn = _churn(alloc, blocks, lo, edge, since, after[-1][2])
