@@ -103,7 +103,10 @@ def test_the_diagnosis_names_the_injected_cause_first(jobs, cause):
     (alert,) = drift_alert(jobs, f"cause-{cause}")
     diagnosis = alert["diagnosis"]
     print(f"\n{cause}: {alert['summary']}\n  why: {diagnosis}")
-    assert diagnosis.startswith(CAUSES[cause] + " +"), diagnosis
+    # (decided "" says the phase times could not be compared at the raise, "steps" that they were
+    # and held nothing: a CI run's optimizer job once read "no measured contributor explains the
+    # +12.7 ms/step; ...; phases: no profiler window from before the onset", not seen since)
+    assert diagnosis.startswith(CAUSES[cause] + " +"), (diagnosis, alert["decided"], alert["evidence"])
     assert "profiler window" not in diagnosis, diagnosis  # none was needed
     assert abs(alert["step"] - FROM) <= 60, alert
     if cause == "dataloader":
