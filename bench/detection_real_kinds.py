@@ -2,7 +2,7 @@
 results on the real corpus, tabulated per kind (steady, launch-bound, wandering host, 2-GPU),
 held out and all.
 
-    python bench/detection_real_kinds.py --steps S.json [--ramps R15.json R30.json R60.json ...] \
+    python bench/detection_real_kinds.py --steps S.json [LONGER.json ...] [--ramps R15.json R30.json R60.json ...] \
         [--pulses P.json] [--md OUT.md]
 
 A recording's kind is read from the recording itself (rank 0 after its first 3 minutes, when the
@@ -17,7 +17,15 @@ for +3% after it; a ramp: no later than 10 minutes after it reached +5%; a pulse
 an episode of its own), "ended first" where nothing was raised and the play ended before the
 target time. False episodes: on the recordings as they are (steps run) and on the pulses' plays
 (their false episodes, then those raised between pulses). ``--ramps`` files given later replace
-an earlier file's entries for the same recording and ramp (the longer plays).
+an earlier file's entries for the same recording and ramp (the longer plays); so do ``--steps``
+files after the first for a recording's steps (+3/+5/+10%; its false episodes stay those of the
+first file, the recording as it is).
+
+Each part is also counted over the injections that **move evidence**: a recording that carries
+phase times (every injection moves its phase's device time, or the loader's wait, with the
+step), or an injection into the loader's wait (every recording carries it). An injection into a
+phase of a recording without phase times moves the step time alone: the host's own wander, as
+far as the detector can tell, which issue 65 asks to need more before it is raised.
 """
 
 from __future__ import annotations
@@ -31,6 +39,8 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from stepwatch.collector.tools.corpus import load  # noqa: E402
+
+EVIDENCE = "evidence moves"  # the part's suffix for injections that move their evidence
 
 CORPUS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests", "data", "real")
 KINDS = ("steady", "launch-bound", "wandering host", "2-GPU")
@@ -46,12 +56,13 @@ MEDIAN_S = 30.0
 def traits(name: str) -> dict:
     """Rank 0's median step, the 10th-90th percentile span of its 30-s medians over that median
     (from 3 minutes after its first step), and the number of ranks."""
-    ranks, pts = set(), []
+    ranks, pts, phases = set(), [], False
     for o in load(os.path.join(CORPUS, name)):
         if o["kind"] != "batch":
             continue
         rank = int(o.get("rank", 0))
         ranks.add(rank)
+        phases = phases or bool(o["batch"].get("phase_times"))
         if rank == 0:
             pts += [(float(s["end_time_s"]), float(s["duration_s"])) for s in o["batch"].get("steps", ())
                     if not s.get("profiled")]
@@ -69,9 +80,9 @@ def traits(name: str) -> dict:
             cur, edge = [], edge + MEDIAN_S * (1 + int((t - edge) // MEDIAN_S))
         cur.append(d)
     if len(meds) < 3:
-        return {"step_ms": step * 1e3, "wander": None, "ranks": len(ranks)}  # (too short to say)
+        return {"step_ms": step * 1e3, "wander": None, "ranks": len(ranks), "phases": phases}  # (too short to say)
     q = statistics.quantiles(meds, n=10)
-    return {"step_ms": step * 1e3, "wander": (q[8] - q[0]) / step, "ranks": len(ranks)}
+    return {"step_ms": step * 1e3, "wander": (q[8] - q[0]) / step, "ranks": len(ranks), "phases": phases}
 
 
 def kinds_of(t: dict) -> list[str]:
@@ -97,11 +108,25 @@ def _count(cell: dict, delay, data_after, limit: float) -> None:
         cell["ended_first"] += 1
 
 
-def tabulate(steps: dict, ramps: list, pulses) -> tuple[dict, dict]:
-    """``({name: traits + kinds + held_out}, {(part, kind, column): cell})``; part: "held out" / "all"."""
+def moves_evidence(rec: dict, where) -> bool:
+    """Whether an injection at ``where`` moves its evidence with the step on the recording ``rec``
+    (its traits): it carries phase times, or the change is the loader's wait."""
+    return bool(rec.get("phases")) or where == "loader"
+
+
+def tabulate(steps: dict, ramps: list, pulses, longer: tuple = ()) -> tuple[dict, dict]:
+    """``({name: traits + kinds + held_out}, {(part, kind, column): cell})``; part: "held out" /
+    "all", each also with " (evidence moves)" (:func:`moves_evidence`). ``longer``: further steps
+    runs whose entries replace the first's changes for their recordings."""
     recs: dict = {}
     for r in steps["recordings"]:
-        recs[r["name"]] = {"held_out": r["held_out"], "steps": r}
+        recs[r["name"]] = {"held_out": r["held_out"], "steps": r, "changes": r["changes"]}
+    for doc in longer:
+        for r in doc["recordings"]:
+            if r["name"] in recs:
+                recs[r["name"]]["changes"] = {**recs[r["name"]]["changes"],
+                                              **{c: v for c, v in r["changes"].items() if c in STEPS}}
+                recs[r["name"]]["longer"] = r.get("repeat", 1)
     ramp_of: dict = {}
     for doc in ramps:
         for r in doc["recordings"]:
@@ -114,7 +139,8 @@ def tabulate(steps: dict, ramps: list, pulses) -> tuple[dict, dict]:
         rec.update(traits(name))
         rec["kinds"] = kinds_of(rec)
         parts = ("held out", "all") if rec["held_out"] else ("all",)
-        for part in parts:
+        for part in parts + tuple(f"{p} ({EVIDENCE})" for p in parts):
+            only = part.endswith(f"({EVIDENCE})")
             for kind in rec["kinds"]:
                 def cell(col):
                     return table.setdefault((part, kind, col), _cell())
@@ -122,14 +148,17 @@ def tabulate(steps: dict, ramps: list, pulses) -> tuple[dict, dict]:
                 fe["injected"] += 1
                 fe["within"] += len(rec["steps"].get("healthy_episodes", ()))
                 for change, limit in STEPS.items():
-                    for c in rec["steps"]["changes"].get(change, ()):
-                        _count(cell(change), c.get("delay_s") if c.get("raised") else None, c.get("data_after_s"), limit)
+                    for c in rec["changes"].get(change, ()):
+                        if not only or moves_evidence(rec, c.get("where")):
+                            _count(cell(change), c.get("delay_s") if c.get("raised") else None,
+                                   c.get("data_after_s"), limit)
                 for change in RAMPS:
                     for c in ramp_of.get((name, change), ()):
-                        _count(cell(change), c.get("delay_s") if c.get("raised") else None, c.get("data_after_s"),
-                               RAMP_TARGET_S)
+                        if not only or moves_evidence(rec, c.get("where")):
+                            _count(cell(change), c.get("delay_s") if c.get("raised") else None,
+                                   c.get("data_after_s"), RAMP_TARGET_S)
                 p = pulses_of.get(name)
-                if p is not None:
+                if p is not None:  # (the pulses are played only on recordings with phase times)
                     pc, pf = cell("pulses"), cell("pulse plays false / between")
                     pf["injected"] += 1
                     pf["within"] += len(p.get("false_episodes", ()))
@@ -151,7 +180,7 @@ def render(recs: dict, table: dict, sources: list[str]) -> str:
            "span 5% or more (10th-90th percentile); 2-GPU; steady otherwise. A recording may count "
            "in two kinds. Cells: within target / injected (ended first: nothing raised before the "
            "play ended).", "", head, "|" + "---|" * (5 + len(cols))]
-    for part in ("held out", "all"):
+    for part in ("held out", "all", f"held out ({EVIDENCE})", f"all ({EVIDENCE})"):
         for kind in KINDS:
             n = table.get((part, kind, "false episodes"))
             if n is None:
@@ -167,26 +196,30 @@ def render(recs: dict, table: dict, sources: list[str]) -> str:
             pf = table.get((part, kind, "pulse plays false / between"))
             row.append(f"{pf['within']} / {pf['ended_first']}" if pf else "-")
             out.append("| " + " | ".join(row) + " |")
-    out += ["", "| recording | held out | kinds | step (ms) | 30-s medians' span | ranks |", "|---|---|---|---:|---:|---:|"]
+    out += ["", "| recording | held out | kinds | step (ms) | 30-s medians' span | ranks | phase times | steps played |",
+            "|---|---|---|---:|---:|---:|---|---:|"]
     for name in sorted(recs):
         r = recs[name]
         out.append(f"| {name} | {'yes' if r['held_out'] else 'no'} | {', '.join(r['kinds'])} | "
-                   f"{r['step_ms']:.1f} | {'-' if r['wander'] is None else format(r['wander'], '.1%')} | {r['ranks']} |")
+                   f"{r['step_ms']:.1f} | {'-' if r['wander'] is None else format(r['wander'], '.1%')} | {r['ranks']} | "
+                   f"{'yes' if r.get('phases') else 'no'} | {r.get('longer', r['steps'].get('repeat', 1))}x |")
     return "\n".join(out) + "\n"
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--steps", required=True, help="bench/detection_real.py's JSON with the steps (+3/+5/+10%%)")
+    p.add_argument("--steps", nargs="+", required=True,
+                   help="bench/detection_real.py's JSON with the steps (+3/+5/+10%%); later ones (longer plays) "
+                        "replace the first's steps for their recordings")
     p.add_argument("--ramps", nargs="*", default=[], help="its JSONs with ramps; later ones replace earlier entries")
     p.add_argument("--pulses", default=None, help="bench/evidence_pulses.py's JSON")
     p.add_argument("--md")
     a = p.parse_args()
-    steps = json.load(open(a.steps))
+    steps, *longer = [json.load(open(f)) for f in a.steps]
     ramps = [json.load(open(f)) for f in a.ramps]
     pulses = json.load(open(a.pulses)) if a.pulses else None
-    recs, table = tabulate(steps, ramps, pulses)
-    sources = [steps.get("command", a.steps)] + [d.get("command", "") for d in ramps] + (
+    recs, table = tabulate(steps, ramps, pulses, tuple(longer))
+    sources = [d.get("command", f) for d, f in zip([steps, *longer], a.steps)] + [d.get("command", "") for d in ramps] + (
         [pulses.get("command", "")] if pulses else [])
     text = render(recs, table, sources)
     print(text)

@@ -22,6 +22,15 @@ level, as always) - unless it began at the end of one of the agent's profiler wi
 raised as stepwatch's own cost (below) wherever it falls. The settled level never follows the job up: a slow ramp is
 measured against it however long it takes.
 
+**A slow change, decided by its evidence since settling** (``ShiftTests.since_settled``). A
+warning-sized shift above the settled level that stays under ``z`` spreads (a host that wanders)
+and that no onset's evidence holds (a ramp: the level before any onset holds most of it) is
+raised when the loader's wait read against the rank's settling span holds it and stands
+``evidence_z`` of its own spreads out (the loader's wait only: a phase's device time drifts
+over minutes by itself); its episode stays
+open while that evidence stays grown, however the host's pace moves the step under it
+(``ShiftTests.slow_holds``). Read while the settling span is in the evidence's kept 30 minutes.
+
 **Noise** (:mod:`._drift_noise`). The job's own spread at each test window, from the quiet
 history (buckets outside episodes, the last ``noise_history_s``). A shift must stand ``z``
 spreads out to raise; ``reach()``
@@ -346,6 +355,7 @@ class DriftDetector:
     def _judge(self) -> bool:
         old = self.condition
         if old is None:
+            self._t.settled_at = self._settled_at
             for sev in (CRITICAL, WARNING, INFO):
                 found = self._t.test(sev, self._settled)  # (a shift under z spreads that its evidence holds raises too)
                 raised = None if found is None else self._raise(sev, found)
@@ -359,7 +369,7 @@ class DriftDetector:
         since = self._after_onset(self._t.n_clear)
         recent = median(hist.tail(2, max(1, since)))
         gone = recent - self._ep.ref >= min(math.log1p(self.cfg.info_ratio) / 2, _CLEAR_SHARE * self._ep.raised)
-        if not gone or self._t.evidence_gone(self._ep, recent, self._settled):
+        if (not gone and not self._t.slow_holds(self._ep)) or self._t.evidence_gone(self._ep, recent, self._settled):
             # no test window reaches back into the episode that ended: the info window (240 s)
             # read 5 s after a +10% pulse's end still held it, and raised it again at +5%
             self._t.ended_at = hist[-1][1]
@@ -427,6 +437,9 @@ class DriftDetector:
         k = estimate_onset(ys, ref, shift, self._t.clip)
         onset_at = rows[k][1] - self.cfg.bucket_s
         window = self._steps.window_at(onset_at, shift)
+        if found.slow is not None:  # (a slow change: raised on its evidence since settling)
+            return self._ep.open(sev, (int(rows[k][0]), onset_at), ref, shift, None, found.slow, self._settled_at,
+                                 slow=True)
         backing, unknown, span = self._t.backing_at(onset_at, ref, shift)
         if window is not None and backing is not None and backing.kind in _NO_WINDOW_MAKES and not backing.host_paced:
             window = None  # (a window's after-effect is the host's cost spread over every phase)

@@ -101,6 +101,7 @@ class Episode:
         # it), so that the episode still ends once that change has gone (ShiftTests.evidence_gone)
         self.held: Optional[tuple[Backing, tuple]] = None
         self.against_before = False  # the latest onset a further change measured against the level before it
+        self.slow = False  # raised on its evidence since the rank settled (ShiftTests.since_settled)
         self.condition: Optional[Condition] = None
         self.version = 0
 
@@ -110,19 +111,20 @@ class Episode:
             self.condition, self.onset, self.ref = None, None, None
             self.change, self.began = 0, None
             self.backing, self.unknown, self.backing_span = None, (), None
-            self.held, self.against_before = None, False
+            self.held, self.against_before, self.slow = None, False, False
             self.version += 1
 
     def open(self, sev: str, onset: tuple[int, float], ref: float, shift: float, window: Optional[int],
-             backing: tuple, settled_at: Optional[float]) -> bool:
+             backing: tuple, settled_at: Optional[float], slow: bool = False) -> bool:
         """Raise an episode at ``sev``: a shift of ``shift`` (log) above ``ref`` from ``onset``
         (step, Unix time), with what :meth:`ShiftTests.backing_at` read there; ``window``: the
         agent's profiler window it began at (then it is stepwatch's own cost), or None;
         ``settled_at``: when the job's level it is compared with was settled (None: the level
-        before). True when the condition changed (or a back-off already heard is noted)."""
+        before); ``slow``: raised on its evidence read against the settling span. True when the
+        condition changed (or a back-off already heard is noted)."""
         onset_at = onset[1]
         self.backing, self.unknown, self.backing_span = backing
-        self.held = None
+        self.held, self.slow = None, slow
         self._hold()
         self.onset, self.ref, self.raised = onset, ref, shift
         self.against_before = False

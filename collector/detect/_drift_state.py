@@ -38,7 +38,7 @@ def drift_state(d) -> Optional[dict]:
                           "evidence": dataclasses.asdict(ep.backing) if ep.backing is not None else None,
                           "unknown": list(ep.unknown),
                           "span": list(ep.backing_span) if ep.backing_span is not None else None,
-                          "against_before": ep.against_before}
+                          "against_before": ep.against_before, "slow": ep.slow}
         if ep.held is not None and ep.held[0] is not ep.backing:  # (a further change that nothing holds)
             out["episode"]["held"] = {"evidence": dataclasses.asdict(ep.held[0]), "span": list(ep.held[1])}
     return out
@@ -95,6 +95,7 @@ def _restore_evidence(ep, e: dict) -> None:
         backing, unknown, span = None, (PHASE_TIMES,), None
     ep.backing, ep.unknown, ep.backing_span = backing, unknown, span
     ep.against_before = bool(e.get("against_before", False)) and span is not None
+    ep.slow = e.get("slow", False) is True and backing is not None and span is not None
     ep.held = (backing, span) if backing is not None and span is not None else None
     held = e.get("held")
     if isinstance(held, dict):

@@ -12,6 +12,7 @@ seconds before its wait changed: :meth:`ShiftTests.led`), and which, gone, ends 
 from __future__ import annotations
 
 import collections
+import dataclasses
 import itertools
 import math
 from typing import TYPE_CHECKING, NamedTuple, Optional, Union
@@ -81,6 +82,9 @@ class Found(NamedTuple):
     # at one onset, the raise's own read held only the GPU's busy time; a false warning between two
     # causes, tests/data/real/diag/h100q)
     held: bool = False
+    # a slow change (:meth:`ShiftTests.since_settled`): its evidence as read against the settling
+    # span ((backing, unknown, span) as :meth:`ShiftTests.backing_at` returns), raised on that read
+    slow: Optional[tuple] = None
 
 
 class ShiftTests:
@@ -105,6 +109,7 @@ class ShiftTests:
         self.clip = math.log(cfg.pause_ratio)
         self.noise = Noise(cfg.z, self.n, max(1, math.ceil(noise_history_s / b)), self.ratio)
         self.ended_at: Optional[float] = None
+        self.settled_at: Optional[float] = None  # when the rank settled (its settling span ends there)
         self.outlast = 0
         self.waves: Union[tuple, collections.deque] = ()  # a deque from the first wave on (:meth:`add_wave`)
         self.left_out: Union[tuple, collections.deque] = ()  # ... from the first span on (:meth:`leave_out`)
@@ -331,6 +336,20 @@ class ShiftTests:
         grown = self.evidence.grown(b, span[0], span[1], since, now, span[2])
         return grown is not None and grown < _GONE_SHARE * (b.after - b.before)
 
+    def slow_holds(self, ep: Episode) -> bool:
+        """Whether a slow change's episode (:meth:`since_settled`) still holds its evidence over
+        the clear window against the settling span, at least ``_GONE_SHARE`` of what it held at
+        the raise: the job's change is still there however the host's pace moves the step under
+        it (a slow loader raised on a launch-bound host resolved each time the host's 60-s median
+        dipped and was raised again: bench/results/since_settled.md). Only while the settling
+        span is in the evidence's blocks."""
+        if not ep.slow or ep.backing is None or ep.backing_span is None or self.evidence is None:
+            return False
+        lo, edge, step_s = ep.backing_span
+        now = self.history[-1][1]
+        grown = self.evidence.grown(ep.backing, lo, edge, max(ep.onset[1], now - self.cfg.clear_s), now, step_s)
+        return grown is not None and grown >= _GONE_SHARE * (ep.backing.after - ep.backing.before)
+
     def test(self, sev: str, settled: float) -> Optional["Found"]:
         """The shift of ``sev``'s window against the settled level, else the level just before
         the window (not for a shift that nothing holds when that level is a dip within the job's
@@ -361,7 +380,43 @@ class ShiftTests:
                 held = not early and shift < self.cfg.z * self.noise.get(sev)
                 return Found(shift, ref, which, spared, held=held)  # (a shift its evidence holds is the job's: no wave holds it)
         led = self.led(sev) if sev != INFO else None
-        return None if led is None else Found(led[0], led[1], "led", False, led[2])
+        if led is not None:
+            return Found(led[0], led[1], "led", False, led[2])
+        return self.since_settled(sev, settled)
+
+    def since_settled(self, sev: str, settled: float) -> Optional[Found]:
+        """A warning-sized shift above the settled level (its size and two thirds of the window's
+        buckets above half of it, as :meth:`shift`) whose evidence, read from the rank's settling
+        span to the window, holds it and stands ``evidence_z`` of its source's own spreads out
+        (those spreads measured up to the window): a change of the job too slow to show at any
+        onset (a ramp: at each onset read, the level before holds most of it), on a host whose
+        wander keeps the step under ``z`` spreads. The loader's wait only: a phase's device time
+        drifts by itself over minutes further than its spreads over adjacent runs tell (a live
+        H200 job's optimizer 5.1 ms while it settled, 6.5 ms 10 minutes later with no cause on:
+        raised as a change of the job by its phases, tests/data/real/diag/h200zzb), while a
+        healthy loader's wait stays near nothing. Only while the settling span is in the
+        evidence's blocks (30 minutes)."""
+        if sev != WARNING or self.evidence is None or self.settled_at is None:
+            return None
+        n = self.n[sev]
+        shift = self._sized(sev, settled, n)
+        if shift is None:
+            return None
+        b = self.cfg.bucket_s
+        now = self.history[-1][1]
+        since = now - n * b
+        lo, edge = self.settled_at - self.cfg.settle_s, self.settled_at
+        if since - edge < MIN_BEFORE_S:
+            return None  # (a change this soon after settling is read at its onset, as any)
+        step_s = math.exp(settled)
+        backing, unknown = self.evidence.backing(lo, edge, since, now, step_s, step_s * math.expm1(shift), self.loud)
+        if backing is None or backing.kind != Kind.LOADER:
+            return None
+        backing = dataclasses.replace(backing, spreads=self.evidence.spreads(backing, since, since, now, step_s,
+                                                                               self.loud))
+        if not self.holds(backing):
+            return None
+        return Found(shift, settled, "settled", False, held=True, slow=(backing, tuple(unknown), (lo, edge, step_s)))
 
     def led(self, sev: str) -> Optional[tuple[float, float, float]]:
         """(shift, reference, onset time) of a change that its source dates inside ``sev``'s window: the

@@ -304,6 +304,26 @@ def test_a_ramp_injected_into_a_real_series_is_raised_against_the_settled_level(
     assert "vs this job's level settled at" in drift[0].fired_summary, drift[0].fired_summary
 
 
+def test_a_slow_loader_ramp_on_a_launch_bound_host_is_raised_on_its_evidence_since_settling(lines):
+    """The held-out launch-bound H200 job (11.8 ms steps, its 10-s medians wobbling 15-20%) played
+    six times at matching levels; the loader's wait ramped to +5% of the step over 15 minutes
+    from 270 s. At any onset the level before holds most of a ramp, and the host's wander keeps
+    the step under ``z`` of its spreads: never raised before. Its wait read against the rank's
+    settling span stands out (``ShiftTests.since_settled``): raised no later than 10 minutes
+    after it reached +5%, against the settled level, as a change of the job naming the wait, in
+    one episode that stays open while the wait stays grown (``ShiftTests.slow_holds``)."""
+    series = repeat(lines("h200zw_1gpu_s.jsonl.gz"), 6, match=True)
+    at = first_step_time(series) + 270
+    alerts = replay(events(inject(series, "ramp", 0.05, at, 900, "loader")), DetectionConfig())
+    slow = [a for a in alerts if a.alertname == "StepwatchThroughputDrift" and a.fired_at >= at
+            and "data-loader wait" in a.fired_summary]
+    assert len(slow) == 1, [(a.fired_at - at, a.fired_summary) for a in alerts]
+    (a,) = slow
+    assert a.fired_at <= at + 900 + 600 and a.decided == "job" and a.ends_at is None, (
+        a.fired_at - at - 900, a.decided, a.ends_at)
+    assert "vs this job's level settled at" in a.fired_summary, a.fired_summary
+
+
 def test_one_slow_data_loader_in_a_real_2_gpu_job_is_named_once(lines):
     """Rank 1's data loader 20 ms slower per step (+40% of the 50 ms step) from 240 s into the
     held-out real 2-GPU DDP job, every rank's step longer by it (lockstep): rank 1 is named a
