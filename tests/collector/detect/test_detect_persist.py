@@ -632,3 +632,27 @@ def test_ranks_that_arm_together_are_saved_over_the_next_ticks_none_left_out(tmp
     store.close()
     again = DriftStore(str(tmp_path))
     assert all(again.load("j", r) is not None for r in range(7))
+
+
+def test_a_slow_loader_episode_stays_open_across_a_restart(tmp_path):
+    """The held-out launch-bound h200zw played six times, its loader's wait ramped to +5% of the
+    step over 15 minutes from 270 s (test_real_corpus's slow loader ramp), the collector restarted
+    3 minutes after that slow change was raised: the restarted rank's episode goes on with its
+    onset, decided by the wait, and stays open to the end while the wait stays grown (the
+    episode's ``slow`` is saved: without it the restarted episode resolved as the host's pace
+    dipped the step, though the wait was still grown)."""
+    from stepwatch.collector.detect import DetectionConfig
+    from stepwatch.collector.tools.corpus import events, first_step_time, inject, load, repeat
+
+    series = repeat(load(str(pathlib.Path(__file__).parents[2] / "data" / "real" / "h200zw_1gpu_s.jsonl.gz")), 6,
+                    match=True)
+    at = first_step_time(series) + 270
+    evs = list(events(inject(series, "ramp", 0.05, at, 900, "loader")))
+    slow = [a for a in _replayed_with_a_restart(evs, DetectionConfig(), math.inf, tmp_path)[0]
+            if a.fired_at and a.fired_at >= at and "data-loader wait" in a.fired_summary]
+    assert len(slow) == 1, [a.fired_summary for a in slow]
+    before, after = _replayed_with_a_restart(evs, DetectionConfig(), slow[0].fired_at + 180, tmp_path / "r")
+    going = [a for a in after if a.alertname == "StepwatchThroughputDrift" and abs(a.onset - slow[0].onset) < 1]
+    assert len(going) == 1 and going[0].ends_at is None and going[0].decided == "job", [
+        (a.onset - slow[0].onset, a.ends_at, a.summary) for a in after]
+    assert [a for a in after if a.alertname == "StepwatchThroughputDrift" and a.onset > slow[0].onset + 1] == []
