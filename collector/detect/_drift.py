@@ -29,7 +29,8 @@ raised when the loader's wait read against the rank's settling span holds it and
 ``evidence_z`` of its own spreads out (the loader's wait only: a phase's device time drifts
 over minutes by itself); its episode stays
 open while that evidence stays grown, however the host's pace moves the step under it
-(``ShiftTests.slow_holds``). Read while the settling span is in the evidence's kept 30 minutes.
+(``ShiftTests.slow_holds``). The wait's level while the rank settled is kept once read (not
+across a collector restart).
 
 **Noise** (:mod:`._drift_noise`). The job's own spread at each test window, from the quiet
 history (buckets outside episodes, the last ``noise_history_s``). A shift must stand ``z``

@@ -12,7 +12,6 @@ seconds before its wait changed: :meth:`ShiftTests.led`), and which, gone, ends 
 from __future__ import annotations
 
 import collections
-import dataclasses
 import itertools
 import math
 from typing import TYPE_CHECKING, NamedTuple, Optional, Union
@@ -110,6 +109,7 @@ class ShiftTests:
         self.noise = Noise(cfg.z, self.n, max(1, math.ceil(noise_history_s / b)), self.ratio)
         self.ended_at: Optional[float] = None
         self.settled_at: Optional[float] = None  # when the rank settled (its settling span ends there)
+        self._settled_wait: Optional[tuple[float, float]] = None  # (settled_at, the loader's wait then, s)
         self.outlast = 0
         self.waves: Union[tuple, collections.deque] = ()  # a deque from the first wave on (:meth:`add_wave`)
         self.left_out: Union[tuple, collections.deque] = ()  # ... from the first span on (:meth:`leave_out`)
@@ -341,8 +341,7 @@ class ShiftTests:
         the clear window against the settling span, at least ``_GONE_SHARE`` of what it held at
         the raise: the job's change is still there however the host's pace moves the step under
         it (a slow loader raised on a launch-bound host resolved each time the host's 60-s median
-        dipped and was raised again: bench/results/since_settled.md). Only while the settling
-        span is in the evidence's blocks."""
+        dipped and was raised again: bench/results/since_settled.md)."""
         if not ep.slow or ep.backing is None or ep.backing_span is None or self.evidence is None:
             return False
         lo, edge, step_s = ep.backing_span
@@ -394,8 +393,10 @@ class ShiftTests:
         drifts by itself over minutes further than its spreads over adjacent runs tell (a live
         H200 job's optimizer 5.1 ms while it settled, 6.5 ms 10 minutes later with no cause on:
         raised as a change of the job by its phases, tests/data/real/diag/h200zzb), while a
-        healthy loader's wait stays near nothing. Only while the settling span is in the
-        evidence's blocks (30 minutes)."""
+        healthy loader's wait stays near nothing. The wait alone (as :meth:`led` reads it), not
+        set against the phases: the data phase, which holds it, is paced by it. Its level while
+        the rank settled is kept once read, so a ramp is judged against it after the settling
+        span's blocks are gone (30 minutes; not across a collector restart)."""
         if sev != WARNING or self.evidence is None or self.settled_at is None:
             return None
         n = self.n[sev]
@@ -408,15 +409,17 @@ class ShiftTests:
         lo, edge = self.settled_at - self.cfg.settle_s, self.settled_at
         if since - edge < MIN_BEFORE_S:
             return None  # (a change this soon after settling is read at its onset, as any)
-        step_s = math.exp(settled)
-        backing, unknown = self.evidence.backing(lo, edge, since, now, step_s, step_s * math.expm1(shift), self.loud)
-        if backing is None or backing.kind != Kind.LOADER:
+        if self._settled_wait is None or self._settled_wait[0] != edge:
+            level = self.evidence.wait_level(lo, edge)  # (kept: the blocks leave after 30 minutes)
+            self._settled_wait = None if level is None else (edge, level)
+        if self._settled_wait is None:
             return None
-        backing = dataclasses.replace(backing, spreads=self.evidence.spreads(backing, since, since, now, step_s,
-                                                                               self.loud))
+        step_s = math.exp(settled)
+        backing = self.evidence.wait_since(self._settled_wait[1], edge, since, now, step_s,
+                                           step_s * math.expm1(shift), self.loud)
         if not self.holds(backing):
             return None
-        return Found(shift, settled, "settled", False, held=True, slow=(backing, tuple(unknown), (lo, edge, step_s)))
+        return Found(shift, settled, "settled", False, held=True, slow=(backing, (), (lo, edge, step_s)))
 
     def led(self, sev: str) -> Optional[tuple[float, float, float]]:
         """(shift, reference, onset time) of a change that its source dates inside ``sev``'s window: the

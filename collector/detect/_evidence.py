@@ -275,6 +275,26 @@ class RankEvidence:
             return None
         return dataclasses.replace(b, spreads=self.spreads(b, edge, since, now, step_s, loud))
 
+    def wait_level(self, lo: float, edge: float) -> Optional[float]:
+        """The loader's mean wait per step (seconds) over ``lo..edge``, the median of its blocks
+        there; None with fewer than ``_MIN_BLOCKS`` of them kept."""
+        before = [r[1] for r in self.waits if lo <= r[0] < edge]
+        return median(before) if len(before) >= _MIN_BLOCKS else None
+
+    def wait_since(self, level: float, edge: float, since: float, now: float, step_s: float, delta_s: float,
+                   loud: Callable[[], Sequence[tuple]] = tuple) -> Optional[Backing]:
+        """:meth:`wait_backing` against a level read before (``level``, seconds: the wait while
+        the rank settled, :meth:`wait_level`), its spreads measured up to ``since``; ``edge``
+        only names the span for the record. None when the wait does not hold ``delta_s``."""
+        after = [r[1] for r in self.waits if since <= r[0] <= now + _BLOCK_S]
+        if delta_s <= 0 or len(after) < _MIN_BLOCKS:
+            return None
+        a = median(after)
+        if a - level < (_WAIT_SHARE if a >= _WAIT_TIMES * level else _SHARE) * delta_s:
+            return None
+        b = Backing(Kind.LOADER, "data-loader wait", level * 1e3, a * 1e3, "ms", (a - level) / delta_s)
+        return dataclasses.replace(b, spreads=self.spreads(b, since, since, now, step_s, loud))
+
     def _source(self, kind: str, ks: tuple = (), points: int = 0) -> tuple:
         """(key, rows) of one source of the evidence as :class:`SourceNoise` measures it: a phase
         or the device's work (the columns ``ks`` of the blocks of ``points``), or the loader's wait."""

@@ -363,3 +363,24 @@ def test_an_episode_decided_by_its_evidence_keeps_it_across_a_collector_restart(
     other = DriftDetector(cfg, "j", 0, evidence=RankEvidence())
     other.restore(damaged)
     assert other.condition is not None and other.condition.decided == "" and other.condition.evidence is None
+
+
+def test_the_wait_against_its_settled_level_holds_a_slow_change_and_a_still_wait_holds_nothing():
+    """``wait_level`` reads the wait over a span; ``wait_since`` holds a shift against that level
+    read before, after the span's blocks are gone: 0.4 ms a step while settling, 8.4 ms 40
+    minutes later holds +8 ms a step, in its own spreads; the same wait unchanged holds nothing,
+    nor does a wait that grew too little for the shift."""
+    ev = RankEvidence()
+    _feed(ev, T0, T0 + 180)
+    level = ev.wait_level(T0 + 60, T0 + 180)
+    assert level is not None and abs(level - 0.0004) < 0.00005, level
+    _feed(ev, T0 + 180, T0 + 2400, wait=0.0004)
+    _feed(ev, T0 + 2400, T0 + 2500, wait=0.0084)
+    assert ev.wait_level(T0 + 60, T0 + 180) is None  # (30 minutes of blocks kept: the span is gone)
+    b = ev.wait_since(level, T0 + 180, T0 + 2410, T0 + 2500, 0.040, 0.008)
+    assert b is not None and b.name == "data-loader wait" and 7.9 < b.after - b.before < 8.5, b
+    assert b.spreads is not None and b.spreads > 4, b
+    assert ev.wait_since(level, T0 + 180, T0 + 2410, T0 + 2500, 0.040, 0.030) is None  # (+8 of +30 ms)
+    still = RankEvidence()
+    _feed(still, T0, T0 + 2500)
+    assert still.wait_since(level, T0 + 180, T0 + 2410, T0 + 2500, 0.040, 0.008) is None
