@@ -399,6 +399,13 @@ class ShiftTests:
         span's blocks are gone (30 minutes; not across a collector restart)."""
         if sev != WARNING or self.evidence is None or self.settled_at is None:
             return None
+        lo, edge = self.settled_at - self.cfg.settle_s, self.settled_at
+        if self._settled_wait is None or self._settled_wait[0] != edge:
+            # (read at the first test after settling, and kept: the blocks leave after 30 minutes)
+            level = self.evidence.wait_level(lo, edge)
+            self._settled_wait = None if level is None else (edge, level)
+        if self._settled_wait is None:
+            return None
         n = self.n[sev]
         shift = self._sized(sev, settled, n)
         if shift is None:
@@ -406,14 +413,8 @@ class ShiftTests:
         b = self.cfg.bucket_s
         now = self.history[-1][1]
         since = now - n * b
-        lo, edge = self.settled_at - self.cfg.settle_s, self.settled_at
         if since - edge < MIN_BEFORE_S:
             return None  # (a change this soon after settling is read at its onset, as any)
-        if self._settled_wait is None or self._settled_wait[0] != edge:
-            level = self.evidence.wait_level(lo, edge)  # (kept: the blocks leave after 30 minutes)
-            self._settled_wait = None if level is None else (edge, level)
-        if self._settled_wait is None:
-            return None
         step_s = math.exp(settled)
         backing = self.evidence.wait_since(self._settled_wait[1], edge, since, now, step_s,
                                            step_s * math.expm1(shift), self.loud)
