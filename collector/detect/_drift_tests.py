@@ -416,8 +416,8 @@ class ShiftTests:
         if since - edge < MIN_BEFORE_S:
             return None  # (a change this soon after settling is read at its onset, as any)
         step_s = math.exp(settled)
-        backing = self.evidence.wait_since(self._settled_wait[1], edge, since, now, step_s,
-                                           step_s * math.expm1(shift), self.loud)
+        backing = self.evidence.wait_since(self._settled_wait[1], since, now, step_s, step_s * math.expm1(shift),
+                                           self.loud)
         if not self.holds(backing):
             return None
         return Found(shift, settled, "settled", False, held=True, slow=(backing, (), (lo, edge, step_s)))

@@ -281,18 +281,14 @@ class RankEvidence:
         before = [r[1] for r in self.waits if lo <= r[0] < edge]
         return median(before) if len(before) >= _MIN_BLOCKS else None
 
-    def wait_since(self, level: float, edge: float, since: float, now: float, step_s: float, delta_s: float,
+    def wait_since(self, level: float, since: float, now: float, step_s: float, delta_s: float,
                    loud: Callable[[], Sequence[tuple]] = tuple) -> Optional[Backing]:
         """:meth:`wait_backing` against a level read before (``level``, seconds: the wait while
-        the rank settled, :meth:`wait_level`), its spreads measured up to ``since``; ``edge``
-        only names the span for the record. None when the wait does not hold ``delta_s``."""
-        after = [r[1] for r in self.waits if since <= r[0] <= now + _BLOCK_S]
-        if delta_s <= 0 or len(after) < _MIN_BLOCKS:
+        the rank settled, :meth:`wait_level`), its spreads measured up to ``since``. None when
+        the wait does not hold ``delta_s``."""
+        b = self._wait_over(level, since, now, delta_s) if delta_s > 0 else None
+        if not b:
             return None
-        a = median(after)
-        if a - level < (_WAIT_SHARE if a >= _WAIT_TIMES * level else _SHARE) * delta_s:
-            return None
-        b = Backing(Kind.LOADER, "data-loader wait", level * 1e3, a * 1e3, "ms", (a - level) / delta_s)
         return dataclasses.replace(b, spreads=self.spreads(b, since, since, now, step_s, loud))
 
     def _source(self, kind: str, ks: tuple = (), points: int = 0) -> tuple:
@@ -456,11 +452,16 @@ class RankEvidence:
         return Backing(Kind.GPU, "GPU busy time", b * 1e3, a * 1e3, "ms", (a - b) / delta_s)
 
     def _wait_backing(self, lo, edge, since, now, delta_s):
-        before = [r[1] for r in self.waits if lo <= r[0] < edge]
+        level = self.wait_level(lo, edge)
+        return None if level is None else self._wait_over(level, since, now, delta_s)
+
+    def _wait_over(self, b, since, now, delta_s):
+        """The wait over ``since..now`` against its level ``b`` (seconds) as the evidence of
+        ``delta_s`` per step: a Backing, False when it does not hold it, None with too few blocks."""
         after = [r[1] for r in self.waits if since <= r[0] <= now + _BLOCK_S]
-        if len(before) < _MIN_BLOCKS or len(after) < _MIN_BLOCKS:
+        if len(after) < _MIN_BLOCKS:
             return None
-        b, a = median(before), median(after)
+        a = median(after)
         if a - b < (_WAIT_SHARE if a >= _WAIT_TIMES * b else _SHARE) * delta_s:
             return False
         return Backing(Kind.LOADER, "data-loader wait", b * 1e3, a * 1e3, "ms", (a - b) / delta_s)

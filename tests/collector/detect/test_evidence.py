@@ -377,10 +377,10 @@ def test_the_wait_against_its_settled_level_holds_a_slow_change_and_a_still_wait
     _feed(ev, T0 + 180, T0 + 2400, wait=0.0004)
     _feed(ev, T0 + 2400, T0 + 2500, wait=0.0084)
     assert ev.wait_level(T0 + 60, T0 + 180) is None  # (30 minutes of blocks kept: the span is gone)
-    b = ev.wait_since(level, T0 + 180, T0 + 2410, T0 + 2500, 0.040, 0.008)
+    b = ev.wait_since(level, T0 + 2410, T0 + 2500, 0.040, 0.008)
     assert b is not None and b.name == "data-loader wait" and 7.9 < b.after - b.before < 8.5, b
     assert b.spreads is not None and b.spreads > 4, b
-    assert ev.wait_since(level, T0 + 180, T0 + 2410, T0 + 2500, 0.040, 0.030) is None  # (+8 of +30 ms)
+    assert ev.wait_since(level, T0 + 2410, T0 + 2500, 0.040, 0.030) is None  # (+8 of +30 ms)
     still = RankEvidence()
     _feed(still, T0, T0 + 2500)
-    assert still.wait_since(level, T0 + 180, T0 + 2410, T0 + 2500, 0.040, 0.008) is None
+    assert still.wait_since(level, T0 + 2410, T0 + 2500, 0.040, 0.008) is None

@@ -656,6 +656,16 @@ def _each_cause_its_own_episode(alerts, schedule, firsts, opened=lambda a: (a.on
     return found
 
 
+def _churn_its_own(alerts: list, start: float) -> object:
+    """The one alert of ``alerts`` opened from 15 s before ``start`` (``empty_cache()`` every
+    step, the last cause) on: raised within 60 s of it, decided "job", its why naming allocator
+    churn first. Returns it."""
+    (churn,) = [a for a in alerts if a.onset >= start - 15]
+    assert churn.fired_at - start <= 60 and churn.decided == "job" and churn.diagnosis.startswith(
+        "allocator churn"), (churn.fired_at - start, churn.decided, churn.diagnosis[:80])
+    return churn
+
+
 # h200zt (diag README, held out): five causes live at ed071e6 on a host that wandered ~9% between
 # them; the last two a forward its host paces (213 tiny operators, a busy training thread)
 H200ZT = [("gemm_backward", 1796374488.67, 1796374578.64), ("dataloader", 1796374718.65, 1796374808.67),
@@ -992,9 +1002,7 @@ def test_four_live_causes_on_an_h200_are_each_raised_within_a_minute_with_their_
     own = [s for s in H200ZZB if s[0] != "dataloader"]
     _each_cause_its_own_episode([a for a in alerts if not a.earlier or a.onset > H200ZZB[2][1] - 15], own[:2],
                                 ("backward +", "optimizer +"))
-    (churn,) = [a for a in alerts if a.onset >= H200ZZB[3][1] - 15]
-    assert churn.fired_at - H200ZZB[3][1] <= 60 and churn.decided == "job" and churn.diagnosis.startswith(
-        "allocator churn"), (churn.fired_at - H200ZZB[3][1], churn.decided, churn.diagnosis[:80])
+    _churn_its_own(alerts, H200ZZB[3][1])
     _, start, end = H200ZZB[1]
     (loader,) = [a for a in alerts if start - 15 <= a.onset <= start + 60]
     (host,) = loader.earlier  # (the host's own +6.7%, raised as the loader began)
@@ -1029,10 +1037,7 @@ def test_four_live_causes_again_each_their_own_episode_with_the_cause_first_and_
     alerts = _drift("h200zzc_1gpu_m_pulses.jsonl.gz")
     _none_outside(alerts, H200ZZC)
     _each_cause_its_own_episode(alerts, H200ZZC[:3], ("backward +", "data +", "optimizer +"))
-    _, start, _ = H200ZZC[3]
-    (churn,) = [a for a in alerts if a.onset >= start - 15]
-    assert churn.fired_at - start <= 60 and churn.decided == "job" and churn.diagnosis.startswith(
-        "allocator churn"), (churn.fired_at - start, churn.decided, churn.diagnosis[:80])
+    churn = _churn_its_own(alerts, H200ZZC[3][1])
     # its text shows the calls, as its why does (live: "sync +4.2 ms/step", the host waiting on the
     # device, which is what the calls do to the step)
     assert "a change of the job: allocator calls 0.0 -> " in churn.fired_summary, churn.fired_summary
@@ -1056,8 +1061,5 @@ def test_four_live_causes_on_an_h100_at_this_code_each_their_own_episode_with_th
     alerts = _drift("h100y_1gpu_m_pulses.jsonl.gz")
     _none_outside(alerts, H100Y)
     _each_cause_its_own_episode(alerts, H100Y[:3], ("backward +", "data +", "forward +"))
-    _, start, _ = H100Y[3]
-    (churn,) = [a for a in alerts if a.onset >= start - 15]
-    assert churn.fired_at - start <= 60 and churn.decided == "job" and churn.diagnosis.startswith(
-        "allocator churn"), (churn.fired_at - start, churn.decided, churn.diagnosis[:80])
+    churn = _churn_its_own(alerts, H100Y[3][1])
     assert "a change of the job: allocator calls 0.0 -> " in churn.fired_summary, churn.fired_summary
