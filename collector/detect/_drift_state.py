@@ -1,6 +1,6 @@
 """What of a drift detector survives a collector restart (``_persist.DriftStore``): the settled
 level, the noise spreads, the pauses counted, the job's recent waves and when the last episode
-ended, and an open episode with its evidence (what held it, what could not be compared, the span
+ended, the loader's wait while the rank settled (``ShiftTests.since_settled``'s level), and an open episode with its evidence (what held it, what could not be compared, the span
 it was read against): a restart while a change of the job lasts must not turn it into "nothing
 the agent measures ... moved". The rank's evidence itself starts afresh; the saved evidence's own
 level before (``Backing.before``) stands in for the span before it, so the episode still ends
@@ -27,6 +27,8 @@ def drift_state(d) -> Optional[dict]:
     out = {"v": 1, "settled": d._settled, "settled_at": d._settled_at,
            "noise": dict(d._noise.spreads), "noise_rows": d._noise.rows, "pauses": dict(d.pauses),
            "waves": [list(w) for w in d._t.waves], "ended_at": d._t.ended_at}
+    if d._t._settled_wait is not None:
+        out["settled_wait"] = list(d._t._settled_wait)
     ep = d._ep
     c = ep.condition
     if c is not None:
@@ -63,6 +65,7 @@ def restore_drift(d, state: dict) -> None:
     d._steps.first_time = at - d.cfg.warmup_s - d.cfg.settle_s
     d.pauses.update({str(k): int(v) for k, v in state.get("pauses", {}).items()})
     _restore_waves(d._t, state)
+    d._t._settled_wait = _settled_wait(state.get("settled_wait"), at)
     e = state.get("episode")
     if isinstance(e, dict) and e.get("severity") in SEVERITIES:
         ep = d._ep
@@ -127,6 +130,19 @@ def _span(span) -> Optional[tuple]:
     if not all(math.isfinite(x) for x in out):
         raise ValueError("not finite")
     return out
+
+
+def _settled_wait(w, settled_at: float) -> Optional[tuple[float, float]]:
+    """The saved (settled at, the loader's wait then, s) when it reads, is finite and belongs to
+    the saved settling (``settled_at``), else None (the rank then reads no slow change until it
+    settles again: its settling span is not in the restarted blocks)."""
+    try:
+        at, level = (float(x) for x in w)
+    except (TypeError, ValueError):
+        return None
+    if not (math.isfinite(level) and level >= 0 and at == settled_at):
+        return None
+    return at, level
 
 
 def _restore_waves(t, state: dict) -> None:

@@ -396,7 +396,8 @@ class ShiftTests:
         healthy loader's wait stays near nothing. The wait alone (as :meth:`led` reads it), not
         set against the phases: the data phase, which holds it, is paced by it. Its level while
         the rank settled is kept once read, so a ramp is judged against it after the settling
-        span's blocks are gone (30 minutes; not across a collector restart)."""
+        span's blocks are gone (30 minutes), and saved with the drift state: a rank restored after
+        a collector restart judges against it too (its settling span is not in the new blocks)."""
         if sev != WARNING or self.evidence is None or self.settled_at is None:
             return None
         lo, edge = self.settled_at - self.cfg.settle_s, self.settled_at

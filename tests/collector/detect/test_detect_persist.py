@@ -224,6 +224,31 @@ def test_a_real_change_of_the_job_keeps_its_evidence_across_a_restart(tmp_path):
     assert [a.decided for a in after if a.onset > end] == ["job", "job"], [a.summary for a in after]
 
 
+def test_a_slow_loader_ramp_that_goes_on_across_a_restart_is_raised_after_it(tmp_path):
+    """The held-out launch-bound h200zw played six times, its loader's wait ramped to +5% of the
+    step over 15 minutes from 270 s, the collector restarted 2 minutes into the ramp (before it
+    is raised): the restarted rank raises it, decided by the wait against its level while the
+    rank settled, which is saved with the drift state (the restarted blocks hold no settling
+    span: without it the restarted rank raised no slow change at all). (A host wave raised 38 s
+    into the ramp, decided by the steps alone, is open at the restart and resolves after it.)"""
+    from stepwatch.collector.detect import DetectionConfig
+    from stepwatch.collector.tools.corpus import events, first_step_time, inject, load, repeat
+
+    series = repeat(load(str(pathlib.Path(__file__).parents[2] / "data" / "real" / "h200zw_1gpu_s.jsonl.gz")), 6,
+                    match=True)
+    at = first_step_time(series) + 270
+    evs = list(events(inject(series, "ramp", 0.05, at, 900, "loader")))
+    whole = [a for a in _replayed_with_a_restart(evs, DetectionConfig(), math.inf, tmp_path)[0]
+             if a.fired_at and a.fired_at >= at and "data-loader wait" in a.fired_summary]
+    assert len(whole) == 1 and whole[0].fired_at > at + 120, [(a.fired_at - at, a.fired_summary) for a in whole]
+    before, after = _replayed_with_a_restart(evs, DetectionConfig(), at + 120, tmp_path / "r")
+    assert [a for a in before if "data-loader wait" in (a.fired_summary or "")] == []
+    slow = [a for a in after if a.fired_at and a.fired_at >= at + 120 and "data-loader wait" in a.fired_summary]
+    assert len(slow) == 1 and slow[0].decided == "job" and "data-loader wait" in slow[0].fired_summary, [
+        (a.fired_at - at, a.fired_summary) for a in slow]
+    assert slow[0].fired_at - whole[0].fired_at < 120, slow[0].fired_at - whole[0].fired_at
+
+
 def _pulses_restarted(name: str, where_each: tuple, k: int, into_s: float, tmp_path) -> tuple:
     """The real recording ``name`` played three times, +10% pulses of ``where_each`` from 240 s
     (90 s on, 140 s off), replayed with the collector restarted ``into_s`` after the start of
@@ -487,6 +512,29 @@ def test_a_saved_row_count_that_does_not_read_leaves_the_state_unrestored_or_unf
     d = DriftDetector(cfg, "j", 0)
     d.restore(dict(base, noise_rows=-5))
     assert d.armed and d._noise._carried is None
+
+
+def test_the_settled_wait_is_saved_and_one_that_does_not_read_or_belong_is_left_out():
+    """The loader's wait while the rank settled (``ShiftTests.since_settled``'s level) goes with
+    the drift state and comes back; one from a damaged file (text, NaN, negative, the wrong
+    length) or from another settling (its time is not the saved ``settled_at``) is left out, the
+    rest of the state restored."""
+    import json
+
+    from stepwatch.collector.detect._drift import DriftDetector
+
+    cfg = parse_detection(None).drift
+    base = {"v": 1, "settled": -3.2, "settled_at": T0, "noise": {"critical": 0.01}}
+    d = DriftDetector(cfg, "j", 0)
+    d.restore(dict(base, settled_wait=[T0, 0.0004]))
+    assert d.armed and d._t._settled_wait == (T0, 0.0004)
+    again = DriftDetector(cfg, "j", 0)
+    again.restore(json.loads(json.dumps(d.state())))
+    assert again._t._settled_wait == (T0, 0.0004)
+    for bad in ('"x"', "[1]", "[%r, NaN]" % T0, "[%r, -0.1]" % T0, "[%r, 0.0004]" % (T0 - 60), "null"):
+        d = DriftDetector(cfg, "j", 0)
+        d.restore(json.loads(json.dumps(base)[:-1] + ', "settled_wait": ' + bad + "}"))
+        assert d.armed and d._t._settled_wait is None, bad
 
 
 def test_the_evidence_an_episode_holds_through_a_further_change_is_saved_and_taken_up():
