@@ -64,6 +64,7 @@ _WAIT_SHARE, _WAIT_TIMES = 0.3, 4.0
 _CONCENTRATED = 2.5      # a phase grew by this many times the share the other phases grew by
 _CHURN_MORE, _CHURN_TIMES = 1.0, 3.0  # allocator calls per step: at least +1 and 3x
 _HOST_GREW = 0.6         # the phases' host time grown by this share of their device time's: host-bound
+_LAUNCHED = 0.1          # a phase's device time beyond its host time under this share of it: launch-paced
 # A phase its host paces is read in its own spreads only when it grew by at least this many times
 # the share of the step by which the step grew: a host that runs slower makes each host-bound
 # phase, and so the step, longer by at most the share by which it slowed, so a phase that grew
@@ -232,11 +233,11 @@ class RankEvidence:
             # step", tests/data/real/diag/h200zzc)
             best = churn
         if best is not None:
-            best = dataclasses.replace(best, spreads=self.spreads(best, edge, since, now, step_s, loud))
+            best = dataclasses.replace(best, spreads=self.spreads(best, edge, since, now, step_s, loud, lo))
         return best, tuple(unknown)
 
     def spreads(self, b: Backing, edge: float, since: float, now: float, step_s: float,
-                loud: Callable[[], Sequence[tuple]] = tuple) -> Optional[float]:
+                loud: Callable[[], Sequence[tuple]] = tuple, lo: Optional[float] = None) -> Optional[float]:
         """``b``'s growth in spreads of its source's medians over as many blocks as its span after
         (``since..now``) holds, that source measured before ``edge`` outside ``loud()``
         (:class:`SourceNoise`); None for allocator calls (their rule is a count: 3x), for the
@@ -262,7 +263,33 @@ class RankEvidence:
             key, rows = self._source(b.kind)
             n = sum(1 for r in self.waits if since <= r[0] <= now + _BLOCK_S)
         s = self.noise.spread(key, n, edge, step_s, rows, loud)
-        return None if s is None else round((b.after - b.before) / 1e3 / s, 1)
+        out = None if s is None else round((b.after - b.before) / 1e3 / s, 1)
+        if _beyond_read(b) and lo is not None:
+            beyond = self._beyond_host(b, lo, edge, since, now, kind, n, step_s, loud)
+            if beyond is not None and (out is None or beyond > out):
+                out = beyond
+        return out
+
+    def _beyond_host(self, b: Backing, lo: float, edge: float, since: float, now: float, kind: int, n: int,
+                     step_s: float, loud) -> Optional[float]:
+        """The growth of ``b``'s device time beyond its host time (device minus host, of its
+        phase columns) over ``since..now`` against ``lo..edge``, in spreads of that difference's
+        own medians: on a launch-bound job the device keeps pace with the host's launches, so a
+        phase's device time wanders with its host (a held-out H200 job's forward and backward
+        8-9% between adjacent 10-s blocks) while the difference stays near nothing; work added on
+        the device then stands out of it though not of the device time. None when the blocks
+        cannot tell or the difference did not grow."""
+        ks = _columns(b)
+        key, rows = self._source(Kind.BEYOND, ks, kind)
+        before = [v for t, v in rows() if lo <= t < edge]
+        after = [v for t, v in rows() if since <= t <= now + _BLOCK_S]
+        if len(before) < _MIN_BLOCKS or len(after) < _MIN_BLOCKS:
+            return None
+        grew = median(after) - median(before)
+        if grew <= 0:
+            return None
+        s = self.noise.spread(key, n, edge, step_s, rows, loud)
+        return None if s is None else round(min(grew, (b.after - b.before) / 1e3) / s, 1)
 
     def wait_backing(self, lo: float, edge: float, since: float, now: float, step_s: float,
                      delta_s: float, loud: Callable[[], Sequence[tuple]] = tuple) -> Optional[Backing]:
@@ -296,6 +323,9 @@ class RankEvidence:
         or the device's work (the columns ``ks`` of the blocks of ``points``), or the loader's wait."""
         if kind in (Kind.PHASE, Kind.DEVICE):
             return (kind, ks, points), lambda: [(r[0], sum(r[3 + k] for k in ks)) for r in self.phases
+                                                if r[2] == points]
+        if kind == Kind.BEYOND:
+            return (kind, ks, points), lambda: [(r[0], sum(r[3 + k] - r[8 + k] for k in ks)) for r in self.phases
                                                 if r[2] == points]
         return (kind,), lambda: [(r[0], r[1]) for r in self.waits]
 
@@ -333,9 +363,27 @@ class RankEvidence:
         fell out of the kept 30 minutes), ``b.before``, read there then, is that level: a held-out
         2 x H200 job's loader pulse, the collector restarted 45 s into it, ended 118 and 308 s
         after the pulse instead of 68 s (the host stayed up, so the step alone held it open), and
-        the next pulse was folded into it (tests/collector/detect/test_detect_persist.py)."""
+        the next pulse was folded into it (tests/collector/detect/test_detect_persist.py). A
+        phase's or the device work's growth that its host did not pace, where the launches paced
+        it before (its device time beyond its host time under ``_LAUNCHED`` of its device time
+        over ``lo..edge``), is read as its device time beyond its host time (as :meth:`spreads`
+        reads it): on a launch-bound job the device time rises and falls with the host's pace, so
+        an episode of work added on the device ended when the host dipped while the work stayed
+        (a held-out H200 job's +5% backward, ended 56 s in and raised again), and stayed open when
+        the host rose after the work ended (h200y_1gpu_s's forward pulse: 214 s after its end,
+        69 s with this). Not where the device ran ahead of the launches: a GPU-bound 2 x H200
+        job's backward host time wanders 15-25 ms under a steady 23.6 ms of device time
+        (tests/data/real/h200x_2gpu_m), and read so its +10% episode ended while it lasted."""
         if b.kind in (Kind.PHASE, Kind.DEVICE):
             ks = _columns(b)
+            if _beyond_read(b):  # (work added on the device of a phase the launches paced before)
+                rows = [r for r in self.phases if lo <= r[0] < edge]
+                beyond = [sum(r[3 + k] - r[8 + k] for k in ks) for r in rows]
+                if len(rows) >= _MIN_BLOCKS and median(beyond) <= _LAUNCHED * median([sum(r[3 + k] for k in ks)
+                                                                                      for r in rows]):
+                    after = [sum(r[3 + k] - r[8 + k] for k in ks) for r in self.phases if since <= r[0] <= now + _BLOCK_S]
+                    if len(after) >= 2:
+                        return (median(after) - median(beyond)) * 1e3
             before = [sum(r[3 + k] for k in ks) for r in self.phases if lo <= r[0] < edge]
             after = [sum(r[3 + k] for k in ks) for r in self.phases if since <= r[0] <= now + _BLOCK_S]
             scale = 1e3
@@ -493,6 +541,14 @@ def _concentrated(k: int, before: list, after: list) -> bool:
     others = [(after[j] - before[j]) / before[j] for j in range(5)
               if j != k and PHASES[j] in ("forward", "backward", "optimizer") and before[j] > 0]
     return not others or grew >= _CONCENTRATED * max(0.0, *others)
+
+
+def _beyond_read(b: Backing) -> bool:
+    """Whether ``b`` is also read as its device time beyond its host time: work added on the
+    device, in a compute phase (forward, backward, the optimizer) or the device's work, its host
+    time not grown with it. Not data's or sync's: their time is a wait (for the loader, for the
+    device), the device's and the host's alike."""
+    return (b.kind == Kind.DEVICE or (b.kind == Kind.PHASE and b.name in _COMPUTE)) and not b.host_paced
 
 
 def _columns(b: Backing) -> tuple:

@@ -40,6 +40,7 @@ class Kind:
     the phases, the GPU's busy time, the data-loader's wait, the allocator's calls."""
 
     PHASE, DEVICE, GPU, LOADER, ALLOCATOR = "phase", "device", "gpu", "loader", "allocator"
+    BEYOND = "beyond host"  # (a source only: device time beyond host time, RankEvidence.spreads)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -384,3 +384,37 @@ def test_the_wait_against_its_settled_level_holds_a_slow_change_and_a_still_wait
     still = RankEvidence()
     _feed(still, T0, T0 + 2500)
     assert still.wait_since(level, T0 + 2410, T0 + 2500, 0.040, 0.008) is None
+
+
+def test_work_added_on_the_device_of_a_launch_bound_job_stands_out_of_its_device_time_beyond_the_host():
+    """A launch-bound job: each phase's device time is its host time (the GPU keeps pace with the
+    launches), and both wander together with the host's pace, +-12% in 60-s runs. Forward then
+    takes +1.1 ms more on the device (of an 11.5 ms step; its host time as before): within
+    forward's own wander of device time, far out of its device time beyond the host's, which
+    stood at nothing. The same growth with its host time grown as much (the host's pace) is no
+    such reading."""
+    lb = [0.0005, 0.0045, 0.0055, 0.0003, 0.0012]  # data, forward, backward, sync, optimizer: 11.5 ms
+    edge = T0 + 600
+    found = {}
+    for paced in (False, True):
+        ev = RankEvidence()
+        rng = random.Random(3)
+        t, i = T0, 0
+        while t < edge + 50:
+            changed = t >= edge
+            t += 0.0126 if changed else 0.0115
+            i += 1
+            ev.steps([t], [0.0001])
+            if i % 4:
+                continue
+            pace = 1.0 + 0.12 * ((int((t - T0) // 60) * 7) % 3 - 1) + 0.02 * rng.random()
+            host = [p * pace for p in lb]
+            dev = [h + (0.0011 if changed and j == 1 else 0.0) for j, h in enumerate(host)]
+            ev.phase_samples([t], [0b1111], [[v] for v in dev], [[v] for v in (dev if paced else host)])
+        b, _ = ev.backing(edge - 60, edge - 10, edge + 5, edge + 50, 0.0115, 0.0011)
+        found[paced] = (b, None if b is None else ev.spreads(b, edge - 10, edge + 5, edge + 50, 0.0115))
+    (b, device_only), (paced_b, _) = found[False], found[True]
+    z = DriftConfig().evidence_z
+    assert b is not None and (b.kind, b.name, b.host_paced) == ("phase", "forward", False), b
+    assert b.spreads >= 2 * z and (device_only is None or device_only < z), (b.spreads, device_only)
+    assert paced_b is None or paced_b.host_paced, paced_b

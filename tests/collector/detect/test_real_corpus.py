@@ -566,3 +566,22 @@ def test_a_change_with_its_evidence_soon_after_a_host_episode_opened_is_raised_a
     first = min(mine, key=lambda m: m[1])
     assert "(a further change: the episode began at step" in first[2] and "a change of the job: optimizer +" in first[2], first
 
+
+
+def test_changes_on_the_device_of_a_launch_bound_job_are_raised_on_its_device_time_beyond_the_host(lines):
+    """The held-out launch-bound h200zw (one H200, 11.4 ms steps: each phase's device time is its
+    host time, and wanders with the host's pace 8-9% between adjacent 10-s blocks), played five
+    times with four +10% pulses (backward, the loader's wait, forward, optimizer; the injected
+    phase's device time grows, its host time does not): each raised within 60 s in an episode
+    of its own, decided as a change of the job, and resolved within 2 minutes of its end. Read
+    in its device time's spreads alone, backward was raised after 63.5 s and forward never; its
+    device time beyond its host time stood near nothing before them (RankEvidence.spreads)."""
+    series = repeat(lines("h200zw_1gpu_s.jsonl.gz"), 5, match=True)
+    where = ["backward", "loader", "forward", "optimizer"]
+    changed, spans = _pulses(series, where)
+    per = _raised_per_pulse(replay(events(changed), DetectionConfig()), spans)
+    for w, (start, end), eps in zip(where, spans, per):
+        assert len(eps) == 1, (w, [(a.starts_at - start, a.fired_summary) for a in eps])
+        (a,) = eps
+        assert a.fired_at - start <= 60 and a.decided == "job", (w, a.fired_at - start, a.fired_summary)
+        assert a.ends_at is not None and a.ends_at - end <= 120, (w, a.ends_at - end)
