@@ -277,19 +277,33 @@ class RankEvidence:
         own medians: on a launch-bound job the device keeps pace with the host's launches, so a
         phase's device time wanders with its host (a held-out H200 job's forward and backward
         8-9% between adjacent 10-s blocks) while the difference stays near nothing; work added on
-        the device then stands out of it though not of the device time. None when the blocks
-        cannot tell or the difference did not grow."""
+        the device then stands out of it though not of the device time. Only where the launches
+        paced it before (:meth:`_launched`): where the device ran ahead of them, the host time is
+        the host's own work and waits, and the difference wanders with it (a GPU-bound 2 x H200
+        job's backward host time 15-25 ms under a steady 23.6 ms of device time). None when the
+        blocks cannot tell, the launches did not pace it, or the difference did not grow."""
         ks = _columns(b)
         key, rows = self._source(Kind.BEYOND, ks, kind)
-        before = [v for t, v in rows() if lo <= t < edge]
+        before = self._launched(ks, lo, edge, kind)
         after = [v for t, v in rows() if since <= t <= now + _BLOCK_S]
-        if len(before) < _MIN_BLOCKS or len(after) < _MIN_BLOCKS:
+        if before is None or len(after) < _MIN_BLOCKS:
             return None
-        grew = median(after) - median(before)
+        grew = median(after) - before
         if grew <= 0:
             return None
         s = self.noise.spread(key, n, edge, step_s, rows, loud)
         return None if s is None else round(min(grew, (b.after - b.before) / 1e3) / s, 1)
+
+    def _launched(self, ks: tuple, lo: float, edge: float, points: Optional[int] = None) -> Optional[float]:
+        """The device time beyond the host time of the phase columns ``ks`` over ``lo..edge`` (s,
+        the median of its blocks; of ``points`` blocks only, when given) where it stood under
+        ``_LAUNCHED`` of their device time there: the launches paced them. None otherwise, or with
+        fewer than ``_MIN_BLOCKS`` blocks."""
+        rows = [r for r in self.phases if lo <= r[0] < edge and (points is None or r[2] == points)]
+        if len(rows) < _MIN_BLOCKS:
+            return None
+        beyond = median([sum(r[3 + k] - r[8 + k] for k in ks) for r in rows])
+        return beyond if beyond <= _LAUNCHED * median([sum(r[3 + k] for k in ks) for r in rows]) else None
 
     def wait_backing(self, lo: float, edge: float, since: float, now: float, step_s: float,
                      delta_s: float, loud: Callable[[], Sequence[tuple]] = tuple) -> Optional[Backing]:
@@ -364,26 +378,29 @@ class RankEvidence:
         2 x H200 job's loader pulse, the collector restarted 45 s into it, ended 118 and 308 s
         after the pulse instead of 68 s (the host stayed up, so the step alone held it open), and
         the next pulse was folded into it (tests/collector/detect/test_detect_persist.py). A
-        phase's or the device work's growth that its host did not pace, where the launches paced
-        it before (its device time beyond its host time under ``_LAUNCHED`` of its device time
-        over ``lo..edge``), is read as its device time beyond its host time (as :meth:`spreads`
+        compute phase's growth that its host did not pace, where the launches paced it before (its
+        device time beyond its host time under ``_LAUNCHED`` of its device time over ``lo..edge``,
+        :meth:`_launched`), is read as its device time beyond its host time (as :meth:`spreads`
         reads it): on a launch-bound job the device time rises and falls with the host's pace, so
         an episode of work added on the device ended when the host dipped while the work stayed
         (a held-out H200 job's +5% backward, ended 56 s in and raised again), and stayed open when
         the host rose after the work ended (h200y_1gpu_s's forward pulse: 214 s after its end,
         69 s with this). Not where the device ran ahead of the launches: a GPU-bound 2 x H200
         job's backward host time wanders 15-25 ms under a steady 23.6 ms of device time
-        (tests/data/real/h200x_2gpu_m), and read so its +10% episode ended while it lasted."""
+        (tests/data/real/h200x_2gpu_m), and read so its +10% episode ended while it lasted. Not
+        the device's work over every phase: a rank whose host waits for the device inside its
+        phases (the second rank of a 2 x H200 job, h200zb_2gpu_m) shows its work's device time
+        within 0.5 ms of its host time as a launch-bound job does, and its +5% backward episode,
+        read so, ended while it lasted."""
         if b.kind in (Kind.PHASE, Kind.DEVICE):
             ks = _columns(b)
-            if _beyond_read(b):  # (work added on the device of a phase the launches paced before)
-                rows = [r for r in self.phases if lo <= r[0] < edge]
-                beyond = [sum(r[3 + k] - r[8 + k] for k in ks) for r in rows]
-                if len(rows) >= _MIN_BLOCKS and median(beyond) <= _LAUNCHED * median([sum(r[3 + k] for k in ks)
-                                                                                      for r in rows]):
-                    after = [sum(r[3 + k] - r[8 + k] for k in ks) for r in self.phases if since <= r[0] <= now + _BLOCK_S]
-                    if len(after) >= 2:
-                        return (median(after) - median(beyond)) * 1e3
+            rows = [r for r in self.phases if since <= r[0] <= now + _BLOCK_S]
+            level = (self._launched(ks, lo, edge, rows[-1][2]) if b.kind == Kind.PHASE and _beyond_read(b) and rows
+                     else None)
+            if level is not None:  # (work added on the device of a phase the launches paced before)
+                after = [sum(r[3 + k] - r[8 + k] for k in ks) for r in rows if r[2] == rows[-1][2]]
+                if len(after) >= 2:
+                    return (median(after) - level) * 1e3
             before = [sum(r[3 + k] for k in ks) for r in self.phases if lo <= r[0] < edge]
             after = [sum(r[3 + k] for k in ks) for r in self.phases if since <= r[0] <= now + _BLOCK_S]
             scale = 1e3
