@@ -246,7 +246,10 @@ class RankEvidence:
         (``host_paced``) unless it is a compute phase that grew ``_BEYOND_PACE`` times faster
         than the step (a 2 x H200 job's host wandered +10% for 40 s, all of it in its host-bound
         forward, +2.7 ms, which had stood within 1 ms for minutes: 14 of its spreads), or when
-        the history is too short to tell."""
+        the history is too short to tell. Given ``lo`` (the span before is ``lo..edge``), a
+        compute phase's or the device work's growth that its host did not pace is also read as
+        its device time beyond its host time where the launches paced it (:meth:`_beyond_host`),
+        and the larger of the two readings is returned."""
         if b.unit != "ms" or b.kind == Kind.GPU:
             return None
         if b.host_paced and (b.name not in _COMPUTE or b.before <= 0
