@@ -405,7 +405,7 @@ class RankEvidence:
                 if len(after) >= 2:
                     return (median(after) - level) * 1e3
             before = [sum(r[3 + k] for k in ks) for r in self.phases if lo <= r[0] < edge]
-            after = [sum(r[3 + k] for k in ks) for r in self.phases if since <= r[0] <= now + _BLOCK_S]
+            after = [sum(r[3 + k] for k in ks) for r in rows]
             scale = 1e3
         elif b.kind == Kind.LOADER:
             before = [r[1] for r in self.waits if lo <= r[0] < edge]

@@ -224,6 +224,22 @@ def test_a_real_change_of_the_job_keeps_its_evidence_across_a_restart(tmp_path):
     assert [a.decided for a in after if a.onset > end] == ["job", "job"], [a.summary for a in after]
 
 
+def _slow_loader_ramp(tmp_path) -> tuple:
+    """The held-out launch-bound h200zw played six times, its loader's wait ramped to +5% of the
+    step over 15 minutes from 270 s (test_real_corpus's slow loader ramp): its events, the
+    ramp's start, and the drift alerts raised on the wait after it, replayed with no restart."""
+    from stepwatch.collector.detect import DetectionConfig
+    from stepwatch.collector.tools.corpus import events, first_step_time, inject, load, repeat
+
+    series = repeat(load(str(pathlib.Path(__file__).parents[2] / "data" / "real" / "h200zw_1gpu_s.jsonl.gz")), 6,
+                    match=True)
+    at = first_step_time(series) + 270
+    evs = list(events(inject(series, "ramp", 0.05, at, 900, "loader")))
+    slow = [a for a in _replayed_with_a_restart(evs, DetectionConfig(), math.inf, tmp_path)[0]
+            if a.fired_at and a.fired_at >= at and "data-loader wait" in a.fired_summary]
+    return evs, at, slow
+
+
 def test_a_slow_loader_ramp_that_goes_on_across_a_restart_is_raised_after_it(tmp_path):
     """The held-out launch-bound h200zw played six times, its loader's wait ramped to +5% of the
     step over 15 minutes from 270 s, the collector restarted 2 minutes into the ramp (before it
@@ -232,14 +248,8 @@ def test_a_slow_loader_ramp_that_goes_on_across_a_restart_is_raised_after_it(tmp
     span: without it the restarted rank raised no slow change at all). (A host wave raised 38 s
     into the ramp, decided by the steps alone, is open at the restart and resolves after it.)"""
     from stepwatch.collector.detect import DetectionConfig
-    from stepwatch.collector.tools.corpus import events, first_step_time, inject, load, repeat
 
-    series = repeat(load(str(pathlib.Path(__file__).parents[2] / "data" / "real" / "h200zw_1gpu_s.jsonl.gz")), 6,
-                    match=True)
-    at = first_step_time(series) + 270
-    evs = list(events(inject(series, "ramp", 0.05, at, 900, "loader")))
-    whole = [a for a in _replayed_with_a_restart(evs, DetectionConfig(), math.inf, tmp_path)[0]
-             if a.fired_at and a.fired_at >= at and "data-loader wait" in a.fired_summary]
+    evs, at, whole = _slow_loader_ramp(tmp_path)
     assert len(whole) == 1 and whole[0].fired_at > at + 120, [(a.fired_at - at, a.fired_summary) for a in whole]
     before, after = _replayed_with_a_restart(evs, DetectionConfig(), at + 120, tmp_path / "r")
     assert [a for a in before if "data-loader wait" in (a.fired_summary or "")] == []
@@ -690,14 +700,8 @@ def test_a_slow_loader_episode_stays_open_across_a_restart(tmp_path):
     episode's ``slow`` is saved: without it the restarted episode resolved as the host's pace
     dipped the step, though the wait was still grown)."""
     from stepwatch.collector.detect import DetectionConfig
-    from stepwatch.collector.tools.corpus import events, first_step_time, inject, load, repeat
 
-    series = repeat(load(str(pathlib.Path(__file__).parents[2] / "data" / "real" / "h200zw_1gpu_s.jsonl.gz")), 6,
-                    match=True)
-    at = first_step_time(series) + 270
-    evs = list(events(inject(series, "ramp", 0.05, at, 900, "loader")))
-    slow = [a for a in _replayed_with_a_restart(evs, DetectionConfig(), math.inf, tmp_path)[0]
-            if a.fired_at and a.fired_at >= at and "data-loader wait" in a.fired_summary]
+    evs, at, slow = _slow_loader_ramp(tmp_path)
     assert len(slow) == 1, [a.fired_summary for a in slow]
     before, after = _replayed_with_a_restart(evs, DetectionConfig(), slow[0].fired_at + 180, tmp_path / "r")
     going = [a for a in after if a.alertname == "StepwatchThroughputDrift" and abs(a.onset - slow[0].onset) < 1]

@@ -445,6 +445,21 @@ def _raised_per_pulse(alerts, spans):
     return out
 
 
+def _each_its_own_jobs_episode(changed, spans, where) -> list:
+    """``changed`` (a series with pulses at ``spans``, made of ``where``) replayed at the defaults:
+    asserts that each pulse is raised within 60 s in one episode of its own, decided as a change
+    of the job, resolved within 2 minutes of its end; returns (where, that episode) per pulse."""
+    per = _raised_per_pulse(replay(events(changed), DetectionConfig()), spans)
+    out = []
+    for w, (start, end), eps in zip(where, spans, per):
+        assert len(eps) == 1, (w, [(a.starts_at - start, a.fired_summary) for a in eps])
+        (a,) = eps
+        assert a.fired_at - start <= 60 and a.decided == "job", (w, a.fired_at - start, a.fired_summary)
+        assert a.ends_at is not None and a.ends_at - end <= 120, (w, a.ends_at - end)
+        out.append((w, a))
+    return out
+
+
 def test_real_changes_that_come_back_with_their_evidence_are_each_raised(lines):
     """Four +10% changes on a held-out real H200 job, each 90 s on and 140 s off, each made of a
     different part of the step (backward, the data-loader wait, forward, optimizer), as real
@@ -456,13 +471,8 @@ def test_real_changes_that_come_back_with_their_evidence_are_each_raised(lines):
     series = repeat(lines("h200x_1gpu_m.jsonl.gz"), 3, match=True)  # (room for four: 20 minutes)
     where = ["backward", "loader", "forward", "optimizer"]
     changed, spans = _pulses(series, where)
-    per = _raised_per_pulse(replay(events(changed), DetectionConfig()), spans)
-    for w, (start, end), eps in zip(where, spans, per):
-        assert len(eps) == 1, (w, [(a.starts_at - start, a.fired_summary) for a in eps])
-        (a,) = eps
-        assert a.fired_at - start <= 60 and a.decided == "job", (w, a.fired_at - start, a.fired_summary)
+    for w, a in _each_its_own_jobs_episode(changed, spans, where):
         assert a.evidence["name"] == {"loader": "data-loader wait"}.get(w, w), a.evidence
-        assert a.ends_at is not None and a.ends_at - end <= 120, (w, a.ends_at - end)
     bare, spans = _pulses(series, [None] * 4)
     per = _raised_per_pulse(replay(events(bare), DetectionConfig()), spans)
     assert per[0] and per[0][0].fired_at - spans[0][0] > 60, [(a.fired_at - spans[0][0]) for a in per[0]]
@@ -579,9 +589,4 @@ def test_changes_on_the_device_of_a_launch_bound_job_are_raised_on_its_device_ti
     series = repeat(lines("h200zw_1gpu_s.jsonl.gz"), 5, match=True)
     where = ["backward", "loader", "forward", "optimizer"]
     changed, spans = _pulses(series, where)
-    per = _raised_per_pulse(replay(events(changed), DetectionConfig()), spans)
-    for w, (start, end), eps in zip(where, spans, per):
-        assert len(eps) == 1, (w, [(a.starts_at - start, a.fired_summary) for a in eps])
-        (a,) = eps
-        assert a.fired_at - start <= 60 and a.decided == "job", (w, a.fired_at - start, a.fired_summary)
-        assert a.ends_at is not None and a.ends_at - end <= 120, (w, a.ends_at - end)
+    assert len(_each_its_own_jobs_episode(changed, spans, where)) == len(where)
