@@ -1,6 +1,7 @@
 """What of a drift detector survives a collector restart (``_persist.DriftStore``): the settled
 level, the noise spreads, the pauses counted, the job's recent waves and when the last episode
-ended, the loader's wait while the rank settled (``ShiftTests.since_settled``'s level), and an open episode with its evidence (what held it, what could not be compared, the span
+ended, the loader's wait and the launch-paced phases' device time beyond their host time while the rank
+settled (``ShiftTests.since_settled``'s levels), and an open episode with its evidence (what held it, what could not be compared, the span
 it was read against): a restart while a change of the job lasts must not turn it into "nothing
 the agent measures ... moved". The rank's evidence itself starts afresh; the saved evidence's own
 level before (``Backing.before``) stands in for the span before it, so the episode still ends
@@ -13,11 +14,13 @@ import dataclasses
 import math
 from typing import Optional
 
-from ._evidence import PHASE_TIMES
+from ._evidence import PHASE_TIMES, PHASES
 from ._names import THROUGHPUT_DRIFT
-from ._types import SEVERITIES, Backing
+from ._types import SEVERITIES, Backing, Kind
 
 __all__ = ["drift_state", "restore_drift"]
+
+_COMPUTE_COLUMNS = tuple(PHASES.index(p) for p in ("forward", "backward", "optimizer"))
 
 
 def drift_state(d) -> Optional[dict]:
@@ -29,6 +32,9 @@ def drift_state(d) -> Optional[dict]:
            "waves": [list(w) for w in d._t.waves], "ended_at": d._t.ended_at}
     if d._t._settled_wait is not None:
         out["settled_wait"] = list(d._t._settled_wait)
+    if d._t._settled_beyond is not None and d._t._settled_beyond[1] is not None:
+        at, (points, levels) = d._t._settled_beyond
+        out["settled_beyond"] = [at, points, [[k, v] for k, v in sorted(levels.items())]]
     ep = d._ep
     c = ep.condition
     if c is not None:
@@ -66,6 +72,7 @@ def restore_drift(d, state: dict) -> None:
     d.pauses.update({str(k): int(v) for k, v in state.get("pauses", {}).items()})
     _restore_waves(d._t, state)
     d._t._settled_wait = _settled_wait(state.get("settled_wait"), at)
+    d._t._settled_beyond = _settled_beyond(state.get("settled_beyond"), at)
     e = state.get("episode")
     if isinstance(e, dict) and e.get("severity") in SEVERITIES:
         ep = d._ep
@@ -119,6 +126,8 @@ def _backing(b) -> Optional[Backing]:
                       bool(b.get("host_paced", False)))
     if not all(math.isfinite(x) for x in (backing.before, backing.after, backing.share)):
         raise ValueError("not finite")
+    if backing.kind == Kind.BEYOND and backing.name not in PHASES:
+        raise ValueError(f"no phase {backing.name!r}")
     return backing
 
 
@@ -143,6 +152,21 @@ def _settled_wait(w, settled_at: float) -> Optional[tuple[float, float]]:
     if not (math.isfinite(level) and level >= 0 and at == settled_at):
         return None
     return at, level
+
+
+def _settled_beyond(w, settled_at: float) -> Optional[tuple[float, tuple]]:
+    """The saved (settled at, (points, {phase column: device time beyond host time, s})) when it
+    reads (compute phases' columns, finite levels) and belongs to the saved settling, else None:
+    then no phase's slow change is read until the rank settles again."""
+    try:
+        at, points = float(w[0]), int(w[1])
+        levels = {int(k): float(v) for k, v in w[2]}
+    except (TypeError, ValueError, IndexError, KeyError, OverflowError):
+        return None
+    if (at != settled_at or points < 0 or not levels
+            or any(k not in _COMPUTE_COLUMNS or not math.isfinite(v) for k, v in levels.items())):
+        return None
+    return at, (points, levels)
 
 
 def _restore_waves(t, state: dict) -> None:

@@ -110,6 +110,8 @@ class ShiftTests:
         self.ended_at: Optional[float] = None
         self.settled_at: Optional[float] = None  # when the rank settled (its settling span ends there)
         self._settled_wait: Optional[tuple[float, float]] = None  # (settled_at, the loader's wait then, s)
+        # (settled_at, RankEvidence.beyond_levels then): the launch-paced phases' device time beyond their host time
+        self._settled_beyond: Optional[tuple[float, Optional[tuple]]] = None
         self.outlast = 0
         self.waves: Union[tuple, collections.deque] = ()  # a deque from the first wave on (:meth:`add_wave`)
         self.left_out: Union[tuple, collections.deque] = ()  # ... from the first span on (:meth:`leave_out`)
@@ -389,15 +391,19 @@ class ShiftTests:
         span to the window, holds it and stands ``evidence_z`` of its source's own spreads out
         (those spreads measured up to the window): a change of the job too slow to show at any
         onset (a ramp: at each onset read, the level before holds most of it), on a host whose
-        wander keeps the step under ``z`` spreads. The loader's wait only: a phase's device time
-        drifts by itself over minutes further than its spreads over adjacent runs tell (a live
-        H200 job's optimizer 5.1 ms while it settled, 6.5 ms 10 minutes later with no cause on:
-        raised as a change of the job by its phases, tests/data/real/diag/h200zzb), while a
-        healthy loader's wait stays near nothing. The wait alone (as :meth:`led` reads it), not
-        set against the phases: the data phase, which holds it, is paced by it. Its level while
-        the rank settled is kept once read, so a ramp is judged against it after the settling
-        span's blocks are gone (30 minutes), and saved with the drift state: a rank restored after
-        a collector restart judges against it too (its settling span is not in the new blocks)."""
+        wander keeps the step under ``z`` spreads. Two sources, each near nothing while healthy:
+        the loader's wait (alone, as :meth:`led` reads it, not set against the phases: the data
+        phase, which holds it, is paced by it), else the device time beyond the host time of a
+        compute phase the launches paced while the rank settled (:meth:`RankEvidence.beyond_since`:
+        on a launch-bound job, work added on the device; held-out h200zw's backward ramped over
+        30 and 60 minutes, never raised on its wandering device time). Not a phase's device time
+        itself: it drifts by itself over minutes further than its spreads over adjacent runs tell
+        (a live H200 job's optimizer 5.1 ms while it settled, 6.5 ms 10 minutes later with no
+        cause on: raised as a change of the job by its phases, tests/data/real/diag/h200zzb).
+        Their levels while the rank settled are kept once read, so a ramp is judged against them
+        after the settling span's blocks are gone (30 minutes), and saved with the drift state: a
+        rank restored after a collector restart judges against them too (its settling span is
+        not in the new blocks)."""
         if sev != WARNING or self.evidence is None or self.settled_at is None:
             return None
         lo, edge = self.settled_at - self.cfg.settle_s, self.settled_at
@@ -405,7 +411,10 @@ class ShiftTests:
             # (read at the first test after settling, and kept: the blocks leave after 30 minutes)
             level = self.evidence.wait_level(lo, edge)
             self._settled_wait = None if level is None else (edge, level)
-        if self._settled_wait is None:
+        if self._settled_beyond is None or self._settled_beyond[0] != edge:
+            self._settled_beyond = (edge, self.evidence.beyond_levels(lo, edge))
+        beyond = self._settled_beyond[1]
+        if self._settled_wait is None and beyond is None:
             return None
         n = self.n[sev]
         shift = self._sized(sev, settled, n)
@@ -417,8 +426,11 @@ class ShiftTests:
         if since - edge < MIN_BEFORE_S:
             return None  # (a change this soon after settling is read at its onset, as any)
         step_s = math.exp(settled)
-        backing = self.evidence.wait_since(self._settled_wait[1], since, now, step_s, step_s * math.expm1(shift),
-                                           self.loud)
+        delta_s = step_s * math.expm1(shift)
+        backing = (None if self._settled_wait is None else
+                   self.evidence.wait_since(self._settled_wait[1], since, now, step_s, delta_s, self.loud))
+        if not self.holds(backing) and beyond is not None:
+            backing = self.evidence.beyond_since(beyond, since, now, step_s, delta_s, self.loud)
         if not self.holds(backing):
             return None
         return Found(shift, settled, "settled", False, held=True, slow=(backing, (), (lo, edge, step_s)))

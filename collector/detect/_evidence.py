@@ -255,7 +255,7 @@ class RankEvidence:
         if b.host_paced and (b.name not in _COMPUTE or b.before <= 0
                              or b.share * step_s * 1e3 < _BEYOND_PACE * b.before):
             return None  # (grown by the step's pace or less: a slower host can do that)
-        if b.kind in (Kind.PHASE, Kind.DEVICE):
+        if b.kind in (Kind.PHASE, Kind.DEVICE, Kind.BEYOND):
             after = [r for r in self.phases if since <= r[0] <= now + _BLOCK_S]
             if not after:
                 return None
@@ -335,6 +335,41 @@ class RankEvidence:
             return None
         return dataclasses.replace(b, spreads=self.spreads(b, since, since, now, step_s, loud))
 
+    def beyond_levels(self, lo: float, edge: float) -> Optional[tuple[int, dict]]:
+        """(points, {phase column: its device time beyond its host time, s}) of the compute
+        phases the launches paced over ``lo..edge`` (:meth:`_launched`, in the blocks of the
+        newest kind of points there): the levels :meth:`beyond_since` reads a slow change
+        against. None when no compute phase was launch-paced there or the blocks cannot tell."""
+        rows = [r for r in self.phases if lo <= r[0] < edge]
+        if not rows:
+            return None
+        kind = rows[-1][2]
+        levels = {}
+        for k in (PHASES.index(p) for p in _COMPUTE):
+            level = self._launched((k,), lo, edge, kind)
+            if level is not None:
+                levels[k] = level
+        return (kind, levels) if levels else None
+
+    def beyond_since(self, levels: tuple, since: float, now: float, step_s: float, delta_s: float,
+                     loud: Callable[[], Sequence[tuple]] = tuple) -> Optional[Backing]:
+        """The compute phase whose device time beyond its host time over ``since..now`` grew
+        the most above its level in ``levels`` (:meth:`beyond_levels`, read while the rank
+        settled), as the evidence of ``delta_s`` per step (at least ``_SHARE`` of it), with its
+        spreads measured up to ``since``: a ramp of work added on the device of a launch-bound
+        job, which no onset shows and whose device time wanders with the host's pace. None when
+        none holds it or the blocks cannot tell (too few of the same kind of points)."""
+        kind, per = levels
+        rows = [r for r in self.phases if since <= r[0] <= now + _BLOCK_S and r[2] == kind]
+        if delta_s <= 0 or len(rows) < _MIN_BLOCKS or sum(r[1] for r in rows) < _MIN_SAMPLES:
+            return None
+        grew = {k: median([r[3 + k] - r[8 + k] for r in rows]) - level for k, level in per.items()}
+        k = max(grew, key=lambda j: grew[j])
+        if grew[k] < _SHARE * delta_s:
+            return None
+        b = Backing(Kind.BEYOND, PHASES[k], per[k] * 1e3, (per[k] + grew[k]) * 1e3, "ms", grew[k] / delta_s)
+        return dataclasses.replace(b, spreads=self.spreads(b, since, since, now, step_s, loud))
+
     def _source(self, kind: str, ks: tuple = (), points: int = 0) -> tuple:
         """(key, rows) of one source of the evidence as :class:`SourceNoise` measures it: a phase
         or the device's work (the columns ``ks`` of the blocks of ``points``), or the loader's wait."""
@@ -395,6 +430,15 @@ class RankEvidence:
         phases (the second rank of a 2 x H200 job, h200zb_2gpu_m) shows its work's device time
         within 0.5 ms of its host time as a launch-bound job does, and its +5% backward episode,
         read so, ended while it lasted."""
+        if b.kind == Kind.BEYOND:  # (a slow change's: against its level while the rank settled)
+            k = _columns(b)[0]
+            rows = [r for r in self.phases if since <= r[0] <= now + _BLOCK_S]
+            kind = rows[-1][2] if rows else None
+            after = [r[3 + k] - r[8 + k] for r in rows if r[2] == kind]
+            before = [r[3 + k] - r[8 + k] for r in self.phases if lo <= r[0] < edge and r[2] == kind]
+            if len(after) < 2:
+                return None
+            return (median(after) - (median(before) if len(before) >= _MIN_BLOCKS else b.before / 1e3)) * 1e3
         if b.kind in (Kind.PHASE, Kind.DEVICE):
             ks = _columns(b)
             rows = [r for r in self.phases if since <= r[0] <= now + _BLOCK_S]
@@ -572,9 +616,9 @@ def _beyond_read(b: Backing) -> bool:
 
 
 def _columns(b: Backing) -> tuple:
-    """The phase columns a phase or device-work backing reads: its phase's, or every phase's
-    but sync's."""
-    return (PHASES.index(b.name),) if b.kind == Kind.PHASE else _DEVICE_COLUMNS
+    """The phase columns a phase's, a phase's beyond-host or the device work's backing reads:
+    its phase's, or every phase's but sync's."""
+    return (PHASES.index(b.name),) if b.kind in (Kind.PHASE, Kind.BEYOND) else _DEVICE_COLUMNS
 
 
 def _rate(rows: list) -> Optional[float]:

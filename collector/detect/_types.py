@@ -40,7 +40,7 @@ class Kind:
     the phases, the GPU's busy time, the data-loader's wait, the allocator's calls."""
 
     PHASE, DEVICE, GPU, LOADER, ALLOCATOR = "phase", "device", "gpu", "loader", "allocator"
-    BEYOND = "beyond host"  # (a source only: device time beyond host time, RankEvidence.spreads)
+    BEYOND = "beyond host"  # a phase's device time beyond its host time (RankEvidence.spreads, .beyond_since)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,6 +64,8 @@ class Backing:
 
     def text(self) -> str:
         d = self.after - self.before
+        if self.kind == Kind.BEYOND:
+            return f"{self.name}'s device time beyond its host time {d:+.1f} ms/step ({self.before:.1f} -> {self.after:.1f} ms)"
         if self.unit == "ms":
             return f"{self.name} {d:+.1f} ms/step ({self.before:.1f} -> {self.after:.1f} ms)"
         return f"{self.name} {self.before:.1f} -> {self.after:.1f} per step"

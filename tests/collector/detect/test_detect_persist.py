@@ -259,6 +259,36 @@ def test_a_slow_loader_ramp_that_goes_on_across_a_restart_is_raised_after_it(tmp
     assert slow[0].fired_at - whole[0].fired_at < 120, slow[0].fired_at - whole[0].fired_at
 
 
+def test_a_slow_backward_ramp_that_goes_on_across_restarts_is_raised_after_them_and_stays_open(tmp_path):
+    """The held-out launch-bound h200zw played six times, backward's device time ramped to +5% of
+    the step over 30 minutes from 240 s (test_real_corpus's slow backward ramp), the collector
+    restarted 10 minutes into the ramp (before it is raised): the restarted rank raises it (no
+    later than 2 minutes after the replay without a restart does; its spreads measured afresh),
+    decided by backward's device time beyond its host time against its level while the rank
+    settled, which is saved with the drift state. Restarted again 3 minutes after that raise, the
+    episode goes on with its onset and stays open to the end (its evidence's level before stands
+    in for the settling span)."""
+    from stepwatch.collector.detect import DetectionConfig
+    from stepwatch.collector.tools.corpus import events, first_step_time, inject, load, repeat
+
+    series = repeat(load(str(pathlib.Path(__file__).parents[2] / "data" / "real" / "h200zw_1gpu_s.jsonl.gz")), 6,
+                    match=True)
+    at = first_step_time(series) + 240
+    evs = list(events(inject(series, "ramp", 0.05, at, 1800, "backward")))
+    whole = [a for a in _replayed_with_a_restart(evs, DetectionConfig(), math.inf, tmp_path)[0]
+             if a.fired_at and "backward's device time beyond" in a.fired_summary]
+    assert len(whole) == 1 and whole[0].fired_at > at + 720, [(a.fired_at - at, a.fired_summary) for a in whole]
+    before, after = _replayed_with_a_restart(evs, DetectionConfig(), at + 600, tmp_path / "r")
+    assert [a for a in before if "backward's device time beyond" in (a.fired_summary or "")] == []
+    slow = [a for a in after if a.fired_at and "backward's device time beyond" in a.fired_summary]
+    assert len(slow) == 1 and slow[0].decided == "job", [(a.fired_at - at, a.fired_summary) for a in after]
+    assert at + 600 < slow[0].fired_at < whole[0].fired_at + 120, (slow[0].fired_at - at, whole[0].fired_at - at)
+    _, after = _replayed_with_a_restart(evs, DetectionConfig(), whole[0].fired_at + 180, tmp_path / "r2")
+    going = [a for a in after if a.alertname == "StepwatchThroughputDrift" and abs(a.onset - whole[0].onset) < 1]
+    assert len(going) == 1 and going[0].ends_at is None and going[0].decided == "job", [
+        (a.onset - whole[0].onset, a.ends_at, a.summary) for a in after]
+
+
 def _pulses_restarted(name: str, where_each: tuple, k: int, into_s: float, tmp_path) -> tuple:
     """The real recording ``name`` played three times, +10% pulses of ``where_each`` from 240 s
     (90 s on, 140 s off), replayed with the collector restarted ``into_s`` after the start of
@@ -545,6 +575,31 @@ def test_the_settled_wait_is_saved_and_one_that_does_not_read_or_belong_is_left_
         d = DriftDetector(cfg, "j", 0)
         d.restore(json.loads(json.dumps(base)[:-1] + ', "settled_wait": ' + bad + "}"))
         assert d.armed and d._t._settled_wait is None, bad
+
+
+
+def test_the_settled_beyond_host_levels_are_saved_and_ones_that_do_not_read_or_belong_are_left_out():
+    """The launch-paced phases' device time beyond their host time while the rank settled
+    (``ShiftTests.since_settled``'s other levels) go with the drift state and come back; ones from
+    a damaged file (text, NaN, a column not a compute phase's, none at all, the wrong shape) or
+    from another settling are left out, the rest of the state restored."""
+    import json
+
+    from stepwatch.collector.detect._drift import DriftDetector
+
+    cfg = parse_detection(None).drift
+    base = {"v": 1, "settled": -4.4, "settled_at": T0, "noise": {"critical": 0.01}}
+    d = DriftDetector(cfg, "j", 0)
+    d.restore(dict(base, settled_beyond=[T0, 15, [[1, 0.00002], [2, -0.00001]]]))
+    assert d.armed and d._t._settled_beyond == (T0, (15, {1: 0.00002, 2: -0.00001})), d._t._settled_beyond
+    again = DriftDetector(cfg, "j", 0)
+    again.restore(json.loads(json.dumps(d.state())))
+    assert again._t._settled_beyond == (T0, (15, {1: 0.00002, 2: -0.00001}))
+    for bad in ('"x"', "[1]", "[%r, 15, [[1, NaN]]]" % T0, "[%r, 15, [[3, 0.0]]]" % T0, "[%r, 15, []]" % T0,
+                "[%r, 15, [[1]]]" % T0, "[%r, 15, [[1, 0.0]]]" % (T0 - 60), "null"):
+        d = DriftDetector(cfg, "j", 0)
+        d.restore(json.loads(json.dumps(base)[:-1] + ', "settled_beyond": ' + bad + "}"))
+        assert d.armed and d._t._settled_beyond is None, bad
 
 
 def test_the_evidence_an_episode_holds_through_a_further_change_is_saved_and_taken_up():

@@ -418,3 +418,46 @@ def test_work_added_on_the_device_of_a_launch_bound_job_stands_out_of_its_device
     assert b is not None and (b.kind, b.name, b.host_paced) == ("phase", "forward", False), b
     assert b.spreads >= 2 * z and (device_only is None or device_only < z), (b.spreads, device_only)
     assert paced_b is None or paced_b.host_paced, paced_b
+
+
+def test_a_slow_ramp_of_work_on_the_device_of_a_launch_bound_job_holds_its_device_time_beyond_the_host():
+    """A launch-bound job (each phase's device time is its host time, both wandering +-12% with
+    the host in 60-s runs) settles over its first 10 minutes; then backward takes more time on
+    the device by degrees, +1.1 ms of an 11.5 ms step over 20 minutes (its host time as
+    before). Read against the levels while it settled, backward's device time beyond its host
+    time holds the step's growth and stands far out of that difference's own spreads. The same
+    ramp with the host time grown as much (the host's pace) holds nothing; a GPU-bound job (the
+    device runs ahead of the launches) has no such level to read against."""
+    lb = [0.0005, 0.0045, 0.0055, 0.0003, 0.0012]  # data, forward, backward, sync, optimizer: 11.5 ms
+    settled, end = T0 + 600, T0 + 600 + 1200
+    found = {}
+    for case in ("device", "paced", "gpu-bound"):
+        ev = RankEvidence()
+        rng = random.Random(5)
+        t, i = T0, 0
+        while t < end:
+            added = 0.0011 * min(1.0, max(0.0, t - settled) / 1200)
+            t += 0.0115 + added
+            i += 1
+            ev.steps([t], [0.0001])
+            if i % 4:
+                continue
+            pace = 1.0 + 0.12 * ((int((t - T0) // 60) * 7) % 3 - 1) + 0.02 * rng.random()
+            host = [p * pace for p in lb]
+            dev = [h + (added if j == 2 else 0.0) for j, h in enumerate(host)]
+            if case == "paced":
+                host = dev
+            elif case == "gpu-bound":  # (the host launches in a fraction of the device's time)
+                host = [0.3 * h for h in host]
+            ev.phase_samples([t], [0b1111], [[v] for v in dev], [[v] for v in host])
+        levels = ev.beyond_levels(settled - 120, settled)
+        found[case] = (levels, None if levels is None else
+                       ev.beyond_since(levels, end - 60, end, 0.0115, 0.0011))
+    levels, b = found["device"]
+    assert levels is not None and 2 in levels[1] and abs(levels[1][2]) < 1e-4, levels
+    assert b is not None and (b.kind, b.name) == ("beyond host", "backward") and b.share >= 0.5, b
+    assert b.spreads is not None and b.spreads >= 2 * DriftConfig().evidence_z, b
+    assert "backward's device time beyond its host time +1.1 ms/step" in b.text(), b.text()
+    paced_levels, paced_b = found["paced"]
+    assert paced_levels is not None and paced_b is None, paced_b
+    assert found["gpu-bound"] == (None, None), found["gpu-bound"]

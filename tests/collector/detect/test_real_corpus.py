@@ -324,6 +324,31 @@ def test_a_slow_loader_ramp_on_a_launch_bound_host_is_raised_on_its_evidence_sin
     assert "vs this job's level settled at" in a.fired_summary, a.fired_summary
 
 
+def test_a_slow_backward_ramp_on_a_launch_bound_host_is_raised_on_its_device_time_beyond_the_host(lines):
+    """The held-out launch-bound H200 job played six times at matching levels; backward's device
+    time ramped to +5% of the step over 30 minutes from 240 s (its host time as before). No
+    onset shows a ramp, and backward's device time wanders with the host's pace (8-9% between
+    adjacent 10-s blocks) further than the ramp moves it in minutes: never raised before. Its
+    device time beyond its host time, which stood near nothing while the rank settled, holds the
+    step's growth (``ShiftTests.since_settled``): raised no later than 10 minutes after the ramp
+    reached +5%, against the settled level, as a change of the job naming backward, in one
+    episode that stays open. (The host's own rise early in the ramp, +15% for about a minute
+    over a dip, is raised on the steps alone and ends, as without the ramp's reading.)"""
+    series = repeat(lines("h200zw_1gpu_s.jsonl.gz"), 6, match=True)
+    at = first_step_time(series) + 240
+    alerts = replay(events(inject(series, "ramp", 0.05, at, 1800, "backward")), DetectionConfig())
+    drift = [a for a in alerts if a.alertname == "StepwatchThroughputDrift" and a.fired_at >= at]
+    slow = [a for a in drift if "backward" in a.fired_summary]
+    assert len(slow) == 1, [(a.fired_at - at, a.fired_summary) for a in alerts]
+    assert all(a.decided == "steps" and a.ends_at is not None and a.fired_at < at + 600 for a in drift if a not in slow), [
+        (a.fired_at - at, a.decided, a.fired_summary) for a in drift]
+    (a,) = slow
+    assert a.fired_at <= at + 1800 + 600 and a.decided == "job" and a.ends_at is None, (
+        a.fired_at - at - 1800, a.decided, a.ends_at)
+    assert "vs this job's level settled at" in a.fired_summary, a.fired_summary
+    assert "backward's device time beyond its host time" in a.fired_summary, a.fired_summary
+
+
 def test_one_slow_data_loader_in_a_real_2_gpu_job_is_named_once(lines):
     """Rank 1's data loader 20 ms slower per step (+40% of the 50 ms step) from 240 s into the
     held-out real 2-GPU DDP job, every rank's step longer by it (lockstep): rank 1 is named a
