@@ -25,12 +25,12 @@ measured against it however long it takes.
 **A slow change, decided by its evidence since settling** (``ShiftTests.since_settled``). A
 warning-sized shift above the settled level that stays under ``z`` spreads (a host that wanders)
 and that no onset's evidence holds (a ramp: the level before any onset holds most of it) is
-raised when the loader's wait read against the rank's settling span holds it and stands
-``evidence_z`` of its own spreads out (the loader's wait only: a phase's device time drifts
-over minutes by itself); its episode stays
-open while that evidence stays grown, however the host's pace moves the step under it
-(``ShiftTests.slow_holds``). The wait's level while the rank settled is kept once read (not
-across a collector restart).
+raised when the loader's wait, or the device time beyond the host time of a compute phase the
+launches paced, read against the rank's settling span holds it and stands ``evidence_z`` of its
+own spreads out (not a phase's device time itself: it drifts over minutes by itself); its
+episode stays open while that evidence stays grown, however the host's pace moves the step under
+it and whatever further change comes on top (``ShiftTests.slow_holds``). Their levels while the
+rank settled are kept once read, and saved with the drift state.
 
 **Noise** (:mod:`._drift_noise`). The job's own spread at each test window, from the quiet
 history (buckets outside episodes, the last ``noise_history_s``). A shift must stand ``z``

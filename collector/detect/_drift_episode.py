@@ -101,7 +101,9 @@ class Episode:
         # it), so that the episode still ends once that change has gone (ShiftTests.evidence_gone)
         self.held: Optional[tuple[Backing, tuple]] = None
         self.against_before = False  # the latest onset a further change measured against the level before it
-        self.slow = False  # raised on its evidence since the rank settled (ShiftTests.since_settled)
+        # (evidence, span) a slow change was raised on, since the rank settled
+        # (ShiftTests.since_settled), kept through further changes: what ShiftTests.slow_holds reads
+        self.slow: Optional[tuple[Backing, tuple]] = None
         self.condition: Optional[Condition] = None
         self.version = 0
 
@@ -111,7 +113,7 @@ class Episode:
             self.condition, self.onset, self.ref = None, None, None
             self.change, self.began = 0, None
             self.backing, self.unknown, self.backing_span = None, (), None
-            self.held, self.against_before, self.slow = None, False, False
+            self.held, self.against_before, self.slow = None, False, None
             self.version += 1
 
     def open(self, sev: str, onset: tuple[int, float], ref: float, shift: float, window: Optional[int],
@@ -124,7 +126,8 @@ class Episode:
         condition changed (or a back-off already heard is noted)."""
         onset_at = onset[1]
         self.backing, self.unknown, self.backing_span = backing
-        self.held, self.slow = None, slow
+        self.held = None
+        self.slow = (backing[0], backing[2]) if slow and backing[0] is not None and backing[2] is not None else None
         self._hold()
         self.onset, self.ref, self.raised = onset, ref, shift
         self.against_before = False

@@ -46,7 +46,9 @@ def drift_state(d) -> Optional[dict]:
                           "evidence": dataclasses.asdict(ep.backing) if ep.backing is not None else None,
                           "unknown": list(ep.unknown),
                           "span": list(ep.backing_span) if ep.backing_span is not None else None,
-                          "against_before": ep.against_before, "slow": ep.slow}
+                          "against_before": ep.against_before, "slow": ep.slow is not None}
+        if ep.slow is not None and ep.slow[0] is not ep.backing:  # (a further change since the slow raise)
+            out["episode"]["slow_held"] = {"evidence": dataclasses.asdict(ep.slow[0]), "span": list(ep.slow[1])}
         if ep.held is not None and ep.held[0] is not ep.backing:  # (a further change that nothing holds)
             out["episode"]["held"] = {"evidence": dataclasses.asdict(ep.held[0]), "span": list(ep.held[1])}
     return out
@@ -96,7 +98,8 @@ def _restore_evidence(ep, e: dict) -> None:
     """The saved episode's evidence onto Episode ``ep``. Evidence that does not read, or a state
     saved without it, leaves the episode's evidence unknown (decided "", never "steps": that
     would say nothing moved with the step time). The evidence it holds through a further change
-    that nothing holds (``held``) is taken up when it reads, else it is the latest onset's."""
+    that nothing holds (``held``) is taken up when it reads, else it is the latest onset's; so is
+    the evidence a slow change was raised on, kept through further changes (``slow_held``)."""
     try:
         backing = _backing(e["evidence"])
         unknown = tuple(str(x) for x in e["unknown"])
@@ -105,7 +108,15 @@ def _restore_evidence(ep, e: dict) -> None:
         backing, unknown, span = None, (PHASE_TIMES,), None
     ep.backing, ep.unknown, ep.backing_span = backing, unknown, span
     ep.against_before = bool(e.get("against_before", False)) and span is not None
-    ep.slow = e.get("slow", False) is True and backing is not None and span is not None
+    ep.slow = (backing, span) if e.get("slow", False) is True and backing is not None and span is not None else None
+    slow = e.get("slow_held")
+    if e.get("slow", False) is True and isinstance(slow, dict):
+        try:
+            b, sp = _backing(slow["evidence"]), _span(slow["span"])
+        except (KeyError, TypeError, ValueError, IndexError, AttributeError):
+            b = sp = None
+        if b is not None and sp is not None:
+            ep.slow = (b, sp)
     ep.held = (backing, span) if backing is not None and span is not None else None
     held = e.get("held")
     if isinstance(held, dict):

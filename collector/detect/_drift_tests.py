@@ -343,13 +343,16 @@ class ShiftTests:
         the clear window against the settling span, at least ``_GONE_SHARE`` of what it held at
         the raise: the job's change is still there however the host's pace moves the step under
         it (a slow loader raised on a launch-bound host resolved each time the host's 60-s median
-        dipped and was raised again: bench/results/since_settled.md)."""
-        if not ep.slow or ep.backing is None or ep.backing_span is None or self.evidence is None:
+        dipped and was raised again: bench/results/since_settled.md). The evidence it was raised
+        on is read, not a further change's on top of it (a held-out launch-bound H200 job's
+        backward ramp, raised half-way, took a further onset whose level before held most of the
+        ramp, and ended while the ramp went on)."""
+        if ep.slow is None or self.evidence is None:
             return False
-        lo, edge, step_s = ep.backing_span
+        b, (lo, edge, step_s) = ep.slow
         now = self.history[-1][1]
-        grown = self.evidence.grown(ep.backing, lo, edge, max(ep.onset[1], now - self.cfg.clear_s), now, step_s)
-        return grown is not None and grown >= _GONE_SHARE * (ep.backing.after - ep.backing.before)
+        grown = self.evidence.grown(b, lo, edge, max(ep.onset[1], now - self.cfg.clear_s), now, step_s)
+        return grown is not None and grown >= _GONE_SHARE * (b.after - b.before)
 
     def test(self, sev: str, settled: float) -> Optional["Found"]:
         """The shift of ``sev``'s window against the settled level, else the level just before

@@ -602,6 +602,40 @@ def test_the_settled_beyond_host_levels_are_saved_and_ones_that_do_not_read_or_b
         assert d.armed and d._t._settled_beyond is None, bad
 
 
+def test_the_evidence_a_slow_change_was_raised_on_is_saved_through_a_further_change():
+    """A slow change's episode (raised on its evidence since the rank settled) that took a
+    further onset keeps the evidence it was raised on, which ``ShiftTests.slow_holds`` reads: a
+    restarted collector takes it up (one that does not read leaves the latest onset's; an
+    episode not saved as slow has none)."""
+    import json
+
+    from stepwatch.collector.detect._drift import DriftDetector
+
+    cfg = parse_detection(None).drift
+    beyond = {"kind": "beyond host", "name": "backward", "before": 0.02, "after": 0.33, "unit": "ms",
+              "share": 0.57, "spreads": 5.5, "host_paced": False}
+    later = dict(beyond, kind="phase", before=5.6, after=5.9, share=0.6)
+    ep = {"alertname": "StepwatchThroughputDrift", "severity": "warning", "ref": math.log(0.0118),
+          "ref_text": "vs this job's level settled at 17:45 UTC", "onset": [61475, T0 + 600],
+          "raised": math.log1p(0.04), "ratio": 1.04, "change": 1, "began": [51000, 0.035], "evidence": later,
+          "unknown": [], "span": [T0 + 400, T0 + 580, 0.0118], "slow": True,
+          "slow_held": {"evidence": beyond, "span": [T0 - 120, T0, 0.0118]}}
+    state = {"v": 1, "settled": math.log(0.0118), "settled_at": T0, "noise": {"critical": 0.02}, "episode": ep}
+    d = DriftDetector(cfg, "j", 0)
+    d.restore(json.loads(json.dumps(state)))
+    b, span = d._ep.slow
+    assert (b.kind, b.name, b.after, span) == ("beyond host", "backward", 0.33, (T0 - 120, T0, 0.0118)), d._ep.slow
+    saved = d.state()["episode"]
+    assert saved["slow"] is True and saved["slow_held"]["evidence"]["kind"] == "beyond host", saved
+    for bad, slow in (({"evidence": dict(beyond, name="nowhere"), "span": [T0 - 120, T0, 0.0118]}, True),
+                      ({"evidence": beyond, "span": None}, True), (ep["slow_held"], False)):
+        d = DriftDetector(cfg, "j", 0)
+        d.restore(json.loads(json.dumps(dict(state, episode=dict(ep, slow_held=bad, slow=slow)))))
+        assert d.condition is not None, bad
+        want = None if not slow else ("phase", 5.9)
+        assert (d._ep.slow and (d._ep.slow[0].kind, d._ep.slow[0].after)) == (want or None), (bad, d._ep.slow)
+
+
 def test_the_evidence_an_episode_holds_through_a_further_change_is_saved_and_taken_up():
     """An open episode whose latest onset (a further change) nothing holds still ends once the
     job's change it was raised on has gone (``Episode.held``, tests/data/real/diag/h100p): a
