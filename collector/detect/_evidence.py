@@ -425,11 +425,16 @@ class RankEvidence:
         the host rose after the work ended (h200y_1gpu_s's forward pulse: 214 s after its end,
         69 s with this). Not where the device ran ahead of the launches: a GPU-bound 2 x H200
         job's backward host time wanders 15-25 ms under a steady 23.6 ms of device time
-        (tests/data/real/h200x_2gpu_m), and read so its +10% episode ended while it lasted. Not
-        the device's work over every phase: a rank whose host waits for the device inside its
-        phases (the second rank of a 2 x H200 job, h200zb_2gpu_m) shows its work's device time
-        within 0.5 ms of its host time as a launch-bound job does, and its +5% backward episode,
-        read so, ended while it lasted."""
+        (tests/data/real/h200x_2gpu_m), and read so its +10% episode ended while it lasted. The
+        device's work over every phase is read on its device time, or, where more, on the most
+        any launch-paced compute phase's device time beyond its host time grew
+        (:meth:`_beyond_grown`): a held-out H200 job's +5% backward began as its host rose, was
+        read as the device's work (every phase grew with the host), and that episode ended as the
+        host dipped 23 s in while backward's difference stayed grown. Not on the difference
+        alone: a rank whose host waits for the device inside its phases (the second rank of a
+        2 x H200 job, h200zb_2gpu_m) shows its work's device time within 0.5 ms of its host time
+        as a launch-bound job does, and its +5% backward episode, read so, ended while it
+        lasted."""
         if b.kind == Kind.BEYOND:  # (a slow change's: against its level while the rank settled)
             k = _columns(b)[0]
             rows = [r for r in self.phases if since <= r[0] <= now + _BLOCK_S]
@@ -450,6 +455,10 @@ class RankEvidence:
                     return (median(after) - level) * 1e3
             before = [sum(r[3 + k] for k in ks) for r in self.phases if lo <= r[0] < edge]
             after = [sum(r[3 + k] for k in ks) for r in rows]
+            if b.kind == Kind.DEVICE and rows and len(after) >= 2:
+                beyond = self._beyond_grown(lo, edge, rows)
+                if beyond is not None:
+                    return max(beyond, median(after) * 1e3 - (median(before) * 1e3 if before else b.before))
             scale = 1e3
         elif b.kind == Kind.LOADER:
             before = [r[1] for r in self.waits if lo <= r[0] < edge]
@@ -465,6 +474,19 @@ class RankEvidence:
         if len(after) < 2:
             return None
         return median(after) * scale - (median(before) * scale if before else b.before)
+
+    def _beyond_grown(self, lo: float, edge: float, rows: list) -> Optional[float]:
+        """The most any compute phase the launches paced over ``lo..edge`` grew its device time
+        beyond its host time in ``rows`` (the blocks after, ms), against its level there; None
+        when none was launch-paced there."""
+        kind = rows[-1][2]
+        grew = []
+        for k in (PHASES.index(p) for p in _COMPUTE):
+            level = self._launched((k,), lo, edge, kind)
+            after = [r[3 + k] - r[8 + k] for r in rows if r[2] == kind]
+            if level is not None and len(after) >= 2:
+                grew.append((median(after) - level) * 1e3)
+        return max(grew) if grew else None
 
     def change_at(self, b: Backing, lo: float, after: float, now: float) -> Optional[float]:
         """Where the source of ``b`` (a phase's or the device work's time, the loader wait, the

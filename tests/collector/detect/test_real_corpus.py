@@ -603,6 +603,23 @@ def test_a_change_with_its_evidence_soon_after_a_host_episode_opened_is_raised_a
 
 
 
+def test_work_added_on_a_launch_bound_device_as_its_host_rose_is_one_episode_while_it_lasts(lines):
+    """The held-out launch-bound h200zw, backward's device time +5% of the step from 240 s to its
+    end, its host's pace up 22 s before that: the change is raised (dated at the host's rise,
+    read as the device's work over every phase, which the host's pace moved with it) and stays
+    one episode to the end. The device work's time fell back as the host dipped 23 s after the
+    change while backward's device time beyond its host time stayed grown; read on the device
+    time alone, the episode ended then and the change was raised again 60 s in
+    (RankEvidence.grown)."""
+    series = lines("h200zw_1gpu_s.jsonl.gz")
+    at = first_step_time(series) + 240
+    alerts = replay(events(inject(series, "step", 0.05, at, 0, "backward")), DetectionConfig())
+    drift = [a for a in alerts if a.alertname == "StepwatchThroughputDrift" and a.fired_at >= at - 30]
+    assert len(drift) == 1, [(a.fired_at - at, a.ends_at and a.ends_at - at, a.fired_summary) for a in drift]
+    (a,) = drift
+    assert a.fired_at - at <= 60 and a.decided == "job" and a.ends_at is None, (a.fired_at - at, a.decided, a.ends_at)
+
+
 def test_changes_on_the_device_of_a_launch_bound_job_are_raised_on_its_device_time_beyond_the_host(lines):
     """The held-out launch-bound h200zw (one H200, 11.4 ms steps: each phase's device time is its
     host time, and wanders with the host's pace 8-9% between adjacent 10-s blocks), played five
