@@ -1063,3 +1063,22 @@ def test_four_live_causes_on_an_h100_at_this_code_each_their_own_episode_with_th
     _each_cause_its_own_episode(alerts, H100Y[:3], ("backward +", "data +", "forward +"))
     churn = _churn_its_own(alerts, H100Y[3][1])
     assert "a change of the job: allocator calls 0.0 -> " in churn.fired_summary, churn.fired_summary
+
+
+# h100z (diag README, held out): a launch-bound job live at 06b8320 on one H100 (8.2 ms steps),
+# GEMMs at 0.45 of the step in backward, then in forward (90 s on, 100 s off)
+H100Z = [("gemm_backward", 1796654296.02, 1796654386.02), ("gemm_forward", 1796654486.02, 1796654576.02)]
+
+
+def test_gemms_added_to_a_live_launch_bound_job_each_their_own_episode_with_the_phase_first():
+    """Replayed at the defaults (bench/results/real_h100z.md): a launch-bound H100 job (8.2 ms
+    steps) whose backward, then forward, got GEMMs (+18.2% and +20.6% of the step): each opens an
+    episode of its own within 60 s of its start (live: 18.6 and 18.8 s), decided "job", the why
+    naming the phase first, resolved within 2 minutes of its end; nothing raised while healthy.
+    The host waited for backward's added work inside the phase (its host time 3.7 -> 5.0 ms with
+    its device time: held host-paced); forward's device time grew past its host time (3.1 -> 6.4
+    against 3.0 -> 4.8 ms; backward's device time fell as much, the GPU still running forward's
+    work when the host entered backward)."""
+    alerts = _drift("h100z_1gpu_s_pulses.jsonl.gz")
+    _none_outside(alerts, H100Z)
+    _each_cause_its_own_episode(alerts, H100Z, ("backward +", "forward +"))
