@@ -72,12 +72,18 @@ def inject(lines: list[dict], kind: str, ratio: float, at: float, span: float,
     ``step`` +ratio to the end; ``ramp`` rising to +ratio over ``span`` seconds, then held;
     ``pulse`` +ratio for ``span`` seconds of the original recording's time, then back.
     ``where``: what the time added is made of, as the agent measures it: a phase's name
-    (:data:`PHASES`: the sampled steps' device time of that phase grows by it), "loader" (the
-    data-loader wait grows by it), or None (nothing but the step time: the host's own pace)."""
+    (:data:`PHASES`: the sampled steps' device time of that phase grows by it), a phase's name
+    with "+host" (its device time and its host time grow by it: work on the device that the host
+    waits for inside the phase, as GEMMs added to a live launch-bound H100 job's backward did,
+    tests/data/real/diag/h100z), "loader" (the data-loader wait grows by it), or None (nothing
+    but the step time: the host's own pace)."""
     if kind not in ("step", "ramp", "pulse"):
         raise ValueError(f"inject: kind must be step, ramp or pulse, not {kind!r}")
-    if where not in (None, "loader", *PHASES):
-        raise ValueError(f"inject: where must be None, 'loader' or one of {PHASES}, not {where!r}")
+    waited = where is not None and where.endswith("+host") and where[:-5] in PHASES
+    if where not in (None, "loader", *PHASES) and not waited:
+        raise ValueError(f"inject: where must be None, 'loader', one of {PHASES} or one of them with "
+                         f"'+host', not {where!r}")
+    phase = where[:-5] if waited else where if where in PHASES else None
 
     def added(rank: int, end: float, dur: float) -> tuple[float, float]:
         if end < at or (kind == "pulse" and end >= at + span):
@@ -86,7 +92,7 @@ def inject(lines: list[dict], kind: str, ratio: float, at: float, span: float,
         more = dur * (factor - 1.0)
         return more, more if where == "loader" else 0.0
 
-    return _stretch(lines, added, where if where in PHASES else None, idle=where not in PHASES)
+    return _stretch(lines, added, phase, idle=phase is None, host=waited)
 
 
 def pulse_end(lines: list[dict], at: float, span: float, ratio: float) -> float:
@@ -128,12 +134,14 @@ def slow_loader(lines: list[dict], rank: int, seconds: float, at: float) -> list
 PHASES = ("data", "forward", "backward", "sync", "optimizer")
 
 
-def _stretch(lines: list[dict], added, phase: Optional[str] = None, idle: bool = False) -> list[dict]:
+def _stretch(lines: list[dict], added, phase: Optional[str] = None, idle: bool = False,
+             host: bool = False) -> list[dict]:
     """A copy of ``lines`` whose steps take ``added(rank, end_time_s, duration_s)`` =
     (seconds longer, of which data-loader wait) each; every later time of that rank (steps,
     samples, the collector's clock) moves by the time added so far. ``phase``: the sampled
     steps' device time of that phase grows by their step's time added (a sample that comes in
-    an earlier batch than its step, at a batch's edge, stays as it was). ``idle``: the time added
+    an earlier batch than its step, at a batch's edge, stays as it was), and with ``host`` its
+    host time too. ``idle``: the time added
     is the GPU's idle time (no work added: the host's pace, a loader): the NVML samples' activity
     ratios after a step that grew fall by its share (the same busy time in a longer step)."""
     extra: dict[int, float] = {}  # rank -> seconds added so far
@@ -174,7 +182,7 @@ def _stretch(lines: list[dict], added, phase: Optional[str] = None, idle: bool =
         if b.get("phase_times"):  # sampled steps (of this batch or an earlier one): moved as their step
             b["phase_times"] = [_grown_phase(dict(x, end_time_s=float(x["end_time_s"])
                                                   + moved[rank].get(int(x["step"]), add)),
-                                             phase, grown[rank].get(int(x["step"]), 0.0))
+                                             phase, grown[rank].get(int(x["step"]), 0.0), host)
                                 for x in b["phase_times"]]
         if "sealed_time_s" in b:
             b["sealed_time_s"] = float(b["sealed_time_s"]) + add
@@ -183,9 +191,11 @@ def _stretch(lines: list[dict], added, phase: Optional[str] = None, idle: bool =
     return out
 
 
-def _grown_phase(x: dict, phase: Optional[str], more: float) -> dict:
+def _grown_phase(x: dict, phase: Optional[str], more: float, host: bool = False) -> dict:
     if phase and more:
         x[f"{phase}_s"] = float(x.get(f"{phase}_s", 0.0)) + more
+        if host and f"host_{phase}_s" in x:
+            x[f"host_{phase}_s"] = float(x[f"host_{phase}_s"]) + more
     return x
 
 

@@ -292,6 +292,34 @@ def test_an_injected_change_moves_the_phase_times_with_their_steps(lines):
         assert max(abs(ends[k] - e) for k, e in phases if k in ends) < 0.005, rank
 
 
+def test_work_the_host_waits_for_grows_a_phases_host_time_with_its_device_time(lines):
+    """+10% from 240 s made of backward's work: as device work alone ("backward") its sampled
+    device time grows by its step's time added and its host time stays; as work the host waits
+    for inside the phase ("backward+host", a live launch-bound H100 job's GEMMs,
+    tests/data/real/diag/h100z) both grow by it; the other phases stay. A shape that names no
+    phase is refused with the shapes it takes."""
+    series = lines("h200zw_1gpu_s.jsonl.gz")
+    at = first_step_time(series) + 240
+
+    def sampled(changed):
+        return {int(x["step"]): x for o in changed if o["kind"] == "batch"
+                for x in o["batch"].get("phase_times", ())}
+
+    before = sampled(series)
+    for where, host_grows in (("backward", False), ("backward+host", True)):
+        after = sampled(inject(series, "step", 0.10, at, 0, where))
+        late = [k for k, x in before.items() if float(x["end_time_s"]) > at + 5]
+        assert len(late) > 100
+        for k in late:
+            grew = after[k]["backward_s"] - before[k]["backward_s"]
+            assert grew > 0, (where, k)
+            assert abs(after[k]["host_backward_s"] - before[k]["host_backward_s"] - (grew if host_grows else 0)) < 1e-9
+            assert after[k]["forward_s"] == before[k]["forward_s"]
+            assert after[k]["host_forward_s"] == before[k]["host_forward_s"]
+    with pytest.raises(ValueError, match="'loader\\+host'"):
+        inject(series, "step", 0.10, at, 0, "loader+host")
+
+
 def test_a_ramp_injected_into_a_real_series_is_raised_against_the_settled_level(lines):
     """+5% over 15 minutes into the 44 ms job played three times in a row (33 minutes): raised
     no later than 10 minutes after it reached +5%, against the job's settled level."""
