@@ -14,13 +14,13 @@ import dataclasses
 import math
 from typing import Optional
 
-from ._evidence import PHASE_TIMES, PHASES
+from ._evidence import _COMPUTE, PHASE_TIMES, PHASES
 from ._names import THROUGHPUT_DRIFT
 from ._types import SEVERITIES, Backing, Kind
 
 __all__ = ["drift_state", "restore_drift"]
 
-_COMPUTE_COLUMNS = tuple(PHASES.index(p) for p in ("forward", "backward", "optimizer"))
+_COMPUTE_COLUMNS = tuple(PHASES.index(p) for p in _COMPUTE)
 
 
 def drift_state(d) -> Optional[dict]:

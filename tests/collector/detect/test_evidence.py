@@ -386,6 +386,35 @@ def test_the_wait_against_its_settled_level_holds_a_slow_change_and_a_still_wait
     assert still.wait_since(level, T0 + 2410, T0 + 2500, 0.040, 0.008) is None
 
 
+def _launch_bound(until: float, seed: int, k: int, added, shape: str) -> RankEvidence:
+    """The evidence of a launch-bound job from T0 to ``until``: 11.5 ms steps, every fourth one's
+    phases sampled, each phase's device time its host time, both wandering +-12% with the host's
+    pace in 60-s runs; ``added(t)`` (s) more a step from data time ``t`` on, all of it on phase
+    column ``k``'s device time. ``shape``: "device" (its host time as before), "paced" (its host
+    time grown as much: the host's pace) or "gpu-bound" (the host launches in 0.3 of the device's
+    time)."""
+    lb = [0.0005, 0.0045, 0.0055, 0.0003, 0.0012]  # data, forward, backward, sync, optimizer: 11.5 ms
+    ev = RankEvidence()
+    rng = random.Random(seed)
+    t, i = T0, 0
+    while t < until:
+        more = added(t)
+        t += 0.0115 + more
+        i += 1
+        ev.steps([t], [0.0001])
+        if i % 4:
+            continue
+        pace = 1.0 + 0.12 * ((int((t - T0) // 60) * 7) % 3 - 1) + 0.02 * rng.random()
+        host = [p * pace for p in lb]
+        dev = [h + (more if j == k else 0.0) for j, h in enumerate(host)]
+        if shape == "paced":
+            host = dev
+        elif shape == "gpu-bound":
+            host = [0.3 * h for h in host]
+        ev.phase_samples([t], [0b1111], [[v] for v in dev], [[v] for v in host])
+    return ev
+
+
 def test_work_added_on_the_device_of_a_launch_bound_job_stands_out_of_its_device_time_beyond_the_host():
     """A launch-bound job: each phase's device time is its host time (the GPU keeps pace with the
     launches), and both wander together with the host's pace, +-12% in 60-s runs. Forward then
@@ -393,24 +422,10 @@ def test_work_added_on_the_device_of_a_launch_bound_job_stands_out_of_its_device
     forward's own wander of device time, far out of its device time beyond the host's, which
     stood at nothing. The same growth with its host time grown as much (the host's pace) is no
     such reading."""
-    lb = [0.0005, 0.0045, 0.0055, 0.0003, 0.0012]  # data, forward, backward, sync, optimizer: 11.5 ms
     edge = T0 + 600
     found = {}
     for paced in (False, True):
-        ev = RankEvidence()
-        rng = random.Random(3)
-        t, i = T0, 0
-        while t < edge + 50:
-            changed = t >= edge
-            t += 0.0126 if changed else 0.0115
-            i += 1
-            ev.steps([t], [0.0001])
-            if i % 4:
-                continue
-            pace = 1.0 + 0.12 * ((int((t - T0) // 60) * 7) % 3 - 1) + 0.02 * rng.random()
-            host = [p * pace for p in lb]
-            dev = [h + (0.0011 if changed and j == 1 else 0.0) for j, h in enumerate(host)]
-            ev.phase_samples([t], [0b1111], [[v] for v in dev], [[v] for v in (dev if paced else host)])
+        ev = _launch_bound(edge + 50, 3, 1, lambda t: 0.0011 if t >= edge else 0.0, "paced" if paced else "device")
         b, _ = ev.backing(edge - 60, edge - 10, edge + 5, edge + 50, 0.0115, 0.0011)
         found[paced] = (b, None if b is None else ev.spreads(b, edge - 10, edge + 5, edge + 50, 0.0115))
     (b, device_only), (paced_b, _) = found[False], found[True]
@@ -428,28 +443,10 @@ def test_a_slow_ramp_of_work_on_the_device_of_a_launch_bound_job_holds_its_devic
     time holds the step's growth and stands far out of that difference's own spreads. The same
     ramp with the host time grown as much (the host's pace) holds nothing; a GPU-bound job (the
     device runs ahead of the launches) has no such level to read against."""
-    lb = [0.0005, 0.0045, 0.0055, 0.0003, 0.0012]  # data, forward, backward, sync, optimizer: 11.5 ms
     settled, end = T0 + 600, T0 + 600 + 1200
     found = {}
     for case in ("device", "paced", "gpu-bound"):
-        ev = RankEvidence()
-        rng = random.Random(5)
-        t, i = T0, 0
-        while t < end:
-            added = 0.0011 * min(1.0, max(0.0, t - settled) / 1200)
-            t += 0.0115 + added
-            i += 1
-            ev.steps([t], [0.0001])
-            if i % 4:
-                continue
-            pace = 1.0 + 0.12 * ((int((t - T0) // 60) * 7) % 3 - 1) + 0.02 * rng.random()
-            host = [p * pace for p in lb]
-            dev = [h + (added if j == 2 else 0.0) for j, h in enumerate(host)]
-            if case == "paced":
-                host = dev
-            elif case == "gpu-bound":  # (the host launches in a fraction of the device's time)
-                host = [0.3 * h for h in host]
-            ev.phase_samples([t], [0b1111], [[v] for v in dev], [[v] for v in host])
+        ev = _launch_bound(end, 5, 2, lambda t: 0.0011 * min(1.0, max(0.0, t - settled) / 1200), case)
         levels = ev.beyond_levels(settled - 120, settled)
         found[case] = (levels, None if levels is None else
                        ev.beyond_since(levels, end - 60, end, 0.0115, 0.0011))
