@@ -9,7 +9,8 @@
 - ``on_evaluate`` / ``on_predict`` mark "eval", ``on_save`` "checkpoint", ``on_log`` "log" (or
   "eval" for the evaluation's own metrics): each marks the step that phase delayed ("eval" or
   "checkpoint" replace "log" on the same step). The collector leaves a marked step out of
-  detection only when the phase actually delayed it, so logging every step hides nothing.
+  detection only when the phase actually delayed it and its kind is not on most steps, so
+  logging every step hides nothing.
 
 Never raises into the Trainer.
 """

@@ -118,10 +118,11 @@ class DetectionEngine:
         the profiler ``windows``. A profiled step counts for liveness and as a pause of kind
         "profiler", never for drift or stragglers. A marked step (evaluation, checkpoint...) is
         left out the same way when the phase delayed it (at least _MARK_DELAY x the median of
-        the rank's last 64 steps, marked or not; before 8 are known, always); otherwise it is a
-        plain step; a run of steps marked with one kind counts as one pause of that kind (at
-        most _MAX_PHASE_KINDS kinds per rank, later ones count as "other"). What feeding a
-        batch step by step gives: tests/collector/detect/test_batch_path.py."""
+        the rank's last 64 steps, marked or not; before 8 are known, always) and its kind marked
+        under _ROUTINE_SHARE of those steps; otherwise it is a plain step; a run of steps marked
+        with one kind counts as one pause of that kind (at most _MAX_PHASE_KINDS kinds per rank,
+        later ones count as "other"). What feeding a batch step by step gives:
+        tests/collector/detect/test_batch_path.py."""
         feeds = self._feeds
         if phases is not None or steps or allocator or gpu or host or windows:
             r = self._rank(job, rank)

@@ -20,6 +20,11 @@ _MAX_PHASE_KINDS = 8  # marked phase kinds per rank (a label each); more count a
 # Face job logging every step marks every step "log", and a +70% slowdown went unreported when
 # every marked step was left out.
 _MARK_DELAY = 1.2
+# ... and only when its kind marked under this share of those steps: a kind that marks most steps
+# is part of the step, not a pause. A +140% step change of a job logging every step had each
+# marked step left out as "delayed" until the slow steps were half the recent ones (32 steps),
+# and the change was dated there.
+_ROUTINE_SHARE = 0.5
 
 
 class Columns:
@@ -53,18 +58,25 @@ class RankFacts:
         self.marked: dict[str, int] = {}  # phase kind -> marked pause episodes
         self.last_phase = ""
         self.recent: collections.deque = collections.deque(maxlen=64)  # durations (marked or not)
+        self.recent_marks: collections.deque = collections.deque(maxlen=64)  # their marks ("" none)
+        self.mark_counts: dict[str, int] = {}  # marks in recent_marks by kind ("" left out)
         self.live = RankLiveness(cfg.liveness, job, rank)
 
     def judge(self, s: Steps, profiled: Sequence[int], phases: Optional[dict], warmup_steps: int) -> None:
         """Which of a batch's steps the slowdown rules judge (``s.judged``: None for all of them,
         the usual batch) and where profiler windows ended (``s.window_ends``). Left out: the
         rank's first ``warmup_steps``, profiled steps and marked steps their phase delayed.
-        Every step counts in the rank's recent ones and its marks."""
+        A marked step counts as a plain one when its kind marked at least half the rank's recent
+        steps (routine: logging every step). Every step counts in the rank's recent ones and its
+        marks."""
         n = len(s)
         warm = max(0, warmup_steps - self.seen)  # rows before this index are warm-up
         self.seen += n
         if not profiled and not phases and not self.last_phase:
             self.recent.extend(s.duration_s[-64:])
+            if self.mark_counts:
+                for _ in range(min(n, 64)):
+                    self._remember("")
             s.judged = None if warm == 0 else list(range(warm, n))
             return
         keep = []
@@ -77,11 +89,29 @@ class RankFacts:
                 self.profiled += 1
                 continue
             # a marked step the phase did not delay (against the rank's recent steps, marked
-            # or not) is a plain step
-            if i >= warm and (not phase or (len(recent) >= 8 and s.duration_s[i] < _MARK_DELAY * median(recent))):
+            # or not), or of a routine kind, is a plain step
+            if i >= warm and (not phase or (len(recent) >= 8 and (
+                    s.duration_s[i] < _MARK_DELAY * median(recent)
+                    or self.mark_counts.get(phase, 0) >= _ROUTINE_SHARE * len(recent)))):
                 keep.append(i)
             recent.append(s.duration_s[i])
+            self._remember(phase)
         s.judged = keep
+
+    def _remember(self, phase: str) -> None:
+        """Count ``phase`` (a step's mark, "" for none) among the recent steps' marks."""
+        marks, counts = self.recent_marks, self.mark_counts
+        if len(marks) == marks.maxlen:
+            old = marks[0]
+            if old:
+                left = counts[old] - 1
+                if left:
+                    counts[old] = left
+                else:
+                    del counts[old]
+        marks.append(phase)
+        if phase:
+            counts[phase] = counts.get(phase, 0) + 1
 
     def mark(self, phase: str) -> str:
         """A step's marked phase ("" for none): a run of one kind counts once in ``marked``;

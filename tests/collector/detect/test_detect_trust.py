@@ -207,6 +207,31 @@ def test_marks_on_every_step_never_hide_a_slowdown():
     assert engine.pauses()[("j", 0)]["eval"] == (AT + 3000) // 2000
 
 
+def test_a_step_change_of_a_job_that_marks_every_step_is_dated_where_it_began():
+    """Every step marked "log" (a Hugging Face job with logging_steps=1): a +140% step change is
+    judged from its first step, so its onset is dated at the change. When a marked step counted
+    only while under 1.2x the recent median, the first 32 slow steps were left out as "delayed"
+    and the onset was dated ~40 steps late (a whole-suite CI run: since step 242 of a change at
+    200). The kind that marks most recent steps is routine; a rare kind the phase delayed (an
+    evaluation) is still left out."""
+    import random
+    cfg = parse_detection({"warmup_steps": 10, "eval_interval_s": 0.5, "drift": {
+        "bucket_s": 0.5, "min_bucket_steps": 3, "warmup_s": 1, "settle_s": 3, "critical_window_s": 2,
+        "warning_window_s": 3, "info_window_s": 5, "clear_s": 1, "z": 3}})
+    rng, engine, now, at = random.Random(5), DetectionEngine(cfg), T0, 300
+    book = AlertBook(1e9, cfg.resolve_hold_s, steps=engine.last_step)
+    for i in range(1, 501):
+        dt = (0.035 if i < at else 0.085) * (1 + 0.02 * rng.gauss(0, 1))
+        evaluation = i == 250
+        now += dt * 20 if evaluation else dt
+        engine.step("j", 0, i, now, dt * 20 if evaluation else dt, phase="eval" if evaluation else "log")
+        engine.take_touched()
+        book.update(now, engine.conditions())
+    (episode,) = drift(book.snapshot())
+    assert at - 3 <= episode.step <= at + 8 and episode.severity == "critical", (episode.step, episode.summary)
+    assert engine.pauses()[("j", 0)]["eval"] == 1
+
+
 def test_armed_after_warm_up_and_settling_and_exported():
     """Nothing is judged before a rank is armed (warm-up 60 s, then 120 s of settling); the
     collector exports how many of a job's ranks are armed."""
