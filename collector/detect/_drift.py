@@ -497,10 +497,17 @@ class DriftDetector:
     def _further(self) -> bool:
         """A further change in the open episode (:meth:`ShiftTests.further`): the episode takes
         its onset and the evidence there (:meth:`Episode.further`). One found against the level
-        just before it is taken only when a source other than the episode's holds it there."""
-        found = self._t.further(self._ep) if self._ep.alertname == THROUGHPUT_DRIFT else None
-        if found is None:
+        just before it is taken only when a source other than the episode's holds it there. Else
+        a change of cause the step does not show (:meth:`ShiftTests.further_by_cause`)."""
+        if self._ep.alertname != THROUGHPUT_DRIFT:
             return False
+        found = self._t.further(self._ep)
+        if found is None:
+            cause = self._t.further_by_cause(self._ep)
+            if cause is None:
+                return False
+            step, onset_at, read = cause  # (the step stands where it was: no shift added)
+            return self._ep.further(step, onset_at, 0.0, read, True)
         step, onset_at, ref, shift, spared, by_before = found
         read = self._t.backing_at(onset_at, ref, shift)
         if (spared or by_before) and not self._t.holds(read[0]):

@@ -61,8 +61,9 @@ _SEARCHED_SHARE = 1 / 3
 _UNSPECIFIC = (Kind.GPU, Kind.DEVICE)
 # The loader's wait as a source searched for its own change (date_by_evidence, led)
 _WAIT_SOURCE = Backing(Kind.LOADER, "data-loader wait", 0.0, 0.0, "ms", 0.0)
-# The sources a change is measured against the seconds before it by (ShiftTests.led): the wait,
-# then the compute phases' device time
+# The sources a change is measured against the seconds before it by (ShiftTests.led) and the
+# sources a change of cause inside an open episode is searched in (ShiftTests.further_by_cause):
+# the wait, then the compute phases' device time
 _LED_SOURCES = (_WAIT_SOURCE,) + tuple(Backing(Kind.PHASE, p, 0.0, 0.0, "ms", 0.0)
                                        for p in ("forward", "backward", "optimizer"))
 
@@ -609,6 +610,53 @@ class ShiftTests:
             return self._further_onset(ep, n, ref, shift) + (ref, shift, False, True)
         return None
 
+    def further_by_cause(self, ep: Episode) -> Optional[tuple[int, float, tuple]]:
+        """A change of the job inside the open episode ``ep`` that its step time does not show: a
+        source of :data:`_LED_SOURCES` other than the one the episode holds changed
+        (:meth:`RankEvidence.change_at`) more than ``_REDATE_BUCKETS`` buckets after the latest
+        onset and at least the critical window ago, and, read from there against the step's level
+        between the two (at least ``_INSIDE_MIN`` buckets), holds a warning-sized shift of that
+        level, not paced by its host, and stands ``evidence_z`` of its own spreads out
+        (:meth:`holds`), while the step stands at least that level and half the episode's raised
+        shift above its reference: what held the step before receded as the new cause came. A launch-bound H200 job's host
+        ran +10% for minutes (an episode its GPU busy time held); as the host came back, a slower
+        loader (its wait 0.13 -> 1.2 ms, +10% of the step) took the step where it stood, and the
+        loader's change was never shown (tests/data/real/h200u_1gpu_xs played with pulses).
+        Returns (onset step, onset time, :meth:`backing_at`'s read there), or None."""
+        hist, b = self.history, self.cfg.bucket_s
+        nc = self.n[CRITICAL]
+        if self.evidence is None or len(hist) < nc + _INSIDE_MIN:
+            return None
+        now = hist[-1][1]
+        m = nc + self.n_before[WARNING]  # (the buckets a further change's onset is found among)
+        rows = [hist[k] for k in range(max(0, len(hist) - m), len(hist))]
+        rows = [r for r in rows if r[1] - b >= ep.onset[1]]
+        if len(rows) < nc + _INSIDE_MIN:
+            return None
+        held = {_key(ep.backing), _key(ep.held[0] if ep.held else None)}
+        need = math.log1p(RAISE[WARNING] * self.ratio[WARNING])
+        best = None
+        for src in _LED_SOURCES:
+            if _key(src) in held:
+                continue
+            at = self.evidence.change_at(src, rows[0][1] - b - MIN_BEFORE_S, ep.onset[1] + _REDATE_BUCKETS * b, now)
+            if at is None or now - at < nc * b:
+                continue
+            j = next((i for i, r in enumerate(rows) if r[1] - b >= at - b / 2), None)
+            if j is None or j < _INSIDE_MIN or len(rows) - j < nc:
+                continue
+            ys = [r[2] for r in rows]
+            here, after = median(ys[:j]), median(ys[j:])
+            if after < here or after - ep.ref < _FURTHER_SHARE * ep.raised:
+                continue
+            read = self.backing_at(rows[j][1] - b, here, need)
+            if _key(read[0]) != _key(src) or read[0].host_paced or not self.holds(read[0]):
+                continue  # (a phase its host paced: a host's wave gathered in one host-bound phase
+                # as the step stood, forward +3.3 ms of a 40 ms H200 job, h200q_1gpu_m)
+            if best is None or read[0].share > best[2][0].share:
+                best = (int(rows[j][0]), rows[j][1] - b, read)
+        return best
+
     def _further_onset(self, ep: Episode, n: int, ref: float, shift: float) -> tuple[int, float]:
         """(onset step, onset time) of a further change of ``shift`` above ``ref`` over the last
         ``n`` buckets, found as at a raise among the buckets since the episode's current onset."""
@@ -675,3 +723,7 @@ def estimate_onset(ys: list, ref: float, level: float, clip: float) -> int:
     half = min(level, clip) / 2
     totals = list(itertools.accumulate([min(y - ref, clip) - half for y in reversed(ys)]))
     return len(ys) - 1 - totals.index(max(totals))
+
+
+def _key(b: Optional[Backing]) -> Optional[tuple]:
+    return None if b is None else (b.kind, b.name)
