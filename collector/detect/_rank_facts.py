@@ -58,7 +58,8 @@ class RankFacts:
         self.marked: dict[str, int] = {}  # phase kind -> marked pause episodes
         self.last_phase = ""
         self.recent: collections.deque = collections.deque(maxlen=64)  # durations (marked or not)
-        self.recent_marks: collections.deque = collections.deque(maxlen=64)  # their marks ("" none)
+        # their marks ("" none), from the rank's first mark on (760 bytes a rank otherwise)
+        self.recent_marks: Optional[collections.deque] = None
         self.mark_counts: dict[str, int] = {}  # marks in recent_marks by kind ("" left out)
         self.live = RankLiveness(cfg.liveness, job, rank)
 
@@ -101,6 +102,10 @@ class RankFacts:
     def _remember(self, phase: str) -> None:
         """Count ``phase`` (a step's mark, "" for none) among the recent steps' marks."""
         marks, counts = self.recent_marks, self.mark_counts
+        if marks is None:
+            if not phase:
+                return  # (no mark yet: nothing to count)
+            marks = self.recent_marks = collections.deque(maxlen=64)
         if len(marks) == marks.maxlen:
             old = marks[0]
             if old:
