@@ -623,8 +623,11 @@ class ShiftTests:
         launch-bound H200 job's host ran +10% for minutes (an episode its GPU busy time held); as
         the host came back, a slower loader (its wait 0.13 -> 1.2 ms, +10% of the step) took the
         step where it stood, and the loader's change was never shown
-        (tests/data/real/h200u_1gpu_xs played with pulses).
-        Returns (onset step, onset time, :meth:`backing_at`'s read there), or None."""
+        (tests/data/real/h200u_1gpu_xs played with pulses). Cost: 270-580 us a call on a 2-core
+        machine (h200x_2gpu_m and h200u_1gpu_xs played with pulses), one call per evaluation of a
+        rank whose open episode found no further change of the step (about 2% of a core for
+        1,000 ranks in episodes at the 5-s tick). Returns (onset step, onset time,
+        :meth:`backing_at`'s read there), or None."""
         hist, b = self.history, self.cfg.bucket_s
         nc = self.n[CRITICAL]
         if self.evidence is None or len(hist) < nc + _INSIDE_MIN:
