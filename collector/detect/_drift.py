@@ -118,10 +118,10 @@ from ._drift_buckets import StepBuckets
 from ._drift_episode import Episode
 from ._drift_noise import RAISE
 from ._drift_state import drift_state, restore_drift
-from ._drift_tests import Found, ShiftTests, estimate_onset
+from ._drift_tests import Found, ShiftTests, estimate_onset, source_of
 from ._evidence import PHASE_TIMES
 from ._names import THROUGHPUT_DRIFT
-from ._types import CRITICAL, INFO, SEVERITIES, WARNING, Backing, Condition, Kind, median
+from ._types import CRITICAL, INFO, SEVERITIES, WARNING, Condition, Kind, median
 
 if TYPE_CHECKING:
     from ._evidence import RankEvidence
@@ -512,10 +512,7 @@ class DriftDetector:
         read = self._t.backing_at(onset_at, ref, shift)
         if (spared or by_before) and not self._t.holds(read[0]):
             return False  # (spared the sustain by evidence its own onset does not show)
-        if by_before and _source(read[0]) == _source(self._ep.backing):
+        if by_before and source_of(read[0]) == source_of(self._ep.backing):
             return False  # (the episode's own change, come back from a dip)
         return self._ep.further(step, onset_at, ref + shift - self._ep.ref - self._ep.raised, read, by_before)
 
-
-def _source(b: Optional[Backing]) -> Optional[tuple[str, str]]:
-    return None if b is None else (b.kind, b.name)

@@ -27,7 +27,7 @@ from ._types import CRITICAL, INFO, WARNING, Backing, Kind, median
 if TYPE_CHECKING:
     from ._evidence import RankEvidence
 
-__all__ = ["Found", "ShiftTests", "estimate_onset", "MIN_BEFORE_S"]
+__all__ = ["Found", "ShiftTests", "estimate_onset", "MIN_BEFORE_S", "source_of"]
 
 _SUSTAINED_SHARE = 2 / 3  # share of a test window's buckets above half the shift
 # A critical shift under this many critical ratios (+15%) must also be sustained over
@@ -633,22 +633,21 @@ class ShiftTests:
         if self.evidence is None or len(hist) < nc + _INSIDE_MIN:
             return None
         now = hist[-1][1]
-        m = nc + self.n_before[WARNING]  # (the buckets a further change's onset is found among)
-        rows = [hist[k] for k in range(max(0, len(hist) - m), len(hist))]
-        rows = [r for r in rows if r[1] - b >= ep.onset[1]]
+        rows = self._since_onset(ep, nc)
         if len(rows) < nc + _INSIDE_MIN:
             return None
         holds = [x for x in (ep.backing, ep.held[0] if ep.held else None) if x is not None]
-        held = {_key(x) for x in holds}
+        held = {source_of(x) for x in holds}
         # (the device's work over every phase, or the GPU's busy time, holds the compute phases:
         # the part of it that grew is the same change; a held-out launch-bound job's +10%
         # backward, raised on the device's work, was taken again as backward's own and split in
         # three episodes, h200zw_1gpu_s played three times)
         whole = any(x.kind in _UNSPECIFIC for x in holds)
         need = math.log1p(RAISE[WARNING] * self.ratio[WARNING])
+        ys = [r[2] for r in rows]
         best = None
         for src in _LED_SOURCES:
-            if _key(src) in held or (whole and src.kind == Kind.PHASE):
+            if source_of(src) in held or (whole and src.kind == Kind.PHASE):
                 continue
             # (where the source's blocks best split, wherever that falls: a split asked to fall
             # after the onset finds the change the episode was raised on again, its level before
@@ -659,12 +658,11 @@ class ShiftTests:
             j = next((i for i, r in enumerate(rows) if r[1] - b >= at - b / 2), None)
             if j is None or j < _INSIDE_MIN or len(rows) - j < nc:
                 continue
-            ys = [r[2] for r in rows]
             here, after = median(ys[:j]), median(ys[j:])
             if after < here or after - ep.ref < _FURTHER_SHARE * ep.raised:
                 continue
             read = self.backing_at(rows[j][1] - b, here, need)
-            if (_key(read[0]) != _key(src) or read[0].host_paced or read[0].share < 1.0
+            if (source_of(read[0]) != source_of(src) or read[0].host_paced or read[0].share < 1.0
                     or not self.holds(read[0])):
                 # (a phase its host paced: a host's wave gathered in one host-bound phase as the
                 # step stood, forward +3.3 ms of a 40 ms H200 job, h200q_1gpu_m; a source grown
@@ -679,11 +677,17 @@ class ShiftTests:
         """(onset step, onset time) of a further change of ``shift`` above ``ref`` over the last
         ``n`` buckets, found as at a raise among the buckets since the episode's current onset."""
         hist = self.history
-        m = n + self.n_before[WARNING]
-        rows = [hist[k] for k in range(max(0, len(hist) - m), len(hist))]
-        rows = [r for r in rows if r[1] - self.cfg.bucket_s >= ep.onset[1]] or rows[-n:]
+        rows = self._since_onset(ep, n) or [hist[k] for k in range(max(0, len(hist) - n), len(hist))]
         k = estimate_onset([r[2] for r in rows], ref, shift, self.clip)
         return int(rows[k][0]), rows[k][1] - self.cfg.bucket_s
+
+    def _since_onset(self, ep: Episode, n: int) -> list:
+        """The history's rows among its last ``n`` + the warning's "level before" buckets that lie
+        after the open episode's latest onset: where a further change's onset is found."""
+        hist = self.history
+        m = n + self.n_before[WARNING]
+        rows = [hist[k] for k in range(max(0, len(hist) - m), len(hist))]
+        return [r for r in rows if r[1] - self.cfg.bucket_s >= ep.onset[1]]
 
     def unsustained(self, sev: str, ref: float, shift: float) -> bool:
         """Whether ``sev`` is critical with ``shift`` under 1.5x ``critical_ratio`` and not
@@ -743,5 +747,6 @@ def estimate_onset(ys: list, ref: float, level: float, clip: float) -> int:
     return len(ys) - 1 - totals.index(max(totals))
 
 
-def _key(b: Optional[Backing]) -> Optional[tuple]:
+def source_of(b: Optional[Backing]) -> Optional[tuple[str, str]]:
+    """What a backing is read from: (its kind, its name), or None without one."""
     return None if b is None else (b.kind, b.name)
