@@ -30,14 +30,15 @@ from _procs import collector_factory  # noqa: E402,F401  (fixture)
 # `make test` runs the suite in two parts: the tests below, which compute on recorded or generated
 # data and decide nothing from how fast this machine runs, on two pytest workers; then every other
 # test (real jobs, collectors, sockets, timers, browsers: marked ``serial``) in one process, alone,
-# as their timing was set. A plain ``pytest`` runs everything in one process.
+# as their timing was set. A plain ``pytest`` runs everything in one process. (The fuzz's collector
+# runs in its process on a fake clock: what it decides follows no timer.)
 _PARALLEL = ("collector/detect/", "collector/why/", "collector/alerting/", "collector/wire/",
              "collector/state/test_life_trend.py", "collector/tools/test_analyze.py",
              "collector/tools/test_replay.py", "collector/test_ring.py",
              "collector/test_collector_config.py", "core/", "proto/", "test_docs.py",
              "test_imports.py", "test_packaging.py", "agent/test_aftereffect_real.py",
              "agent/test_aftereffect_verdict.py", "agent/test_contract.py", "agent/test_settings.py",
-             "agent/test_placement.py")
+             "agent/test_placement.py", "collector/ingest/test_fuzz.py")
 # ... less these, which time or sleep (a rank's liveness, an HTTP client's deadlines, record bounds)
 _SERIAL_AMONG = ("collector/detect/test_duplicate_rank.py",
                  "collector/alerting/test_alertmanager_client.py", "collector/wire/test_bounds.py")

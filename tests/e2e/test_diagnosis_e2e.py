@@ -33,7 +33,9 @@ DETECTION = {"warmup_steps": 10, "resolve_hold_s": 600,
              "drift": {"bucket_s": 0.5, "min_bucket_steps": 3, "warmup_s": 2, "settle_s": 6, "critical_window_s": 2, "warning_window_s": 3, "info_window_s": 6, "clear_s": 1, "z": 4,
                        "transient_s": 6, "floor_quantile": 0, "info_ratio": 0.08, "warning_ratio": 0.12, "critical_ratio": 0.2}}
 SMALL = ("--step-sleep-s", "0.04", "--d-model", "32", "--layers", "1", "--batch", "4", "--seq", "16")
-STEPS, FROM = 700, 400
+# The change 300 steps in (~13 s: armed at ~8 s, 2 + 6), 260 steps after it (~11 s: raised once it
+# held 2 s).
+STEPS, FROM = 560, 300
 CAUSES = {"backward": "backward", "dataloader": "data", "optimizer": "optimizer"}
 
 
