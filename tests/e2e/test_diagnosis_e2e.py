@@ -58,23 +58,19 @@ def jobs(tmp_path_factory):
         # their alerts is a diagnosis each. The backward cause burns CPU, which on a 2-core
         # machine really slows a job beside it (a CI run dated the data-loader job's onset 49
         # steps early, when the backward job reached its step 400 first): it runs after them,
-        # alone. (A healthy job the shared machine did slow is run again by its test.)
+        # alone. (A healthy job the shared machine did slow is run again by its test.) The early
+        # job burns too, but only from its step EARLY_FROM, 140 steps (~6 s) after the others'
+        # last: it runs beside them, and alone from there.
         procs["healthy"] = start_trainer(trainer_env(tmp, col.grpc, "healthy", **env), "--steps", str(STEPS),
                                          *SMALL)
         procs.update({cause: cause_job(cause) for cause in CAUSES if cause != "backward"})
+        procs["early"] = early_job(tmp, col, "early")
         for name, proc in list(procs.items()):
             out, _ = proc.communicate(timeout=240)
             assert proc.returncode == 0, f"{name}: {out[-3000:]}"
-        # The CPU-burning jobs one after the other: side by side, the backward job's burning from
-        # its step 400 slowed the early job from its step ~400 on 2 cores, so the early job's
-        # onset could be dated before its last scheduled window (a CI run). "early": windows only
-        # every 512 steps (the discarded warm-up one at 32, then 512, the last before the onset
-        # at 560): the collector's request after the alert (raised once the change has held
-        # over the critical window, 2 s here) brings one before 1,024.
-        for name in ("backward", "early"):
-            procs[name] = cause_job("backward") if name == "backward" else early_job(tmp, col, "early")
-            out, _ = procs[name].communicate(timeout=240)
-            assert procs[name].returncode == 0, f"{name}: {out[-3000:]}"
+        procs["backward"] = cause_job("backward")
+        out, _ = procs["backward"].communicate(timeout=240)
+        assert procs["backward"].returncode == 0, f"backward: {out[-3000:]}"
         time.sleep(1.5)
         yield col
     finally:
@@ -85,13 +81,19 @@ def jobs(tmp_path_factory):
         col.kill()
 
 
-EARLY_FROM = 560
+# "early": windows only every 512 steps (the discarded warm-up one at 32, then 512, the last before
+# the onset at 700): the collector's request after the alert (raised once the change has held over
+# the critical window, 2 s here) brings one before 1,024. Its burning from step 700 runs after the
+# jobs beside it ended (560 steps): side by side, the backward job's burning from its step 400
+# slowed it from its step ~400 on 2 cores, so its onset could be dated before its last scheduled
+# window (a CI run).
+EARLY_FROM, EARLY_STEPS = 700, 1040
 
 
 def early_job(tmp, col, name):
     return start_trainer(
         trainer_env(tmp, col.grpc, name, STEPWATCH_WINDOWS="scheduled", STEPWATCH_WINDOW_EVERY_STEPS=512, STEPWATCH_OVERHEAD_BUDGET=0.5),
-        "--steps", "900", *SMALL, "--cause", "backward", "--cause-from-step", str(EARLY_FROM), "--cause-ms", "12")
+        "--steps", str(EARLY_STEPS), *SMALL, "--cause", "backward", "--cause-from-step", str(EARLY_FROM), "--cause-ms", "12")
 
 
 def drift_alert(col, job):
