@@ -5,6 +5,7 @@ Detector windows are shrunk to test scale through the collector's YAML config.""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import time
@@ -78,8 +79,10 @@ def test_slowed_job_raises_drift_and_healthy_job_none(stack):
     assert alert["labels"]["source"] == "collector", alert
     summary = alert["annotations"]["summary"]
     assert ("vs this job's level settled at" in summary or "vs the level before" in summary) and "since step" in summary, summary
-    since = int(summary.rsplit("since step ", 1)[1].replace(",", ""))
-    assert SLOW_FROM - 10 <= since <= SLOW_FROM + 15, summary
+    # the onset, and where the episode began when a further change came on it ("since step 64 (a
+    # further change: the episode began at step 58 at +7.6%)": a CI run)
+    onsets = [int(x.replace(",", "")) for x in re.findall(r"(?:since step|began at step) ([\d,]+)", summary)]
+    assert onsets and all(SLOW_FROM - 10 <= s <= SLOW_FROM + 15 for s in onsets), summary
     assert int(alert["annotations"]["step"]) >= SLOW_FROM - 5
     assert col.value("stepwatch_alert_active", alertname="StepwatchThroughputDrift", training_job="slowed") == 1
     listed = col.api("/api/alerts")["alerts"]
