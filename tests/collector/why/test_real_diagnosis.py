@@ -1099,7 +1099,7 @@ def test_a_slower_loader_after_an_episode_that_came_and_went_is_raised_live():
     alerts = _drift("h100za_1gpu_m_pulses.jsonl.gz")
     _none_outside(alerts, H100ZA)
     _each_cause_its_own_episode(alerts, H100ZA[:1], ("backward +",))
-    _, start, end = H100ZA[1]
+    _, start, _ = H100ZA[1]  # (its end: the job ended 30 s after it, before any resolve)
     (loader,) = [a for a in alerts if start - 15 <= a.onset <= start + 60]
     assert loader.fired_at - start <= 60 and loader.decided == "job", (loader.fired_at - start, loader.decided)
     assert loader.diagnosis.startswith("data +") and "data-loader wait +" in loader.diagnosis, loader.diagnosis
