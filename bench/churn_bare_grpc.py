@@ -3,9 +3,9 @@ collector's own figure (issue: RSS within 20% of idle after a churn of 100k conn
 
     python bench/churn_bare_grpc.py --cycles 20000 --ranks 1000 --workers 2
 
-A server process with the collector's gRPC options (``collector/ingest/_grpc_server.py``) and its
-protobuf modules loaded, whose AgentService.Connect reads each message, answers every Batch with
-an Ack and holds nothing (no rank, no state, no log line); the same client processes and cycles
+A server process with the collector's gRPC options (``server_options`` of
+``collector/ingest/_grpc_server.py``, at the default message bound) and its modules loaded,
+whose AgentService.Connect reads each message, answers every Batch with an Ack and holds nothing (no rank, no state, no log line); the same client processes and cycles
 as bench/connection_churn.py (a new channel, a Hello, one Batch, its Ack, closed). RSS with
 psutil at idle, at the end of the churn and ``--settle-s`` after it. The difference between this
 figure and the collector's is what the collector's own structures leave.
@@ -29,6 +29,8 @@ sys.path.insert(0, os.path.dirname(HERE))
 async def _serve(ready: str) -> None:
     import grpc
 
+    from stepwatch.collector._config import CollectorSettings
+    from stepwatch.collector.ingest._grpc_server import server_options
     from stepwatch.proto.stepwatch.v1 import agent_pb2
 
     async def connect(requests, context):
@@ -36,10 +38,7 @@ async def _serve(ready: str) -> None:
             if msg.HasField("batch"):
                 yield agent_pb2.Command(ack=agent_pb2.Ack(seq=msg.batch.seq))
 
-    opts = [("grpc.max_receive_message_length", 2 * (4 << 20)), ("grpc.so_reuseport", 0),
-            ("grpc.server.max_pending_requests", 20000), ("grpc.server.max_pending_requests_hard_limit", 40000),
-            ("grpc.http2.bdp_probe", 0), ("grpc.max_connection_idle_ms", 120_000)]
-    server = grpc.aio.server(options=opts)
+    server = grpc.aio.server(options=server_options(CollectorSettings().max_message_bytes))
     handler = grpc.stream_stream_rpc_method_handler(
         connect, request_deserializer=agent_pb2.AgentMessage.FromString,
         response_serializer=agent_pb2.Command.SerializeToString)
@@ -54,7 +53,7 @@ async def _serve(ready: str) -> None:
 
 
 def bare_churn(cycles: int, ranks: int, workers: int, settle_s: float) -> dict:
-    from connection_churn import rss_mb
+    from connection_churn import drive, rss_mb, stop
 
     ready = os.path.join(tempfile.mkdtemp(prefix="bare-churn-"), "ready.json")
     env = dict(os.environ, GRPC_ENABLE_FORK_SUPPORT="0")
@@ -67,17 +66,8 @@ def bare_churn(cycles: int, ranks: int, workers: int, settle_s: float) -> dict:
             time.sleep(0.05)
         address = json.load(open(ready))["grpc"]
         time.sleep(2)
-        idle = peak = rss_mb(proc.pid)
-        per = cycles // workers
-        t0 = time.monotonic()
-        procs = [subprocess.Popen([sys.executable, os.path.join(HERE, "connection_churn.py"), "--worker", address,
-                                   str(w * per), str(per if w < workers - 1 else cycles - w * per), str(ranks)],
-                                  stdout=subprocess.PIPE, text=True) for w in range(workers)]
-        while any(p.poll() is None for p in procs):
-            peak = max(peak, rss_mb(proc.pid))
-            time.sleep(0.5)
-        results = [json.loads(p.stdout.read().strip().splitlines()[-1]) for p in procs]
-        churn_s = time.monotonic() - t0
+        idle = rss_mb(proc.pid)
+        results, churn_s, peak = drive(address, proc.pid, cycles, ranks, workers)
         at_end = rss_mb(proc.pid)
         time.sleep(settle_s)
         after = rss_mb(proc.pid)
@@ -87,11 +77,7 @@ def bare_churn(cycles: int, ranks: int, workers: int, settle_s: float) -> dict:
                 "rss_end_mb": round(at_end, 1), "rss_after_mb": round(after, 1),
                 "after_over_idle": round(after / idle - 1, 3)}
     finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop(proc)
 
 
 def main() -> None:

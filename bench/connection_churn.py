@@ -83,19 +83,7 @@ def churn(cycles: int, ranks: int, workers: int, settle_s: float = 5.0, workdir:
         jobs = lambda: json.load(urllib.request.urlopen(f"http://{addr['http']}/api/jobs", timeout=30))["jobs"]  # noqa: E731
         time.sleep(2)
         idle = rss_mb(proc.pid)
-        t0 = time.monotonic()
-        per = cycles // workers
-        # client processes (plain subprocesses: multiprocessing would leave its resource
-        # tracker behind as a child of the caller, a test process)
-        procs = [subprocess.Popen([sys.executable, os.path.abspath(__file__), "--worker", addr["grpc"], str(w * per),
-                                   str(per if w < workers - 1 else cycles - w * per), str(ranks)],
-                                  stdout=subprocess.PIPE, text=True) for w in range(workers)]
-        peak = idle
-        while any(p.poll() is None for p in procs):
-            peak = max(peak, rss_mb(proc.pid))
-            time.sleep(0.5)
-        results = [json.loads(p.stdout.read().strip().splitlines()[-1]) for p in procs]
-        churn_s = time.monotonic() - t0
+        results, churn_s, peak = drive(addr["grpc"], proc.pid, cycles, ranks, workers)
         at_end = rss_mb(proc.pid)
         deadline = time.monotonic() + 60
         while jobs() and time.monotonic() < deadline:
@@ -110,12 +98,33 @@ def churn(cycles: int, ranks: int, workers: int, settle_s: float = 5.0, workdir:
                 "rss_idle_mb": round(idle, 1), "rss_peak_mb": round(peak, 1), "rss_end_mb": round(at_end, 1),
                 "rss_after_mb": round(after, 1), "jobs_left": left, "log_lines": lines}
     finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop(proc)
         log.close()
+
+
+def drive(address: str, pid: int, cycles: int, ranks: int, workers: int) -> tuple[list, float, float]:
+    """Run ``cycles`` churn cycles against ``address`` from ``workers`` client processes (plain
+    subprocesses: multiprocessing would leave its resource tracker behind as a child of the
+    caller, a test process); ([(acked, failed)] of each, seconds, the peak RSS MB of ``pid``)."""
+    per = cycles // workers
+    t0 = time.monotonic()
+    procs = [subprocess.Popen([sys.executable, os.path.abspath(__file__), "--worker", address, str(w * per),
+                               str(per if w < workers - 1 else cycles - w * per), str(ranks)],
+                              stdout=subprocess.PIPE, text=True) for w in range(workers)]
+    peak = rss_mb(pid)
+    while any(p.poll() is None for p in procs):
+        peak = max(peak, rss_mb(pid))
+        time.sleep(0.5)
+    results = [json.loads(p.stdout.read().strip().splitlines()[-1]) for p in procs]
+    return results, time.monotonic() - t0, peak
+
+
+def stop(proc: subprocess.Popen) -> None:
+    proc.terminate()
+    try:
+        proc.wait(10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
 
 
 def main() -> None:

@@ -32,7 +32,7 @@ from ..wire import bound_strings
 from ..state import CollectorHealth
 from ..state import TraceRejected, TraceStore
 
-__all__ = ["IngestServer", "SERVICE_NAME"]
+__all__ = ["IngestServer", "SERVICE_NAME", "server_options"]
 
 log = logging.getLogger("stepwatch.collector")
 
@@ -78,6 +78,27 @@ def _in_use(listen: str) -> str:
     except ValueError:
         return ""
     return ""
+
+
+def server_options(max_message_bytes: int) -> list:
+    """The agent server's gRPC channel arguments (bench/churn_bare_grpc.py serves with them too).
+
+    gRPC queues calls the application has not taken yet up to max_pending_requests (1,000 by
+    default) and refuses the rest with INTERNAL: after a collector restart every agent of a fleet
+    reconnects within seconds, and a quarter of 10,000 streams were refused
+    (tests/collector/ingest/test_stream_burst.py; the benchmark's "late" streams before). BDP
+    probing (a PING per burst of data received, to grow flow-control windows) cost the collector
+    per connection: 2,000 agents on 2,000 connections took 0.24-0.30 core with it and 0.20
+    without, what 200 connections cost (bench/results/collector_scale_2core.md); agents' messages
+    are small and come seconds apart, the default windows carry them. gRPC takes messages up to
+    twice max_message_bytes; the deserializer refuses those over it as malformed and counts them
+    (what gRPC refuses itself, beyond twice, it counts not)."""
+    return [("grpc.max_receive_message_length", 2 * max_message_bytes), ("grpc.so_reuseport", 0),
+            ("grpc.server.max_pending_requests", 20000), ("grpc.server.max_pending_requests_hard_limit", 40000),
+            ("grpc.http2.bdp_probe", 0),
+            # a connection with no call for 2 minutes is closed (GOAWAY): idle sockets from
+            # anyone who reaches the port do not pile up; an agent's stream keeps its own open
+            ("grpc.max_connection_idle_ms", 120_000)]
 
 
 class _Refused(Exception):
@@ -131,22 +152,7 @@ class IngestServer:
 
         Raises RuntimeError when the address cannot be bound.
         """
-        # gRPC queues calls the application has not taken yet up to max_pending_requests (1,000
-        # by default) and refuses the rest with INTERNAL: after a collector restart every agent
-        # of a fleet reconnects within seconds, and a quarter of 10,000 streams were refused
-        # (tests/collector/ingest/test_stream_burst.py; the benchmark's "late" streams before).
-        # BDP probing (a PING per burst of data received, to grow flow-control windows) cost the
-        # collector per connection: 2,000 agents on 2,000 connections took 0.24-0.30 core with it
-        # and 0.20 without, what 200 connections cost (bench/results/collector_scale_2core.md);
-        # agents' messages are small and come seconds apart, the default windows carry them.
-        # gRPC takes messages up to twice max_message_bytes; the deserializer refuses those over
-        # it as malformed and counts them (what gRPC refuses itself, beyond twice, it counts not).
-        opts = [("grpc.max_receive_message_length", 2 * self._max), ("grpc.so_reuseport", 0),
-                ("grpc.server.max_pending_requests", 20000), ("grpc.server.max_pending_requests_hard_limit", 40000),
-                ("grpc.http2.bdp_probe", 0),
-                # a connection with no call for 2 minutes is closed (GOAWAY): idle sockets from
-                # anyone who reaches the port do not pile up; an agent's stream keeps its own open
-                ("grpc.max_connection_idle_ms", 120_000)]
+        opts = server_options(self._max)
         in_use = _in_use(listen)
         if in_use:  # said once, plainly, before gRPC's core logs its own add_port line to stderr
             raise RuntimeError(f"cannot bind gRPC address {listen}: {in_use}")
